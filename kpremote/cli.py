@@ -1,0 +1,48 @@
+"""Glue shared by the Invoke tasks: one-line errors, exit codes, --json output."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Any, Callable
+
+from invoke import task
+from invoke.exceptions import Exit
+
+from .errors import KpremoteError
+from .view import error_line
+
+EXIT_FAILED = 1      # the command ran and something it checked failed (a host down, a row not PASSED)
+EXIT_USAGE = 2       # bad input: hosts.toml, an unknown host/task, a refused key
+EXIT_INTERRUPTED = 130
+
+
+def command(help: dict[str, str] | None = None, **task_kwargs: Any) -> Callable:
+    """@task with kpremote's error contract: KpremoteError → one line on stderr, exit 2; Ctrl-C → exit 130."""
+
+    def decorate(fn: Callable) -> Any:
+        @functools.wraps(fn)
+        def wrapper(c, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(c, *args, **kwargs)
+            except KpremoteError as exc:
+                error_line(str(exc))
+                raise Exit(code=EXIT_USAGE) from None
+            except KeyboardInterrupt:
+                error_line("interrupted")
+                raise Exit(code=EXIT_INTERRUPTED) from None
+
+        return task(wrapper, help=help or {}, auto_shortflags=False, **task_kwargs)
+
+    return decorate
+
+
+def print_json(payload: Any) -> None:
+    sys.stdout.write((payload if isinstance(payload, str) else json.dumps(payload, indent=1, default=str)) + "\n")
+    sys.stdout.flush()
+
+
+def finish(ok: bool) -> None:
+    if not ok:
+        raise Exit(code=EXIT_FAILED)

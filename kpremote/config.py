@@ -1,0 +1,248 @@
+"""hosts.toml: the host inventory, validated with pydantic, with errors that name file, table and field."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on 3.10
+    import tomli as tomllib
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+ARCHES = ("b200", "h200", "h100", "auto", "any")
+HOSTS_ENV = "KPREMOTE_HOSTS"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class IdlePolicy(_Strict):
+    """When a GPU counts as idle (defaults from the users' incident write-up)."""
+
+    max_memory_mib: int = Field(2048, ge=0)
+    max_util_pct: int = Field(5, ge=0, le=100)
+    allow_processes: bool = False
+
+
+class _Common(_Strict):
+    remote_root: Optional[str] = None
+    python: Optional[str] = None
+    connect_timeout: Optional[float] = Field(None, gt=0, le=600)
+    idle: Optional[IdlePolicy] = None
+    identity_file: Optional[str] = None
+    known_hosts: Optional[str] = None
+    ssh_config: Optional[str] = None
+    max_summary_mb: Optional[float] = Field(None, gt=0)
+
+    @field_validator("remote_root")
+    @classmethod
+    def _root_is_absolute_or_home(cls, value: Optional[str]) -> Optional[str]:
+        if value is None:
+            return value
+        if not (value.startswith("/") or value == "~" or value.startswith("~/")):
+            raise ValueError("must be an absolute path or start with ~/")
+        if any(part == ".." for part in value.split("/")):
+            raise ValueError("must not contain '..'")
+        return value
+
+
+class DefaultsModel(_Common):
+    pass
+
+
+class HostModel(_Common):
+    ssh: Optional[str] = None
+    transport: Literal["ssh", "local"] = "ssh"
+    arch: Literal["b200", "h200", "h100", "auto", "any"] = "auto"
+    container: Optional[str] = Field(None, pattern=NAME_PATTERN)
+    groups: list[str] = []
+
+    @field_validator("ssh")
+    @classmethod
+    def _ssh_target_is_one_word(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_.@:\[\]-]+", value):
+            raise ValueError("must be an ~/.ssh/config alias or user@host[:port] (letters, digits, . _ - @ : only)")
+        return value
+
+    @field_validator("groups")
+    @classmethod
+    def _group_names(cls, value: list[str]) -> list[str]:
+        for group in value:
+            if not re.fullmatch(NAME_PATTERN, group):
+                raise ValueError(f"group {group!r} must match {NAME_PATTERN}")
+        return value
+
+
+class HostsFileModel(_Strict):
+    defaults: DefaultsModel = DefaultsModel()
+    hosts: dict[str, HostModel]
+
+
+@dataclass(frozen=True)
+class Host:
+    """One host with the file's defaults applied: what the rest of kpremote works with."""
+
+    name: str
+    transport: str
+    ssh: Optional[str]
+    arch: str
+    container: Optional[str]
+    remote_root: str
+    python: str
+    connect_timeout: float
+    idle: IdlePolicy
+    groups: tuple[str, ...]
+    identity_file: Optional[str]
+    known_hosts: str
+    ssh_config: Optional[str]
+    max_summary_mb: float
+
+    @property
+    def address(self) -> str:
+        return "(this machine)" if self.transport == "local" else (self.ssh or "")
+
+
+@dataclass(frozen=True)
+class Inventory:
+    path: Path
+    hosts: dict[str, Host]
+
+    def select(self, name_or_group: Optional[str]) -> list[Host]:
+        """All hosts, one host by name, or every host of a group; unknown names suggest the closest."""
+        if not name_or_group:
+            return list(self.hosts.values())
+        if name_or_group in self.hosts:
+            return [self.hosts[name_or_group]]
+        members = [h for h in self.hosts.values() if name_or_group in h.groups]
+        if members:
+            return members
+        known = sorted(set(self.hosts) | {g for h in self.hosts.values() for g in h.groups})
+        raise ConfigError(f"{self.path}: unknown host or group {name_or_group!r}{_suggestion(name_or_group, known)}")
+
+
+def _suggestion(word: str, choices: Iterable[str]) -> str:
+    choices = list(choices)
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
+    hint = f" — did you mean {close[0]!r}?" if close else ""
+    return f"{hint} (known: {', '.join(choices)})" if choices else hint
+
+
+def find_hosts_file(explicit: Optional[str] = None) -> Path:
+    """--hosts FILE, else $KPREMOTE_HOSTS, else ./hosts.toml."""
+    if explicit:
+        return Path(explicit)
+    if os.environ.get(HOSTS_ENV):
+        return Path(os.environ[HOSTS_ENV])
+    return Path("hosts.toml")
+
+
+def load_inventory(path: Optional[str | Path] = None) -> Inventory:
+    file = find_hosts_file(str(path) if path else None)
+    try:
+        data = tomllib.loads(file.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{file}: no such hosts file (use --hosts FILE or set {HOSTS_ENV})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    return parse_inventory(data, file)
+
+
+def parse_inventory(data: dict[str, Any], file: Path) -> Inventory:
+    try:
+        model = HostsFileModel.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, file)) from None
+    hosts = {}
+    for name, spec in model.hosts.items():
+        if not re.fullmatch(NAME_PATTERN, name):
+            raise ConfigError(f"{file}: [hosts.{name}]: host names may use letters, digits, '.', '_' and '-' only")
+        if spec.transport == "ssh" and not spec.ssh:
+            raise ConfigError(f"{file}: [hosts.{name}] ssh is missing: an ~/.ssh/config alias or user@host[:port]")
+        hosts[name] = _resolve(name, spec, model.defaults)
+    return Inventory(path=file, hosts=hosts)
+
+
+def _resolve(name: str, spec: HostModel, defaults: DefaultsModel) -> Host:
+    def pick(field: str, fallback: Any) -> Any:
+        value = getattr(spec, field)
+        if value is None:
+            value = getattr(defaults, field)
+        return fallback if value is None else value
+
+    local = spec.transport == "local"
+    return Host(
+        name=name,
+        transport=spec.transport,
+        ssh=spec.ssh,
+        arch=spec.arch,
+        container=spec.container,
+        remote_root=pick("remote_root", "~/kpremote"),
+        # the local host runs the agent with the interpreter kpremote itself runs under (it has torch there)
+        python=pick("python", sys.executable if local else "python3"),
+        connect_timeout=float(pick("connect_timeout", 10)),
+        idle=pick("idle", IdlePolicy()),
+        groups=tuple(spec.groups),
+        identity_file=pick("identity_file", None),
+        known_hosts=pick("known_hosts", "~/.ssh/known_hosts"),
+        ssh_config=pick("ssh_config", None),
+        max_summary_mb=float(pick("max_summary_mb", 20)),
+    )
+
+
+def _describe(exc: ValidationError, file: Path) -> str:
+    """Turn pydantic's report into lines that name the table and field and say what is allowed."""
+    lines = []
+    for error in exc.errors():
+        loc = [str(part) for part in error["loc"]]
+        table, field = _table_and_field(loc)
+        where = f"[{table}] {field}" if field else f"[{table}]"
+        kind = error["type"]
+        if kind == "extra_forbidden":
+            allowed = _allowed_fields(loc)
+            message = f"unknown field {field!r}{_suggestion(field, allowed)}"
+        elif kind == "literal_error":
+            message = f"= {error.get('input')!r}: allowed: {error['ctx']['expected']}"
+        elif kind == "missing":
+            message = "is required"
+        else:
+            message = f"= {error.get('input')!r}: {error['msg']}"
+        lines.append(f"{file}: {where} {message}")
+    return "\n".join(lines)
+
+
+def _table_and_field(loc: list[str]) -> tuple[str, str]:
+    if loc and loc[0] == "hosts" and len(loc) >= 2:
+        rest = loc[2:]
+        table = f"hosts.{loc[1]}"
+    elif loc and loc[0] == "defaults":
+        rest = loc[1:]
+        table = "defaults"
+    else:
+        return "(top level)", ".".join(loc)
+    if len(rest) >= 2 and rest[0] == "idle":
+        return f"{table}.idle", ".".join(rest[1:])
+    return table, ".".join(rest)
+
+
+def _allowed_fields(loc: list[str]) -> list[str]:
+    if loc[0] == "hosts" and len(loc) >= 4 and loc[2] == "idle":
+        return list(IdlePolicy.model_fields)
+    if loc[0] == "defaults" and len(loc) >= 3 and loc[1] == "idle":
+        return list(IdlePolicy.model_fields)
+    if loc[0] == "hosts":
+        return list(HostModel.model_fields)
+    if loc[0] == "defaults":
+        return list(DefaultsModel.model_fields)
+    return list(HostsFileModel.model_fields)

@@ -1,0 +1,76 @@
+"""Commands on this machine: the same pipeline as SSH hosts, without SSH (host `local`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from typing import Callable, Sequence
+
+from ..errors import HostError
+from .base import ChannelCounter, Completed, StdinSource
+from .streams import feed_in_background
+
+
+class LocalTransport:
+    def __init__(self, host: str = "local") -> None:
+        self.host = host
+        self.channels = ChannelCounter()
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: StdinSource = None,
+        timeout: float | None = None,
+        on_stdout: Callable[[bytes], None] | None = None,
+    ) -> Completed:
+        self.channels.note(argv)
+        try:
+            proc = subprocess.Popen(
+                list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+        except FileNotFoundError:
+            raise HostError(self.host, f"command not found: {argv[0]}") from None
+        feeder = feed_in_background(stdin, proc.stdin.write, proc.stdin.close)
+        stderr_parts: list[bytes] = []
+        reader = _drain_in_background(proc.stderr, stderr_parts.append)
+        stdout_parts: list[bytes] = []
+        deadline = None if timeout is None else time.monotonic() + timeout
+        sink = on_stdout or stdout_parts.append
+        try:
+            while chunk := os.read(proc.stdout.fileno(), 65536):
+                sink(chunk)
+                if deadline is not None and time.monotonic() > deadline:
+                    proc.kill()
+                    break
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            code = proc.wait(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            feeder.join(timeout=5)
+            reader.join(timeout=5)
+            proc.stdout.close()
+        return Completed(list(argv), code, b"".join(stdout_parts), b"".join(stderr_parts))
+
+    def close(self) -> None:
+        pass
+
+
+def _drain_in_background(stream, sink: Callable[[bytes], None]):
+    import threading
+
+    def drain() -> None:
+        while chunk := os.read(stream.fileno(), 65536):
+            sink(chunk)
+        stream.close()
+
+    thread = threading.Thread(target=drain, name="kpremote-stderr", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,179 @@
+"""Commands on an SSH host: one Fabric Connection, one paramiko channel per command.
+
+Fabric resolves the target (an ~/.ssh/config alias with Hostname, Port, User, IdentityFile and ProxyJump, or
+user@host[:port]); we replace its trust-on-first-use default with strict verification against known_hosts,
+and open raw channels so binary stdin/stdout stream both ways and every channel is counted.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Callable, Optional, Sequence
+
+import paramiko
+from fabric import Config, Connection
+
+from ..errors import HostError, HostKeyError
+from .base import ChannelCounter, Completed, StdinSource, command_line
+from .streams import feed_in_background
+
+KEEPALIVE_S = 5
+
+
+class StrictHostKeys(paramiko.MissingHostKeyPolicy):
+    """Refuse unknown host keys, naming the fingerprint and the exact way to accept it."""
+
+    def __init__(self, host: str, known_hosts: str) -> None:
+        self.host = host
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client, hostname: str, key: paramiko.PKey) -> None:
+        raise HostKeyError(
+            self.host,
+            f"host key of {hostname} is not in {self.known_hosts} ({key.get_name()} {key.fingerprint}); "
+            f"nothing was sent. If that fingerprint is right, accept it with: "
+            f"inv trust-host --host {self.host} --fingerprint {key.fingerprint}",
+        )
+
+
+def known_hosts_entry_name(hostname: str, port: int) -> str:
+    """How OpenSSH (and paramiko) name a host in known_hosts."""
+    return hostname if port == 22 else f"[{hostname}]:{port}"
+
+
+class SSHTransport:
+    def __init__(
+        self,
+        host: str,
+        target: str,
+        *,
+        connect_timeout: float = 10,
+        known_hosts: str = "~/.ssh/known_hosts",
+        identity_file: Optional[str] = None,
+        ssh_config: Optional[str] = None,
+    ) -> None:
+        self.host = host
+        self.target = target
+        self.connect_timeout = connect_timeout
+        self.known_hosts = os.path.expanduser(known_hosts)
+        self.channels = ChannelCounter()
+        connect_kwargs: dict = {"look_for_keys": identity_file is None}
+        if identity_file:
+            connect_kwargs["key_filename"] = [os.path.expanduser(identity_file)]
+        config = Config(runtime_ssh_path=os.path.expanduser(ssh_config)) if ssh_config else Config()
+        self.connection = Connection(
+            target, config=config, connect_timeout=int(max(1, connect_timeout)), connect_kwargs=connect_kwargs
+        )
+        self._verify_host_keys(self.connection)
+
+    def _verify_host_keys(self, connection: Connection) -> None:
+        """Apply strict checking to this connection and to every ProxyJump hop before it."""
+        hop: object = connection
+        while isinstance(hop, Connection):
+            if os.path.exists(self.known_hosts):
+                hop.client.load_host_keys(self.known_hosts)
+            hop.client.set_missing_host_key_policy(StrictHostKeys(self.host, self.known_hosts))
+            hop = hop.gateway
+
+    @property
+    def hostname(self) -> str:
+        return self.connection.host
+
+    @property
+    def port(self) -> int:
+        return int(self.connection.port)
+
+    def connect(self) -> None:
+        if self.connection.is_connected:
+            return
+        try:
+            self.connection.open()
+        except HostKeyError:
+            raise
+        except paramiko.BadHostKeyException as exc:
+            raise HostKeyError(
+                self.host,
+                f"HOST KEY CHANGED for {exc.hostname}: known_hosts has {exc.expected_key.get_name()} "
+                f"{exc.expected_key.fingerprint}, the server offers {exc.key.get_name()} {exc.key.fingerprint}. "
+                f"Refusing to connect: someone may be intercepting, or the host was reinstalled. If you know it "
+                f"was reinstalled: ssh-keygen -R '{known_hosts_entry_name(self.hostname, self.port)}' "
+                f"-f {self.known_hosts}",
+            ) from None
+        except paramiko.AuthenticationException as exc:
+            raise HostError(
+                self.host, f"authentication failed for {self.connection.user}@{self.hostname}:{self.port} ({exc})"
+            ) from None
+        except (socket.timeout, TimeoutError):
+            raise HostError(
+                self.host, f"unreachable: no answer from {self.hostname}:{self.port} within {self.connect_timeout:g} s"
+            ) from None
+        except paramiko.ssh_exception.NoValidConnectionsError as exc:
+            raise HostError(self.host, f"unreachable: {self.hostname}:{self.port}: {_first_reason(exc)}") from None
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            raise HostError(self.host, f"cannot connect to {self.hostname}:{self.port}: {exc or type(exc).__name__}") from None
+        self.connection.transport.set_keepalive(KEEPALIVE_S)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: StdinSource = None,
+        timeout: float | None = None,
+        on_stdout: Callable[[bytes], None] | None = None,
+    ) -> Completed:
+        self.connect()
+        self.channels.note(argv)
+        try:
+            channel = self.connection.transport.open_session(timeout=self.connect_timeout)
+            channel.exec_command(command_line(argv))
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise HostError(self.host, f"connection lost while starting a command: {exc or type(exc).__name__}") from None
+        feeder = feed_in_background(stdin, channel.sendall, channel.shutdown_write)
+        stdout_parts: list[bytes] = []
+        stderr_parts: list[bytes] = []
+        sink = on_stdout or stdout_parts.append
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            self._pump(channel, sink, stderr_parts.append, deadline)
+            code = channel.recv_exit_status()
+        finally:
+            channel.close()
+            feeder.join(timeout=5)
+        return Completed(list(argv), code, b"".join(stdout_parts), b"".join(stderr_parts))
+
+    def _pump(self, channel, out: Callable[[bytes], None], err: Callable[[bytes], None], deadline) -> None:
+        """Read stdout and stderr until the command exits; notice a dead link through keepalives."""
+        channel.settimeout(0.1)
+        while True:
+            progressed = False
+            if channel.recv_stderr_ready():
+                err(channel.recv_stderr(65536))
+                progressed = True
+            try:
+                chunk = channel.recv(65536)
+            except socket.timeout:
+                chunk = None
+            if chunk:
+                out(chunk)
+                progressed = True
+            elif chunk == b"" and channel.exit_status_ready():
+                while channel.recv_stderr_ready():
+                    err(channel.recv_stderr(65536))
+                return
+            if not progressed:
+                if not self.connection.transport.is_active():
+                    raise HostError(self.host, "connection lost (the host stopped answering)")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise HostError(self.host, "command timed out")
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _first_reason(exc: paramiko.ssh_exception.NoValidConnectionsError) -> str:
+    for error in exc.errors.values():
+        return os.strerror(error.errno) if getattr(error, "errno", None) else str(error)
+    return str(exc)
+
