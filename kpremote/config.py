@@ -210,8 +210,8 @@ def _describe(exc: ValidationError, file: Path) -> str:
         where = f"[{table}] {field}" if field else f"[{table}]"
         kind = error["type"]
         if kind == "extra_forbidden":
-            allowed = _allowed_fields(loc)
-            message = f"unknown field {field!r}{_suggestion(field, allowed)}"
+            where = f"[{table}]"
+            message = f"unknown field {field!r}{_suggestion(field, _allowed_fields(loc))}"
         elif kind == "literal_error":
             message = f"= {error.get('input')!r}: allowed: {error['ctx']['expected']}"
         elif kind == "missing":

@@ -8,6 +8,7 @@ and open raw channels so binary stdin/stdout stream both ways and every channel 
 from __future__ import annotations
 
 import os
+import select
 import socket
 import time
 from typing import Callable, Optional, Sequence
@@ -144,25 +145,20 @@ class SSHTransport:
         return Completed(list(argv), code, b"".join(stdout_parts), b"".join(stderr_parts))
 
     def _pump(self, channel, out: Callable[[bytes], None], err: Callable[[bytes], None], deadline) -> None:
-        """Read stdout and stderr until the command exits; notice a dead link through keepalives."""
-        channel.settimeout(0.1)
+        """Read stdout and stderr until the command exits; notice a dead link through keepalives.
+
+        The channel stays blocking (a timeout on it would also cut the stdin writer short); select on its
+        fileno, which paramiko makes readable when stdout or stderr has data.
+        """
         while True:
-            progressed = False
-            if channel.recv_stderr_ready():
+            readable, _, _ = select.select([channel], [], [], 0.5)
+            while channel.recv_stderr_ready():
                 err(channel.recv_stderr(65536))
-                progressed = True
-            try:
-                chunk = channel.recv(65536)
-            except socket.timeout:
-                chunk = None
-            if chunk:
-                out(chunk)
-                progressed = True
-            elif chunk == b"" and channel.exit_status_ready():
-                while channel.recv_stderr_ready():
-                    err(channel.recv_stderr(65536))
+            while channel.recv_ready():
+                out(channel.recv(65536))
+            if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
                 return
-            if not progressed:
+            if not readable:
                 if not self.connection.transport.is_active():
                     raise HostError(self.host, "connection lost (the host stopped answering)")
                 if deadline is not None and time.monotonic() > deadline:
