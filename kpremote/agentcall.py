@@ -63,12 +63,15 @@ class Agent:
         stdin: Optional[bytes] = None,
         on_stdout: Optional[Callable[[bytes], None]] = None,
         timeout: Optional[float] = None,
+        idle_timeout: Optional[float] = None,
     ) -> Completed:
         """Run a subcommand; ship the agent first if the host does not have this version."""
-        result = self.transport.run(self.argv(subcommand, args), stdin=stdin, on_stdout=on_stdout, timeout=timeout)
+        argv = self.argv(subcommand, args)
+        options = dict(stdin=stdin, on_stdout=on_stdout, timeout=timeout, idle_timeout=idle_timeout)
+        result = self.transport.run(argv, **options)
         if result.exit_code == AGENT_MISSING:
             self.ship()
-            result = self.transport.run(self.argv(subcommand, args), stdin=stdin, on_stdout=on_stdout, timeout=timeout)
+            result = self.transport.run(argv, **options)
         self._raise_if_no_python(result)
         return result
 

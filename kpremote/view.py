@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Iterable, Optional
 
 from rich.console import Console
@@ -81,3 +82,102 @@ def gpu_table(reports: list[HostReport]) -> Table:
                 _verdict(gpu),
             )
     return table
+
+
+STATUS_STYLE = {"PASSED": "green", "INCORRECT": "red", "ERROR": "red", "TIMEOUT": "red", "SKIPPED": "yellow",
+                "passed": "green", "failed": "red", "error": "red", "cancelled": "yellow", "running": "cyan"}
+
+
+class RunView:
+    """The live view of one or more runs: a status line per run, and each row's verdict printed as it comes.
+
+    Drawing is throttled (Live refreshes a few times a second), so a run emitting thousands of events costs
+    the client almost nothing.
+    """
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.lines: dict[str, dict] = {}
+        self.quiet = quiet
+        self._live = None
+
+    def __enter__(self) -> "RunView":
+        if not self.quiet:
+            from rich.live import Live
+
+            self._live = Live(self._render(), console=console, refresh_per_second=4, transient=True)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)
+
+    def add(self, key: str, host: str, task: str, run_id: str, gpu: Optional[dict]) -> None:
+        gpu_text = f"GPU {gpu.get('index')} {gpu.get('name', '')}" if gpu else "no GPU (CPU smoke)"
+        self.lines[key] = {"host": host, "task": task, "run_id": run_id, "gpu": gpu_text, "phase": "starting",
+                           "progress": "", "passed": 0, "failed": 0, "t0": time.monotonic()}
+        self._refresh()
+
+    def event(self, key: str, event: dict) -> None:
+        line = self.lines[key]
+        kind = event.get("event")
+        if kind == "phase":
+            line["phase"] = event.get("phase", line["phase"])
+        elif kind == "row":
+            status = event.get("status", "?")
+            line["progress"] = f"{event.get('i', '?')}/{event.get('n', '?')}"
+            line["passed" if status == "PASSED" else "failed"] += 1
+            if not self.quiet:
+                console.print(self._row_text(line, event))
+        elif kind == "done":
+            line["phase"] = event.get("status", "done")
+        self._refresh()
+
+    def _row_text(self, line: dict, event: dict) -> Text:
+        status = event.get("status", "?")
+        text = Text(f"{line['host']} {line['task']} [{line['progress']}] {event.get('workload', '?')}: ")
+        text.append(status, style=STATUS_STYLE.get(status, ""))
+        speedup = event.get("speedup")
+        if speedup:
+            text.append(f"  speedup {speedup:.3f}x")
+        if event.get("message"):
+            text.append(f"  {event['message']}", style="dim")
+        return text
+
+    def _render(self) -> Table:
+        table = Table(box=None, show_header=False)
+        for line in self.lines.values():
+            elapsed = time.monotonic() - line["t0"]
+            table.add_row(line["host"], line["task"], line["run_id"], line["gpu"],
+                          Text(line["phase"], style=STATUS_STYLE.get(line["phase"], "cyan")), line["progress"],
+                          f"{line['passed']} passed, {line['failed']} not", f"{elapsed:.0f}s")
+        return table
+
+    def _refresh(self) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
+
+
+def results_table(results: dict) -> Table:
+    """The per-workload table of a fetched summary/results.json."""
+    table = Table(title=f"{results.get('task', '')} — {results.get('mode', '')}", title_justify="left")
+    for column in ("workload", "prod", "status", "baseline µs (p10–p90)", "candidate µs (p10–p90)", "speedup",
+                   "GB/s", "% copy BW"):
+        table.add_column(column)
+    for row in results.get("rows", []):
+        base, cand = row.get("baseline") or {}, row.get("candidate") or {}
+        table.add_row(
+            row.get("id", "?"), "yes" if row.get("production") else "",
+            Text(row.get("status", "?"), style=STATUS_STYLE.get(row.get("status", ""), "")),
+            _median_band(base), _median_band(cand),
+            f"{row['speedup']:.3f}" if row.get("speedup") else "-",
+            f"{row['gbps']:.0f}" if row.get("gbps") else "-",
+            f"{row['pct_copy_bw']:.0f}%" if row.get("pct_copy_bw") else "-",
+        )
+    return table
+
+
+def _median_band(side: dict) -> str:
+    if not side.get("median_us"):
+        return "-"
+    return f"{side['median_us']:.2f} ({side.get('p10_us', 0):.2f}–{side.get('p90_us', 0):.2f})"

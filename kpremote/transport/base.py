@@ -53,10 +53,12 @@ class Transport(Protocol):
         stdin: StdinSource = None,
         timeout: float | None = None,
         on_stdout: Callable[[bytes], None] | None = None,
+        idle_timeout: float | None = None,
     ) -> Completed:
         """Run argv (each element one word; never re-split) and wait for it.
 
         on_stdout, when given, receives stdout chunks as they arrive (Completed.stdout is then empty).
+        idle_timeout: over a network, this long without a byte means the link is gone (HostError).
         Raises HostError when the host cannot be reached; a non-zero exit is NOT an exception.
         """
         ...

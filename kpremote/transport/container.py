@@ -30,10 +30,12 @@ class ContainerTransport:
         stdin: StdinSource = None,
         timeout: float | None = None,
         on_stdout: Callable[[bytes], None] | None = None,
+        idle_timeout: float | None = None,
     ) -> Completed:
         script = ("exec " + command_line(argv) + "\n").encode()
         result = self.inner.run(
-            self.wrapper_argv(), stdin=_prepend(script, stdin), timeout=timeout, on_stdout=on_stdout
+            self.wrapper_argv(), stdin=_prepend(script, stdin), timeout=timeout, on_stdout=on_stdout,
+            idle_timeout=idle_timeout,
         )
         result.argv = list(argv)
         return result

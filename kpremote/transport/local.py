@@ -24,7 +24,9 @@ class LocalTransport:
         stdin: StdinSource = None,
         timeout: float | None = None,
         on_stdout: Callable[[bytes], None] | None = None,
+        idle_timeout: float | None = None,
     ) -> Completed:
+        # idle_timeout guards network links; two local processes have none to lose.
         self.channels.note(argv)
         try:
             proc = subprocess.Popen(

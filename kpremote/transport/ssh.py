@@ -123,6 +123,7 @@ class SSHTransport:
         stdin: StdinSource = None,
         timeout: float | None = None,
         on_stdout: Callable[[bytes], None] | None = None,
+        idle_timeout: float | None = None,
     ) -> Completed:
         self.connect()
         self.channels.note(argv)
@@ -137,21 +138,25 @@ class SSHTransport:
         sink = on_stdout or stdout_parts.append
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            self._pump(channel, sink, stderr_parts.append, deadline)
+            self._pump(channel, sink, stderr_parts.append, deadline, idle_timeout)
             code = channel.recv_exit_status()
         finally:
             channel.close()
             feeder.join(timeout=5)
         return Completed(list(argv), code, b"".join(stdout_parts), b"".join(stderr_parts))
 
-    def _pump(self, channel, out: Callable[[bytes], None], err: Callable[[bytes], None], deadline) -> None:
+    def _pump(self, channel, out: Callable[[bytes], None], err: Callable[[bytes], None], deadline,
+              idle_timeout: float | None) -> None:
         """Read stdout and stderr until the command exits; notice a dead link through keepalives.
 
         The channel stays blocking (a timeout on it would also cut the stdin writer short); select on its
         fileno, which paramiko makes readable when stdout or stderr has data.
         """
+        last_byte = time.monotonic()
         while True:
             readable, _, _ = select.select([channel], [], [], 0.5)
+            if readable:
+                last_byte = time.monotonic()
             while channel.recv_stderr_ready():
                 err(channel.recv_stderr(65536))
             while channel.recv_ready():
@@ -163,6 +168,8 @@ class SSHTransport:
                     raise HostError(self.host, "connection lost (the host stopped answering)")
                 if deadline is not None and time.monotonic() > deadline:
                     raise HostError(self.host, "command timed out")
+                if idle_timeout is not None and time.monotonic() - last_byte > idle_timeout:
+                    raise HostError(self.host, f"connection lost: no answer for {idle_timeout:g} s")
 
     def close(self) -> None:
         self.connection.close()

@@ -1,0 +1,165 @@
+"""Remote runs: start detached (with the sync in the same channel), follow events, cancel, list.
+
+A run costs three channels on one connection when nothing changed: start (sync + lease + spawn), follow
+(the event stream until the end), pack-summary (the fetch). The agent keeps running if the connection drops.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from pydantic import BaseModel
+
+from .agentcall import Agent, error_message
+from .config import Host
+from .errors import HostError, KpremoteError, RemoteCommandError
+from .sync import build_sync_request, record_synced, sync_task
+from .transport import open_transport
+
+NO_IDLE_GPU = 3
+ARCH_MISMATCH = 4
+NEED_FULL_SYNC = 6
+HEARTBEAT_GRACE_S = 5.0
+
+
+class RunOptions(BaseModel):
+    gpu: Optional[str] = None
+    wait: Optional[float] = None
+    workloads: Optional[str] = None
+    mode: Optional[str] = None
+    device: str = "auto"
+
+
+class StartedRun(BaseModel):
+    host: str
+    task: str
+    run_id: str
+    gpu: Optional[dict[str, Any]] = None
+
+
+class NoIdleGpu(KpremoteError):
+    pass
+
+
+@dataclass
+class RunSession:
+    """One host's connection, reused by every step of a run."""
+
+    host: Host
+    agent: Agent = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.agent = Agent(self.host, open_transport(self.host))
+
+    @property
+    def channels(self) -> int:
+        return self.agent.transport.channels.opened
+
+    def close(self) -> None:
+        self.agent.transport.close()
+
+
+def start_run(session: RunSession, task: str, kernels_dir: Path, options: RunOptions) -> StartedRun:
+    """Sync the task and start its run in one channel; a second only when the host's workspace was not as expected."""
+    args = _start_args(session.host, task, options)
+    request = build_sync_request(session.agent, task, kernels_dir)
+    result = session.agent.call("start", *args, "--sync", stdin=request.payload)
+    if result.exit_code == NEED_FULL_SYNC:
+        sync_task(session.agent, task, kernels_dir)
+        result = session.agent.call("start", *args)
+    else:
+        record_synced(session.agent, task, request)
+    return _started(session.host, task, result)
+
+
+def _start_args(host: Host, task: str, options: RunOptions) -> list[str]:
+    args = ["--task", task, "--idle", host.idle.model_dump_json(), "--arch", host.arch, "--host-alias", host.name,
+            "--device", options.device]
+    for flag, value in (("--gpu", options.gpu), ("--workloads", options.workloads), ("--mode", options.mode)):
+        if value:
+            args += [flag, value]
+    if options.wait:
+        args += ["--wait", str(options.wait)]
+    return args
+
+
+def _started(host: Host, task: str, result) -> StartedRun:
+    if result.exit_code == NO_IDLE_GPU:
+        raise NoIdleGpu(f"{host.name}: {error_message(result)}")
+    if result.exit_code == ARCH_MISMATCH:
+        raise KpremoteError(f"{host.name}: {error_message(result)}")
+    if not result.ok:
+        raise RemoteCommandError(host.name, f"could not start the run: {error_message(result)}", result.exit_code,
+                                 result.stderr_tail())
+    answer = json.loads(result.stdout)
+    return StartedRun(host=host.name, task=task, run_id=answer["run_id"], gpu=answer.get("gpu"))
+
+
+def follow_run(session: RunSession, task: str, run_id: str, on_event: Callable[[dict[str, Any]], None],
+               offset: int = 0) -> dict[str, Any]:
+    """Stream the run's events to on_event until it ends; returns its final state.
+
+    A silent link is a lost link: the agent sends a heartbeat every few seconds, so no byte for longer than
+    the host's connect timeout plus a grace period means the connection is gone (the run itself goes on).
+    """
+    final: dict[str, Any] = {}
+    pending = bytearray()
+
+    def feed(chunk: bytes) -> None:
+        pending.extend(chunk)
+        *lines, rest = bytes(pending).split(b"\n")
+        pending[:] = rest
+        for line in lines:
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if event.get("event") == "end":
+                final.update(event.get("state", {}))
+            elif event.get("event") != "heartbeat":
+                on_event(event)
+
+    result = session.agent.call(
+        "follow", "--task", task, "--run", run_id, "--from", str(offset), on_stdout=feed,
+        idle_timeout=session.host.connect_timeout + HEARTBEAT_GRACE_S,
+    )
+    if not result.ok and not final:
+        raise RemoteCommandError(session.host.name, f"cannot follow run {run_id}: {error_message(result)}",
+                                 result.exit_code, result.stderr_tail())
+    return final
+
+
+def cancel_run(session: RunSession, task: str, run_id: str) -> dict[str, Any]:
+    return session.agent.call_json("cancel", "--task", task, "--run", run_id)
+
+
+def list_runs(session: RunSession, task: Optional[str] = None) -> list[dict[str, Any]]:
+    args = ["--task", task] if task else []
+    return session.agent.call_json("status", *args).get("runs", [])
+
+
+def find_task_of_run(session: RunSession, run_id: str) -> str:
+    for run in list_runs(session):
+        if run.get("run_id") == run_id:
+            return run["task"]
+    raise KpremoteError(f"{session.host.name}: no run {run_id!r} (see: inv status --host {session.host.name})")
+
+
+def reattach_hint(host: str, task: str, run_id: str) -> str:
+    return (f"the run goes on on {host}. Re-attach: inv logs --host {host} --run {run_id} --follow; "
+            f"results: inv fetch-results --host {host} --task {task} --run {run_id}")
+
+
+def age(state: dict[str, Any]) -> str:
+    started = state.get("started_epoch") or state.get("t0")
+    if not started:
+        return "?"
+    seconds = int(time.time() - float(started))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    return isinstance(exc, HostError) and not isinstance(exc, RemoteCommandError)

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: system tools for the SSH rig, the venv, then pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v rsync >/dev/null || need+=(rsync)
+command -v ip >/dev/null || need+=(iproute2)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+bash scripts/setup.sh
+exec .venv/bin/python -m pytest "$@"
