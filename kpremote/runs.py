@@ -7,7 +7,6 @@ A run costs three channels on one connection when nothing changed: start (sync +
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -100,7 +99,7 @@ def _started(host: Host, task: str, result) -> StartedRun:
 
 
 def follow_run(session: RunSession, task: str, run_id: str, on_event: Callable[[dict[str, Any]], None],
-               offset: int = 0) -> dict[str, Any]:
+               offset: int = 0, once: bool = False) -> dict[str, Any]:
     """Stream the run's events to on_event until it ends; returns its final state.
 
     A silent link is a lost link: the agent sends a heartbeat every few seconds, so no byte for longer than
@@ -123,7 +122,8 @@ def follow_run(session: RunSession, task: str, run_id: str, on_event: Callable[[
                 on_event(event)
 
     result = session.agent.call(
-        "follow", "--task", task, "--run", run_id, "--from", str(offset), on_stdout=feed,
+        "follow", "--task", task, "--run", run_id, "--from", str(offset), *(["--once"] if once else []),
+        on_stdout=feed,
         idle_timeout=session.host.connect_timeout + HEARTBEAT_GRACE_S,
     )
     if not result.ok and not final:
@@ -151,14 +151,6 @@ def find_task_of_run(session: RunSession, run_id: str) -> str:
 def reattach_hint(host: str, task: str, run_id: str) -> str:
     return (f"the run goes on on {host}. Re-attach: inv logs --host {host} --run {run_id} --follow; "
             f"results: inv fetch-results --host {host} --task {task} --run {run_id}")
-
-
-def age(state: dict[str, Any]) -> str:
-    started = state.get("started_epoch") or state.get("t0")
-    if not started:
-        return "?"
-    seconds = int(time.time() - float(started))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def is_connection_lost(exc: BaseException) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Optional
 
 from invoke import Collection
@@ -74,4 +75,143 @@ def trust_host(c, host, fingerprint, hosts=None):
     view.console.print(f"added to {selected.known_hosts}: {line}")
 
 
-ns = Collection(hosts, gpu_status, trust_host)
+KERNELS = Path("kernels")
+TASK_HELP = "a task folder name under kernels/"
+
+
+@command(help={"host": "host name", "task": TASK_HELP, "hosts": HOSTS_HELP, "json": "print the sync report as JSON"})
+def sync(c, host, task, hosts=None, json=False):
+    """Sync kernels/TASK to the host's task workspace: only changed files travel; deletions follow."""
+    from .runs import RunSession
+    from .sync import sync_task
+
+    [selected] = load_inventory(hosts).select(host)
+    session = RunSession(selected)
+    try:
+        report = sync_task(session.agent, task, KERNELS)
+    finally:
+        session.close()
+    if json:
+        print_json(report.model_dump() if hasattr(report, "model_dump") else report.__dict__)
+    else:
+        view.console.print(f"{selected.name}: {task}: {report.files_sent} files sent ({report.bytes_sent} bytes), "
+                           f"{len(report.deleted)} deleted, {report.channels} channel(s)")
+
+
+@command(
+    help={"host": "host name or group (default: local)", "task": "task name, or several separated by commas",
+          "hosts": HOSTS_HELP, "detach": "start the run and return its id", "gpu": "GPU index or UUID (still leased)",
+          "wait": "wait for an idle GPU (optionally at most SECONDS) instead of failing",
+          "workloads": "only these workload ids, comma-separated", "mode": "cold (L2 flushed per call) or graph",
+          "device": "auto, cuda or cpu (cpu = smoke run through Triton's interpreter)",
+          "json": "print the outcome as JSON"},
+    optional=["wait"],
+)
+def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, workloads=None, mode=None,
+        device="auto", json=False):
+    """Sync, lease an idle GPU, build both sides, gate on correctness, time, summarize, fetch the summary."""
+    from .launch import launch
+    from .runs import RunOptions
+
+    options = RunOptions(gpu=gpu, wait=_wait_seconds(wait), workloads=workloads, mode=mode, device=device)
+    outcomes = launch(load_inventory(hosts).select(host), task.split(","), KERNELS, options,
+                      detach=detach, as_json=json)
+    finish(all(o.ok for o in outcomes))
+
+
+def _wait_seconds(wait) -> Optional[float]:
+    if wait in (None, False):
+        return None
+    if wait is True or wait == "":
+        return 24 * 3600.0
+    return float(wait)
+
+
+@command(help={"host": "host name or group (default: every host)", "hosts": HOSTS_HELP, "json": "print JSON",
+               "task": "only this task's runs"})
+def status(c, host=None, hosts=None, json=False, task=None):
+    """Runs on the hosts: id, task, GPU, status and phase, age, headline."""
+    selected = load_inventory(hosts).select(host)
+    answers = gpustatus.on_every_host(selected, lambda h, agent: _runs_or_error(h, agent, task))
+    if json:
+        print_json({"schema": "kpremote.status/1", "hosts": answers})
+    else:
+        view.console.print(view.runs_table(answers))
+    finish(all(a["ok"] for a in answers))
+
+
+def _runs_or_error(host, agent, task) -> dict:
+    from .errors import KpremoteError
+
+    try:
+        args = ["--task", task] if task else []
+        return {"host": host.name, "ok": True, "runs": agent.call_json("status", *args).get("runs", [])}
+    except KpremoteError as exc:
+        return {"host": host.name, "ok": False, "error": str(exc), "runs": []}
+
+
+@command(help={"host": "host name", "run": "run id", "task": "the run's task (found from the run id if omitted)",
+               "follow": "keep following until the run ends", "hosts": HOSTS_HELP})
+def logs(c, host, run, task=None, follow=False, hosts=None):
+    """The run's event stream, rendered; re-attachable at any time."""
+    from .launch import show_logs
+
+    [selected] = load_inventory(hosts).select(host)
+    finish(show_logs(selected, run, task, follow))
+
+
+@command(help={"host": "host name", "run": "run id", "task": "the run's task (found from the run id if omitted)",
+               "hosts": HOSTS_HELP})
+def cancel(c, host, run, task=None, hosts=None):
+    """Cancel a run: its whole process group is killed and its GPU lease released."""
+    from .runs import RunSession, cancel_run, find_task_of_run
+
+    [selected] = load_inventory(hosts).select(host)
+    session = RunSession(selected)
+    try:
+        answer = cancel_run(session, task or find_task_of_run(session, run), run)
+    finally:
+        session.close()
+    state = answer.get("state", {})
+    view.console.print(f"{selected.name}: run {run}: {state.get('status', '?')}"
+                       + ("" if answer.get("cancelled") else " (it had already ended)"))
+
+
+@command(help={"host": "host name", "task": TASK_HELP, "run": "a run id, latest (default) or all",
+               "hosts": HOSTS_HELP, "json": "print what was fetched as JSON"})
+def fetch_results(c, host, task, run="latest", hosts=None, json=False):
+    """Bring back a run's summary/ (never raw/) into kernels/TASK/results/HOST/RUN-ID/."""
+    from .fetch import fetch_results as fetch
+    from .runs import RunSession
+
+    [selected] = load_inventory(hosts).select(host)
+    session = RunSession(selected)
+    try:
+        reports = fetch(session.agent, task, run, KERNELS, selected.name)
+    finally:
+        session.close()
+    if json:
+        print_json([r.model_dump() if hasattr(r, "model_dump") else r.__dict__ for r in reports])
+    else:
+        for report in reports:
+            view.console.print(f"{selected.name}: {task} run {report.run_id}: {report.destination}")
+
+
+@command(help={"task": TASK_HELP, "workloads": "only these workload ids, comma-separated"})
+def check(c, task, workloads=None):
+    """Local CPU smoke run of a task through Triton's interpreter (timings are not meaningful)."""
+    from .launch import smoke_check
+
+    finish(smoke_check(KERNELS, task, workloads))
+
+
+@command(help={"name": "the new task's folder name under kernels/"})
+def new_task(c, name):
+    """Scaffold kernels/NAME: a complete small Triton task that passes `inv check` at once."""
+    from .scaffold import new_task as scaffold
+
+    path = scaffold(name, KERNELS)
+    view.console.print(f"created {path}; try: inv check --task {name}")
+
+
+ns = Collection(hosts, gpu_status, trust_host, sync, run, status, logs, cancel, fetch_results, check, new_task)

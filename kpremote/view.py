@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Iterable, Optional
 
@@ -99,6 +100,7 @@ class RunView:
         self.lines: dict[str, dict] = {}
         self.quiet = quiet
         self._live = None
+        self._lock = threading.Lock()  # runs are followed from one thread each
 
     def __enter__(self) -> "RunView":
         if not self.quiet:
@@ -114,11 +116,19 @@ class RunView:
 
     def add(self, key: str, host: str, task: str, run_id: str, gpu: Optional[dict]) -> None:
         gpu_text = f"GPU {gpu.get('index')} {gpu.get('name', '')}" if gpu else "no GPU (CPU smoke)"
+        with self._lock:
+            self._add(key, host, task, run_id, gpu_text)
+
+    def _add(self, key: str, host: str, task: str, run_id: str, gpu_text: str) -> None:
         self.lines[key] = {"host": host, "task": task, "run_id": run_id, "gpu": gpu_text, "phase": "starting",
                            "progress": "", "passed": 0, "failed": 0, "t0": time.monotonic()}
         self._refresh()
 
     def event(self, key: str, event: dict) -> None:
+        with self._lock:
+            self._event(key, event)
+
+    def _event(self, key: str, event: dict) -> None:
         line = self.lines[key]
         kind = event.get("event")
         if kind == "phase":
@@ -181,3 +191,52 @@ def _median_band(side: dict) -> str:
     if not side.get("median_us"):
         return "-"
     return f"{side['median_us']:.2f} ({side.get('p10_us', 0):.2f}–{side.get('p90_us', 0):.2f})"
+
+
+def event_line(event: dict) -> Text:
+    """One event of a run's stream, as `inv logs` prints it."""
+    stamp = time.strftime("%H:%M:%S", time.localtime(event.get("t", 0)))
+    kind = event.get("event", "?")
+    details = {k: v for k, v in event.items() if k not in ("t", "event")}
+    status = details.get("status")
+    text = Text(f"{stamp} {kind:<10} ")
+    if status:
+        text.append(f"{status} ", style=STATUS_STYLE.get(status, ""))
+    text.append(" ".join(f"{k}={v}" for k, v in details.items() if k != "status" and not isinstance(v, (dict, list))))
+    return text
+
+
+def runs_table(answers: list[dict]) -> Table:
+    table = Table(title="runs", title_justify="left")
+    for column in ("host", "run", "task", "gpu", "status", "phase", "age", "headline"):
+        table.add_column(column)
+    for answer in answers:
+        if not answer["ok"]:
+            table.add_row(answer["host"], "", Text(answer.get("error", ""), style="red"), "", "", "", "", "")
+            continue
+        for run in answer["runs"]:
+            gpu = run.get("gpu") or {}
+            headline = run.get("headline") or {}
+            table.add_row(
+                answer["host"], run.get("run_id", "?"), run.get("task", "?"),
+                f"{gpu.get('index', '-')}" if gpu else "-",
+                Text(run.get("status", "?"), style=STATUS_STYLE.get(run.get("status", ""), "")),
+                run.get("phase", ""), _age(run.get("started")),
+                f"{headline['geomean']:.3f}x" if headline.get("geomean") else "-",
+            )
+    return table
+
+
+def _age(started: Optional[str]) -> str:
+    if not started:
+        return "?"
+    from datetime import datetime, timezone
+
+    try:
+        then = datetime.fromisoformat(str(started).replace("Z", "+00:00"))
+    except ValueError:
+        return "?"
+    seconds = int((datetime.now(timezone.utc) - then).total_seconds())
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"

@@ -1,0 +1,96 @@
+"""`inv gpu-status` and `inv hosts`, end to end through the real command line and real SSH servers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kpremote.agentcall import Agent, agent_bundle
+from kpremote.config import load_inventory
+from kpremote.transport import open_transport
+from rig import busy_gpu, idle_gpu, run_inv
+
+
+@pytest.fixture(scope="module")
+def fleet(rig):
+    a = rig.add_host("fleet-a", gpus=[idle_gpu(0), busy_gpu(1)])
+    b = rig.add_host("fleet-b", gpus=[idle_gpu(0, name="NVIDIA B200", cc=[10, 0])], container="sglang_bbuf")
+    down = rig.add_host("fleet-down")
+    down.stop()
+    return a, b, down
+
+
+def test_gpu_status_shows_every_host_and_survives_one_down(rig, fleet, tmp_path):
+    a, b, down = fleet
+    hosts = rig.write_hosts_toml(tmp_path / "hosts.toml", [a, b, down], local=False)
+    result = run_inv("gpu-status", "--hosts", str(hosts), "--json")
+    assert result.returncode == 1, result.stderr  # one host did not answer
+    document = json.loads(result.stdout)
+    assert document["schema"] == "kpremote.gpu-status/1"
+    by_host = {h["host"]: h for h in document["hosts"]}
+    assert [g["idle"] for g in by_host["fleet-a"]["gpus"]] == [True, False]
+    assert by_host["fleet-a"]["gpus"][1]["processes"][0]["pid"] == 4242
+    assert "memory" in by_host["fleet-a"]["gpus"][1]["reason"] or "process" in by_host["fleet-a"]["gpus"][1]["reason"]
+    assert by_host["fleet-a"]["source"] == "fixture"
+    # an h200 host entry with a B200 on it: the verdict says the arch does not fit
+    assert by_host["fleet-b"]["gpus"][0]["arch_ok"] is False
+    assert by_host["fleet-down"]["ok"] is False
+    assert by_host["fleet-down"]["error"].startswith("fleet-down: unreachable")
+
+    table = run_inv("gpu-status", "--hosts", str(hosts), "--host", "fleet-a")
+    assert table.returncode == 0, table.stderr
+    assert "NVIDIA H200" in table.stdout and "idle" in table.stdout and "busy" in table.stdout
+
+
+def test_group_selection_and_unknown_host(rig, fleet, tmp_path):
+    a, b, _ = fleet
+    hosts = rig.write_hosts_toml(tmp_path / "hosts.toml", [a, b], overrides={"fleet-a": {"groups": ["h200"]}})
+    result = run_inv("gpu-status", "--hosts", str(hosts), "--host", "h200", "--json")
+    assert result.returncode == 0, result.stderr
+    assert [h["host"] for h in json.loads(result.stdout)["hosts"]] == ["fleet-a"]
+    wrong = run_inv("gpu-status", "--hosts", str(hosts), "--host", "fleet-aa")
+    assert wrong.returncode == 2
+    assert "unknown host or group 'fleet-aa' — did you mean 'fleet-a'?" in wrong.stderr
+    assert "Traceback" not in wrong.stderr
+
+
+def test_broken_hosts_file_is_one_clear_line(tmp_path):
+    bad = tmp_path / "hosts.toml"
+    bad.write_text('[hosts.x]\nssh = "x"\narch = "a100"\n')
+    result = run_inv("gpu-status", "--hosts", str(bad))
+    assert result.returncode == 2
+    assert f"{bad}: [hosts.x] arch = 'a100': allowed:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_agent_is_shipped_once_per_version(rig, tmp_path):
+    fresh = rig.add_host("fresh")
+    host = load_inventory(rig.write_hosts_toml(tmp_path / "hosts.toml", [fresh])).hosts["fresh"]
+    digest, _ = agent_bundle()
+    first = Agent(host, open_transport(host))
+    first.call_json("probe", "--idle", "{}")
+    assert first.shipped == 1 and (fresh.root / "agent" / digest / ".complete").exists()
+    second = Agent(host, open_transport(host))
+    second.call_json("probe", "--idle", "{}")
+    assert second.shipped == 0 and second.transport.channels.opened == 1
+
+
+def test_missing_remote_python_is_one_line(rig, fleet, tmp_path):
+    a = fleet[0]
+    hosts = rig.write_hosts_toml(tmp_path / "hosts.toml", [a], overrides={"fleet-a": {"python": "/no/such/python3"}})
+    result = run_inv("gpu-status", "--hosts", str(hosts), "--host", "fleet-a", "--json")
+    assert result.returncode == 1
+    [report] = json.loads(result.stdout)["hosts"]
+    assert report["error"].startswith("fleet-a: remote python '/no/such/python3' not found")
+
+
+def test_hosts_check_reports_versions_in_parallel(rig, fleet, tmp_path):
+    a, b, down = fleet
+    hosts = rig.write_hosts_toml(tmp_path / "hosts.toml", [a, b, down])
+    result = run_inv("hosts", "--hosts", str(hosts), "--check", "--json")
+    assert result.returncode == 1  # fleet-down
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    assert rows["fleet-a"]["check"]["torch"] and rows["fleet-a"]["check"]["python"].startswith("3.")
+    assert rows["fleet-b"]["container"] == "sglang_bbuf" and rows["fleet-b"]["check"]["ok"]
+    assert rows["fleet-down"]["check"]["ok"] is False
+    assert rows["local"]["address"] == "(this machine)"
