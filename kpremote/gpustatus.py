@@ -106,7 +106,7 @@ def probe_host(host: Host, agent: Agent) -> HostReport:
 def info_host(host: Host, agent: Agent) -> HostInfo:
     started = time.monotonic()
     try:
-        answer = agent.call_json("info")
+        answer = agent.call_json("info", "--fast")
     except KpremoteError as exc:
         return HostInfo(host=host.name, ok=False, error=str(exc), seconds=time.monotonic() - started)
     fields = {k: answer.get(k) for k in ("hostname", "python", "torch", "triton", "pynvml", "cuda")}

@@ -1,0 +1,289 @@
+"""`python -m kpremote.agent SUBCOMMAND ...`: the agent's command line, the one seam the client talks to.
+
+Every subcommand prints JSON on stdout (one object, or JSON lines for follow; a tar for pack-summary) and human
+text on stderr. Expected failures are one line of JSON {"error": kind, "message": ...} and a non-zero exit code,
+never a traceback. Every subcommand accepts --root (BOOT appends it); `run` and `sync-apply` belong to
+runner.py and syncrecv.py and get their arguments untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import io
+import json
+import os
+import socket
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any, Callable
+
+from .lease import AgentError
+
+DELEGATED = {"run": "kpremote.agent.runner", "sync-apply": "kpremote.agent.syncrecv"}
+BINARY_STDOUT = {"pack-summary"}  # errors of these go to stderr only: stdout carries data, not JSON
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DELEGATED:
+        return _delegate(DELEGATED[argv[0]], argv[1:])
+    subcommand = argv[0] if argv else ""
+    try:
+        args = _parser().parse_args(argv)
+        return args.handler(args)
+    except UsageError as exc:
+        return _fail("usage", str(exc), 2, subcommand)
+    except BrokenPipeError:
+        return _quiet_after_client_left()
+    except AgentError as exc:
+        return _fail(exc.kind, str(exc), exc.exit_code, subcommand)
+
+
+def _delegate(module_name: str, argv: list[str]) -> int:
+    module = importlib.import_module(module_name)
+    return int(module.main(argv) or 0)
+
+
+def _fail(kind: str, message: str, exit_code: int, subcommand: str) -> int:
+    sys.stderr.write(f"kpremote agent {subcommand}: {message}\n")
+    if subcommand not in BINARY_STDOUT:
+        _print_json({"error": kind, "message": message})
+    return exit_code
+
+
+def _quiet_after_client_left() -> int:
+    # Point stdout at /dev/null so the interpreter's final flush does not complain about the closed pipe.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, default=str) + "\n")
+    sys.stdout.flush()
+
+
+# ------------------------------------------------------------------------------------------ parser
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kpremote-agent", description="kpremote agent (runs on the GPU host)")
+    sub = parser.add_subparsers(dest="subcommand", required=True, parser_class=_Parser)
+
+    def command(name: str, handler: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--root", default=os.environ.get("KPREMOTE_ROOT", "~/kpremote"))
+        p.set_defaults(handler=handler)
+        return p
+
+    p = command("info", _info, "versions of python, torch, triton, nvidia-ml-py, CUDA")
+    p.add_argument("--fast", action="store_true", help="do not import torch (cuda_available is then null)")
+
+    p = command("probe", _probe, "GPU snapshot with idle verdict, lease holder and arch fit per GPU")
+    p.add_argument("--idle", default=None, help="idle policy JSON")
+    p.add_argument("--arch", default="any")
+
+    p = command("start", _start, "lease a GPU and start a run detached")
+    p.add_argument("--task", required=True)
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--gpu", default=None, help="GPU index or UUID")
+    p.add_argument("--idle", default=None, help="idle policy JSON")
+    p.add_argument("--arch", default="any")
+    p.add_argument("--wait", type=float, default=0.0, help="seconds to wait for an idle GPU")
+    p.add_argument("--no-lease", action="store_true")
+    p.add_argument("--workloads", default=None)
+    p.add_argument("--mode", default=None)
+    p.add_argument("--host-alias", default=None)
+    p.add_argument("--sync", action="store_true", help="apply a sync stream from stdin first")
+    p.add_argument("--runner-module", default=None, help=argparse.SUPPRESS)
+
+    p = command("follow", _follow, "stream a run's events until it ends")
+    _run_arguments(p)
+    p.add_argument("--from", dest="offset", type=int, default=0)
+    p.add_argument("--once", action="store_true", help="send the events there now and the current state, then end")
+
+    p = command("status", _status, "state of the runs on this host")
+    p.add_argument("--task", default=None)
+
+    _run_arguments(command("cancel", _cancel, "stop a run and its whole process group"))
+    _run_arguments(command("pack-summary", _pack_summary, "tar of a finished run's summary/ on stdout"))
+
+    p = command("ship", _ship, "extract an agent tar from stdin into DEST")
+    p.add_argument("--dest", required=True)
+    return parser
+
+
+def _run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", required=True)
+    p.add_argument("--run", required=True)
+
+
+def _root(args: argparse.Namespace) -> Path:
+    return Path(os.path.expanduser(args.root))
+
+
+# ------------------------------------------------------------------------------------------ handlers
+
+
+def _info(args: argparse.Namespace) -> int:
+    import platform
+
+    _print_json(
+        {
+            "hostname": socket.gethostname(),
+            "python": platform.python_version(),
+            "torch": _version("torch"),
+            "triton": _version("triton"),
+            "pynvml": _version("nvidia-ml-py"),
+            **(_torch_cuda_unimported() if args.fast else _torch_cuda()),
+        }
+    )
+    return 0
+
+
+def _version(distribution: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _torch_cuda() -> dict[str, Any]:
+    try:
+        import torch
+    except Exception:  # noqa: BLE001 - a broken torch install is reported as no torch, not a crash
+        return {"cuda": None, "cuda_available": False}
+    return {"cuda": torch.version.cuda, "cuda_available": bool(torch.cuda.is_available())}
+
+
+def _torch_cuda_unimported() -> dict[str, Any]:
+    """torch.version.cuda read from torch/version.py alone: importing torch costs seconds on a busy host."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    namespace: dict[str, Any] = {}
+    try:
+        version_py = Path(spec.submodule_search_locations[0], "version.py")
+        exec(version_py.read_text(), namespace)  # noqa: S102 - torch's own generated constants file
+    except (AttributeError, TypeError, IndexError, OSError, SyntaxError, ImportError):
+        namespace = {}
+    return {"cuda": namespace.get("cuda"), "cuda_available": None}
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from .lease import IdlePolicy, arch_allows, holders, idle_verdict
+    from .nvml import snapshot
+
+    policy = IdlePolicy.from_json(args.idle)
+    snap = snapshot()
+    held = holders(_root(args)) if snap.gpus else {}
+    report = snap.to_json()
+    for gpu, record in zip(snap.gpus, report["gpus"], strict=True):
+        idle, reason = idle_verdict(gpu, policy)
+        record.update(lease=held.get(gpu.uuid), idle=idle, reason=reason, arch_ok=arch_allows(args.arch, gpu.cc))
+    _print_json(report)
+    return 0
+
+
+def _start(args: argparse.Namespace) -> int:
+    from .lease import IdlePolicy
+    from .state import DEFAULT_RUNNER, StartRequest, start
+
+    request = StartRequest(
+        task=args.task,
+        device=args.device,
+        gpu=args.gpu,
+        policy=IdlePolicy.from_json(args.idle),
+        arch=args.arch,
+        wait_s=args.wait,
+        lease=not args.no_lease,
+        workloads=args.workloads,
+        mode=args.mode,
+        host_alias=args.host_alias,
+        runner_module=args.runner_module or DEFAULT_RUNNER,
+    )
+    synced = _apply_sync(args) if args.sync else None
+    if synced is not None and "error" in synced:
+        _print_json(synced)
+        return int(synced.get("exit_code", 1))
+    result = start(_root(args), request)
+    _print_json({**result, "sync": synced} if synced is not None else result)
+    return 0
+
+
+def _apply_sync(args: argparse.Namespace) -> dict[str, Any]:
+    """syncrecv's result as a dict, so `start --sync` still prints one JSON object."""
+    captured = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    with redirect_stdout(captured):
+        code = _delegate(DELEGATED["sync-apply"], ["--task", args.task, "--root", str(_root(args))])
+    captured.flush()
+    text = captured.buffer.getvalue().decode().strip()
+    try:
+        result = json.loads(text.splitlines()[-1]) if text else {}
+    except ValueError:
+        result = {"error": "sync_failed", "message": text[-500:]}
+    if code != 0:
+        result.setdefault("error", "sync_failed")
+        result["exit_code"] = code
+    return result
+
+
+def _follow(args: argparse.Namespace) -> int:
+    from .state import follow
+
+    return follow(_root(args), args.task, args.run, args.offset, once=args.once)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from .state import status
+
+    _print_json(status(_root(args), args.task))
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    from .state import cancel
+
+    _print_json(cancel(_root(args), args.task, args.run))
+    return 0
+
+
+def _pack_summary(args: argparse.Namespace) -> int:
+    from .state import pack_summary
+
+    pack_summary(_root(args), args.task, args.run, sys.stdout.buffer)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+def _ship(args: argparse.Namespace) -> int:
+    import tarfile
+
+    from .boot import ship
+    from .lease import BadRequest
+
+    dest = os.path.expanduser(args.dest)
+    try:
+        ship(dest, sys.stdin.buffer)
+    except (ValueError, tarfile.TarError) as exc:
+        raise BadRequest(str(exc)) from None
+    _print_json({"ok": True, "dest": dest})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

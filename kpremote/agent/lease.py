@@ -1,0 +1,366 @@
+"""Which GPU a run may use, and the lease that keeps every other run off it.
+
+A lease is an flock on ROOT/locks/<uuid>.lock with a holder record (JSON) written inside the file. The lock
+lives and dies with the open file: a holder that crashes or is SIGKILLed frees its GPU with no cleanup, and
+the record it leaves behind is merely stale (holders() only reports records whose lock is held now).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import getpass
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from .nvml import GpuState, Snapshot, snapshot
+
+POLL_S = 1.0
+# How often a failed lock attempt is retried at once: holders() probes locks with a brief shared flock, and
+# an acquirer that collides with such a probe must not report the GPU as leased.
+LOCK_TRIES = 3
+
+
+class AgentError(Exception):
+    """An expected failure: the CLI prints it as one line of JSON and exits with exit_code."""
+
+    kind = "error"
+    exit_code = 1
+
+
+class BadRequest(AgentError):
+    kind = "bad_request"
+    exit_code = 2
+
+
+class NoIdleGpu(AgentError):
+    kind = "no_idle_gpu"
+    exit_code = 3
+
+
+class GpuNotFound(NoIdleGpu):
+    kind = "gpu_not_found"
+
+
+class ArchMismatch(AgentError):
+    kind = "arch_mismatch"
+    exit_code = 4
+
+
+@dataclass
+class IdlePolicy:
+    max_memory_mib: int = 2048
+    max_util_pct: int = 5
+    allow_processes: bool = False
+
+    @classmethod
+    def from_json(cls, value: str | dict | None) -> "IdlePolicy":
+        if value is None or value == "":
+            return cls()
+        try:
+            record = json.loads(value) if isinstance(value, str) else dict(value)
+        except (ValueError, TypeError) as exc:
+            raise BadRequest(f"idle policy is not a JSON object: {exc}") from None
+        if not isinstance(record, dict):
+            raise BadRequest(f"idle policy must be a JSON object, got {value!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(record) - known)
+        if unknown:
+            raise BadRequest(f"idle policy has unknown keys {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        try:
+            return cls(
+                max_memory_mib=int(record.get("max_memory_mib", cls.max_memory_mib)),
+                max_util_pct=int(record.get("max_util_pct", cls.max_util_pct)),
+                allow_processes=_strict_bool(record.get("allow_processes", cls.allow_processes)),
+            )
+        except (ValueError, TypeError) as exc:
+            raise BadRequest(f"idle policy: {exc}") from None
+
+
+def _strict_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"allow_processes must be true or false, got {value!r}")
+    return value
+
+
+def idle_verdict(gpu: GpuState, policy: IdlePolicy) -> tuple[bool, str]:
+    """(idle, why not); the reason is "idle" when it is."""
+    reasons = []
+    if gpu.processes and not policy.allow_processes:
+        reasons.append(_describe_processes(gpu.processes))
+    if gpu.memory_used_mib > policy.max_memory_mib:
+        reasons.append(f"{gpu.memory_used_mib} MiB used > {policy.max_memory_mib} MiB")
+    if gpu.util_pct > policy.max_util_pct:
+        reasons.append(f"util {gpu.util_pct}% > {policy.max_util_pct}%")
+    return (not reasons, "; ".join(reasons) or "idle")
+
+
+def _describe_processes(processes: list[dict]) -> str:
+    shown = ", ".join(f"pid {p.get('pid')} {p.get('name') or '?'}" for p in processes[:3])
+    more = f", +{len(processes) - 3} more" if len(processes) > 3 else ""
+    noun = "process" if len(processes) == 1 else "processes"
+    return f"{len(processes)} compute {noun} ({shown}{more})"
+
+
+# Compute-capability major (and minor where it matters) each task arch needs.
+ARCH_CC: dict[str, tuple[int, int | None]] = {"b200": (10, None), "h200": (9, 0), "h100": (9, 0)}
+ANY_ARCH = {"any", "auto"}
+
+
+def arch_allows(arch: str, cc: tuple[int, int]) -> bool:
+    arch = arch.lower()
+    if arch in ANY_ARCH:
+        return True
+    if arch not in ARCH_CC:
+        raise BadRequest(f"unknown arch {arch!r} (known: {', '.join([*ARCH_CC, *sorted(ANY_ARCH)])})")
+    major, minor = ARCH_CC[arch]
+    return cc[0] == major and (minor is None or cc[1] == minor)
+
+
+def _required_cc(arch: str) -> str:
+    major, minor = ARCH_CC[arch.lower()]
+    return f"{major}.{'x' if minor is None else minor}"
+
+
+class Lease:
+    """An flock'd fd on the GPU's lock file; the holder record is inside that file."""
+
+    def __init__(self, gpu: GpuState, path: Path, fd: int) -> None:
+        self.gpu = gpu
+        self.path = path
+        self.fd = fd
+
+    def record(self) -> dict[str, Any]:
+        return _parse_record(os.pread(self.fd, 1 << 16, 0))
+
+    def write_record(self, record: dict[str, Any]) -> None:
+        data = json.dumps(record).encode()
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, data, 0)
+
+    def release(self) -> None:
+        """Give the GPU back: clear the record, then unlock (for every process sharing this open file)."""
+        if self.fd < 0:
+            return
+        try:
+            os.ftruncate(self.fd, 0)
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        finally:
+            os.close(self.fd)
+            self.fd = -1
+
+    def hand_over(self) -> None:
+        """Close only our fd: a child that inherited it holds the lease from now on (flock follows the open file)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def lock_path(root: Path, uuid: str) -> Path:
+    return Path(root) / "locks" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', uuid)}.lock"
+
+
+def holder_record(*, run_id: str, task: str, pid: int | None = None) -> dict[str, Any]:
+    return {
+        "pid": pid if pid is not None else os.getpid(),
+        "run_id": run_id,
+        "task": task,
+        "user": _user(),
+        "host": socket.gethostname(),
+        "since": utc_now_iso(),
+    }
+
+
+def acquire(
+    root: Path,
+    *,
+    policy: IdlePolicy,
+    arch: str,
+    run_id: str,
+    task: str,
+    gpu: str | None = None,
+    wait_s: float = 0.0,
+    snapshot_fn: Callable[[], Snapshot] = snapshot,
+) -> Lease:
+    """Lease the best idle GPU (least memory used, then highest index), or the one `gpu` names."""
+    deadline = time.monotonic() + max(0.0, wait_s)
+    record = holder_record(run_id=run_id, task=task)
+    while True:
+        snap = snapshot_fn()
+        candidates = _candidates(snap, arch, gpu)
+        lease, verdicts = _lease_first_idle(Path(root), candidates, policy, record, snapshot_fn)
+        if lease is not None:
+            return lease
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise NoIdleGpu(_busy_table(snap, verdicts, wanted=gpu))
+        time.sleep(min(POLL_S, remaining))
+
+
+def _candidates(snap: Snapshot, arch: str, wanted: str | None) -> list[GpuState]:
+    if not snap.gpus:
+        raise NoIdleGpu(f"no GPUs visible on {snap.hostname}: {snap.error or 'NVML reports none'}")
+    gpus = snap.gpus
+    if wanted is not None:
+        chosen = snap.find(wanted)
+        if chosen is None:
+            have = ", ".join(f"{g.index} ({g.uuid})" for g in snap.gpus)
+            raise GpuNotFound(f"no GPU {wanted!r} on {snap.hostname}; it has {have}")
+        gpus = [chosen]
+    right_arch = [g for g in gpus if arch_allows(arch, g.cc)]
+    if not right_arch:
+        raise ArchMismatch(_arch_message(arch, gpus))
+    return sorted(right_arch, key=lambda g: (g.memory_used_mib, -g.index))
+
+
+def _arch_message(arch: str, gpus: list[GpuState]) -> str:
+    groups: dict[tuple[str, tuple[int, int]], list[int]] = {}
+    for g in gpus:
+        groups.setdefault((g.name, g.cc), []).append(g.index)
+    described = "; ".join(
+        f"GPU {indexes[0]} {name} is {cc[0]}.{cc[1]}"
+        if len(indexes) == 1
+        else f"GPUs {','.join(map(str, indexes))} {name} are {cc[0]}.{cc[1]}"
+        for (name, cc), indexes in groups.items()
+    )
+    return f"task arch {arch} needs compute capability {_required_cc(arch)}; {described}"
+
+
+def _lease_first_idle(
+    root: Path,
+    candidates: list[GpuState],
+    policy: IdlePolicy,
+    record: dict[str, Any],
+    snapshot_fn: Callable[[], Snapshot],
+) -> tuple[Lease | None, dict[str, str]]:
+    """The first candidate that is idle, unleased, and still idle once locked; else why each one was not."""
+    verdicts: dict[str, str] = {}
+    for gpu in candidates:
+        idle, reason = idle_verdict(gpu, policy)
+        if not idle:
+            verdicts[gpu.uuid] = f"busy: {reason}"
+            continue
+        lease = _try_lock(root, gpu)
+        if lease is None:
+            verdicts[gpu.uuid] = f"leased: {_describe_holder(_read_record(lock_path(root, gpu.uuid)))}"
+            continue
+        lease.write_record({**record, "uuid": gpu.uuid})
+        # Someone may have started on the GPU between our snapshot and our lock: only a fresh look counts.
+        fresh = snapshot_fn().find(gpu.uuid)
+        still_idle, reason = idle_verdict(fresh, policy) if fresh else (False, "vanished from NVML")
+        if still_idle:
+            lease.gpu = fresh
+            return lease, verdicts
+        lease.release()
+        verdicts[gpu.uuid] = f"busy: {reason}"
+    return None, verdicts
+
+
+def _try_lock(root: Path, gpu: GpuState) -> Lease | None:
+    path = lock_path(root, gpu.uuid)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    for attempt in range(LOCK_TRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return Lease(gpu, path, fd)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                os.close(fd)
+                raise
+            if attempt + 1 < LOCK_TRIES:
+                time.sleep(0.002)
+    os.close(fd)
+    return None
+
+
+def _busy_table(snap: Snapshot, verdicts: dict[str, str], wanted: str | None) -> str:
+    headline = f"GPU {wanted} on {snap.hostname} is not free" if wanted else f"no idle GPU on {snap.hostname}"
+    rows = [
+        f"  {g.index:>2}  {g.name:<24} {g.memory_used_mib:>7}/{g.memory_total_mib} MiB  util {g.util_pct:>3}%  "
+        f"{verdicts.get(g.uuid, 'wrong arch')}"
+        for g in snap.gpus
+        if wanted is None or g.uuid in verdicts
+    ]
+    return "\n".join([headline, *rows])
+
+
+def holders(root: Path) -> dict[str, dict]:
+    """uuid -> holder record, for the leases held right now."""
+    held = {}
+    for path in sorted((Path(root) / "locks").glob("*.lock")):
+        record = _held_record(path)
+        if record is not None:
+            held[record.get("uuid") or path.stem] = record
+    return held
+
+
+def _held_record(path: Path) -> dict[str, Any] | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            # A shared lock succeeds only if nobody holds the exclusive one, and never blocks an acquirer long.
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return _parse_record(os.pread(fd, 1 << 16, 0))
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def adopt(fd: int, gpu: GpuState, path: Path) -> Lease:
+    """The lease a detached runner inherited from `start`; the record now names this process."""
+    lease = Lease(gpu, Path(path), fd)
+    record = lease.record()
+    record["pid"] = os.getpid()
+    lease.write_record(record)
+    return lease
+
+
+def _read_record(path: Path) -> dict[str, Any]:
+    try:
+        return _parse_record(path.read_bytes())
+    except OSError:
+        return {}
+
+
+def _parse_record(data: bytes) -> dict[str, Any]:
+    try:
+        record = json.loads(data.decode() or "{}")
+    except ValueError:  # caught mid-write: the holder is real, its record just unreadable this instant
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _describe_holder(record: dict[str, Any]) -> str:
+    if not record:
+        return "by another run"
+    return f"run {record.get('run_id')} ({record.get('task')}, pid {record.get('pid')}, {record.get('user')})"
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - containers often run a uid with no passwd entry
+        return str(os.getuid())
+
+
+def utc_now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,315 @@
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import types
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from kpremote.agent.__main__ import main
+from kpremote.agent.lease import holders
+from kpremote.agent.runstate import read_state, update_state
+from kpremote.agent.state import AGENT_HOME, RUN_ID, _group_members, cancel, follow, new_run, status
+
+TASK = "h200_demo__multi_shape"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "kproot"
+
+
+@pytest.fixture
+def workspace(root: Path):
+    """A synced task whose stand-in runner follows the plan written here."""
+    path = root / "tasks" / TASK / "workspace"
+    path.mkdir(parents=True)
+
+    def plan(**behaviour) -> Path:
+        (path / "standin.json").write_text(json.dumps(behaviour))
+        return path
+
+    plan()
+    return plan
+
+
+@pytest.fixture
+def started(root, agent_env, python):
+    """start(...) through the real CLI in a subprocess; every run group still alive at teardown is killed."""
+    pgids = []
+
+    def start(*extra: str, expect_rc: int = 0) -> dict:
+        argv = [python, "-m", "kpremote.agent", "start", "--task", TASK, "--root", str(root)]
+        argv += ["--runner-module", "kp_standin_runner", "--idle", "{}", *extra]
+        done = subprocess.run(argv, env=agent_env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == expect_rc, done.stderr
+        result = json.loads(done.stdout)
+        if "run_id" in result:
+            pgids.append(read_state(Path(result["run_dir"]))["pgid"])
+        return result
+
+    yield start
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def run_dir_of(root: Path, run_id: str) -> Path:
+    return root / "tasks" / TASK / "runs" / run_id
+
+
+def follow_to_end(root: Path, run_id: str, offset: int = 0) -> list[dict]:
+    out = io.BytesIO()
+    assert follow(root, TASK, run_id, offset, out=out) == 0
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def wait_for(condition, timeout_s: float = 10.0):
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()):
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+    return value
+
+
+def test_run_ids_sort_by_time_and_never_collide(tmp_path):
+    before = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    ids: list[str] = []
+    lock = threading.Lock()
+
+    def make(n: int) -> None:
+        for _ in range(n):
+            run_id, path = new_run(tmp_path / "runs")
+            assert path.is_dir()
+            with lock:
+                ids.append(run_id)
+
+    threads = [threading.Thread(target=make, args=(40,)) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    after = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+
+    assert len(set(ids)) == 240 == len(list((tmp_path / "runs").iterdir()))
+    assert all(RUN_ID.fullmatch(i) and before <= i[:15] <= after for i in ids)
+
+
+def test_start_then_follow_until_end(root, workspace, started, nvml_fixture, make_gpu):
+    nvml_fixture(make_gpu(0, memory_used_mib=100), make_gpu(1))
+    workspace(events=4, every_s=0.05, hold_s=0.3)
+
+    result = started("--host-alias", "ion8-h200", "--workloads", "a,b", "--mode", "graph")
+
+    run_dir = Path(result["run_dir"])
+    assert result["gpu"]["uuid"] == "GPU-00000001-test"
+    assert run_dir == run_dir_of(root, result["run_id"])
+    state = read_state(run_dir)
+    assert state["status"] == "running" and state["device"] == "cpu" and state["host_alias"] == "ion8-h200"
+    assert holders(root)["GPU-00000001-test"]["run_id"] == result["run_id"]
+    assert holders(root)["GPU-00000001-test"]["pid"] == state["pid"]
+
+    lines = follow_to_end(root, result["run_id"])
+
+    assert [line["n"] for line in lines[:-1]] == [0, 1, 2, 3]
+    end = lines[-1]
+    assert end["event"] == "end" and end["state"]["status"] == "passed"
+    assert end["offset"] == (run_dir / "raw" / "events.jsonl").stat().st_size
+    assert follow_to_end(root, result["run_id"], offset=len(json.dumps(lines[0])) + 1)[0]["n"] == 1
+
+    got = json.loads((run_dir / "raw" / "standin.json").read_text())
+    assert got["pid"] == state["pid"] == got["pgid"]  # the gate exec'd into the runner: same pid, own group
+    assert got["lease_fd_open"] and got["stdin_is_devnull"]
+    assert got["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(AGENT_HOME)
+    assert got["env"]["KPREMOTE_ROOT"] == str(root) and got["env"]["CUDA_VISIBLE_DEVICES"] is None
+    argv = got["argv"]
+    assert argv[argv.index("--gpu") + 1] == "GPU-00000001-test"
+    assert argv[argv.index("--task-dir") + 1] == str(root / "tasks" / TASK / "workspace")
+    assert [argv[argv.index(f) + 1] for f in ("--device", "--workloads", "--mode")] == ["cpu", "a,b", "graph"]
+    wait_for(lambda: holders(root) == {})  # the lease ends with the runner
+
+
+def test_start_without_gpus_runs_without_a_lease(root, workspace, started, nvml_fixture):
+    nvml_fixture()
+    result = started()
+    assert result["gpu"] is None
+    assert follow_to_end(root, result["run_id"])[-1]["state"]["status"] == "passed"
+    argv = json.loads((Path(result["run_dir"]) / "raw" / "standin.json").read_text())["argv"]
+    assert "--lease-fd" not in argv and "--gpu" not in argv
+
+
+def test_follow_marks_a_runner_that_died_as_failed(root, workspace, started):
+    workspace(events=2, die=True)
+    result = started()
+    lines = follow_to_end(root, result["run_id"])
+    assert [line.get("n") for line in lines[:-1]] == [0, 1]
+    assert lines[-1]["state"]["status"] == "failed"
+    assert lines[-1]["state"]["error"] == "agent process died"
+    assert read_state(Path(result["run_dir"]))["status"] == "failed"
+
+
+def test_cancel_kills_the_whole_process_group_and_frees_the_lease(root, workspace, started, agent_env, python):
+    workspace(events=1, grandchild=True, hold_s=60)
+    result = started()
+    run_dir = Path(result["run_dir"])
+    grandchild = int(wait_for(lambda: _read(run_dir / "raw" / "grandchild.pid")))
+    pgid = read_state(run_dir)["pgid"]
+    assert grandchild in _group_members(pgid) and holders(root)
+
+    done = subprocess.run(
+        [python, "-m", "kpremote.agent", "cancel", "--task", TASK, "--run", result["run_id"], "--root", str(root)],
+        env=agent_env, capture_output=True, text=True, timeout=60,
+    )
+
+    answer = json.loads(done.stdout)
+    assert done.returncode == 0 and answer["cancelled"] and answer["state"]["status"] == "cancelled"
+    assert _group_members(pgid) == []
+    assert holders(root) == {}
+    assert follow_to_end(root, result["run_id"])[-1]["state"]["status"] == "cancelled"
+    assert cancel(root, TASK, result["run_id"])["cancelled"] is False  # already over
+
+
+def test_cancel_escalates_to_sigkill_when_sigterm_is_ignored(root, workspace, started):
+    workspace(events=1, ignore_term=True, hold_s=60)
+    result = started()
+    run_dir = Path(result["run_dir"])
+    wait_for(lambda: (run_dir / "raw" / "events.jsonl").exists())
+    pgid = read_state(run_dir)["pgid"]
+
+    t0 = time.monotonic()
+    answer = cancel(root, TASK, result["run_id"], grace_s=0.3)
+
+    assert answer["state"]["status"] == "cancelled" and time.monotonic() - t0 < 4
+    assert _group_members(pgid) == []
+    wait_for(lambda: holders(root) == {})
+
+
+def test_status_lists_runs_newest_last_and_fixes_up_dead_ones(root, workspace):
+    runs = root / "tasks" / TASK / "runs"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    update_state(runs / "20250102-000000-aaaaaa", run_id="20250102-000000-aaaaaa", status="running", pid=dead.pid)
+    update_state(runs / "20250101-000000-bbbbbb", run_id="20250101-000000-bbbbbb", status="passed")
+    update_state(root / "tasks" / "other" / "runs" / "20250103-000000-cccccc", run_id="20250103-000000-cccccc",
+                 status="running")  # no pid recorded: nothing to judge it by, left as is
+
+    every = status(root)["runs"]
+    assert [r["run_id"][:8] for r in every] == ["20250101", "20250102", "20250103"]
+    assert [r["status"] for r in every] == ["passed", "failed", "running"]
+    assert [r["run_id"] for r in status(root, TASK)["runs"]] == ["20250101-000000-bbbbbb", "20250102-000000-aaaaaa"]
+    assert status(root / "nothing-here")["runs"] == []
+
+
+def test_start_refuses_when_no_gpu_is_idle_or_the_arch_is_wrong(root, workspace, nvml_fixture, make_gpu, capsys):
+    nvml_fixture(make_gpu(0, util_pct=80), make_gpu(1, processes=[{"pid": 5, "name": "python"}]))
+    args = ["start", "--task", TASK, "--root", str(root), "--runner-module", "kp_standin_runner"]
+
+    assert main(args) == 3
+    error = json.loads(capsys.readouterr().out)
+    assert error["error"] == "no_idle_gpu"
+    assert "util 80% > 5%" in error["message"] and "1 compute process (pid 5 python)" in error["message"]
+
+    assert main([*args, "--arch", "b200"]) == 4
+    assert json.loads(capsys.readouterr().out)["error"] == "arch_mismatch"
+    assert list((root / "tasks" / TASK / "runs").iterdir()) == []  # refused runs leave nothing behind
+
+
+@pytest.mark.parametrize("task", ["..", ".", "a/b", "x;rm", ""])
+def test_start_refuses_bad_task_names(root, task, capsys):
+    assert main(["start", "--task", task, "--root", str(root)]) == 2
+    assert json.loads(capsys.readouterr().out)["error"] == "bad_request"
+
+
+def test_start_needs_a_synced_workspace(root, capsys):
+    assert main(["start", "--task", "never_synced", "--root", str(root)]) == 6
+    assert "sync it first" in json.loads(capsys.readouterr().out)["message"]
+
+
+def test_pack_summary_refuses_a_running_run(root, capfdbinary):
+    run_dir = root / "tasks" / TASK / "runs" / "20250101-000000-abcdef"
+    update_state(run_dir, run_id="20250101-000000-abcdef", status="running")
+
+    assert main(["pack-summary", "--task", TASK, "--run", "20250101-000000-abcdef", "--root", str(root)]) == 5
+    captured = capfdbinary.readouterr()
+    assert captured.out == b"" and b"not final" in captured.err
+
+
+def test_pack_summary_emits_only_summary_files(root, workspace, started, agent_env, python):
+    result = started()
+    follow_to_end(root, result["run_id"])
+    done = subprocess.run(
+        [python, "-m", "kpremote.agent", "pack-summary", "--task", TASK, "--run", result["run_id"],
+         "--root", str(root)],
+        env=agent_env, capture_output=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(fileobj=io.BytesIO(done.stdout), mode="r:") as tar:
+        members = {m.name: m.type for m in tar.getmembers()}
+        assert tar.extractfile("results.json").read() == b'{"headline": 1.0}'
+    assert members == {"plots": tarfile.DIRTYPE, "plots/speedup.txt": tarfile.REGTYPE, "results.json": tarfile.REGTYPE}
+
+
+def test_follow_exits_quietly_when_its_client_goes_away(root, workspace, started, agent_env, python):
+    workspace(events=100000, every_s=0.01)
+    result = started()
+    for quiet in (False, True):
+        follower = subprocess.Popen(
+            [python, "-m", "kpremote.agent", "follow", "--task", TASK, "--run", result["run_id"], "--root", str(root),
+             *(["--from", str(10**9)] if quiet else [])],  # quiet: past the end, so it never writes
+            env=agent_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        if not quiet:
+            assert json.loads(follower.stdout.readline())["event"] == "tick"
+        follower.stdout.close()
+        assert follower.wait(timeout=10) == 0
+        assert follower.stderr.read() == b""
+    cancel(root, TASK, result["run_id"])
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text() or None
+    except FileNotFoundError:
+        return None
+
+
+def test_start_sync_applies_the_stream_first_and_prints_one_object(root, nvml_fixture, monkeypatch, capsys):
+    """`start --sync` hands stdin to syncrecv (a stand-in here) before the workspace is even looked at."""
+    calls = []
+
+    def fake_sync(argv: list[str]) -> int:
+        calls.append(argv)
+        if "--fail" in os.environ.get("KP_TEST_SYNC", ""):
+            print(json.dumps({"error": "bad_stream", "message": "truncated"}))
+            return 2
+        (root / "tasks" / TASK / "workspace").mkdir(parents=True)
+        (root / "tasks" / TASK / "workspace" / "standin.json").write_text("{}")
+        print(json.dumps({"received_files": 1}))
+        return 0
+
+    monkeypatch.setitem(sys.modules, "kpremote.agent.syncrecv", types.SimpleNamespace(main=fake_sync))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    args = ["start", "--task", TASK, "--sync", "--root", str(root), "--runner-module", "kp_standin_runner"]
+
+    monkeypatch.setenv("KP_TEST_SYNC", "--fail")
+    assert main(args) == 2
+    assert json.loads(capsys.readouterr().out)["error"] == "bad_stream"
+
+    monkeypatch.setenv("KP_TEST_SYNC", "")
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out)
+    assert len(out.splitlines()) == 1 and result["sync"] == {"received_files": 1}
+    assert calls[-1] == ["--task", TASK, "--root", str(root)]
+    assert follow_to_end(root, result["run_id"])[-1]["state"]["status"] == "passed"
