@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from . import view
 from .config import Host
 from .errors import HostError, KpremoteError
-from .fetch import fetch_results
+from .fetch import fetch_run
 from .runs import (NoIdleGpu, RunOptions, RunSession, StartedRun, cancel_run, find_task_of_run, follow_run,
                    reattach_hint, start_run)
 
@@ -95,8 +95,8 @@ def _one_run(hosts: list[Host], task: str, kernels_dir: Path, options: RunOption
             outcome.headline = state.get("headline")
             outcome.agent_seconds = state.get("seconds")
             if outcome.status != "cancelled":
-                [fetched] = fetch_results(session.agent, task, run.run_id, kernels_dir, run.host)
-                outcome.summary_dir = str(fetched.destination)
+                fetched = fetch_run(session.agent, task, state, kernels_dir, run.host)
+                outcome.summary_dir = str(fetched.path)
     except HostError as exc:
         outcome.status = "connection lost"
         outcome.error = f"{exc}; {reattach_hint(run.host, task, run.run_id)}"

@@ -16,12 +16,12 @@ from pydantic import BaseModel
 from .agentcall import Agent, error_message
 from .config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
-from .sync import build_sync_request, record_synced, sync_task
+from .sync import build_sync_request, have_listing, plan_sync, record_synced, scan_task, sync_task
 from .transport import open_transport
 
 NO_IDLE_GPU = 3
 ARCH_MISMATCH = 4
-NEED_FULL_SYNC = 6
+NEED_FULL_SYNC = 7
 HEARTBEAT_GRACE_S = 5.0
 
 
@@ -65,14 +65,16 @@ class RunSession:
 def start_run(session: RunSession, task: str, kernels_dir: Path, options: RunOptions) -> StartedRun:
     """Sync the task and start its run in one channel; a second only when the host's workspace was not as expected."""
     args = _start_args(session.host, task, options)
-    request = build_sync_request(session.agent, task, kernels_dir)
-    result = session.agent.call("start", *args, "--sync", stdin=request.payload)
+    plan = plan_sync(session.host, scan_task(kernels_dir, task))
+    result = session.agent.call("start", *args, "--sync", stdin=build_sync_request(plan))
     if result.exit_code == NEED_FULL_SYNC:
-        sync_task(session.agent, task, kernels_dir)
+        listing = have_listing(session.host, json.loads(result.stdout))
+        sync_task(session.agent, task, kernels_dir, have=listing)
         result = session.agent.call("start", *args)
-    else:
-        record_synced(session.agent, task, request)
-    return _started(session.host, task, result)
+        return _started(session.host, task, result)
+    started = _started(session.host, task, result)
+    record_synced(session.host, plan, json.loads(result.stdout)["sync"])
+    return started
 
 
 def _start_args(host: Host, task: str, options: RunOptions) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Optional
@@ -92,10 +93,12 @@ def sync(c, host, task, hosts=None, json=False):
     finally:
         session.close()
     if json:
-        print_json(report.model_dump() if hasattr(report, "model_dump") else report.__dict__)
+        print_json(dataclasses.asdict(report))
     else:
+        for warning in report.warnings:
+            view.errors.print(f"warning: {warning}")
         view.console.print(f"{selected.name}: {task}: {report.files_sent} files sent ({report.bytes_sent} bytes), "
-                           f"{len(report.deleted)} deleted, {report.channels} channel(s)")
+                           f"{report.deleted} deleted, {report.channels} channel(s)")
 
 
 @command(
@@ -191,10 +194,11 @@ def fetch_results(c, host, task, run="latest", hosts=None, json=False):
     finally:
         session.close()
     if json:
-        print_json([r.model_dump() if hasattr(r, "model_dump") else r.__dict__ for r in reports])
+        print_json([dataclasses.asdict(r) for r in reports])
     else:
         for report in reports:
-            view.console.print(f"{selected.name}: {task} run {report.run_id}: {report.destination}")
+            view.console.print(f"{selected.name}: {task} run {report.run_id} ({report.run_status}): "
+                               f"{report.outcome} → {report.path}")
 
 
 @command(help={"task": TASK_HELP, "workloads": "only these workload ids, comma-separated"})
@@ -214,4 +218,24 @@ def new_task(c, name):
     view.console.print(f"created {path}; try: inv check --task {name}")
 
 
-ns = Collection(hosts, gpu_status, trust_host, sync, run, status, logs, cancel, fetch_results, check, new_task)
+@command(help={"task": TASK_HELP, "repo": "the upstream repository: a URL git can fetch (or a local path)",
+               "ref": "a branch, a tag or a 40-hex commit (default: main)",
+               "files": "the upstream files to copy, comma-separated, relative to the repository root",
+               "force": "replace an existing baseline/upstream/ and an already pinned [baseline] commit",
+               "json": "print the pin as JSON"})
+def baseline(c, task, repo, files, ref="main", force=False, json=False):
+    """Pin the upstream baseline: resolve REF to a commit, copy FILES at it into baseline/upstream/, record where from."""
+    from .baseline import pin_baseline, split_file_list
+    from .sync import resolve_task_dir
+
+    pin = pin_baseline(resolve_task_dir(KERNELS, task), repo, ref, split_file_list(files), force=force)
+    if json:
+        print_json(pin.model_dump())
+        return
+    view.console.print(f"{task}: {pin.repo} {pin.ref} → {pin.commit} ({len(pin.files)} file(s) in "
+                       f"kernels/{task}/baseline/upstream/; docs/baseline_source.md and task.toml [baseline] updated)",
+                       markup=False)
+
+
+ns = Collection(hosts, gpu_status, trust_host, sync, run, status, logs, cancel, fetch_results, check, new_task,
+                baseline)

@@ -199,6 +199,9 @@ def _probe(args: argparse.Namespace) -> int:
     return 0
 
 
+NEED_FULL_SYNC = 7
+
+
 def _start(args: argparse.Namespace) -> int:
     from .lease import IdlePolicy
     from .state import DEFAULT_RUNNER, StartRequest, start
@@ -220,6 +223,11 @@ def _start(args: argparse.Namespace) -> int:
     if synced is not None and "error" in synced:
         _print_json(synced)
         return int(synced.get("exit_code", 1))
+    if synced is not None and synced.get("need_full"):
+        # The workspace is not what the client remembered: never start on it. The client re-syncs from this
+        # listing and calls start again.
+        _print_json(synced)
+        return NEED_FULL_SYNC
     result = start(_root(args), request)
     _print_json({**result, "sync": synced} if synced is not None else result)
     return 0

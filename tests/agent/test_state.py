@@ -144,7 +144,8 @@ def test_start_without_gpus_runs_without_a_lease(root, workspace, started, nvml_
     nvml_fixture()
     result = started()
     assert result["gpu"] is None
-    assert follow_to_end(root, result["run_id"])[-1]["state"]["status"] == "passed"
+    final = follow_to_end(root, result["run_id"])[-1]["state"]
+    assert final["status"] == "passed", final
     argv = json.loads((Path(result["run_dir"]) / "raw" / "standin.json").read_text())["argv"]
     assert "--lease-fd" not in argv and "--gpu" not in argv
 
@@ -312,4 +313,5 @@ def test_start_sync_applies_the_stream_first_and_prints_one_object(root, nvml_fi
     result = json.loads(out)
     assert len(out.splitlines()) == 1 and result["sync"] == {"received_files": 1}
     assert calls[-1] == ["--task", TASK, "--root", str(root)]
-    assert follow_to_end(root, result["run_id"])[-1]["state"]["status"] == "passed"
+    final = follow_to_end(root, result["run_id"])[-1]["state"]
+    assert final["status"] == "passed", final

@@ -1,0 +1,369 @@
+"""`sync-apply`: apply one sync stream to ROOT/tasks/<task>/workspace/ (standard library only).
+
+The stream is one JSON header line, then an uncompressed tar of exactly the files the header announces:
+
+    {"version": 1, "base_digest": ..., "new_digest": ..., "changed": [path...], "deleted": [path...],
+     "sizes": {path: size}, "full": false, "provenance": {...}}\\n
+    <tar of the changed files>
+
+The header is checked against what the workspace holds now (its manifest; the files themselves when there is no
+manifest or the client asked for "full"). A mismatch answers {"need_full": true, "have": {path: sha256}} and touches
+nothing. Otherwise the whole stream is received into a staging folder first, every member checked, and only then
+moved into place, so a cut connection leaves the previous workspace and manifest as they were.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tarfile
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator, Mapping
+
+PROTOCOL_VERSION = 1
+STATE_DIR = ".kpremote"
+MANIFEST_NAME = "manifest.json"
+PROVENANCE_NAME = "provenance.json"
+STAGING_PREFIX = ".sync-staging-"
+HEADER_LIMIT = 64 * 1024 * 1024
+CHUNK = 1024 * 1024
+TASK_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+SKIPPED_DIRS = {STATE_DIR, "__pycache__"}
+NOT_A_FILE = "!not-a-regular-file"
+"""What a symlink or special file counts as in "have": it never equals a content hash, so the client replaces it."""
+
+
+class SyncError(Exception):
+    """A refused or broken sync stream; the workspace and its manifest are as they were."""
+
+
+@dataclass(frozen=True)
+class FileState:
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Header:
+    base_digest: str
+    new_digest: str
+    changed: list[str]
+    deleted: list[str]
+    sizes: dict[str, int]
+    full: bool
+    provenance: dict[str, Any]
+
+
+def manifest_digest(hashes: Mapping[str, str]) -> str:
+    """One hash naming a whole tree: the client computes the same from its side (it imports this function)."""
+    digest = hashlib.sha256()
+    for path in sorted(hashes):
+        digest.update(path.encode("utf-8", "surrogateescape") + b"\0" + hashes[path].encode() + b"\n")
+    return digest.hexdigest()
+
+
+def check_task_name(task: str) -> str:
+    if not TASK_NAME.fullmatch(task) or task in (".", ".."):
+        raise SyncError(f"invalid task name {task!r}: letters, digits, '.', '_' and '-' only")
+    return task
+
+
+def check_relpath(path: Any) -> str:
+    """A path the client may name: relative, POSIX, no '.'/'..'/empty parts, never inside .kpremote/."""
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise SyncError(f"refused path {path!r}: not a usable file name")
+    if path.startswith("/"):
+        raise SyncError(f"refused path {path!r}: absolute")
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise SyncError(f"refused path {path!r}: empty, '.' or '..' component")
+    if parts[0] == STATE_DIR:
+        raise SyncError(f"refused path {path!r}: {STATE_DIR}/ belongs to kpremote")
+    return path
+
+
+def workspace_of(root: Path, task: str) -> Path:
+    return Path(root) / "tasks" / check_task_name(task) / "workspace"
+
+
+def read_header(stream: BinaryIO) -> Header:
+    line = stream.readline(HEADER_LIMIT)
+    if not line.endswith(b"\n"):
+        raise SyncError("sync stream ended inside its header (connection cut?); nothing was applied")
+    try:
+        data = json.loads(line)
+    except ValueError as exc:
+        raise SyncError(f"sync header is not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("version") != PROTOCOL_VERSION:
+        raise SyncError(f"sync header is not protocol version {PROTOCOL_VERSION} (client and agent disagree?)")
+    changed = [check_relpath(p) for p in _list_of_str(data, "changed")]
+    deleted = [check_relpath(p) for p in _list_of_str(data, "deleted")]
+    sizes = data.get("sizes")
+    if len(set(changed)) != len(changed) or set(changed) & set(deleted):
+        raise SyncError("sync header lists a path twice, or as both changed and deleted")
+    if not isinstance(sizes, dict) or any(not isinstance(sizes.get(p), int) or sizes[p] < 0 for p in changed):
+        raise SyncError("sync header has no valid size for every changed file")
+    provenance = data.get("provenance") or {}
+    digests = (data.get("base_digest"), data.get("new_digest"))
+    if not all(isinstance(d, str) for d in digests) or not isinstance(provenance, dict):
+        raise SyncError("sync header lacks base_digest, new_digest or a provenance object")
+    return Header(digests[0], digests[1], changed, deleted, {p: sizes[p] for p in changed},
+                  bool(data.get("full")), provenance)
+
+
+def _list_of_str(data: dict[str, Any], key: str) -> list[Any]:
+    value = data.get(key)
+    if not isinstance(value, list):
+        raise SyncError(f"sync header field {key!r} is not a list")
+    return value
+
+
+def apply_sync_stream(root: Path, task: str, stream: BinaryIO) -> dict[str, Any]:
+    """Apply a sync stream; returns the answer for the client (need_full, or what was applied). Raises SyncError."""
+    workspace = workspace_of(Path(root).expanduser(), task)
+    header = read_header(stream)
+    workspace.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(workspace.parent / ".sync.lock"):
+        remove_stale_staging(workspace.parent)
+        current = load_manifest(workspace) if not header.full else None
+        if current is None:
+            current = hash_workspace(workspace)
+        if manifest_digest(_hashes(current)) != header.base_digest:
+            have = current if header.full else hash_workspace(workspace)
+            return {"need_full": True, "have": _hashes(have)}
+        staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=workspace.parent))
+        try:
+            received = receive_files(stream, header, staging) if header.changed else {}
+            gone = set(header.deleted)
+            new = {p: s for p, s in current.items() if p not in gone}
+            new.update({p: state for p, (_, state) in received.items()})
+            digest = manifest_digest(_hashes(new))
+            if digest != header.new_digest:
+                raise SyncError("the received files do not give the tree the client announced (a file changed "
+                                "while it was being sent?); nothing was applied, sync again")
+            deleted = install(workspace, received, header.deleted)
+            write_state(workspace, new, {**header.provenance, "manifest_digest": digest})
+        except OSError as exc:
+            raise SyncError(f"cannot apply the sync in {workspace}: {exc.strerror or exc}") from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return {
+        "need_full": False,
+        "received_files": len(received),
+        "deleted": deleted,
+        "bytes": sum(state.size for _, state in received.values()),
+        "manifest_digest": digest,
+    }
+
+
+def _hashes(files: Mapping[str, FileState]) -> dict[str, str]:
+    return {path: state.sha256 for path, state in files.items()}
+
+
+@contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """One sync per task at a time: a second one waits, then sees the first one's manifest."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def remove_stale_staging(task_dir: Path) -> None:
+    """Staging left by a killed sync; safe to remove because we hold the task's sync lock."""
+    for leftover in task_dir.glob(STAGING_PREFIX + "*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def load_manifest(workspace: Path) -> dict[str, FileState] | None:
+    """The manifest, or None when it is missing or unreadable (then the files themselves are the truth)."""
+    try:
+        data = json.loads((workspace / STATE_DIR / MANIFEST_NAME).read_text())
+        return {path: FileState(int(entry["size"]), str(entry["sha256"])) for path, entry in data.items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def hash_workspace(workspace: Path) -> dict[str, FileState]:
+    """What the workspace really holds; links and special files are listed (so they get replaced), never followed."""
+    found: dict[str, FileState] = {}
+    pending = [""]
+    while pending:
+        folder = pending.pop()
+        try:
+            entries = list(os.scandir(workspace / folder if folder else workspace))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            rel = f"{folder}/{entry.name}" if folder else entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name not in SKIPPED_DIRS:
+                    pending.append(rel)
+            elif entry.is_file(follow_symlinks=False):
+                found[rel] = FileState(entry.stat(follow_symlinks=False).st_size, file_sha256(Path(entry.path)))
+            else:
+                found[rel] = FileState(0, NOT_A_FILE)
+    return found
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def receive_files(stream: BinaryIO, header: Header, staging: Path) -> dict[str, tuple[Path, FileState]]:
+    """Every announced file, into staging under a numbered name (member names never become paths here)."""
+    expected = set(header.changed)
+    received: dict[str, tuple[Path, FileState]] = {}
+    try:
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
+            for member in tar:
+                check_member(member, expected, received, header.sizes)
+                staged = staging / str(len(received))
+                received[member.name] = (staged, stage_file(tar, member, staged))
+                if len(received) == len(expected):
+                    break
+    except (tarfile.TarError, EOFError) as exc:
+        raise SyncError(f"sync stream is cut or corrupt after {len(received)} of {len(expected)} files "
+                        f"({exc}); nothing was applied") from None
+    if len(received) != len(expected):
+        raise SyncError(f"sync stream ended after {len(received)} of {len(expected)} files (connection cut?); "
+                        f"nothing was applied")
+    return received
+
+
+def check_member(member: tarfile.TarInfo, expected: set[str], received: Mapping[str, Any],
+                 sizes: Mapping[str, int]) -> None:
+    if member.name not in expected:
+        raise SyncError(f"refused tar member {member.name!r}: not a file the header announced; nothing was applied")
+    if not member.isreg():
+        raise SyncError(f"refused tar member {member.name!r}: not a regular file (link or device); "
+                        f"nothing was applied")
+    if member.name in received:
+        raise SyncError(f"refused tar member {member.name!r}: sent twice; nothing was applied")
+    if member.size != sizes[member.name]:
+        raise SyncError(f"refused tar member {member.name!r}: {member.size} bytes, header said "
+                        f"{sizes[member.name]}; nothing was applied")
+
+
+def stage_file(tar: tarfile.TarFile, member: tarfile.TarInfo, staged: Path) -> FileState:
+    source = tar.extractfile(member)
+    digest = hashlib.sha256()
+    size = 0
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755 if member.mode & 0o111 else 0o644)
+    with os.fdopen(fd, "wb") as out:
+        while chunk := source.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+            out.write(chunk)
+    if size != member.size:
+        raise SyncError(f"sync stream is cut inside {member.name!r}; nothing was applied")
+    return FileState(size, digest.hexdigest())
+
+
+def install(workspace: Path, received: Mapping[str, tuple[Path, FileState]], deleted: list[str]) -> int:
+    """Deletions, then moves into place. Returns how many files were deleted."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    state_dir = real_directory(workspace / STATE_DIR)
+    # From here on the workspace is between two states: without a manifest the next sync hashes the files
+    # themselves instead of trusting a manifest that no longer describes them.
+    (state_dir / MANIFEST_NAME).unlink(missing_ok=True)
+    count = sum(remove_inside(workspace, path) for path in deleted)
+    for path, (staged, _) in received.items():
+        os.replace(staged, place_inside(workspace, path))
+    return count
+
+
+def real_directory(path: Path) -> Path:
+    """path as a real directory: a symlink or file in its place is removed first, so nothing is written through it."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def place_inside(workspace: Path, path: str) -> Path:
+    """The target of path, with every parent a real directory inside the workspace (links in the way removed)."""
+    parts = path.split("/")
+    folder = workspace
+    for part in parts[:-1]:
+        folder = real_directory(folder / part)
+    target = folder / parts[-1]
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)  # the client has a file where this workspace kept a folder of leftovers
+    if os.path.realpath(folder) != os.path.join(os.path.realpath(workspace), *parts[:-1]):
+        raise SyncError(f"refused path {path!r}: would land outside the workspace")
+    return target
+
+
+def remove_inside(workspace: Path, path: str) -> int:
+    """Delete one file (or link, never its target) if it really lies inside the workspace; prune empty parents."""
+    parts = path.split("/")
+    folder = workspace
+    for part in parts[:-1]:
+        folder = folder / part
+        if folder.is_symlink() or not folder.is_dir():
+            return 0
+    target = folder / parts[-1]
+    if not target.is_symlink() and (target.is_dir() or not target.exists()):
+        return 0
+    target.unlink()
+    while folder != workspace:
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+        folder = folder.parent
+    return 1
+
+
+def write_state(workspace: Path, files: Mapping[str, FileState], provenance: dict[str, Any]) -> None:
+    """Provenance first, the manifest last: a manifest on disk means the sync before it completed."""
+    state_dir = workspace / STATE_DIR
+    provenance = {**provenance, "applied_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    write_json_atomically(state_dir / PROVENANCE_NAME, provenance)
+    manifest = {path: {"size": s.size, "sha256": s.sha256} for path, s in sorted(files.items())}
+    write_json_atomically(state_dir / MANIFEST_NAME, manifest)
+
+
+def write_json_atomically(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="sync-apply", description="apply a sync stream read from stdin")
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--root", required=True)
+    args = parser.parse_args(argv)
+    try:
+        answer = apply_sync_stream(Path(args.root), args.task, sys.stdin.buffer)
+    except SyncError as exc:
+        print(json.dumps({"error": "sync", "message": str(exc)}))
+        print(f"sync-apply: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(answer))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,223 @@
+"""`inv fetch-results`: a finished run's summary/ into kernels/<task>/results/<host>/<run-id>/, never raw/.
+
+The archive is read whole (under a size cap), every member checked before anything is written, written into a hidden
+folder next to the destination and renamed into place: a cut connection or a refused archive leaves nothing that looks
+like a fetched summary. A summary already there is never replaced: the same content is a no-op, another is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .agent.runstate import TERMINAL
+from .agentcall import Agent, error_message
+from .errors import HostError, KpremoteError, RemoteCommandError
+from .safetar import Member, read_members, read_tree, write_members
+from .sync import resolve_task_dir
+
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+NEVER_FETCHED = ("raw",)
+MIB = 1024 * 1024
+
+
+class FetchRefused(KpremoteError):
+    """A fetch that would lose or overwrite something, or that has nothing to fetch."""
+
+
+@dataclass
+class FetchReport:
+    host: str
+    task: str
+    run_id: str
+    run_status: str
+    outcome: str  # "fetched" | "unchanged"
+    path: Path
+    files: int
+    bytes: int
+    headline: Any = None
+
+
+def fetch_results(agent: Agent, task: str, run_id: str, kernels_dir: Path, host_name: str) -> list[FetchReport]:
+    """Fetch one run by id, the newest finished run ("latest") or every finished run ("all"): one status call,
+    then one channel per run. Runs refused (already fetched with other content) are named after the others landed."""
+    task_dir = resolve_task_dir(kernels_dir, task)
+    reports: list[FetchReport] = []
+    refusals: list[str] = []
+    try:
+        for state in select_runs(agent, task, run_id, host_name):
+            try:
+                reports.append(fetch_one(agent, task_dir, state, host_name))
+            except FetchRefused as exc:
+                refusals.append(str(exc))
+    finally:  # what landed is logged even when a later run breaks the loop
+        refresh_docs(task_dir, [r for r in reports if r.outcome == "fetched"])
+    if refusals:
+        raise FetchRefused("\n".join(refusals))
+    return reports
+
+
+def fetch_run(agent: Agent, task: str, state: dict[str, Any], kernels_dir: Path, host_name: str) -> FetchReport:
+    """Fetch the run described by state (a terminal state.json the caller already has, e.g. at the end of
+    `inv run`): one channel."""
+    task_dir = resolve_task_dir(kernels_dir, task)
+    report = fetch_one(agent, task_dir, state, host_name)
+    refresh_docs(task_dir, [report] if report.outcome == "fetched" else [])
+    return report
+
+
+def select_runs(agent: Agent, task: str, wanted: str, host_name: str) -> list[dict[str, Any]]:
+    """The terminal runs that `wanted` names, from the agent's `status`."""
+    answer = agent.call_json("status", "--task", task)
+    runs = answer.get("runs") if isinstance(answer, dict) else None
+    if not isinstance(runs, list):
+        raise HostError(host_name, f"status answered without a list of runs: {str(answer)[:200]}")
+    runs = sorted((r for r in runs if isinstance(r, dict)), key=lambda r: str(r.get("run_id")))
+    finished = [r for r in runs if r.get("status") in TERMINAL]
+    if wanted in ("latest", "all"):
+        if not finished:
+            busy = len(runs) - len(finished)
+            raise FetchRefused(f"{host_name}: no finished run of {task} to fetch"
+                               + (f" ({busy} still running: inv logs --follow to wait)" if busy else ""))
+        return finished[-1:] if wanted == "latest" else finished
+    checked_name(wanted, "run id")
+    match = [r for r in runs if r.get("run_id") == wanted]
+    if not match:
+        raise FetchRefused(f"{host_name}: no run {wanted} of {task}")
+    if match[0].get("status") not in TERMINAL:
+        raise FetchRefused(f"{host_name}: run {wanted} is {match[0].get('status')}; its summary is not final yet "
+                           f"(inv logs --follow to wait)")
+    return match
+
+
+def fetch_one(agent: Agent, task_dir: Path, state: dict[str, Any], host_name: str) -> FetchReport:
+    run_id = checked_name(state.get("run_id"), "run id", host_name)
+    data = download_summary(agent, task_dir.name, run_id)
+    members = read_members(data, refused_tops=NEVER_FETCHED)
+    destination = real_folder(task_dir, "results", checked_name(host_name, "host name")) / run_id
+    outcome = "unchanged" if destination.exists() or destination.is_symlink() else "fetched"
+    if outcome == "unchanged":
+        refuse_unless_identical(destination, members, host_name)
+    else:
+        move_into_place(members, destination)
+    files = [m for m in members if m.data is not None]
+    return FetchReport(host_name, task_dir.name, run_id, str(state.get("status")), outcome, destination, len(files),
+                       sum(len(m.data or b"") for m in files), state.get("headline"))
+
+
+def checked_name(name: Any, what: str, host_name: str = "") -> str:
+    """Names that become local folder names (run ids come from the host: never trusted to be safe)."""
+    if isinstance(name, str) and SAFE_NAME.fullmatch(name) and name not in (".", ".."):
+        return name
+    if host_name:
+        raise HostError(host_name, f"sent an unusable {what} {name!r}; refused")
+    raise FetchRefused(f"invalid {what} {name!r}: letters, digits, '.', '_' and '-' only")
+
+
+def download_summary(agent: Agent, task: str, run_id: str) -> bytes:
+    """The tar of the run's summary/, reading no more than the host's max_summary_mb."""
+    limit = int(agent.host.max_summary_mb * MIB)
+    parts: list[bytes] = []
+    received = 0
+
+    def keep(chunk: bytes) -> None:
+        nonlocal received
+        received += len(chunk)
+        if received > limit:
+            raise FetchRefused(f"{agent.host.name}: the summary of run {run_id} is larger than "
+                               f"{agent.host.max_summary_mb:g} MB; stopped reading, nothing was written "
+                               f"(raise max_summary_mb for this host in hosts.toml if it is expected)")
+        parts.append(chunk)
+
+    result = agent.call("pack-summary", "--task", task, "--run", run_id, on_stdout=keep)
+    if not result.ok:
+        result.stdout = b"".join(parts)  # the agent's one-line JSON error, if it printed one
+        raise RemoteCommandError(agent.host.name, f"cannot fetch run {run_id}: {error_message(result)}",
+                                 result.exit_code, result.stderr_tail())
+    return b"".join(parts)
+
+
+def real_folder(task_dir: Path, *parts: str) -> Path:
+    """task_dir/parts as real folders: a link on the way could send writes outside the task."""
+    folder = task_dir
+    for part in parts:
+        folder = folder / part
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise FetchRefused(f"{folder} is a link or a file, not a folder; refusing to write through it")
+        folder.mkdir(exist_ok=True)
+    return folder
+
+
+def refuse_unless_identical(destination: Path, members: list[Member], host_name: str) -> None:
+    incoming = {m.path: m.data for m in members if m.data is not None}
+    if destination.is_symlink() or not destination.is_dir() or read_tree(destination) != incoming:
+        raise FetchRefused(f"{destination} already holds a different summary of run {destination.name} from "
+                           f"{host_name}; kept it as it is. Move it away to fetch again.")
+
+
+def move_into_place(members: list[Member], destination: Path) -> None:
+    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.fetching-", dir=destination.parent))
+    try:
+        write_members(members, staging)
+        os.rename(staging, destination)
+    except OSError as exc:
+        raise FetchRefused(f"cannot write {destination}: {exc.strerror or exc}; nothing was written") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- docs/results.md and docs/run_log.md
+
+
+def refresh_docs(task_dir: Path, fetched: list[FetchReport]) -> None:
+    """Append each new run to docs/run_log.md; docs/results.md follows the newest run fetched so far."""
+    if not fetched:
+        return
+    docs = real_folder(task_dir, "docs")
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    append_run_log(docs / "run_log.md", fetched, now)
+    newest = max(fetched, key=lambda r: r.run_id)
+    summary_md = newest.path / "results.md"
+    if newest.run_id >= newest_fetched_run(task_dir) and summary_md.is_file() and not summary_md.is_symlink():
+        header = f"_Fetched from host `{newest.host}`, run `{newest.run_id}`, at {now} by kpremote._\n\n"
+        write_text_atomically(docs / "results.md", header + summary_md.read_text(errors="replace"))
+
+
+def newest_fetched_run(task_dir: Path) -> str:
+    runs = [p.name for p in (task_dir / "results").glob("*/*") if p.is_dir() and not p.name.startswith(".")]
+    return max(runs, default="")
+
+
+def append_run_log(path: Path, fetched: list[FetchReport], now: str) -> None:
+    existing = path.read_text(errors="replace") if path.is_file() and not path.is_symlink() else ""
+    lines = [run_log_line(r, now) for r in sorted(fetched, key=lambda r: r.run_id) if _marker(r) not in existing]
+    if lines:
+        start = "" if existing else "# Run log\n\n"
+        write_text_atomically(path, existing + ("\n" if existing and not existing.endswith("\n") else "")
+                              + start + "".join(lines))
+
+
+def run_log_line(report: FetchReport, now: str) -> str:
+    headline = report.headline if isinstance(report.headline, str) or report.headline is None \
+        else json.dumps(report.headline, separators=(",", ":"), default=str)
+    detail = f" · {headline}" if headline else ""
+    return f"- {_marker(report)} · {report.run_status}{detail} · fetched {now}\n"
+
+
+def _marker(report: FetchReport) -> str:
+    """The run's place under results/: unique per (host, run), so a re-fetch never adds a second line."""
+    return f"results/{report.host}/{report.run_id}/"
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

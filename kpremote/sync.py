@@ -1,0 +1,398 @@
+"""`inv sync`: kernels/<task>/ to remote_root/tasks/<task>/workspace/, only what changed, over one channel.
+
+The client remembers the tree it last synced to each (host, remote_root, task) and sends one request: a JSON header
+line (the diff against that tree) and an uncompressed tar of just the changed files. When the workspace is not what
+the client remembers, the agent says so without touching anything, lists what it has, and the client sends the
+exact diff against that (a second channel, only then). kpremote/agent/syncrecv.py is the other end.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import hashlib
+import io
+import json
+import os
+import re
+import socket
+import stat
+import subprocess
+import tarfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from .agent.syncrecv import PROTOCOL_VERSION, file_sha256, manifest_digest, write_json_atomically
+from .agentcall import Agent, error_message
+from .config import Host
+from .errors import ConfigError, HostError, KpremoteError, RemoteCommandError
+
+TASK_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+EXCLUDED_NAMES = {".git", "__pycache__", ".kpremote"}
+IGNORE_FILE = ".kpremoteignore"
+CACHE_ENV = "KPREMOTE_CACHE"
+RACY_NS = 2_000_000_000
+"""Files modified this recently are not cached: a same-size rewrite within the mtime tick would look unchanged."""
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    size: int
+    sha256: str
+    executable: bool
+
+
+@dataclass
+class LocalTree:
+    """What kernels/<task>/ holds, as the sync sees it."""
+
+    task: str
+    task_dir: Path
+    files: dict[str, LocalFile]
+    provenance: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def hashes(self) -> dict[str, str]:
+        return {path: f.sha256 for path, f in self.files.items()}
+
+
+@dataclass
+class SyncPlan:
+    """One request: the diff between a base tree (what the workspace holds) and the local tree."""
+
+    tree: LocalTree
+    base_digest: str
+    new_digest: str
+    changed: list[str]
+    deleted: list[str]
+    full: bool
+
+
+@dataclass
+class SyncReport:
+    task: str
+    host: str
+    files_sent: int
+    bytes_sent: int
+    deleted: int
+    channels: int
+    seconds: float
+    digest: str
+    full: bool
+    warnings: list[str]
+
+
+# ---------------------------------------------------------------- the task folder
+
+
+def resolve_task_dir(kernels_dir: Path, task: str) -> Path:
+    """kernels/<task>, refusing names that could point anywhere else; unknown names suggest the closest task."""
+    if not TASK_NAME.fullmatch(task) or task in (".", ".."):
+        raise ConfigError(f"invalid task name {task!r}: letters, digits, '.', '_' and '-' only")
+    task_dir = Path(kernels_dir) / task
+    if task_dir.is_symlink() or not task_dir.is_dir():
+        known = sorted(p.name for p in Path(kernels_dir).glob("*") if p.is_dir() and not p.is_symlink())
+        close = difflib.get_close_matches(task, known, n=1, cutoff=0.4)
+        hint = f" — did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"unknown task {task!r}: no folder {task_dir}{hint}")
+    return task_dir
+
+
+def scan_task(kernels_dir: Path, task: str) -> LocalTree:
+    """Hash every file the sync carries (through the hash cache) and stamp provenance."""
+    task_dir = resolve_task_dir(kernels_dir, task)
+    warnings: list[str] = []
+    cache = HashCache(task_dir)
+    files = {rel: cache.local_file(task_dir / rel, rel, st) for rel, st in walk_task(task_dir, warnings)}
+    cache.save()
+    tree = LocalTree(task, task_dir, files, {}, warnings)
+    tree.provenance = provenance(tree)
+    return tree
+
+
+def walk_task(task_dir: Path, warnings: list[str]) -> Iterator[tuple[str, os.stat_result]]:
+    """(relative POSIX path, lstat) of every regular file to sync; links are skipped, never followed."""
+    ignore = IgnoreRules.load(task_dir / IGNORE_FILE, warnings)
+    pending = [""]
+    while pending:
+        folder = pending.pop()
+        with os.scandir(task_dir / folder if folder else task_dir) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                rel = f"{folder}/{entry.name}" if folder else entry.name
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if excluded(rel, is_dir) or ignore.matches(rel, is_dir):
+                    continue
+                if entry.is_symlink():
+                    warnings.append(f"skipped symlink {rel} (links are never followed nor synced)")
+                elif is_dir:
+                    pending.append(rel)
+                elif not entry.is_file(follow_symlinks=False):
+                    warnings.append(f"skipped {rel}: not a regular file")
+                elif not _encodable(rel):
+                    warnings.append(f"skipped {rel!r}: file name is not valid UTF-8")
+                else:
+                    yield rel, entry.stat(follow_symlinks=False)
+
+
+def excluded(rel: str, is_dir: bool) -> bool:
+    name = rel.rsplit("/", 1)[-1]
+    return name in EXCLUDED_NAMES or (not is_dir and name.endswith(".pyc")) or rel == "results"
+
+
+def _encodable(rel: str) -> bool:
+    try:
+        rel.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+@dataclass
+class IgnoreRules:
+    """.kpremoteignore: gitignore-like globs. 'dir/' matches folders only, '/x' or 'a/b' anchor at the task root,
+    a bare name matches at any depth; a matched folder is skipped whole. '!' (re-include) is not supported."""
+
+    patterns: list[tuple[str, bool, bool]]  # (glob, anchored, folders only)
+
+    @classmethod
+    def load(cls, path: Path, warnings: list[str]) -> "IgnoreRules":
+        try:
+            lines = path.read_text().splitlines() if path.is_file() and not path.is_symlink() else []
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read: {exc}") from None
+        patterns = []
+        for line in (raw.strip() for raw in lines):
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("!"):
+                warnings.append(f"{path.name}: {line!r} ignored ('!' re-include is not supported)")
+                continue
+            body = line.rstrip("/")
+            patterns.append((body.lstrip("/"), "/" in body, line.endswith("/")))
+        return cls(patterns)
+
+    def matches(self, rel: str, is_dir: bool) -> bool:
+        name = rel.rsplit("/", 1)[-1]
+        return any(
+            fnmatch.fnmatchcase(rel if anchored else name, glob) and (is_dir or not folders_only)
+            for glob, anchored, folders_only in self.patterns
+        )
+
+
+class HashCache:
+    """sha256 of files keyed by (path, size, mtime_ns, inode), so a re-sync of a large tree hashes only what changed."""
+
+    def __init__(self, task_dir: Path) -> None:
+        key = hashlib.sha256(str(task_dir.resolve()).encode()).hexdigest()[:32]
+        self.path = cache_dir() / "hashes" / f"{key}.json"
+        self.old = _read_json(self.path).get("files", {})
+        self.new: dict[str, list[Any]] = {}
+        self.hashed = 0  # files read this time (tests assert unchanged files are not)
+
+    def local_file(self, path: Path, rel: str, st: os.stat_result) -> LocalFile:
+        signature = [st.st_size, st.st_mtime_ns, st.st_ino]
+        cached = self.old.get(rel)
+        if isinstance(cached, list) and cached[:3] == signature:
+            sha = cached[3]
+        else:
+            sha = file_sha256(path)
+            self.hashed += 1
+        if time.time_ns() - st.st_mtime_ns > RACY_NS:
+            self.new[rel] = [*signature, sha]
+        return LocalFile(st.st_size, sha, bool(st.st_mode & stat.S_IXUSR))
+
+    def save(self) -> None:
+        if self.new != self.old:
+            write_json_atomically(self.path, {"files": self.new})
+
+
+def read_no_follow(path: Path) -> bytes:
+    """A file's bytes, refusing a link swapped in since the scan (it could point outside the task)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def provenance(tree: LocalTree) -> dict[str, Any]:
+    """What the harness stamps into results: git state of the task folder and content hashes of both sides."""
+    return {
+        **git_state(tree.task_dir),
+        "solution_sha256": side_sha256(tree, "solution"),
+        "baseline_sha256": side_sha256(tree, "baseline"),
+        "synced_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "client_hostname": socket.gethostname(),
+    }
+
+
+def git_state(task_dir: Path) -> dict[str, Any]:
+    """Commit, dirty flag and hash of the uncommitted diff of the task folder; all None outside a git repo."""
+    def git(*args: str) -> Optional[bytes]:
+        try:
+            done = subprocess.run(["git", "--no-optional-locks", "-C", str(task_dir), *args],
+                                  capture_output=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    head = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--", ".") if head else None
+    diff = git("diff", "HEAD", "--binary", "--", ".") if head else None
+    if head is None or status is None or diff is None:
+        return {"git_commit": None, "git_dirty": None, "diff_sha256": None}
+    return {"git_commit": head.decode().strip(), "git_dirty": bool(status.strip()),
+            "diff_sha256": hashlib.sha256(diff).hexdigest()}
+
+
+def side_sha256(tree: LocalTree, side: str) -> Optional[str]:
+    prefix = side + "/"
+    hashes = {p[len(prefix):]: f.sha256 for p, f in tree.files.items() if p.startswith(prefix)}
+    return manifest_digest(hashes) if hashes else None
+
+
+# ---------------------------------------------------------------- what the host holds
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "kpremote")
+
+
+def _synced_path(host: Host, task: str) -> Path:
+    key = "\0".join([host.name, host.ssh or "", host.container or "", host.remote_root, task])
+    return cache_dir() / "synced" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+
+
+def remembered_tree(host: Host, task: str) -> dict[str, str]:
+    """The tree last synced to this host's workspace of task ({} when unknown: the agent corrects us if wrong)."""
+    data = _read_json(_synced_path(host, task))
+    files = data.get("files")
+    if isinstance(files, dict) and manifest_digest(files) == data.get("digest"):
+        return files
+    return {}
+
+
+def remember_tree(host: Host, task: str, hashes: dict[str, str]) -> None:
+    write_json_atomically(_synced_path(host, task), {"host": host.name, "remote_root": host.remote_root,
+                                                     "task": task, "digest": manifest_digest(hashes), "files": hashes})
+
+
+def plan_sync(host: Host, tree: LocalTree, *, have: Optional[dict[str, str]] = None) -> SyncPlan:
+    """The diff against `have` (what the agent said it holds) or else against the tree remembered for this host."""
+    base = have if have is not None else remembered_tree(host, tree.task)
+    local = tree.hashes
+    return SyncPlan(
+        tree=tree,
+        base_digest=manifest_digest(base),
+        new_digest=manifest_digest(local),
+        changed=sorted(p for p, sha in local.items() if base.get(p) != sha),
+        deleted=sorted(p for p in base if p not in local),
+        full=have is not None,
+    )
+
+
+def build_sync_request(plan: SyncPlan) -> bytes:
+    """The stdin of `sync-apply` (or of `start`): header line, then a tar of the changed files only."""
+    files = plan.tree.files
+    header = {
+        "version": PROTOCOL_VERSION,
+        "base_digest": plan.base_digest,
+        "new_digest": plan.new_digest,
+        "changed": plan.changed,
+        "deleted": plan.deleted,
+        "sizes": {p: files[p].size for p in plan.changed},
+        "full": plan.full,
+        "provenance": plan.tree.provenance,
+    }
+    out = io.BytesIO()
+    out.write(json.dumps(header, separators=(",", ":")).encode() + b"\n")
+    for path in plan.changed:
+        write_tar_member(out, path, read_as_scanned(plan.tree, path), files[path].executable)
+    if plan.changed:
+        out.write(b"\0" * 2 * tarfile.BLOCKSIZE)
+    return out.getvalue()
+
+
+def read_as_scanned(tree: LocalTree, path: str) -> bytes:
+    data = read_no_follow(tree.task_dir / path)
+    if hashlib.sha256(data).hexdigest() != tree.files[path].sha256:
+        raise KpremoteError(f"{tree.task_dir / path} changed while syncing; run the sync again")
+    return data
+
+
+def write_tar_member(out: io.BytesIO, path: str, data: bytes, executable: bool) -> None:
+    """One member, padded to the block size only (tarfile would pad the archive to 10 KiB records)."""
+    info = tarfile.TarInfo(path)
+    info.size = len(data)
+    info.mode = 0o755 if executable else 0o644
+    out.write(info.tobuf(format=tarfile.PAX_FORMAT))
+    out.write(data)
+    out.write(b"\0" * (-len(data) % tarfile.BLOCKSIZE))
+
+
+def sync_task(agent: Agent, task: str, kernels_dir: Path, *, have: Optional[dict[str, str]] = None) -> SyncReport:
+    """Sync kernels/<task> to the host's workspace: one channel, two when the workspace is not what we remember.
+
+    `have` is the agent's own listing from an earlier need_full answer (e.g. from `start`), to skip the guess.
+    """
+    started = time.monotonic()
+    channels_before = agent.transport.channels.opened
+    tree = scan_task(kernels_dir, task)
+    plan = plan_sync(agent.host, tree, have=have)
+    answer, sent = send_plan(agent, plan)
+    if answer.get("need_full"):
+        plan = plan_sync(agent.host, tree, have=have_listing(agent.host, answer))
+        answer, more = send_plan(agent, plan)
+        sent += more
+        if answer.get("need_full"):
+            raise HostError(agent.host.name, f"the workspace of {task} changed while syncing (another sync at "
+                                             f"the same time?); run it again")
+    record_synced(agent.host, plan, answer)
+    return SyncReport(
+        task=task, host=agent.host.name, files_sent=len(plan.changed), bytes_sent=sent,
+        deleted=int(answer.get("deleted", 0)), channels=agent.transport.channels.opened - channels_before,
+        seconds=round(time.monotonic() - started, 3), digest=plan.new_digest, full=plan.full, warnings=tree.warnings,
+    )
+
+
+def send_plan(agent: Agent, plan: SyncPlan) -> tuple[dict[str, Any], int]:
+    request = build_sync_request(plan)
+    result = agent.call("sync-apply", "--task", plan.tree.task, stdin=request)
+    if not result.ok:
+        raise RemoteCommandError(agent.host.name, f"sync of {plan.tree.task} failed: {error_message(result)}",
+                                 result.exit_code, result.stderr_tail())
+    try:
+        answer = json.loads(result.stdout)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise HostError(agent.host.name, f"sync-apply answered something that is not JSON: {result.stdout[:200]!r}")
+    return answer, len(request)
+
+
+def have_listing(host: Host, answer: dict[str, Any]) -> dict[str, str]:
+    have = answer.get("have")
+    if not isinstance(have, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in have.items()):
+        raise HostError(host.name, "sync-apply asked for a full sync without a valid listing of the workspace")
+    return have
+
+
+def record_synced(host: Host, plan: SyncPlan, answer: dict[str, Any]) -> None:
+    """Remember the tree only when the agent confirms it holds exactly that tree now."""
+    if answer.get("manifest_digest") != plan.new_digest:
+        raise HostError(host.name, f"sync-apply reports tree {answer.get('manifest_digest')}, expected "
+                                   f"{plan.new_digest}")
+    remember_tree(host, plan.tree.task, plan.tree.hashes)
+
+
+# ---------------------------------------------------------------- small helpers
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,293 @@
+"""`inv baseline` against a local upstream repository served by path."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kpremote import baseline
+from kpremote.baseline import BaselineError, edit_baseline_table, pin_baseline, split_file_list, with_source_block
+
+KERNEL = "python/pkg/kernel.py"
+HELPER = "python/pkg/helper.py"
+
+TASK_TOML = """\
+[task]
+name = "t"
+arch = "h200"            # b200 | h200 | h100 | any
+family = "fuse_scale_shift"
+
+[baseline]               # provenance only; never executed
+repo = "https://example.invalid/placeholder"
+ref = "main"
+commit = "unresolved"    # a 40-hex SHA once `inv baseline` resolved it
+files = ["old/path.py"]
+follows = "fuse_scale_shift_kernel in scale_shift.py"   # optional free text
+
+[build]
+kind = "triton"
+flags = []
+entry = "kernel"
+"""
+
+
+@dataclass
+class Upstream:
+    path: Path
+    first: str   # tagged v1 (annotated) and v1-light (lightweight)
+    second: str  # main
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Upstream:
+    repo = tmp_path_factory.mktemp("upstream") / "sglang"
+    (repo / "python" / "pkg").mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    (repo / KERNEL).write_text("def kernel():\n    return 1\n")
+    (repo / HELPER).write_text("HELPER = True\n")
+    (repo / "run_me.sh").write_text("#!/bin/sh\necho upstream code ran > ran.txt\n")
+    (repo / "run_me.sh").chmod(0o755)
+    os.symlink("pkg/kernel.py", repo / "python" / "link.py")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "first")
+    first = git(repo, "rev-parse", "HEAD")
+    git(repo, "tag", "-a", "v1", "-m", "release 1")
+    git(repo, "tag", "v1-light")
+    (repo / KERNEL).write_text("def kernel():\n    return 2\n")
+    git(repo, "commit", "-q", "-am", "second")
+    second = git(repo, "rev-parse", "HEAD")
+    (repo / KERNEL).write_text("uncommitted work in progress\n")  # never what gets copied
+    return Upstream(repo, first, second)
+
+
+@pytest.fixture
+def task_dir(tmp_path: Path) -> Path:
+    task = tmp_path / "kernels" / "t"
+    task.mkdir(parents=True)
+    (task / "task.toml").write_text(TASK_TOML)
+    return task
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()} | {
+        p.relative_to(folder).as_posix() + "/": b"" for p in folder.rglob("*") if p.is_dir()}
+
+
+def upstream_file(task: Path, rel: str) -> str:
+    return (task / "baseline" / "upstream" / rel).read_text()
+
+
+# ------------------------------------------------------------------------------------------------ resolving
+
+def test_main_resolves_to_the_newest_commit_and_copies_its_content(upstream: Upstream, task_dir: Path) -> None:
+    pin = pin_baseline(task_dir, str(upstream.path), "main", [KERNEL, HELPER])
+    assert pin.commit == upstream.second
+    assert upstream_file(task_dir, KERNEL) == "def kernel():\n    return 2\n"  # the commit, not the working tree
+    assert upstream_file(task_dir, HELPER) == "HELPER = True\n"
+    copied = sorted(p.relative_to(task_dir).as_posix() for p in (task_dir / "baseline").rglob("*") if p.is_file())
+    assert copied == [f"baseline/upstream/{HELPER}", f"baseline/upstream/{KERNEL}"]
+    data = b"def kernel():\n    return 2\n"
+    assert pin.files[0].model_dump() == {"path": KERNEL, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    assert not (task_dir / ".kpremote").exists()
+
+
+@pytest.mark.parametrize("tag", ["v1", "v1-light"])
+def test_a_tag_resolves_to_its_commit(upstream: Upstream, task_dir: Path, tag: str) -> None:
+    pin = pin_baseline(task_dir, str(upstream.path), tag, [KERNEL])
+    assert pin.commit == upstream.first  # an annotated tag is peeled to the commit, not the tag object
+    assert upstream_file(task_dir, KERNEL) == "def kernel():\n    return 1\n"
+
+
+def test_a_full_sha_is_fetched_directly(upstream: Upstream, task_dir: Path) -> None:
+    pin = pin_baseline(task_dir, str(upstream.path), upstream.first.upper(), [KERNEL])
+    assert pin.commit == upstream.first
+    assert upstream_file(task_dir, KERNEL) == "def kernel():\n    return 1\n"
+
+
+def test_a_ref_ls_remote_does_not_list_goes_through_a_fetch(upstream: Upstream, task_dir: Path) -> None:
+    pin = pin_baseline(task_dir, str(upstream.path), "refs/tags/v1", [KERNEL])
+    assert pin.commit == upstream.first
+    with pytest.raises(BaselineError, match=r"could not fetch ref 'no-such-branch' .* from .*sglang"):
+        pin_baseline(task_dir, str(upstream.path), "no-such-branch", [KERNEL], force=True)
+
+
+def test_a_name_that_is_both_a_branch_and_a_tag_is_refused(tmp_path: Path, task_dir: Path) -> None:
+    repo = tmp_path / "ambiguous"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "f.py").write_text("x")
+    git(repo, "add", "f.py")
+    git(repo, "commit", "-q", "-m", "c")
+    git(repo, "tag", "main")
+    with pytest.raises(BaselineError, match="ambiguous.*refs/heads/main.*refs/tags/main"):
+        pin_baseline(task_dir, str(repo), "main", ["f.py"])
+
+
+# ------------------------------------------------------------------------------------------------ records
+
+def test_writes_baseline_source_and_edits_only_the_pinned_keys(upstream: Upstream, task_dir: Path) -> None:
+    pin = pin_baseline(task_dir, str(upstream.path), "main", [KERNEL, HELPER])
+    expected = TASK_TOML.replace('"https://example.invalid/placeholder"', f'"{upstream.path}"').replace(
+        '"unresolved"', f'"{upstream.second}"').replace('["old/path.py"]', f'["{KERNEL}", "{HELPER}"]')
+    assert (task_dir / "task.toml").read_text() == expected
+    doc = (task_dir / "docs" / "baseline_source.md").read_text()
+    for needed in (str(upstream.path), "`main`", upstream.second, pin.resolved_at, *(f.sha256 for f in pin.files),
+                   f"| `{KERNEL}` | `{pin.files[0].sha256}` | {pin.files[0].size} |"):
+        assert needed in doc
+    assert pin.resolved_at.endswith("Z")
+
+
+def test_refuses_to_replace_a_pin_without_force_and_replaces_it_with(upstream: Upstream, task_dir: Path) -> None:
+    pin_baseline(task_dir, str(upstream.path), "main", [KERNEL, HELPER])
+    before = snapshot(task_dir)
+    with pytest.raises(BaselineError, match=r"upstream/ exists \(2 files\).*commit = [0-9a-f]{40}.*--force"):
+        pin_baseline(task_dir, str(upstream.path), "v1", [KERNEL])
+    assert snapshot(task_dir) == before
+
+    pin = pin_baseline(task_dir, str(upstream.path), "v1", [KERNEL], force=True)
+    assert pin.commit == upstream.first
+    assert upstream_file(task_dir, KERNEL) == "def kernel():\n    return 1\n"
+    assert not (task_dir / "baseline" / "upstream" / HELPER).exists()  # the old pin's files do not linger
+    assert f'commit = "{upstream.first}"' in (task_dir / "task.toml").read_text()
+    assert (task_dir / "docs" / "baseline_source.md").read_text().count("## Upstream baseline") == 1
+
+
+def test_a_sha_in_task_toml_alone_is_an_existing_pin(upstream: Upstream, task_dir: Path) -> None:
+    toml = task_dir / "task.toml"
+    toml.write_text(TASK_TOML.replace('"unresolved"', f'"{"a" * 40}"'))
+    with pytest.raises(BaselineError, match=f"commit = {'a' * 40}"):
+        pin_baseline(task_dir, str(upstream.path), "main", [KERNEL])
+    (task_dir / "baseline" / "upstream").mkdir(parents=True)
+    toml.write_text(TASK_TOML)
+    with pytest.raises(BaselineError, match=r"upstream/ exists \(0 files\)"):
+        pin_baseline(task_dir, str(upstream.path), "main", [KERNEL])
+
+
+# ------------------------------------------------------------------------------------------------ refusals
+
+@pytest.mark.parametrize("path, reason", [
+    ("../etc/passwd", r"'\.\.'"), ("python/../../x.py", r"'\.\.'"), ("/etc/passwd", "absolute"),
+    ("./python/pkg/kernel.py", "'.' path component"), ("python//pkg/kernel.py", "empty"), (".git/config", ".git"),
+])
+def test_refuses_paths_outside_the_repository(upstream: Upstream, task_dir: Path, path: str, reason: str) -> None:
+    with pytest.raises(BaselineError, match=f"refused baseline file {re.escape(repr(path))}.*{reason}"):
+        pin_baseline(task_dir, str(upstream.path), "main", [KERNEL, path])
+    assert snapshot(task_dir) == {"task.toml": TASK_TOML.encode()}
+
+
+@pytest.mark.parametrize("path, what", [
+    ("python/pkg/missing.py", "does not exist"), ("python/pkg", "is a folder"), ("python/link.py", "is a symlink"),
+])
+def test_refuses_what_is_not_a_file_at_that_commit(upstream: Upstream, task_dir: Path, path: str, what: str) -> None:
+    with pytest.raises(BaselineError, match=f"{path} {what} at commit {upstream.second}"):
+        pin_baseline(task_dir, str(upstream.path), "main", [KERNEL, path])
+    assert snapshot(task_dir) == {"task.toml": TASK_TOML.encode()}
+
+
+def test_a_file_only_in_a_later_commit_is_missing_at_the_earlier_one(upstream: Upstream, task_dir: Path) -> None:
+    with pytest.raises(BaselineError, match=f"does not exist at commit {upstream.first}"):
+        pin_baseline(task_dir, str(upstream.path), "v1", ["python/pkg/missing.py"])
+
+
+def test_an_unreachable_repository_is_one_line_naming_it(tmp_path: Path, task_dir: Path) -> None:
+    url = str(tmp_path / "no-such-repo")
+    with pytest.raises(BaselineError) as caught:
+        pin_baseline(task_dir, url, "main", [KERNEL])
+    assert str(caught.value).startswith(f"cannot reach repository {url}: ")
+    assert "\n" not in str(caught.value)
+    assert snapshot(task_dir) == {"task.toml": TASK_TOML.encode()}
+
+
+def test_nothing_of_the_upstream_is_run_or_marked_executable(upstream: Upstream, task_dir: Path) -> None:
+    assert git(upstream.path, "ls-tree", "HEAD", "run_me.sh").startswith("100755")
+    pin_baseline(task_dir, str(upstream.path), "main", ["run_me.sh"])
+    assert not (upstream.path / "ran.txt").exists() and not (task_dir / "ran.txt").exists()
+    assert (task_dir / "baseline" / "upstream" / "run_me.sh").stat().st_mode & 0o111 == 0
+
+
+def fail_once_moving_task_toml(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last of the three moves into place fails (the undo's own moves then succeed)."""
+    real_replace = os.replace
+    failed = []
+
+    def replace(src, dst):
+        if Path(dst).name == "task.toml" and not failed:
+            failed.append(dst)
+            raise OSError("disk full")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(baseline.os, "replace", replace)
+
+
+def test_a_failure_while_moving_into_place_restores_the_earlier_pin(upstream: Upstream, task_dir: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    pin_baseline(task_dir, str(upstream.path), "main", [KERNEL, HELPER])
+    (task_dir / "docs" / "notes.md").write_text("mine")
+    before = snapshot(task_dir)
+    fail_once_moving_task_toml(monkeypatch)
+    with pytest.raises(OSError, match="disk full"):
+        pin_baseline(task_dir, str(upstream.path), "v1", [KERNEL], force=True)
+    assert snapshot(task_dir) == before
+
+
+def test_a_failure_on_a_fresh_task_leaves_no_new_folders(upstream: Upstream, task_dir: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    fail_once_moving_task_toml(monkeypatch)
+    with pytest.raises(OSError):
+        pin_baseline(task_dir, str(upstream.path), "main", [KERNEL])
+    assert snapshot(task_dir) == {"task.toml": TASK_TOML.encode()}
+
+
+# ------------------------------------------------------------------------------------------------ task.toml edits
+
+PIN = {"repo": "https://github.com/o/r", "ref": "main", "commit": "c" * 40, "files": ["a.py", "b/c.py"]}
+
+
+def test_a_multi_line_files_array_and_missing_keys_are_handled() -> None:
+    text = ('[task]\nname = "t"\n\n[baseline]\nrepo = "x"  # where\nfiles = [\n  "old.py",  # one\n  "[x]",\n]\n'
+            'follows = """\n[not a table]\n"""\n\n# trailing comment\n[build]\nkind = "triton"\n')
+    edited = edit_baseline_table(text, PIN, Path("task.toml"))
+    assert edited == (
+        '[task]\nname = "t"\n\n[baseline]\nrepo = "https://github.com/o/r"  # where\n'
+        'files = ["a.py", "b/c.py"]\nfollows = """\n[not a table]\n"""\n'
+        f'ref = "main"\ncommit = "{"c" * 40}"\n\n# trailing comment\n[build]\nkind = "triton"\n')
+
+
+def test_a_missing_table_is_appended_and_crlf_is_kept() -> None:
+    text = '[task]\r\nname = "t"\r\n\r\n[baseline]\r\nrepo = "x"'
+    assert edit_baseline_table(text, PIN, Path("t")) == (
+        '[task]\r\nname = "t"\r\n\r\n[baseline]\r\nrepo = "https://github.com/o/r"\r\nref = "main"\r\n'
+        f'commit = "{"c" * 40}"\r\nfiles = ["a.py", "b/c.py"]\r\n')
+    assert edit_baseline_table('[task]\nname = "t"', PIN, Path("t")).startswith('[task]\nname = "t"\n\n[baseline]\n')
+
+
+def test_a_value_toml_cannot_hold_as_written_is_refused_not_garbled() -> None:
+    with pytest.raises(BaselineError, match="set it by hand"):
+        edit_baseline_table('[baseline]\nrepo = "x"\n[baseline.extra]\n', {**PIN, "ref": "a\x7fb"}, Path("t"))
+
+
+def test_the_source_block_replaces_itself_and_keeps_a_persons_text() -> None:
+    def block(body: str) -> str:
+        return f"{baseline.BLOCK_BEGIN}\n{body}\n{baseline.BLOCK_END}\n"
+
+    first = with_source_block("# Notes\n\nWhy this kernel.", block("A"))
+    assert first == "# Notes\n\nWhy this kernel.\n\n" + block("A")
+    second = with_source_block(first + "\nAfter.\n", block("B"))
+    assert second == "# Notes\n\nWhy this kernel.\n\n" + block("B") + "\nAfter.\n"
+    assert with_source_block(None, block("C")) == "# Baseline source\n\n" + block("C")
+
+
+def test_split_file_list() -> None:
+    assert split_file_list(" a.py, b/c.py ,,") == ["a.py", "b/c.py"]
