@@ -248,15 +248,22 @@ def current_state(run_dir: Path) -> dict[str, Any]:
 
 
 def _looks_like_run(pid: int, run_id: str) -> bool:
-    """Whether pid is alive and still ours: a pid reused by an unrelated process does not count."""
+    """Whether pid is alive and still ours: a pid reused by an unrelated process does not count.
+
+    An empty command line on a live process means it is between fork and exec (our launcher execs the
+    runner): still ours. Only a missing process, a zombie, or a different program counts as dead.
+    """
     try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except PermissionError:
         return _pid_exists(pid)
     except OSError:
         return False
-    text = cmdline.replace(b"\0", b" ").decode(errors="replace")  # empty for a zombie
-    return run_id in text or "kpremote" in text
+    if stat[stat.rfind(")") + 2 :].startswith("Z"):
+        return False
+    text = cmdline.replace(b"\0", b" ").decode(errors="replace")
+    return not text.strip() or run_id in text or "kpremote" in text
 
 
 def _pid_exists(pid: int) -> bool:

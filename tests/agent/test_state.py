@@ -145,7 +145,7 @@ def test_start_without_gpus_runs_without_a_lease(root, workspace, started, nvml_
     result = started()
     assert result["gpu"] is None
     final = follow_to_end(root, result["run_id"])[-1]["state"]
-    assert final["status"] == "passed", final
+    assert final["status"] == "passed", (final, (root / "tasks" / TASK / "runs" / result["run_id"] / "raw" / "agent.log").read_text())
     argv = json.loads((Path(result["run_dir"]) / "raw" / "standin.json").read_text())["argv"]
     assert "--lease-fd" not in argv and "--gpu" not in argv
 
@@ -314,4 +314,4 @@ def test_start_sync_applies_the_stream_first_and_prints_one_object(root, nvml_fi
     assert len(out.splitlines()) == 1 and result["sync"] == {"received_files": 1}
     assert calls[-1] == ["--task", TASK, "--root", str(root)]
     final = follow_to_end(root, result["run_id"])[-1]["state"]
-    assert final["status"] == "passed", final
+    assert final["status"] == "passed", (final, (root / "tasks" / TASK / "runs" / result["run_id"] / "raw" / "agent.log").read_text())
