@@ -154,9 +154,9 @@ def _report(outcomes: list[Outcome], kernels_dir: Path, as_json: bool, detach: b
                                f"(follow: inv logs --host {outcome.host} --run {outcome.run_id} --follow)")
             continue
         if outcome.summary_dir:
-            results = Path(outcome.summary_dir) / "results.json"
+            results = Path(outcome.summary_dir) / "results.md"
             if results.exists():
-                view.console.print(view.results_table(json.loads(results.read_text())))
+                view.console.print(view.summary_markdown(results))
             view.console.print(f"{outcome.host}: {outcome.task}: run {outcome.run_id} {outcome.status}; "
                                f"summary: {outcome.summary_dir}")
         if outcome.error:
@@ -191,8 +191,8 @@ def smoke_check(kernels_dir: Path, task: str, workloads: Optional[str]) -> bool:
     view.console.print(f"[bold yellow]smoke: timings are not meaningful[/] — {task} on the CPU through Triton's "
                        "interpreter")
     code = subprocess.call(argv)
-    results = run_dir / "summary" / "results.json"
+    results = run_dir / "summary" / "results.md"
     if results.exists():
-        view.console.print(view.results_table(json.loads(results.read_text())))
+        view.console.print(view.summary_markdown(results))
     view.console.print(f"summary: {run_dir / 'summary'}")
     return code == 0

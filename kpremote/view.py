@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Iterable, Optional
 
 from rich.console import Console
+from rich.markdown import Markdown
 from rich.table import Table
 from rich.text import Text
 
@@ -168,29 +170,9 @@ class RunView:
             self._live.update(self._render())
 
 
-def results_table(results: dict) -> Table:
-    """The per-workload table of a fetched summary/results.json."""
-    table = Table(title=f"{results.get('task', '')} — {results.get('mode', '')}", title_justify="left")
-    for column in ("workload", "prod", "status", "baseline µs (p10–p90)", "candidate µs (p10–p90)", "speedup",
-                   "GB/s", "% copy BW"):
-        table.add_column(column)
-    for row in results.get("rows", []):
-        base, cand = row.get("baseline") or {}, row.get("candidate") or {}
-        table.add_row(
-            row.get("id", "?"), "yes" if row.get("production") else "",
-            Text(row.get("status", "?"), style=STATUS_STYLE.get(row.get("status", ""), "")),
-            _median_band(base), _median_band(cand),
-            f"{row['speedup']:.3f}" if row.get("speedup") else "-",
-            f"{row['gbps']:.0f}" if row.get("gbps") else "-",
-            f"{row['pct_copy_bw']:.0f}%" if row.get("pct_copy_bw") else "-",
-        )
-    return table
-
-
-def _median_band(side: dict) -> str:
-    if not side.get("median_us"):
-        return "-"
-    return f"{side['median_us']:.2f} ({side.get('p10_us', 0):.2f}–{side.get('p90_us', 0):.2f})"
+def summary_markdown(path: Path) -> Markdown:
+    """A fetched results.md, rendered: the agent's report is the one table of a run, shown as it wrote it."""
+    return Markdown(path.read_text())
 
 
 def event_line(event: dict) -> Text:
