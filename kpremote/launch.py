@@ -32,6 +32,7 @@ class Outcome(BaseModel):
     summary_dir: Optional[str] = None
     error: Optional[str] = None
     channels: int = 0
+    synced_files: Optional[int] = None
     seconds: float = 0.0
     agent_seconds: Optional[float] = None
 
@@ -86,7 +87,8 @@ def _one_run(hosts: list[Host], task: str, kernels_dir: Path, options: RunOption
     with lock:
         started[key] = (session, run)
     live.add(key, run.host, task, run.run_id, run.gpu)
-    outcome = Outcome(host=run.host, task=task, run_id=run.run_id, status="detached" if detach else "running")
+    outcome = Outcome(host=run.host, task=task, run_id=run.run_id, status="detached" if detach else "running",
+                      synced_files=run.synced_files)
     try:
         if not detach:
             state = follow_run(session, task, run.run_id, lambda event: live.event(key, event))
@@ -135,13 +137,17 @@ def _start_somewhere(hosts: list[Host], task: str, kernels_dir: Path, options: R
 def _cancel_all(started: dict, lock: threading.Lock) -> None:
     with lock:
         runs = list(started.values())
-    for session, run in runs:
+    for following, run in runs:
+        # A connection of its own: the run's follow thread closes its session as soon as the run ends.
+        session = RunSession(following.host)
         try:
             cancel_run(session, run.task, run.run_id)
             view.errors.print(f"cancelled run {run.run_id} on {run.host}: its processes are gone and its GPU lease "
                               "is released")
         except KpremoteError as exc:
             view.error_line(f"could not cancel run {run.run_id} on {run.host}: {exc}")
+        finally:
+            session.close()
 
 
 def _report(outcomes: list[Outcome], kernels_dir: Path, as_json: bool, detach: bool) -> None:

@@ -38,6 +38,7 @@ class StartedRun(BaseModel):
     task: str
     run_id: str
     gpu: Optional[dict[str, Any]] = None
+    synced_files: Optional[int] = None
 
 
 class NoIdleGpu(KpremoteError):
@@ -69,12 +70,13 @@ def start_run(session: RunSession, task: str, kernels_dir: Path, options: RunOpt
     result = session.agent.call("start", *args, "--sync", stdin=build_sync_request(plan))
     if result.exit_code == NEED_FULL_SYNC:
         listing = have_listing(session.host, json.loads(result.stdout))
-        sync_task(session.agent, task, kernels_dir, have=listing)
+        report = sync_task(session.agent, task, kernels_dir, have=listing)
         result = session.agent.call("start", *args)
-        return _started(session.host, task, result)
+        return _started(session.host, task, result).model_copy(update={"synced_files": report.files_sent})
     started = _started(session.host, task, result)
-    record_synced(session.host, plan, json.loads(result.stdout)["sync"])
-    return started
+    synced = json.loads(result.stdout)["sync"]
+    record_synced(session.host, plan, synced)
+    return started.model_copy(update={"synced_files": synced.get("received_files")})
 
 
 def _start_args(host: Host, task: str, options: RunOptions) -> list[str]:

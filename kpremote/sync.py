@@ -32,6 +32,9 @@ from .errors import ConfigError, HostError, KpremoteError, RemoteCommandError
 
 TASK_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 EXCLUDED_NAMES = {".git", "__pycache__", ".kpremote"}
+FETCH_WRITTEN = {"docs/results.md", "docs/run_log.md"}
+"""Written locally by fetch-results after every run: the host has the originals, and sending them back would
+make every repeat run a changed one."""
 IGNORE_FILE = ".kpremoteignore"
 CACHE_ENV = "KPREMOTE_CACHE"
 RACY_NS = 2_000_000_000
@@ -140,7 +143,9 @@ def walk_task(task_dir: Path, warnings: list[str]) -> Iterator[tuple[str, os.sta
 
 def excluded(rel: str, is_dir: bool) -> bool:
     name = rel.rsplit("/", 1)[-1]
-    return name in EXCLUDED_NAMES or (not is_dir and name.endswith(".pyc")) or rel == "results"
+    if not is_dir and (name.endswith(".pyc") or rel in FETCH_WRITTEN):
+        return True
+    return name in EXCLUDED_NAMES or rel == "results"
 
 
 def _encodable(rel: str) -> bool:

@@ -1,0 +1,306 @@
+"""A run's summary: summary/results.json (schema kpremote.results/1), results.md, run_log.md, speedup.png.
+
+results.json is the record a result is judged by: provenance first (what ran, where, built how, timed how,
+the GPU before and after), then one row per workload, then the headline. Standard library only (matplotlib,
+when importable, draws the plot).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from . import stats
+from .correctness import PASSED
+
+SCHEMA = "kpremote.results/1"
+SMOKE_LABEL = "smoke: timings are not meaningful"
+HEADLINE_LEVEL = 0.95
+ROW_DRAWS = 100
+BOOTSTRAP_REPLICATES = 4000
+# Row keys that describe the workload rather than its shape; left out of the table's shape column.
+NOT_SHAPE = {"id", "production", "preset", "atol", "rtol", "seed", "note", "notes", "function", "source"}
+
+
+# --------------------------------------------------------------------------------------------- results
+
+
+def counts_in_headline(row: dict[str, Any]) -> bool:
+    return bool(row.get("production") and row.get("status") == PASSED and not row.get("invalid")
+                and row.get("speedup"))
+
+
+def headline(rows: list[dict[str, Any]], samples: dict[str, dict[str, list[float]]], *, smoke: bool) -> dict[str, Any]:
+    """Equal-weight geometric mean of the production rows' speedups, with a seeded bootstrap interval."""
+    production = [r for r in rows if r.get("production")]
+    counted = [r for r in production if counts_in_headline(r)]
+    result: dict[str, Any] = {"geomean": None, "low": None, "high": None, "level": HEADLINE_LEVEL,
+                              "n": len(counted), "of": len(production), "label": SMOKE_LABEL if smoke else None}
+    if not counted:
+        if production:
+            counts = Counter(r.get("status") for r in production)
+            result["note"] = "no production row passed (" + ", ".join(f"{n} {k}" for k, n in counts.items()) + ")"
+        else:
+            result["note"] = "no production row selected"
+        return result
+    draws = []
+    for number, row in enumerate(counted):
+        timed = samples.get(row["workload"]) or {}
+        if timed.get("baseline") and timed.get("candidate"):
+            draws.append(stats.row_speedup_draws(timed["baseline"], timed["candidate"], seed=number, n_draws=ROW_DRAWS))
+        else:
+            draws.append([row["speedup"]])
+    low, high = stats.hierarchical_geomean_ci(draws, seed=0, n_boot=BOOTSTRAP_REPLICATES, level=HEADLINE_LEVEL)
+    result.update(
+        geomean=stats.geomean([r["speedup"] for r in counted]),
+        low=low,
+        high=high,
+        method="percentile bootstrap, seeded: rows resampled, and each row's samples resampled",
+    )
+    return result
+
+
+def build_results(
+    *,
+    provenance: dict[str, Any],
+    rows: list[dict[str, Any]],
+    samples: dict[str, dict[str, list[float]]],
+    status: str,
+    exit_code: int,
+    message: str | None,
+    smoke: bool,
+) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "status": status,
+        "exit_code": exit_code,
+        "message": message,
+        "smoke": smoke,
+        "label": SMOKE_LABEL if smoke else None,
+        "provenance": provenance,
+        "rows": rows,
+        "headline": headline(rows, samples, smoke=smoke),
+    }
+
+
+def write_summary(run_dir: Path, results: dict[str, Any], events: list[dict[str, Any]]) -> list[Path]:
+    summary = Path(run_dir) / "summary"
+    summary.mkdir(parents=True, exist_ok=True)
+    written = [
+        _write(summary / "results.json", json.dumps(results, indent=1, default=str) + "\n"),
+        _write(summary / "results.md", render_results_md(results)),
+        _write(summary / "run_log.md", render_run_log(results, events)),
+    ]
+    if plot_speedups(results, summary / "speedup.png"):
+        written.append(summary / "speedup.png")
+    return written
+
+
+def _write(path: Path, text: str) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+# --------------------------------------------------------------------------------------------- results.md
+
+
+def render_results_md(results: dict[str, Any]) -> str:
+    prov = results.get("provenance", {})
+    task = prov.get("task", {}).get("name", "?")
+    lines = [f"# {task}: results", ""]
+    if results.get("smoke"):
+        lines += ["> **SMOKE RUN** — CPU only (Triton interpreter): every timing below is meaningless; this run",
+                  "> checks that the task builds, runs and is correct, nothing more.", ""]
+    lines += [f"Status: **{results['status']}** (exit code {results['exit_code']})"]
+    if results.get("message"):
+        lines += ["", f"> {results['message']}"]
+    lines += ["", *_context_lines(prov), ""]
+    rows = results.get("rows", [])
+    if rows:
+        lines += _row_table(rows, _copy_gbps(prov)) + [""]
+        notes = [f"- `{r['workload']}`: {_row_note(r)}" for r in rows if _row_note(r)]
+        if notes:
+            lines += ["Notes:", "", *notes, ""]
+    lines += [_headline_line(results.get("headline") or {}), ""]
+    return "\n".join(lines)
+
+
+def _context_lines(prov: dict[str, Any]) -> list[str]:
+    gpu = prov.get("gpu") or {}
+    versions = prov.get("versions") or {}
+    build = prov.get("build") or {}
+    copy = prov.get("copy_bandwidth") or {}
+    source = prov.get("source") or {}
+    host = prov.get("host") or {}
+    where = host.get("alias") or host.get("hostname") or "?"
+    device = f"{gpu.get('name')} (CC {_cc(gpu.get('cc'))}, {gpu.get('uuid')})" if gpu else prov.get("device", "?")
+    lines = [
+        f"- host: {where} ({host.get('hostname')}), device: {device}",
+        f"- build: {build.get('kind')} via {build.get('builder')}, flags {build.get('flags', [])}",
+        "- toolchain: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v),
+        f"- timing: mode {prov.get('mode')}; " + ", ".join(f"{k} {v}" for k, v in (prov.get("timing_settings") or {}).items()
+                                                          if k != "mode"),
+    ]
+    states = [(label, prov.get(key)) for label, key in (("before", "gpu_before"), ("after", "gpu_after"))]
+    described = [f"{label} {_gpu_state(state)}" for label, state in states if state]
+    if described:
+        lines.append("- GPU state " + "; ".join(described))
+    if copy.get("gbps"):
+        lines.append(f"- device-to-device copy bandwidth: {_number(copy['gbps'])} GB/s (bytes read + written)")
+    if source:
+        commit = source.get("git_commit")
+        where = f"commit {commit}{' (dirty)' if source.get('git_dirty') else ''}" if commit else "no git commit"
+        lines.append(f"- source: {where}; solution sha256 {source.get('solution_sha256')}")
+    return lines
+
+
+def _gpu_state(state: dict[str, Any]) -> str:
+    clock = f"SM {state.get('sm_clock_mhz')}/{state.get('sm_clock_max_mhz')} MHz"
+    reasons = f" ({', '.join(state['clock_event_reasons'])})" if state.get("clock_event_reasons") else ""
+    return (f"{state.get('memory_used_mib')} MiB used, util {state.get('util_pct')} %, {state.get('temperature_c')} °C, "
+            f"{state.get('power_w')} W, {clock}{reasons}, {len(state.get('processes') or [])} processes")
+
+
+def _row_table(rows: list[dict[str, Any]], copy_gbps: float | None) -> list[str]:
+    lines = [
+        "| workload | shape | prod | status | baseline µs median (p10–p90) | candidate µs median (p10–p90) "
+        "| speedup | GB/s | % of copy BW |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        timing = row.get("timing") or {}
+        # Bandwidth is only worth showing for a row whose timing stands.
+        gbps = (row.get("gbps") or {}).get("candidate") if row.get("speedup") else None
+        percent = f"{_number(100 * gbps / copy_gbps)} %" if gbps and copy_gbps else "–"
+        speedup = f"{row['speedup']:.3f}×" if row.get("speedup") else "–"
+        lines.append(
+            f"| `{row['workload']}` | {_shape(row.get('params') or {})} | {'yes' if row.get('production') else ''} "
+            f"| {_status_cell(row)} | {_side_cell(timing.get('baseline'))} | {_side_cell(timing.get('candidate'))} "
+            f"| {speedup} | {_number(gbps) if gbps else '–'} | {percent} |"
+        )
+    return lines
+
+
+def _status_cell(row: dict[str, Any]) -> str:
+    if row.get("implausible"):
+        return f"{row['status']} (implausible)"
+    if row.get("invalid"):
+        return f"{row['status']} (invalid)"
+    return row["status"]
+
+
+def _row_note(row: dict[str, Any]) -> str | None:
+    # The smoke label is the banner's business, not every row's.
+    parts = [text for text in (row.get("message"), row.get("invalid")) if text]
+    return "; ".join(dict.fromkeys(parts)) or None
+
+
+def _side_cell(side: dict[str, Any] | None) -> str:
+    if not side or not side.get("n"):
+        return "–"
+    return f"{_number(side['median'])} ({_number(side['p10'])}–{_number(side['p90'])})"
+
+
+def _number(value: float) -> str:
+    """Three significant digits without exponents: 0.0123, 1.23, 123, 4,054."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _shape(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items() if k not in NOT_SHAPE).replace("|", "/") or "–"
+
+
+def _cc(cc: Any) -> str:
+    return ".".join(map(str, cc)) if cc else "?"
+
+
+def _copy_gbps(prov: dict[str, Any]) -> float | None:
+    return (prov.get("copy_bandwidth") or {}).get("gbps")
+
+
+def _headline_line(head: dict[str, Any]) -> str:
+    label = f" — {head['label']}" if head.get("label") else ""
+    if head.get("geomean") is None:
+        return f"**Headline:** none ({head.get('note', 'no rows')}){label}"
+    return (
+        f"**Headline:** geometric-mean speedup **{head['geomean']:.3f}×** over {head['n']} of {head['of']} production "
+        f"rows, {int(100 * head['level'])} % interval {head['low']:.3f}–{head['high']:.3f}{label}"
+    )
+
+
+# --------------------------------------------------------------------------------------------- run_log.md
+
+
+def render_run_log(results: dict[str, Any], events: list[dict[str, Any]]) -> str:
+    prov = results.get("provenance", {})
+    lines = [f"# Run log: {prov.get('task', {}).get('name', '?')}", ""]
+    if results.get("smoke"):
+        lines += [f"**SMOKE RUN** ({SMOKE_LABEL})", ""]
+    lines += [f"- command: `{' '.join(prov.get('command', []))}`", f"- run: {prov.get('run_id')}", ""]
+    start = events[0]["t"] if events else 0.0
+    for event in events:
+        text = _event_text(event)
+        if text:
+            lines.append(f"- +{event['t'] - start:7.2f} s  {text}")
+    lines += ["", f"Ended **{results['status']}**, exit code {results['exit_code']}.", ""]
+    return "\n".join(lines)
+
+
+def _event_text(event: dict[str, Any]) -> str | None:
+    name = event.get("event")
+    if name == "phase":
+        workload = f" {event['workload']} ({event.get('i')}/{event.get('n')})" if event.get("workload") else ""
+        return f"phase {event.get('phase')}{workload}"
+    if name == "build":
+        return f"build {event.get('side')}: {'ok' if event.get('ok') else 'FAILED'} in {event.get('seconds')} s " \
+               f"(log {event.get('log')}){': ' + event['error'] if event.get('error') else ''}"
+    if name == "row":
+        speedup = f", speedup {event['speedup']:.3f}×" if event.get("speedup") else ""
+        message = f" — {event['message']}" if event.get("message") else ""
+        return f"row {event.get('i')}/{event.get('n')} `{event.get('workload')}`: {event.get('status')}{speedup}{message}"
+    if name == "headline" and event.get("geomean"):
+        return f"headline {event['geomean']:.3f}× ({event.get('low'):.3f}–{event.get('high'):.3f})"
+    if name == "done":
+        return f"done: {event.get('status')} (exit code {event.get('exit_code')})"
+    if name in ("error", "warning", "provenance"):
+        return f"{name}: {event.get('message') or 'recorded'}"
+    return None
+
+
+# --------------------------------------------------------------------------------------------- plot
+
+
+def plot_speedups(results: dict[str, Any], path: Path) -> bool:
+    """speedup.png when matplotlib is importable; False (no file) otherwise."""
+    rows = [r for r in results.get("rows", []) if r.get("speedup") and r.get("status") == PASSED]
+    if not rows:
+        return False
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:  # noqa: BLE001 - no matplotlib, no plot
+        return False
+    # Horizontal bars: workload ids are long, and a row per workload stays readable at any count.
+    figure, axes = plt.subplots(figsize=(7.0, 1.2 + 0.35 * len(rows)))
+    values = [r["speedup"] for r in rows]
+    positions = range(len(rows))
+    axes.barh(positions, values, color=["tab:green" if v >= 1 else "tab:red" for v in values])
+    axes.axvline(1.0, color="black", linewidth=0.8)
+    axes.set_yticks(positions, [r["workload"] for r in rows], fontsize=7)
+    axes.invert_yaxis()
+    axes.set_xlabel("speedup (baseline median / candidate median)")
+    head = results.get("headline") or {}
+    title = f"geomean {head['geomean']:.3f}×" if head.get("geomean") else "speedup per workload"
+    axes.set_title(title + (" — SMOKE, meaningless" if results.get("smoke") else ""), fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+

@@ -1,0 +1,634 @@
+"""One run, start to end: validate → lease → build → (correctness → timing) per workload → report.
+
+    python -m kpremote.agent.runner --task-dir W --run-dir R --device cuda|cpu|auto [--gpu UUID] [--lease-fd N]
+        [--workloads a,b] [--mode cold|graph] [--host-alias NAME] [--root ROOT]
+
+The runner itself never imports torch: builds and workloads run in worker processes (worker.py) of the
+runner's process group, each with a timeout, so a hang or a crash costs one row. state.json says where the run
+is; raw/events.jsonl says what happened, as it happens.
+
+Exit codes: 0 every selected workload PASSED (for a CUDA task on a CPU smoke run: every row SKIPPED because the
+CUDA side cannot run there, and the compile-only check did not fail); 1 some row did not pass, or its timing is
+invalid; 2 the task was refused (contract or symmetry) before anything ran; 3 the run could not proceed (no GPU,
+build failed, ...); 130 cancelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from . import report
+from .build import CUDA_ON_CPU, triton_cache_dir
+from .correctness import ERROR, PASSED, SKIPPED, TIMEOUT
+from .events import EventLog, read_events
+from .runstate import update_state
+from .taskspec import TaskSpec, TaskSpecError, Workload, load_task
+
+EXIT_PASSED, EXIT_FAILED, EXIT_REFUSED, EXIT_INFRA, EXIT_CANCELLED = 0, 1, 2, 3, 130
+STARTUP_LIMIT_S = 300.0  # interpreter + torch + task import, before a workload's own timeout starts
+PREPARE_LIMIT_S = 3600.0  # both builds (a CUDA build can take many minutes) and the device probe
+POLL_S = 0.05
+WATCH_INTERVAL_S = 1.0
+LOG_TAIL_LINES = 15
+# The folder holding the `kpremote` package: workers import the very same agent copy.
+AGENT_HOME = Path(__file__).resolve().parents[2]
+
+
+class Cancelled(Exception):
+    """SIGTERM or SIGINT arrived: stop the current worker, record the run as cancelled."""
+
+
+class Abort(Exception):
+    """The run cannot go on; carries the exit code and the state status."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_INFRA, status: str = "error") -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.status = status
+
+
+@dataclass
+class Options:
+    task_dir: Path
+    run_dir: Path
+    device: str = "auto"
+    gpu: str | None = None
+    lease_fd: int | None = None
+    workloads: list[str] | None = None
+    mode: str | None = None
+    host_alias: str | None = None
+    root: Path | None = None
+
+
+def parse_args(argv: list[str]) -> Options:
+    parser = argparse.ArgumentParser(prog="python -m kpremote.agent.runner", description=__doc__.split("\n")[0])
+    parser.add_argument("--task-dir", required=True, type=Path)
+    parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--device", choices=("cuda", "cpu", "auto"), default="auto")
+    parser.add_argument("--gpu", help="GPU UUID (or index) to use")
+    parser.add_argument("--lease-fd", type=int, help="an inherited, already locked lease file descriptor")
+    parser.add_argument("--workloads", help="comma-separated workload ids (default: all)")
+    parser.add_argument("--mode", choices=("cold", "graph"))
+    parser.add_argument("--host-alias")
+    parser.add_argument("--root", type=Path, help="kpremote root holding locks/ (default: $KPREMOTE_ROOT)")
+    args = parser.parse_args(argv)
+    return Options(
+        task_dir=args.task_dir.resolve(),
+        run_dir=args.run_dir.resolve(),
+        device=args.device,
+        gpu=args.gpu,
+        lease_fd=args.lease_fd,
+        workloads=[w.strip() for w in args.workloads.split(",") if w.strip()] if args.workloads else None,
+        mode=args.mode,
+        host_alias=args.host_alias,
+        root=args.root,
+    )
+
+
+def main(argv: list[str]) -> int:
+    options = parse_args(argv)
+    return Runner(options, [sys.executable, "-m", "kpremote.agent.runner", *argv]).run()
+
+
+# --------------------------------------------------------------------------------------------- worker processes
+
+
+@dataclass
+class WorkerOutcome:
+    result: dict[str, Any] | None  # the worker's JSON, when it wrote one
+    seconds: float
+    timed_out: str | None = None  # why, when it was stopped for taking too long
+    crashed: str | None = None  # how it died without a result
+
+
+def descendants(pid: int) -> list[int]:
+    """All live descendants of pid (Linux /proc), children before grandchildren."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat_line = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat_line[stat_line.rfind(")") + 2 :].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    found, frontier = [], [pid]
+    while frontier:
+        nxt = [c for p in frontier for c in children.get(p, [])]
+        found += nxt
+        frontier = nxt
+    return found
+
+
+def kill_tree(process: subprocess.Popen) -> None:
+    """SIGKILL a worker and whatever it started (ninja, nvcc, ...), leaving the rest of our group alone."""
+    for pid in [*reversed(descendants(process.pid)), process.pid]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.wait()
+
+
+# --------------------------------------------------------------------------------------------- GPU watch
+
+
+class ForeignWatch:
+    """Polls NVML while workloads run; any process beyond ours on the leased GPU makes the rows it overlaps invalid.
+
+    Inside a container NVML reports host pids, so ours cannot be recognised by pid: it is counted instead
+    (at most one process of ours, the worker, holds the GPU at a time).
+    """
+
+    def __init__(self, uuid: str, baseline_pids: set[int], baseline_memory_mib: int, memory_margin_mib: int) -> None:
+        self.uuid = uuid
+        self.baseline_pids = baseline_pids
+        self.memory_limit_mib = baseline_memory_mib + memory_margin_mib
+        self.seen: list[str] = []
+        self._ours = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def row_started(self, ours: int) -> None:
+        self.seen = []
+        self._ours = ours
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def row_ended(self) -> str | None:
+        """Stop polling, look once more with no worker of ours alive, and say what foreign use was seen."""
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+        self._ours = 0
+        self._look()
+        return "; ".join(dict.fromkeys(self.seen)) or None
+
+    def _poll(self) -> None:
+        while not self._stop.wait(WATCH_INTERVAL_S):
+            self._look()
+
+    def _look(self) -> None:
+        from . import nvml
+
+        gpu = nvml.snapshot().find(self.uuid)
+        if gpu is None:
+            return
+        others = [p for p in gpu.processes if p.get("pid") not in self.baseline_pids]
+        if len(others) > self._ours:
+            names = ", ".join(f"pid {p.get('pid')} {p.get('name') or '?'} {p.get('used_mib')} MiB" for p in others)
+            self.seen.append(f"foreign process on the GPU during the run ({names})")
+        if self._ours == 0 and gpu.memory_used_mib > self.memory_limit_mib:
+            self.seen.append(f"GPU memory in use rose to {gpu.memory_used_mib} MiB with no worker of ours running")
+
+
+# --------------------------------------------------------------------------------------------- the run
+
+
+@dataclass
+class RunContext:
+    spec: TaskSpec | None = None
+    selected: list[Workload] = field(default_factory=list)
+    device: str = "cpu"
+    gpu: Any = None  # nvml.GpuState of the leased GPU
+    lease: Any = None
+    lease_root: Path | None = None
+    driver: str | None = None
+    gpu_before: dict[str, Any] | None = None
+    gpu_after: dict[str, Any] | None = None
+    prepared: dict[str, Any] = field(default_factory=dict)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    watch: ForeignWatch | None = None
+
+
+class Runner:
+    def __init__(self, options: Options, command: list[str]) -> None:
+        self.options = options
+        self.command = command
+        self.run_dir = options.run_dir
+        self.raw = self.run_dir / "raw"
+        self.events: EventLog | None = None
+        self.ctx = RunContext()
+        self.started_iso = _utc_now()
+
+    # ---------------------------------------------------------------- top level
+
+    def run(self) -> int:
+        self.raw.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "summary").mkdir(parents=True, exist_ok=True)
+        self.events = EventLog(self.raw / "events.jsonl")
+        update_state(self.run_dir, run_id=self.run_dir.name, status="running", phase="validate", pid=os.getpid(),
+                     pgid=os.getpgrp(), started=self.started_iso)
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        status, exit_code, message = "error", EXIT_INFRA, None
+        try:
+            status, exit_code = self._run_all()
+        except Cancelled:
+            status, exit_code, message = "cancelled", EXIT_CANCELLED, "cancelled by a signal"
+        except Abort as abort:
+            status, exit_code, message = abort.status, abort.exit_code, str(abort)
+            self.events.emit("error", message=message)
+        except Exception as exc:  # noqa: BLE001 - an agent bug still ends the run with a record of it
+            status, exit_code, message = "error", EXIT_INFRA, f"agent error: {type(exc).__name__}: {exc}"
+            self.events.emit("error", message=message)
+        finally:
+            for sig in previous:
+                signal.signal(sig, signal.SIG_IGN)  # finishing the record must not be interrupted
+        self._finish(status, exit_code, message)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        return exit_code
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        raise Cancelled(signal.Signals(signum).name)
+
+    def _run_all(self) -> tuple[str, int]:
+        self._phase("validate")
+        self._validate()
+        self._phase("lease")
+        self._take_gpu()
+        self._phase("build")
+        self._prepare()
+        self.events.emit("provenance", **self._provenance())
+        self._phase("workloads")
+        for number, workload in enumerate(self.ctx.selected, start=1):
+            self._run_row(number, workload)
+        return self._verdict()
+
+    # ---------------------------------------------------------------- steps
+
+    def _validate(self) -> None:
+        try:
+            spec = load_task(self.options.task_dir, timing_mode=self.options.mode)
+            self.ctx.selected = spec.select(self.options.workloads)
+        except TaskSpecError as exc:
+            raise Abort(f"refused: {exc}", EXIT_REFUSED) from None
+        self.ctx.spec = spec
+        update_state(self.run_dir, task=spec.task.name)
+
+    def _take_gpu(self) -> None:
+        self.ctx.device = self._resolve_device()
+        update_state(self.run_dir, device=self.ctx.device)
+        if self.ctx.device != "cuda":
+            return
+        from . import lease, nvml
+
+        root = self._lease_root()
+        self.ctx.lease_root = root
+        try:
+            policy = lease.IdlePolicy.from_json(os.environ.get("KPREMOTE_IDLE"))
+            if self.options.lease_fd is not None:
+                self.ctx.lease = self._adopt_lease(root)
+            else:
+                self.ctx.lease = lease.acquire(root, policy=policy, arch=self.ctx.spec.task.arch,
+                                               run_id=self.run_dir.name, task=self.ctx.spec.task.name,
+                                               gpu=self.options.gpu)
+        except lease.AgentError as exc:
+            raise Abort(str(exc)) from None
+        snap = nvml.snapshot()
+        gpu = snap.find(self.ctx.lease.gpu.uuid) or self.ctx.lease.gpu
+        self.ctx.gpu, self.ctx.driver, self.ctx.gpu_before = gpu, snap.driver, gpu.to_json()
+        update_state(self.run_dir, gpu=gpu.to_json())
+        self.ctx.watch = ForeignWatch(gpu.uuid, {p.get("pid") for p in gpu.processes}, gpu.memory_used_mib,
+                                      policy.max_memory_mib)
+
+    def _resolve_device(self) -> str:
+        if self.options.device != "auto":
+            return self.options.device
+        try:
+            from . import nvml
+
+            snap = nvml.snapshot()
+        except Exception:  # noqa: BLE001 - no NVML: no GPU
+            return "cpu"
+        return "cuda" if snap.source == "nvml" and snap.gpus else "cpu"
+
+    def _lease_root(self) -> Path:
+        if self.options.root:
+            return self.options.root
+        if os.environ.get("KPREMOTE_ROOT"):
+            return Path(os.environ["KPREMOTE_ROOT"]).expanduser()
+        for ancestor in self.run_dir.parents:  # ROOT/tasks/<task>/runs/<id>
+            if ancestor.name == "tasks":
+                return ancestor.parent
+        return Path.home() / "kpremote"
+
+    def _adopt_lease(self, root: Path) -> Any:
+        from . import lease, nvml
+
+        fd = self.options.lease_fd
+        uuid = self.options.gpu or json.loads(os.pread(fd, 1 << 16, 0) or b"{}").get("uuid")
+        gpu = nvml.snapshot().find(uuid) if uuid else None
+        if gpu is None:
+            raise Abort(f"inherited lease names GPU {uuid!r}, which NVML does not show")
+        return lease.adopt(fd, gpu, lease.lock_path(root, gpu.uuid))
+
+    def _prepare(self) -> None:
+        spec = self.ctx.spec
+        job = {"task_dir": str(spec.root), "run_dir": str(self.run_dir), "device": self.ctx.device,
+               "mode": self.options.mode}
+        outcome = self._run_worker("prepare", job, self.raw / "prepare", PREPARE_LIMIT_S, ready=False)
+        result = outcome.result or {}
+        build = result.get("build")
+        if build is None:
+            why = outcome.timed_out or outcome.crashed or result.get("message") or "no result"
+            raise Abort(f"build: {why}")
+        self.ctx.prepared = result
+        for side, record in build["sides"].items():
+            self.events.emit("build", side=side, ok=record["ok"], seconds=record["seconds"], log=record["log"],
+                             error=record.get("error"))
+        if build.get("note"):
+            self.events.emit("warning", message=build["note"])
+        if not build["ok"]:
+            failed = [f"{s}: {r['error']}" for s, r in build["sides"].items() if not r["ok"]]
+            raise Abort(f"build failed — {'; '.join(failed)} (logs in raw/build/)")
+
+    def _run_row(self, number: int, workload: Workload) -> None:
+        total = len(self.ctx.selected)
+        self._phase("workload", workload=workload.id, i=number, n=total)
+        update_state(self.run_dir, workload={"i": number, "n": total, "id": workload.id})
+        row = self._row_result(workload)
+        samples = row.pop("samples", None)
+        if samples:
+            self.ctx.samples[workload.id] = samples
+            self._append_samples(workload.id, row.get("timing", {}).get("mode"), samples)
+        self.ctx.rows.append(row)
+        event = self.events.emit("row", **_row_event(row, number, total))
+        speedup = f" {event['speedup']:.3f}x" if event.get("speedup") else ""
+        detail = f" — {event['message']}" if event.get("message") else ""
+        print(f"[{number}/{total}] {workload.id}: {row['status']}{speedup}{detail}", file=sys.stderr, flush=True)
+
+    def _row_result(self, workload: Workload) -> dict[str, Any]:
+        base = {"workload": workload.id, "production": workload.production, "params": workload.params,
+                "tolerance_override": {"atol": workload.atol, "rtol": workload.rtol}}
+        smoke = self.ctx.device != "cuda"
+        if self._cuda_on_cpu():
+            return {**base, "status": SKIPPED, "message": CUDA_ON_CPU, "timing": None, "smoke": True,
+                    "label": report.SMOKE_LABEL, "seconds": 0.0}
+        job = {"task_dir": str(self.ctx.spec.root), "run_dir": str(self.run_dir), "device": self.ctx.device,
+               "mode": self.options.mode, "workload": workload.id,
+               "modules": {side: rec.get("module") for side, rec in self.ctx.prepared["build"]["sides"].items()},
+               "gpu": self.ctx.gpu.to_json() if self.ctx.gpu else None,
+               "copy_gbps": ((self.ctx.prepared.get("device") or {}).get("copy_bandwidth") or {}).get("gbps"),
+               "l2_bytes": (self.ctx.prepared.get("device") or {}).get("l2_bytes")}
+        if self.ctx.watch:
+            self.ctx.watch.row_started(ours=1)
+        outcome = self._run_worker("workload", job, self.raw / "workloads" / workload.id,
+                                   self.ctx.spec.timing.timeout_s, ready=True)
+        foreign = self.ctx.watch.row_ended() if self.ctx.watch else None
+        row = {**base, **_outcome_fields(outcome), "smoke": smoke, "label": report.SMOKE_LABEL if smoke else None,
+               "seconds": round(outcome.seconds, 3), "log": f"raw/workloads/{workload.id}.log"}
+        row["speedup"] = (row.get("timing") or {}).get("speedup") if row["status"] == PASSED else None
+        if foreign and row.get("timing"):
+            row["invalid"] = foreign
+        return row
+
+    def _cuda_on_cpu(self) -> bool:
+        return self.ctx.spec.build.kind == "cuda" and self.ctx.device != "cuda"
+
+    def _run_worker(self, what: str, job: dict[str, Any], stem: Path, limit_s: float, *, ready: bool) -> WorkerOutcome:
+        """Start a worker, hold it to its time limit, and collect its result."""
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        out, job_path, log_path = stem.with_suffix(".json"), stem.with_suffix(".job.json"), stem.with_suffix(".log")
+        ready_path = stem.with_suffix(".ready")
+        for stale in (out, ready_path):
+            stale.unlink(missing_ok=True)
+        job_path.write_text(json.dumps({**job, "ready_path": str(ready_path)}, indent=1))
+        command = [sys.executable, "-m", "kpremote.agent.worker", what, "--job", str(job_path), "--out", str(out)]
+        started = time.monotonic()
+        with open(log_path, "ab") as log:
+            child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self._worker_env(),
+                                     cwd=self.ctx.spec.root)
+        ready_at = None if ready else started
+        try:
+            while True:
+                try:
+                    returncode = child.wait(timeout=POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                now = time.monotonic()
+                if ready_at is None and ready_path.exists():
+                    ready_at = now
+                deadline = ready_at + limit_s if ready_at is not None else started + STARTUP_LIMIT_S
+                if now > deadline:
+                    kill_tree(child)
+                    why = (f"no result within {limit_s:g} s" if ready_at is not None
+                           else f"the worker did not start within {STARTUP_LIMIT_S:g} s")
+                    return WorkerOutcome(None, time.monotonic() - started, timed_out=why)
+        except BaseException:  # Cancelled above all: no worker outlives the runner's decision to stop
+            if child.poll() is None:
+                kill_tree(child)
+            raise
+        seconds = time.monotonic() - started
+        if out.exists():
+            return WorkerOutcome(json.loads(out.read_text()), seconds)
+        tail = _tail(log_path)
+        return WorkerOutcome(None, seconds, crashed=_exit_description(returncode) + (f"; log tail:\n{tail}" if tail else ""))
+
+    def _worker_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(AGENT_HOME), env.get("PYTHONPATH")]))
+        env["PYTHONUNBUFFERED"] = "1"
+        env["TRITON_CACHE_DIR"] = str(triton_cache_dir(self.run_dir))
+        if self.ctx.device == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = self.ctx.gpu.uuid
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ""  # an unleased run must not touch any GPU
+            if self.ctx.spec.build.kind == "triton":
+                env["TRITON_INTERPRET"] = "1"
+        return env
+
+    def _append_samples(self, workload_id: str, mode: str | None, samples: dict[str, list[float]]) -> None:
+        with open(self.raw / "samples.jsonl", "a") as f:
+            for side, times in samples.items():
+                f.write(json.dumps({"workload": workload_id, "side": side, "mode": mode, "unit": "us",
+                                    "times": times}) + "\n")
+
+    # ---------------------------------------------------------------- ending
+
+    def _verdict(self) -> tuple[str, int]:
+        rows = self.ctx.rows
+        if self._cuda_on_cpu():
+            return ("passed", EXIT_PASSED) if all(r["status"] == SKIPPED for r in rows) else ("failed", EXIT_FAILED)
+        good = all(r["status"] == PASSED and not r.get("invalid") for r in rows)
+        return ("passed", EXIT_PASSED) if good else ("failed", EXIT_FAILED)
+
+    def _finish(self, status: str, exit_code: int, message: str | None) -> None:
+        """Release the GPU, write the summary, and only then say the run is over (state last)."""
+        head: dict[str, Any] | None = None
+        try:
+            self._phase("report")
+            self._release_gpu()
+            results = report.build_results(provenance=self._provenance(), rows=self.ctx.rows,
+                                           samples=self.ctx.samples, status=status, exit_code=exit_code,
+                                           message=message, smoke=self.ctx.device != "cuda")
+            report.write_summary(self.run_dir, results, read_events(self.raw / "events.jsonl")[0])
+            head = results["headline"]
+            self.events.emit("headline", **head)
+        except Exception as exc:  # noqa: BLE001 - the run must still end with a terminal state
+            status, exit_code = "error", EXIT_INFRA
+            message = f"{message + '; ' if message else ''}report failed: {type(exc).__name__}: {exc}"
+            self.events.emit("error", message=message)
+        self.events.emit("done", status=status, exit_code=exit_code, message=message)
+        update_state(self.run_dir, status=status, phase="done", exit_code=exit_code, headline=head, message=message,
+                     finished=_utc_now())
+        self.events.close()
+        print(json.dumps({"run_dir": str(self.run_dir), "status": status, "exit_code": exit_code, "message": message,
+                          "headline": head}, default=str), flush=True)
+
+    def _release_gpu(self) -> None:
+        if self.ctx.lease is None:
+            return
+        from . import nvml
+
+        gpu = nvml.snapshot().find(self.ctx.gpu.uuid) if self.ctx.gpu else None
+        self.ctx.gpu_after = gpu.to_json() if gpu else None
+        self.ctx.lease.release()
+        self.ctx.lease = None
+
+    def _phase(self, phase: str, **fields: Any) -> None:
+        self.events.emit("phase", phase=phase, **fields)
+        update_state(self.run_dir, phase=phase)
+
+    def _provenance(self) -> dict[str, Any]:
+        spec, ctx = self.ctx.spec, self.ctx
+        prepared = ctx.prepared
+        device_info = prepared.get("device") or {}
+        gpu = ctx.gpu
+        return {
+            "command": self.command,
+            "run_id": self.run_dir.name,
+            "started": self.started_iso,
+            "task": {"name": spec.task.name, "arch": spec.task.arch, "family": spec.task.family,
+                     "dir": str(spec.root)} if spec else {"dir": str(self.options.task_dir)},
+            "source": source_provenance(spec.root) if spec else None,
+            "baseline_upstream": _baseline_upstream(spec) if spec else None,
+            "host": {"alias": self.options.host_alias, "hostname": socket.gethostname()},
+            "device": ctx.device,
+            "gpu": {"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "cc": list(gpu.cc),
+                    "driver": ctx.driver} if gpu else None,
+            "device_info": {k: v for k, v in device_info.items() if k != "copy_bandwidth"} or None,
+            "versions": prepared.get("versions"),
+            "build": prepared.get("build"),
+            "timing_settings": spec.timing.to_json() if spec else None,
+            "mode": ("smoke" if ctx.device != "cuda" else spec.timing.mode) if spec else None,
+            "workloads": [w.id for w in ctx.selected],
+            "gpu_before": ctx.gpu_before,
+            "gpu_after": ctx.gpu_after,
+            "copy_bandwidth": device_info.get("copy_bandwidth"),
+            "lease_root": str(ctx.lease_root) if ctx.lease_root else None,
+        }
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def _outcome_fields(outcome: WorkerOutcome) -> dict[str, Any]:
+    if outcome.timed_out:
+        return {"status": TIMEOUT, "message": f"timeout: {outcome.timed_out}", "timing": None}
+    if outcome.result is None:
+        return {"status": ERROR, "message": f"worker crashed: {outcome.crashed}", "where": "worker", "timing": None}
+    return outcome.result
+
+
+def _row_event(row: dict[str, Any], number: int, total: int) -> dict[str, Any]:
+    timing = row.get("timing") or {}
+    event = {"workload": row["workload"], "i": number, "n": total, "status": row["status"],
+             "production": row["production"], "message": row.get("message"), "speedup": row.get("speedup"),
+             "mode": timing.get("mode"), "invalid": row.get("invalid"), "implausible": row.get("implausible"),
+             "label": row.get("label"), "seconds": row.get("seconds")}
+    for side in ("baseline", "candidate"):
+        summary = timing.get(side) or {}
+        for key in ("n", "median", "p10", "p90"):
+            event[f"{side}_{key}" + ("_us" if key != "n" else "")] = summary.get(key)
+    return event
+
+
+def _baseline_upstream(spec: TaskSpec) -> dict[str, Any]:
+    b = spec.baseline
+    return {"repo": b.repo, "ref": b.ref, "commit": b.commit, "files": list(b.files), "follows": b.follows}
+
+
+def source_provenance(task_dir: Path) -> dict[str, Any]:
+    """What source ran: the sync's record (workspace/.kpremote/provenance.json) when there is one, else our own."""
+    recorded = Path(task_dir) / ".kpremote" / "provenance.json"
+    if recorded.is_file():
+        try:
+            return {**json.loads(recorded.read_text()), "origin": ".kpremote/provenance.json"}
+        except ValueError:
+            pass
+    computed: dict[str, Any] = {
+        "origin": "computed by the agent",
+        "solution_sha256": tree_sha256(Path(task_dir) / "solution"),
+        "baseline_sha256": tree_sha256(Path(task_dir) / "baseline"),
+    }
+    computed.update(_git_state(Path(task_dir)))
+    return computed
+
+
+def tree_sha256(folder: Path) -> str | None:
+    """sha256 over "relative path NUL sha256(content)" lines of every file, in path order (caches skipped)."""
+    if not folder.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(f"{path.relative_to(folder).as_posix()}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+    return digest.hexdigest()
+
+
+def _git_state(folder: Path) -> dict[str, Any]:
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"git_commit": None, "git_dirty": None}
+    status = git("status", "--porcelain", "--", ".") or ""
+    diff = git("diff", "HEAD", "--", ".") or ""
+    return {"git_commit": commit.strip(), "git_dirty": bool(status.strip()),
+            "diff_sha256": hashlib.sha256(diff.encode()).hexdigest() if diff else None}
+
+
+def _exit_description(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with code {returncode} and no result"
+
+
+def _tail(path: Path) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").strip().splitlines()[-LOG_TAIL_LINES:])
+    except OSError:
+        return ""
+
+
+def _utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,145 @@
+"""Summary statistics for timing samples and speedups (standard library only).
+
+Percentiles use linear interpolation between closest ranks (numpy's default), so p10/p90 agree with the
+users' own timing template. The standard deviation is the sample one (n - 1).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+# sqrt(pi / 2): the asymptotic ratio of the median's standard error to the mean's, for normal samples.
+MEDIAN_SE_FACTOR = 1.2533
+# A normal distribution's sigma over its interquartile range; used to estimate sigma robustly.
+IQR_TO_SIGMA = 1.0 / 1.349
+
+
+@dataclass
+class Summary:
+    n: int
+    median: float
+    mean: float
+    std: float
+    min: float
+    p10: float
+    p90: float
+
+    def to_json(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th quantile (0 <= q <= 1), linearly interpolated between closest ranks."""
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile {q} is outside [0, 1]")
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    below = math.floor(position)
+    above = min(below + 1, len(ordered) - 1)
+    fraction = position - below
+    return ordered[below] + (ordered[above] - ordered[below]) * fraction
+
+
+def median(values: Sequence[float]) -> float:
+    return percentile(values, 0.5)
+
+
+def mean(values: Sequence[float]) -> float:
+    if not values:
+        raise ValueError("mean of no values")
+    return math.fsum(values) / len(values)
+
+
+def std(values: Sequence[float]) -> float:
+    """Sample standard deviation; 0 for a single value."""
+    if len(values) < 2:
+        return 0.0
+    centre = mean(values)
+    return math.sqrt(math.fsum((v - centre) ** 2 for v in values) / (len(values) - 1))
+
+
+def summarize(values: Sequence[float]) -> Summary:
+    return Summary(
+        n=len(values),
+        median=median(values),
+        mean=mean(values),
+        std=std(values),
+        min=min(values),
+        p10=percentile(values, 0.10),
+        p90=percentile(values, 0.90),
+    )
+
+
+def median_rse(values: Sequence[float]) -> float:
+    """Relative standard error of the median: 1.2533 * sigma / sqrt(n) / median.
+
+    sigma comes from the interquartile range rather than the raw standard deviation, so one preempted sample
+    (a 10x outlier) does not keep an otherwise converged measurement sampling until its cap.
+    """
+    n = len(values)
+    if n < 2:
+        return math.inf
+    centre = median(values)
+    if centre <= 0:
+        return math.inf
+    sigma = (percentile(values, 0.75) - percentile(values, 0.25)) * IQR_TO_SIGMA
+    return MEDIAN_SE_FACTOR * sigma / math.sqrt(n) / centre
+
+
+def speedup(baseline_median: float, candidate_median: float) -> float:
+    """Baseline time over candidate time: above 1 means the candidate is faster."""
+    if baseline_median <= 0 or candidate_median <= 0:
+        raise ValueError(f"speedup needs positive times, got {baseline_median} and {candidate_median}")
+    return baseline_median / candidate_median
+
+
+def geomean(values: Sequence[float]) -> float:
+    if not values:
+        raise ValueError("geometric mean of no values")
+    if any(v <= 0 for v in values):
+        raise ValueError("geometric mean needs positive values")
+    return math.exp(math.fsum(math.log(v) for v in values) / len(values))
+
+
+def bootstrap_geomean_ci(
+    speedups: Sequence[float], *, seed: int = 0, n_boot: int = 10_000, level: float = 0.95
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the geometric mean, resampling rows with replacement."""
+    return hierarchical_geomean_ci([[s] for s in speedups], seed=seed, n_boot=n_boot, level=level)
+
+
+def row_speedup_draws(
+    baseline: Sequence[float], candidate: Sequence[float], *, seed: int = 0, n_draws: int = 200
+) -> list[float]:
+    """Bootstrap draws of one row's speedup (median of resampled baseline over median of resampled candidate)."""
+    rng = random.Random(seed)
+    return [
+        median(rng.choices(baseline, k=len(baseline))) / median(rng.choices(candidate, k=len(candidate)))
+        for _ in range(n_draws)
+    ]
+
+
+def hierarchical_geomean_ci(
+    draws_per_row: Sequence[Sequence[float]], *, seed: int = 0, n_boot: int = 10_000, level: float = 0.95
+) -> tuple[float, float]:
+    """Interval of the geomean over rows that carries both the spread between rows and each row's own noise.
+
+    Each replicate resamples the rows with replacement and takes, for every row drawn, one of that row's
+    bootstrap speedup draws. With a single draw per row this is the plain bootstrap over rows; with one row it
+    is that row's measurement uncertainty, which a resampling over rows alone would hide (a zero-width interval).
+    """
+    if not draws_per_row or any(not draws for draws in draws_per_row):
+        raise ValueError("bootstrap needs at least one row, each with at least one draw")
+    rng = random.Random(seed)
+    logs = [[math.log(d) for d in draws] for draws in draws_per_row]
+    rows = len(logs)
+    replicates = sorted(
+        math.exp(math.fsum(rng.choice(logs[rng.randrange(rows)]) for _ in range(rows)) / rows) for _ in range(n_boot)
+    )
+    tail = (1.0 - level) / 2.0
+    return percentile(replicates, tail), percentile(replicates, 1.0 - tail)

@@ -1,0 +1,458 @@
+"""A task folder's contract (docs/task-contract.md): task.toml and bench/workloads.toml, validated.
+
+Everything that could make the two sides differ is refused here, before anything is built or run. Every
+error names the file and the field and says what is allowed, e.g.
+`kernels/x/task.toml: [build] kind = "rust" — allowed: "triton", "cuda"`.
+Standard library only: the runner validates a task without importing torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    try:
+        import tomli as tomllib  # type: ignore[no-redef]
+    except ImportError:
+        tomllib = None  # type: ignore[assignment]
+
+SIDES = ("baseline", "candidate")
+SIDE_FOLDERS = {"baseline": "baseline", "candidate": "solution"}
+ARCHES = ("b200", "h200", "h100", "any")
+BUILD_KINDS = ("triton", "cuda")
+TIMING_MODES = ("cold", "graph")
+WORKLOAD_ID = re.compile(r"[A-Za-z0-9_.-]+")
+ENTRY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ADAPTER_REQUIRED = ("make_case", "call_baseline", "call_candidate")
+ADAPTER_OPTIONAL = ("bind", "reference", "bytes_moved")
+# Names whose use means a side compiles or loads its own binary, outside the one symmetric builder.
+SELF_BUILD_NAMES = frozenset({"cpp_extension", "load_inline", "load_library", "CDLL", "cdll"})
+PER_SIDE_TABLES = ("candidate", "solution", "baseline_build", "candidate_build")
+
+
+class TaskSpecError(ValueError):
+    """The task folder breaks its contract; the message is complete (file, field, what is allowed)."""
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    name: str
+    arch: str
+    family: str
+
+
+@dataclass(frozen=True)
+class BaselineInfo:
+    repo: str
+    ref: str
+    commit: str
+    files: tuple[str, ...]
+    follows: str | None = None
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    kind: str
+    flags: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    entry: str = "kernel"
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    mode: str = "cold"
+    min_samples: int = 10
+    min_time_s: float = 0.5
+    max_time_s: float = 20.0
+    target_rse: float = 0.005
+    max_samples: int = 2000
+    warmup_s: float = 0.1
+    timeout_s: float = 600.0
+    seeds: int = 3
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> "TimingSettings":
+        return cls(**{f.name: record[f.name] for f in fields(cls) if f.name in record})
+
+
+@dataclass(frozen=True)
+class Workload:
+    id: str
+    production: bool
+    params: dict[str, Any]  # the row merged over [defaults]: what the adapter receives
+    atol: float | None = None  # per-row override of the adapter's Case tolerance
+    rtol: float | None = None
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    root: Path
+    task: TaskInfo
+    baseline: BaselineInfo
+    build: BuildSpec
+    timing: TimingSettings
+    workloads: tuple[Workload, ...] = field(default_factory=tuple)
+
+    def side_dir(self, side: str) -> Path:
+        return self.root / SIDE_FOLDERS[side]
+
+    @property
+    def adapter_path(self) -> Path:
+        return self.root / "bench" / "adapter.py"
+
+    def select(self, ids: list[str] | None) -> list[Workload]:
+        """The rows named by ids (in file order), or all rows; an unknown id is an error."""
+        if not ids:
+            return list(self.workloads)
+        known = {w.id for w in self.workloads}
+        unknown = [i for i in ids if i not in known]
+        if unknown:
+            where = _shown(self.root / "bench" / "workloads.toml")
+            raise TaskSpecError(
+                f"{where}: no workload {', '.join(map(repr, unknown))}{_suggestion(unknown[0], known)}"
+                f" — known: {', '.join(sorted(known))}"
+            )
+        wanted = set(ids)
+        return [w for w in self.workloads if w.id in wanted]
+
+
+# ------------------------------------------------------------------------------------------------ loading
+
+
+def load_task(task_dir: Path, *, timing_mode: str | None = None) -> TaskSpec:
+    """Read and validate the whole task folder; timing_mode (from the command line) overrides [timing] mode."""
+    root = Path(task_dir)
+    if not root.is_dir():
+        raise TaskSpecError(f"{_shown(root)}: no such task folder")
+    task_file = root / "task.toml"
+    data = _read_toml(task_file)
+    _check_tables(task_file, data, required=("task", "baseline", "build"), optional=("timing",))
+    task = _task_info(task_file, data["task"], root)
+    baseline = _baseline_info(task_file, data["baseline"])
+    build = _build_spec(task_file, data["build"])
+    timing = _timing_settings(task_file, data.get("timing", {}))
+    if timing_mode is not None:
+        _check_choice(task_file, "timing", "mode", timing_mode, TIMING_MODES, origin="--mode")
+        timing = replace(timing, mode=timing_mode)
+    spec = TaskSpec(root, task, baseline, build, timing, tuple(load_workloads(root / "bench" / "workloads.toml")))
+    check_sides_symmetric(spec)
+    check_adapter(spec.adapter_path)
+    return spec
+
+
+def load_workloads(path: Path) -> list[Workload]:
+    data = _read_toml(path)
+    _check_tables(path, data, required=("workload",), optional=("defaults",))
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise TaskSpecError(f"{_shown(path)}: [defaults] must be a table")
+    rows = data["workload"]
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        raise TaskSpecError(f"{_shown(path)}: needs at least one [[workload]] table")
+    if "id" in defaults:
+        raise TaskSpecError(f"{_shown(path)}: [defaults] id — not allowed: each row sets its own")
+    workloads: list[Workload] = []
+    seen: set[str] = set()
+    for number, row in enumerate(rows, start=1):
+        workload = _workload(path, number, {**defaults, **row})
+        if workload.id in seen:
+            raise TaskSpecError(f"{_shown(path)}: [[workload]] #{number} id = {workload.id!r} — ids must be unique")
+        seen.add(workload.id)
+        workloads.append(workload)
+    return workloads
+
+
+def _workload(path: Path, number: int, merged: dict[str, Any]) -> Workload:
+    where = f"{_shown(path)}: [[workload]] #{number}"
+    wid = merged.get("id")
+    if not isinstance(wid, str) or not WORKLOAD_ID.fullmatch(wid):
+        raise TaskSpecError(f"{where} id = {wid!r} — allowed: a string of letters, digits, '_', '.', '-'")
+    production = merged.get("production", False)
+    if not isinstance(production, bool):
+        raise TaskSpecError(f"{where} ({wid}) production = {production!r} — allowed: true, false")
+    tolerances = {}
+    for key in ("atol", "rtol"):
+        value = merged.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise TaskSpecError(f"{where} ({wid}) {key} = {value!r} — allowed: a number >= 0")
+        tolerances[key] = float(value) if value is not None else None
+    return Workload(id=wid, production=production, params={**merged, "production": production}, **tolerances)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    if tomllib is None:
+        raise TaskSpecError(f"{_shown(path)}: reading TOML needs Python >= 3.11 (tomllib) or the tomli package")
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise TaskSpecError(f"{_shown(path)}: missing (see docs/task-contract.md)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskSpecError(f"{_shown(path)}: not valid TOML: {exc}") from None
+
+
+def _check_tables(path: Path, data: dict[str, Any], *, required: tuple[str, ...], optional: tuple[str, ...]) -> None:
+    allowed = (*required, *optional)
+    for key in data:
+        if key in PER_SIDE_TABLES:
+            raise TaskSpecError(
+                f"{_shown(path)}: [{key}] — per-side settings are refused: both sides are built by the same builder "
+                f"with the one [build] flags list (docs/task-contract.md)"
+            )
+        if key not in allowed:
+            raise TaskSpecError(
+                f"{_shown(path)}: [{key}] — unknown table{_suggestion(key, allowed)}; allowed: {_listed(allowed)}"
+            )
+    for key in required:
+        if key not in data:
+            raise TaskSpecError(f"{_shown(path)}: [{key}] is missing")
+
+
+def _check_keys(path: Path, table: str, values: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    if not isinstance(values, dict):
+        raise TaskSpecError(f"{_shown(path)}: [{table}] must be a table")
+    for key in values:
+        if key in allowed:
+            continue
+        if table in ("build", "baseline") and _is_per_side(key, values[key]):
+            raise TaskSpecError(
+                f"{_shown(path)}: [{table}] {key} — per-side build settings are refused: both sides are built by "
+                f"the same builder with the one [build] flags list (docs/task-contract.md)"
+            )
+        raise TaskSpecError(
+            f"{_shown(path)}: [{table}] {key} — unknown key{_suggestion(key, allowed)}; allowed: {_listed(allowed)}"
+        )
+
+
+def _is_per_side(key: str, value: Any) -> bool:
+    side_words = ("baseline", "candidate", "solution")
+    build_words = ("flag", "cflag", "source", "builder", "option", "arch", "define", "include", "ldflag")
+    lowered = key.lower()
+    return (
+        any(word in lowered for word in side_words)
+        or isinstance(value, dict)
+        or any(word in lowered for word in build_words)
+    )
+
+
+def _task_info(path: Path, values: dict[str, Any], root: Path) -> TaskInfo:
+    _check_keys(path, "task", values, ("name", "arch", "family"))
+    name = _string(path, "task", "name", values)
+    # On a host the task lives in tasks/<name>/workspace; locally in kernels/<name>.
+    folder = root.resolve()
+    if name not in (folder.name, folder.parent.name):
+        raise TaskSpecError(f"{_shown(path)}: [task] name = {name!r} — must equal the folder name {folder.name!r}")
+    arch = _string(path, "task", "arch", values)
+    _check_choice(path, "task", "arch", arch, ARCHES)
+    return TaskInfo(name=name, arch=arch, family=_string(path, "task", "family", values))
+
+
+def _baseline_info(path: Path, values: dict[str, Any]) -> BaselineInfo:
+    _check_keys(path, "baseline", values, ("repo", "ref", "commit", "files", "follows"))
+    files = _string_list(path, "baseline", "files", values.get("files", []))
+    follows = values.get("follows")
+    if follows is not None and not isinstance(follows, str):
+        raise TaskSpecError(f"{_shown(path)}: [baseline] follows = {follows!r} — allowed: a string")
+    return BaselineInfo(
+        repo=_string(path, "baseline", "repo", values),
+        ref=str(values.get("ref", "")),
+        commit=str(values.get("commit", "unresolved")),
+        files=tuple(files),
+        follows=follows,
+    )
+
+
+def _build_spec(path: Path, values: dict[str, Any]) -> BuildSpec:
+    _check_keys(path, "build", values, ("kind", "flags", "sources", "entry"))
+    kind = _string(path, "build", "kind", values)
+    _check_choice(path, "build", "kind", kind, BUILD_KINDS)
+    flags = tuple(_string_list(path, "build", "flags", values.get("flags", [])))
+    sources = tuple(_string_list(path, "build", "sources", values.get("sources", [])))
+    entry = values.get("entry", "kernel")
+    if not isinstance(entry, str) or not ENTRY_NAME.fullmatch(entry):
+        raise TaskSpecError(f"{_shown(path)}: [build] entry = {entry!r} — allowed: a Python module name, e.g. \"kernel\"")
+    if kind == "triton":
+        if flags:
+            raise TaskSpecError(
+                f"{_shown(path)}: [build] flags = {list(flags)!r} — must be [] for kind = \"triton\" "
+                f"(both sides are JIT-compiled with the same options)"
+            )
+        if sources:
+            raise TaskSpecError(f"{_shown(path)}: [build] sources — only for kind = \"cuda\"")
+    if kind == "cuda":
+        if not sources:
+            raise TaskSpecError(f"{_shown(path)}: [build] sources — needed for kind = \"cuda\", e.g. [\"kernel.cu\"]")
+        for source in sources:
+            if Path(source).is_absolute() or ".." in Path(source).parts:
+                raise TaskSpecError(f"{_shown(path)}: [build] sources {source!r} — must be relative to each side's folder")
+        if len(set(sources)) != len(sources):
+            raise TaskSpecError(f"{_shown(path)}: [build] sources = {list(sources)!r} — lists a file twice")
+    return BuildSpec(kind=kind, flags=flags, sources=sources, entry=entry)
+
+
+def _timing_settings(path: Path, values: dict[str, Any]) -> TimingSettings:
+    defaults = TimingSettings()
+    allowed = tuple(f.name for f in fields(TimingSettings))
+    _check_keys(path, "timing", values, allowed)
+    settled: dict[str, Any] = {}
+    for f in fields(TimingSettings):
+        if f.name not in values:
+            continue
+        value = values[f.name]
+        if f.name == "mode":
+            _check_choice(path, "timing", "mode", value, TIMING_MODES)
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise TaskSpecError(f"{_shown(path)}: [timing] {f.name} = {value!r} — allowed: a number > 0")
+        elif isinstance(getattr(defaults, f.name), int) and not isinstance(value, int):
+            raise TaskSpecError(f"{_shown(path)}: [timing] {f.name} = {value!r} — allowed: a whole number > 0")
+        settled[f.name] = value
+    timing = replace(defaults, **settled)
+    if timing.target_rse >= 1:
+        raise TaskSpecError(f"{_shown(path)}: [timing] target_rse = {timing.target_rse} — allowed: 0 < x < 1")
+    if timing.max_samples < timing.min_samples:
+        raise TaskSpecError(f"{_shown(path)}: [timing] max_samples = {timing.max_samples} — must be >= min_samples")
+    if timing.max_time_s < timing.min_time_s:
+        raise TaskSpecError(f"{_shown(path)}: [timing] max_time_s = {timing.max_time_s} — must be >= min_time_s")
+    return timing
+
+
+# ------------------------------------------------------------------------------------------------ symmetry
+
+
+def check_sides_symmetric(spec: TaskSpec) -> None:
+    """Both side folders exist, hold what the one build recipe needs, and neither builds itself."""
+    for side in SIDES:
+        folder = spec.side_dir(side)
+        if not folder.is_dir():
+            raise TaskSpecError(f"{_shown(folder)}: missing ({side} side)")
+    needed = [f"{spec.build.entry}.py"] if spec.build.kind == "triton" else list(spec.build.sources)
+    for name in needed:
+        present = {side: (spec.side_dir(side) / name).is_file() for side in SIDES}
+        if not all(present.values()):
+            missing = [side for side, ok in present.items() if not ok]
+            raise TaskSpecError(
+                f"{_shown(spec.root / 'task.toml')}: [build] {'entry' if spec.build.kind == 'triton' else 'sources'} "
+                f"needs {name!r} on both sides; missing in {', '.join(_shown(spec.side_dir(s)) for s in missing)}"
+            )
+    for python_file in [*_python_files(spec.side_dir("baseline")), *_python_files(spec.side_dir("candidate")),
+                        spec.adapter_path]:
+        _refuse_self_build(python_file)
+
+
+def _python_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _refuse_self_build(path: Path) -> None:
+    try:
+        tree = ast.parse(path.read_text(errors="replace"), filename=str(path))
+    except (FileNotFoundError, SyntaxError):
+        return  # a missing adapter or a broken side is reported by its own check or by its import
+    for node in ast.walk(tree):
+        name = _self_build_name(node)
+        if name:
+            raise TaskSpecError(
+                f"{_shown(path)}:{node.lineno}: builds or loads its own binary ({name}) — refused: both sides are "
+                f"built by the agent with the same builder and flags; use [build] kind = \"cuda\" and sources"
+            )
+
+
+def _self_build_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Import):
+        return next((a.name for a in node.names if "cpp_extension" in a.name), None)
+    if isinstance(node, ast.ImportFrom):
+        if "cpp_extension" in (node.module or ""):
+            return f"from {node.module} import ..."
+        return next((a.name for a in node.names if a.name in SELF_BUILD_NAMES), None)
+    if isinstance(node, ast.Attribute) and node.attr in SELF_BUILD_NAMES:
+        return f".{node.attr}"
+    if isinstance(node, ast.Name) and node.id in SELF_BUILD_NAMES:
+        return node.id
+    return None
+
+
+def check_adapter(path: Path) -> None:
+    """bench/adapter.py defines the contract's functions, and both calls take the same parameters."""
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except FileNotFoundError:
+        raise TaskSpecError(f"{_shown(path)}: missing (see docs/task-contract.md)") from None
+    except SyntaxError as exc:
+        raise TaskSpecError(f"{_shown(path)}:{exc.lineno}: syntax error: {exc.msg}") from None
+    functions = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    missing = [name for name in ADAPTER_REQUIRED if name not in functions]
+    if missing:
+        raise TaskSpecError(f"{_shown(path)}: defines no {', '.join(missing)} — required: {_listed(ADAPTER_REQUIRED)}")
+    shapes = {name: _parameter_shape(functions[name].args) for name in ("call_baseline", "call_candidate")}
+    if shapes["call_baseline"] != shapes["call_candidate"]:
+        raise TaskSpecError(
+            f"{_shown(path)}: call_baseline and call_candidate take different parameters — both sides must go "
+            f"through the same path: (workload, inputs, outputs)"
+        )
+
+
+def _parameter_shape(args: ast.arguments) -> tuple[Any, ...]:
+    """What a caller can pass: counts of positional parameters and defaults, keyword-only names, * and **."""
+    return (
+        len(args.posonlyargs) + len(args.args),
+        len(args.defaults),
+        tuple(a.arg for a in args.kwonlyargs),
+        args.vararg is not None,
+        args.kwarg is not None,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def _string(path: Path, table: str, key: str, values: dict[str, Any]) -> str:
+    value = values.get(key)
+    if value is None:
+        raise TaskSpecError(f"{_shown(path)}: [{table}] {key} is missing")
+    if not isinstance(value, str) or not value.strip():
+        raise TaskSpecError(f"{_shown(path)}: [{table}] {key} = {value!r} — allowed: a non-empty string")
+    return value
+
+
+def _string_list(path: Path, table: str, key: str, value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise TaskSpecError(f"{_shown(path)}: [{table}] {key} = {value!r} — allowed: a list of non-empty strings")
+    return list(value)
+
+
+def _check_choice(path: Path, table: str, key: str, value: Any, allowed: tuple[str, ...], origin: str = "") -> None:
+    if value not in allowed:
+        where = origin or f"{_shown(path)}: [{table}] {key}"
+        raise TaskSpecError(f"{where} = {_toml(value)} — allowed: {_listed(allowed)}")
+
+
+def _toml(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+def _listed(allowed: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(f'"{a}"' for a in allowed)
+
+
+def _suggestion(word: str, known: Any) -> str:
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _shown(path: Path) -> str:
+    """The path as the user knows it: relative to the working folder where possible."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,444 @@
+"""Timing both sides of one workload, the same way, interleaved.
+
+CUDA ("cold" mode), per sample: the L2 is flushed (a write of >= 2 x L2), the GPU is given a head start
+(torch.cuda._sleep) so the timed call is already queued when its start event runs, then one event pair on the
+current stream brackets the call. Baseline and candidate alternate ABBA so drift hits both. Sampling stops once
+each side has min_samples and min_time_s and the relative standard error of its median is under target_rse,
+or at max_samples / max_time_s. Samples taken while the SM clock was under 75 % of its maximum are dropped and
+counted. "graph" mode captures N back-to-back calls in a CUDA graph (one replay >= ~1 ms) and reports
+replay / N. On the CPU (smoke runs through Triton's interpreter) a few perf_counter samples are taken and
+labelled as meaningless.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import stats
+from .taskspec import TimingSettings
+
+IMPLAUSIBLE_PREFIX = "implausible: work not on the current stream"
+CLOCK_SAG_FRACTION = 0.75
+FALLBACK_L2_BYTES = 60 * 1024 * 1024
+GRAPH_TARGET_US = 1000.0
+GRAPH_MAX_CALLS = 4096
+SMOKE_SAMPLES = 4  # two ABBA rounds: enough to exercise the path on a slow interpreter
+HEAD_START_MAX_US = 2000.0
+# Achieved bandwidth above this multiple of the measured copy bandwidth cannot be DRAM traffic.
+IMPLAUSIBLE_BANDWIDTH_FACTOR = 1.5
+STREAM_CHECK_REPEATS = 11
+STREAM_CHECK_DELAY_US = 2000.0
+
+Call = Callable[[], None]
+
+
+@dataclass
+class SideSamples:
+    name: str
+    call: Call
+    times_us: list[float] = field(default_factory=list)
+    dropped_clock: int = 0
+    wall_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        summary = stats.summarize(self.times_us).to_json() if self.times_us else {"n": 0}
+        return {
+            **summary,
+            "dropped_clock": self.dropped_clock,
+            "wall_s": round(self.wall_s, 4),
+            "rse": _finite_or_none(stats.median_rse(self.times_us)) if self.times_us else None,
+        }
+
+
+@dataclass
+class PairTiming:
+    mode: str  # "cold" | "graph" | "smoke"
+    calls_per_sample: int
+    baseline: SideSamples
+    candidate: SideSamples
+    stop_reason: str
+    clock_check: str
+    head_start_us: float = 0.0
+
+    @property
+    def speedup(self) -> float | None:
+        if not self.baseline.times_us or not self.candidate.times_us:
+            return None
+        return stats.speedup(stats.median(self.baseline.times_us), stats.median(self.candidate.times_us))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "calls_per_sample": self.calls_per_sample,
+            "stop_reason": self.stop_reason,
+            "clock_check": self.clock_check,
+            "head_start_us": round(self.head_start_us, 2),
+            "unit": "us",
+            "baseline": self.baseline.to_json(),
+            "candidate": self.candidate.to_json(),
+            "speedup": self.speedup,
+        }
+
+
+# --------------------------------------------------------------------------------------------- SM clock
+
+
+class ClockGuard:
+    """Reads the SM clock around samples through NVML; a sample taken while it sagged is not kept."""
+
+    def __init__(self, read: Callable[[], int | None], max_mhz: int) -> None:
+        self._read = read
+        self.max_mhz = max_mhz
+
+    @classmethod
+    def for_gpu(cls, uuid: str | None, max_mhz: int | None) -> tuple["ClockGuard | None", str]:
+        """The guard, or None and why the clock cannot be watched."""
+        if not uuid:
+            return None, "unavailable: GPU UUID unknown"
+        try:
+            from . import nvml
+        except ImportError as exc:
+            return None, f"unavailable: {exc}"
+        if not max_mhz:
+            gpu = nvml.snapshot().find(uuid)
+            max_mhz = gpu.sm_clock_max_mhz if gpu else None
+        if not max_mhz or nvml.sm_clock_mhz(uuid) is None:
+            return None, "unavailable: NVML gives no SM clock for this GPU"
+        return cls(lambda: nvml.sm_clock_mhz(uuid), int(max_mhz)), f"on: samples under {CLOCK_SAG_FRACTION:.0%} of {max_mhz} MHz dropped"
+
+    def read(self) -> int | None:
+        return self._read()
+
+    def sagged(self, *readings: int | None) -> bool:
+        floor = CLOCK_SAG_FRACTION * self.max_mhz
+        return any(r is not None and r < floor for r in readings)
+
+
+# --------------------------------------------------------------------------------------------- the loop
+
+
+def _stop_reason(sides: tuple[SideSamples, SideSamples], settings: TimingSettings) -> str | None:
+    def converged(side: SideSamples) -> bool:
+        return (
+            len(side.times_us) >= settings.min_samples
+            and side.wall_s >= settings.min_time_s
+            and stats.median_rse(side.times_us) <= settings.target_rse
+        )
+
+    if all(converged(side) for side in sides):
+        return "converged"
+    if any(len(side.times_us) >= settings.max_samples for side in sides):
+        return "max_samples"
+    if any(side.wall_s >= settings.max_time_s for side in sides):
+        return "max_time_s"
+    return None
+
+
+def sample_abba(
+    sides: tuple[SideSamples, SideSamples],
+    measure: Callable[[SideSamples], float],
+    settings: TimingSettings,
+    clock: ClockGuard | None = None,
+) -> str:
+    """Alternate A B B A until both sides have converged or one hits a cap; returns why it stopped."""
+    order = (sides[0], sides[1], sides[1], sides[0])
+    while True:
+        for side in order:
+            before = clock.read() if clock else None
+            started = time.perf_counter()
+            elapsed_us = measure(side)
+            side.wall_s += time.perf_counter() - started
+            after = clock.read() if clock else None
+            if clock is not None and clock.sagged(before, after):
+                side.dropped_clock += 1
+            else:
+                side.times_us.append(elapsed_us)
+        reason = _stop_reason(sides, settings)
+        if reason:
+            return reason
+
+
+# --------------------------------------------------------------------------------------------- CPU smoke
+
+
+def time_pair_smoke(baseline: Call, candidate: Call) -> PairTiming:
+    """A few perf_counter samples per side, ABBA: enough to exercise the path, too few to mean anything."""
+    sides = (SideSamples("baseline", baseline), SideSamples("candidate", candidate))
+    for side in sides:
+        side.call()  # the untimed first call, as on the GPU
+
+    def measure(side: SideSamples) -> float:
+        started = time.perf_counter()
+        side.call()
+        return (time.perf_counter() - started) * 1e6
+
+    settings = TimingSettings(min_samples=SMOKE_SAMPLES, min_time_s=0.0, max_samples=SMOKE_SAMPLES,
+                              max_time_s=60.0, target_rse=0.5)
+    reason = sample_abba(sides, measure, settings)
+    return PairTiming("smoke", 1, sides[0], sides[1], reason, "off: CPU smoke run")
+
+
+# --------------------------------------------------------------------------------------------- CUDA
+
+
+def l2_bytes_of_device() -> int:
+    import torch
+
+    size = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0)
+    return int(size) if size else FALLBACK_L2_BYTES
+
+
+class CudaTimer:
+    """One event pair on the current stream per call, with the L2 flush and head start before it."""
+
+    def __init__(self, l2_bytes: int | None = None) -> None:
+        import torch
+
+        self.torch = torch
+        self.flush_buffer = torch.empty(2 * (l2_bytes or FALLBACK_L2_BYTES), dtype=torch.uint8, device="cuda")
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+        self.sleep_cycles = 0
+        self.cycles_per_us = _cycles_per_us(torch)
+
+    def flush_l2(self) -> None:
+        # A write of 2 x L2 evicts whatever the previous call left there.
+        self.flush_buffer.fill_(1)
+
+    def time_once(self, call: Call) -> float:
+        """Microseconds of one call, L2 cold, measured on the current stream."""
+        self.flush_l2()
+        if self.sleep_cycles:
+            self.torch.cuda._sleep(self.sleep_cycles)
+        self.start.record()
+        call()
+        self.end.record()
+        self.torch.cuda.synchronize()
+        return self.start.elapsed_time(self.end) * 1000.0
+
+    def give_head_start(self, calls: list[Call]) -> float:
+        """Delay the GPU by ~2x the host's launch time, so the start event never waits for the launch."""
+        if not self.cycles_per_us:
+            return 0.0
+        host_us = max(_median_host_launch_us(call, self.torch) for call in calls)
+        wanted_us = min(HEAD_START_MAX_US, 2.0 * host_us + 20.0)
+        self.sleep_cycles = int(wanted_us * self.cycles_per_us)
+        return wanted_us
+
+
+def _median_host_launch_us(call: Call, torch: Any, repeats: int = 5) -> float:
+    spent = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        call()
+        spent.append((time.perf_counter() - started) * 1e6)
+    torch.cuda.synchronize()
+    return stats.median(spent)
+
+
+def calls_per_graph(single_call_us: float) -> int:
+    """Smallest power of two N with N calls >= ~1 ms, at most 4096."""
+    if single_call_us <= 0:
+        return GRAPH_MAX_CALLS
+    wanted = math.ceil(GRAPH_TARGET_US / single_call_us)
+    return min(GRAPH_MAX_CALLS, 1 << max(0, wanted - 1).bit_length())
+
+
+def capture_graph(call: Call, n_calls: int) -> Any:
+    import torch
+
+    side_stream = torch.cuda.Stream()
+    side_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side_stream):  # warm-up off the capture, as torch recommends
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(side_stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(n_calls):
+            call()
+    torch.cuda.synchronize()
+    return graph
+
+
+def warm_up(calls: list[Call], seconds: float) -> None:
+    import torch
+
+    deadline = time.perf_counter() + seconds
+    while True:
+        for call in calls:
+            call()
+        torch.cuda.synchronize()
+        if time.perf_counter() >= deadline:
+            return
+
+
+def time_pair_cuda(
+    baseline: Call,
+    candidate: Call,
+    settings: TimingSettings,
+    *,
+    clock: ClockGuard | None,
+    clock_check: str,
+    l2_bytes: int | None = None,
+) -> PairTiming:
+    import torch
+
+    sides = (SideSamples("baseline", baseline), SideSamples("candidate", candidate))
+    for side in sides:
+        side.call()  # untimed: JIT compilation, module load, first-touch allocations
+    torch.cuda.synchronize()
+    warm_up([baseline, candidate], settings.warmup_s)
+    timer = CudaTimer(l2_bytes or l2_bytes_of_device())
+    head_start = timer.give_head_start([baseline, candidate])
+    calls_per_sample = 1
+    measure: Callable[[SideSamples], float] = lambda side: timer.time_once(side.call)
+    if settings.mode == "graph":
+        single = min(stats.median([timer.time_once(side.call) for _ in range(3)]) for side in sides)
+        calls_per_sample = calls_per_graph(single)
+        graphs = {side.name: capture_graph(side.call, calls_per_sample) for side in sides}
+        measure = lambda side: timer.time_once(graphs[side.name].replay) / calls_per_sample
+    reason = sample_abba(sides, measure, settings, clock)
+    return PairTiming(settings.mode, calls_per_sample, sides[0], sides[1], reason, clock_check, head_start)
+
+
+# --------------------------------------------------------------------------------------------- honesty checks
+
+
+def stream_check(call: Call, outputs: dict[str, Any], poison: Callable[[dict[str, Any]], None]) -> str | None:
+    """Why the call's work is evidently not ordered on the current stream, or None.
+
+    1. With the current stream held back by a 2 ms sleep, the outputs are copied on the current stream right
+       after the call: work the call left on another stream is not finished then, so the copy differs from the
+       outputs read after a device-wide sync.
+    2. The host waits for the current stream, then for the whole device: if the device still has far more to
+       do than the current stream had, the call's work runs elsewhere and its event time would be a fiction.
+    """
+    import torch
+
+    from .correctness import same_bits
+
+    poison(outputs)
+    torch.cuda.synchronize()
+    cycles = _cycles_per_us(torch) * STREAM_CHECK_DELAY_US
+    if cycles:
+        torch.cuda._sleep(int(cycles))
+    call()
+    snapshot = {name: t.clone() for name, t in outputs.items() if torch.is_tensor(t)}
+    torch.cuda.synchronize()
+    late = [name for name, copy in snapshot.items() if not same_bits(copy, outputs[name])]
+    if late:
+        return (
+            f"{IMPLAUSIBLE_PREFIX}: output {late[0]!r} was still being written after the current stream's work "
+            f"had finished (complete only after a device-wide sync)"
+        )
+    stream_us, device_us = _sync_latencies(call, torch)
+    if device_us - stream_us > max(20.0, 0.25 * device_us):
+        return (
+            f"{IMPLAUSIBLE_PREFIX}: the current stream was done {stream_us:.1f} us after the launch, the device "
+            f"only after {device_us:.1f} us"
+        )
+    return None
+
+
+def _sync_latencies(call: Call, torch: Any) -> tuple[float, float]:
+    stream_wait, device_wait = [], []
+    for _ in range(STREAM_CHECK_REPEATS):
+        for waits, wait in ((stream_wait, torch.cuda.current_stream().synchronize), (device_wait, torch.cuda.synchronize)):
+            torch.cuda.synchronize()
+            started = time.perf_counter()
+            call()
+            wait()
+            waits.append((time.perf_counter() - started) * 1e6)
+    torch.cuda.synchronize()
+    return stats.median(stream_wait), stats.median(device_wait)
+
+
+_sleep_rate: float | None = None
+
+
+def _cycles_per_us(torch: Any) -> float:
+    global _sleep_rate
+    if _sleep_rate is None:
+        if not hasattr(torch.cuda, "_sleep"):
+            _sleep_rate = 0.0
+        else:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(100_000)
+            start.record()
+            torch.cuda._sleep(1_000_000)
+            end.record()
+            torch.cuda.synchronize()
+            _sleep_rate = 1_000_000 / max(start.elapsed_time(end) * 1000.0, 1e-3)
+    return _sleep_rate
+
+
+def bandwidth_check(bytes_moved: int | None, median_us: float | None, copy_gbps: float | None) -> str | None:
+    """Why the achieved bandwidth is impossible for DRAM traffic, or None (only meaningful with a cold L2)."""
+    achieved = achieved_gbps(bytes_moved, median_us)
+    if achieved is None or not copy_gbps:
+        return None
+    if achieved > IMPLAUSIBLE_BANDWIDTH_FACTOR * copy_gbps:
+        return (
+            f"{IMPLAUSIBLE_PREFIX} (or bytes_moved is wrong): {achieved:.0f} GB/s is more than "
+            f"{IMPLAUSIBLE_BANDWIDTH_FACTOR} x the {copy_gbps:.0f} GB/s device-to-device copy bandwidth"
+        )
+    return None
+
+
+def achieved_gbps(bytes_moved: int | None, median_us: float | None) -> float | None:
+    if not bytes_moved or not median_us or median_us <= 0:
+        return None
+    return bytes_moved / (median_us * 1e-6) / 1e9
+
+
+# --------------------------------------------------------------------------------------------- copy bandwidth
+
+
+def measure_copy_bandwidth(device: str, *, max_bytes: int = 1 << 30, repeats: int = 10) -> dict[str, Any]:
+    """Device-to-device copy bandwidth (bytes read + written per second): the roofline for memory-bound rows."""
+    import torch
+
+    if device.startswith("cuda"):
+        free, _total = torch.cuda.mem_get_info()
+        nbytes = int(min(max_bytes, free // 4))
+        src = torch.ones(nbytes, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+        for _ in range(3):
+            dst.copy_(src)
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        spent_us = []
+        for _ in range(repeats):
+            start.record()
+            dst.copy_(src)
+            end.record()
+            torch.cuda.synchronize()
+            spent_us.append(start.elapsed_time(end) * 1000.0)
+    else:
+        nbytes = 32 * 1024 * 1024
+        src = torch.ones(nbytes, dtype=torch.uint8)
+        dst = torch.empty_like(src)
+        dst.copy_(src)
+        spent_us = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            dst.copy_(src)
+            spent_us.append((time.perf_counter() - started) * 1e6)
+    median_us = stats.median(spent_us)
+    return {
+        "gbps": round(2 * nbytes / (median_us * 1e-6) / 1e9, 1),
+        "bytes": nbytes,
+        "median_us": round(median_us, 2),
+        "repeats": repeats,
+        "device": device,
+    }
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None

@@ -1,0 +1,234 @@
+"""The whole agent on the CPU: python -m kpremote.agent.runner --device cpu on the tiny Triton fixture task.
+
+Triton runs through its interpreter (the runner sets TRITON_INTERPRET=1 for CPU runs), so this is the smoke
+path `inv check` takes. The helpers here are shared with test_adversarial.py and test_scaffold.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kpremote.agent import report, runner
+from kpremote.agent.events import read_events
+from kpremote.agent.runner import descendants
+from kpremote.agent.runstate import read_state
+from kpremote.agent.timing import SMOKE_SAMPLES
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "tasks"
+SMOKE = "smoke: timings are not meaningful"
+
+
+def agent_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("KPREMOTE_NVML_FIXTURE", "KPREMOTE_ROOT", "TRITON_INTERPRET")}
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def runner_command(task_dir: Path, run_dir: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "kpremote.agent.runner", "--task-dir", str(task_dir), "--run-dir", str(run_dir),
+            "--device", "cpu", *args]
+
+
+def run_agent(task_dir: Path, run_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(runner_command(task_dir, run_dir, *args), env=agent_env(), capture_output=True, text=True,
+                          timeout=600)
+
+
+def copy_fixture(destination: Path, name: str = "tiny_rmsnorm") -> Path:
+    task = destination / name
+    shutil.copytree(FIXTURES / name, task)
+    return task
+
+
+def make_cuda_variant(destination: Path) -> Path:
+    """tiny_rmsnorm as a CUDA task: the same adapter and rows, sources from fixtures/tasks/cuda_sources."""
+    task = copy_fixture(destination)
+    for side in ("baseline", "solution"):
+        (task / side / "kernel.py").unlink()
+        shutil.copy(FIXTURES / "cuda_sources" / side / "kernel.cu", task / side / "kernel.cu")
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace('kind = "triton"\nflags = []',
+                                             'kind = "cuda"\nflags = ["-O3"]\nsources = ["kernel.cu"]'))
+    return task
+
+
+def results_of(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "summary" / "results.json").read_text())
+
+
+def events_of(run_dir: Path) -> list[dict[str, Any]]:
+    return read_events(run_dir / "raw" / "events.jsonl")[0]
+
+
+def rows_by_id(run_dir: Path) -> dict[str, dict[str, Any]]:
+    return {row["workload"]: row for row in results_of(run_dir)["rows"]}
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    base = tmp_path_factory.mktemp("smoke")
+    task = copy_fixture(base)
+    run_dir = base / "runs" / "run-1"
+    return run_dir, run_agent(task, run_dir, "--host-alias", "laptop")
+
+
+def test_a_clean_smoke_run_passes_with_exit_code_0(smoke_run: tuple[Path, subprocess.CompletedProcess]) -> None:
+    run_dir, done = smoke_run
+    assert done.returncode == 0, done.stderr
+    state = read_state(run_dir)
+    assert state["status"] == "passed" and state["exit_code"] == 0 and state["phase"] == "done"
+    assert state["workload"] == {"i": 3, "n": 3, "id": "grid_r1_c33"} and state["finished"]
+    assert state["headline"]["n"] == 2
+
+
+def test_events_tell_the_run_in_order(smoke_run: tuple[Path, subprocess.CompletedProcess]) -> None:
+    run_dir, _ = smoke_run
+    events = events_of(run_dir)
+    names = [e["event"] if e["event"] != "phase" else f"phase:{e['phase']}" for e in events]
+    assert names == [
+        "phase:validate", "phase:lease", "phase:build", "build", "build", "provenance", "phase:workloads",
+        "phase:workload", "row", "phase:workload", "row", "phase:workload", "row",
+        "phase:report", "headline", "done",
+    ]
+    builds = [e for e in events if e["event"] == "build"]
+    assert {b["side"] for b in builds} == {"baseline", "candidate"} and all(b["ok"] for b in builds)
+    rows = [e for e in events if e["event"] == "row"]
+    assert [(r["i"], r["n"], r["status"], r["label"]) for r in rows] == [(i, 3, "PASSED", SMOKE) for i in (1, 2, 3)]
+    assert all(r["baseline_n"] and r["candidate_median_us"] > 0 for r in rows)
+    assert events[-1] == {**events[-1], "event": "done", "status": "passed", "exit_code": 0}
+
+
+def test_results_json_carries_provenance_rows_and_headline(smoke_run: tuple[Path, subprocess.CompletedProcess]) -> None:
+    run_dir, _ = smoke_run
+    results = results_of(run_dir)
+    assert results["schema"] == "kpremote.results/1" and results["smoke"] is True and results["label"] == SMOKE
+    prov = results["provenance"]
+    assert prov["command"][1:3] == ["-m", "kpremote.agent.runner"]
+    assert prov["task"]["name"] == "tiny_rmsnorm" and prov["baseline_upstream"]["commit"] == "unresolved"
+    assert len(prov["source"]["solution_sha256"]) == 64 and prov["source"]["origin"] == "computed by the agent"
+    assert prov["host"]["alias"] == "laptop" and prov["host"]["hostname"]
+    assert prov["versions"]["torch"] and prov["versions"]["triton"]
+    assert prov["build"]["kind"] == "triton" and prov["build"]["flags"] == [] and prov["build"]["ok"] is True
+    assert prov["build"]["env"]["TRITON_INTERPRET"] == "1"
+    assert prov["build"]["env"]["TRITON_CACHE_DIR"] == str(run_dir / "raw" / "triton-cache")
+    assert prov["timing_settings"]["seeds"] == 2 and prov["mode"] == "smoke"
+    assert prov["copy_bandwidth"]["gbps"] > 0 and prov["gpu"] is None
+    rows = results["rows"]
+    assert [r["workload"] for r in rows] == ["prod_r4_c64", "prod_r3_c100", "grid_r1_c33"]
+    for row in rows:
+        assert row["status"] == "PASSED" and row["correctness"]["seeds_checked"] == 2
+        assert row["correctness"]["max_abs_err"]["out"] < 1e-5
+        for side in ("baseline", "candidate"):
+            assert set(row["timing"][side]) >= {"n", "median", "mean", "std", "min", "p10", "p90", "dropped_clock"}
+        assert row["speedup"] == pytest.approx(row["timing"]["baseline"]["median"] / row["timing"]["candidate"]["median"])
+        assert row["bytes_moved"] > 0 and row["gbps"]["candidate"] > 0
+    head = results["headline"]
+    assert (head["n"], head["of"], head["label"]) == (2, 2, SMOKE)
+    assert head["low"] <= head["geomean"] <= head["high"]
+
+
+def test_summary_and_raw_files(smoke_run: tuple[Path, subprocess.CompletedProcess]) -> None:
+    run_dir, _ = smoke_run
+    markdown = (run_dir / "summary" / "results.md").read_text()
+    assert "**SMOKE RUN**" in markdown and "**Headline:**" in markdown
+    assert all(f"| `{w}` |" in markdown for w in ("prod_r4_c64", "prod_r3_c100", "grid_r1_c33"))
+    assert "row 3/3 `grid_r1_c33`: PASSED" in (run_dir / "summary" / "run_log.md").read_text()
+    samples = [json.loads(line) for line in (run_dir / "raw" / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 6 and all(len(s["times"]) == SMOKE_SAMPLES and s["unit"] == "us" for s in samples)
+    assert (run_dir / "raw" / "build" / "baseline.log").exists() and (run_dir / "raw" / "build" / "candidate.log").exists()
+    plotting = importlib.util.find_spec("matplotlib") is not None
+    assert (run_dir / "summary" / "speedup.png").exists() == plotting
+
+
+def test_sigterm_cancels_the_run_and_its_worker(tmp_path: Path) -> None:
+    task = copy_fixture(tmp_path)
+    kernel = task / "solution" / "kernel.py"
+    kernel.write_text(kernel.read_text() + "\n\ndef rmsnorm(x, weight, out, eps):\n    import time\n    time.sleep(600)\n")
+    run_dir = tmp_path / "run"
+    runner = subprocess.Popen(runner_command(task, run_dir, "--workloads", "grid_r1_c33"), env=agent_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    ready = run_dir / "raw" / "workloads" / "grid_r1_c33.ready"
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        assert runner.poll() is None and time.monotonic() < deadline, runner.stdout.read().decode()
+        time.sleep(0.1)
+    workers = descendants(runner.pid)
+    assert workers
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=60) == 130
+    state = read_state(run_dir)
+    assert state["status"] == "cancelled" and state["exit_code"] == 130
+    assert events_of(run_dir)[-1]["status"] == "cancelled"
+    assert results_of(run_dir)["status"] == "cancelled"
+    for pid in workers:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
+
+
+def test_a_cuda_task_on_the_cpu_skips_its_rows_and_says_why(tmp_path: Path) -> None:
+    task = make_cuda_variant(tmp_path)
+    env = {**agent_env(), "PATH": str(tmp_path / "no-tools")}  # no nvcc: the compile-only check is skipped
+    env.pop("CUDA_HOME", None)
+    run_dir = tmp_path / "run"
+    done = subprocess.run(runner_command(task, run_dir), env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    results = results_of(run_dir)
+    assert results["status"] == "passed" and results["provenance"]["build"]["flags"] == ["-O3"]
+    assert results["provenance"]["build"]["note"] == "compile-only check skipped: nvcc not found on PATH or in CUDA_HOME"
+    assert {(r["status"], r["message"]) for r in results["rows"]} == {("SKIPPED", "CUDA side cannot run on CPU")}
+    assert results["headline"]["geomean"] is None
+    warnings = [e["message"] for e in events_of(run_dir) if e["event"] == "warning"]
+    assert warnings == [results["provenance"]["build"]["note"]]
+
+
+def test_a_foreign_process_during_a_row_makes_its_timing_invalid(
+    nvml_fixture: Any, make_gpu: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "WATCH_INTERVAL_S", 0.02)
+    uuid = make_gpu(0)["uuid"]
+    ours = {"pid": 1001, "name": "python", "used_mib": 900}
+    watch = runner.ForeignWatch(uuid, baseline_pids=set(), baseline_memory_mib=0, memory_margin_mib=2048)
+
+    watch.row_started(ours=1)
+    nvml_fixture(make_gpu(0, processes=[ours], memory_used_mib=900))
+    time.sleep(0.2)
+    nvml_fixture(make_gpu(0))  # our worker has exited
+    assert watch.row_ended() is None
+
+    watch.row_started(ours=1)
+    nvml_fixture(make_gpu(0, processes=[ours, {"pid": 2002, "name": "intruder", "used_mib": 6600}]))
+    time.sleep(0.2)
+    nvml_fixture(make_gpu(0))
+    verdict = watch.row_ended()
+    assert verdict is not None and "pid 2002 intruder 6600 MiB" in verdict
+
+    watch.row_started(ours=1)
+    nvml_fixture(make_gpu(0, memory_used_mib=7000))  # a process NVML cannot see (another container) still shows
+    assert "rose to 7000 MiB" in (watch.row_ended() or "")
+
+
+def test_invalid_and_implausible_rows_stay_out_of_the_headline() -> None:
+    def row(name: str, speedup: float | None, **extra: Any) -> dict[str, Any]:
+        status = extra.pop("status", "PASSED")
+        return {"workload": name, "production": True, "status": status, "speedup": speedup, **extra}
+
+    rows = [row("a", 2.0), row("b", 8.0), row("c", 50.0, invalid="foreign process"),
+            row("d", None, status="INCORRECT", implausible="candidate: implausible: ..."), row("e", 3.0, production=False)]
+    head = report.headline(rows, {}, smoke=False)
+    assert (head["n"], head["of"]) == (2, 4)
+    assert head["geomean"] == pytest.approx(4.0) and head["low"] <= 4.0 <= head["high"]
+    markdown = report.render_results_md({"status": "failed", "exit_code": 1, "provenance": {}, "rows": rows,
+                                         "headline": head})
+    assert "| PASSED (invalid) |" in markdown and "| INCORRECT (implausible) |" in markdown
+    assert "- `c`: foreign process" in markdown

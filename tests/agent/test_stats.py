@@ -1,0 +1,82 @@
+"""stats: known values, and the bootstrap's properties (seeded, bracketing, degenerate cases)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kpremote.agent import stats
+
+
+def test_percentiles_interpolate_linearly_between_closest_ranks() -> None:
+    values = [4.0, 1.0, 3.0, 2.0]  # unsorted on purpose
+    assert stats.percentile(values, 0.10) == pytest.approx(1.3)
+    assert stats.percentile(values, 0.90) == pytest.approx(3.7)
+    assert stats.percentile(values, 0.0) == 1.0
+    assert stats.percentile(values, 1.0) == 4.0
+    assert stats.median(values) == pytest.approx(2.5)
+    assert stats.median([5.0, 1.0, 3.0]) == 3.0
+
+
+def test_summary_has_the_known_moments() -> None:
+    summary = stats.summarize([2, 4, 4, 4, 5, 5, 7, 9])
+    assert summary.n == 8
+    assert summary.mean == pytest.approx(5.0)
+    assert summary.std == pytest.approx(math.sqrt(32 / 7))  # sample standard deviation
+    assert summary.min == 2
+    assert summary.median == pytest.approx(4.5)
+    assert summary.p10 == pytest.approx(3.4)
+    assert summary.p90 == pytest.approx(7.6)
+    assert stats.std([3.0]) == 0.0
+
+
+def test_relative_standard_error_of_the_median() -> None:
+    values = [float(v) for v in range(1, 101)]
+    sigma = (75.25 - 25.75) / 1.349
+    assert stats.median_rse(values) == pytest.approx(1.2533 * sigma / 10 / 50.5)
+    assert stats.median_rse([7.0] * 20) == 0.0
+    assert stats.median_rse([7.0]) == math.inf
+
+
+def test_one_outlier_barely_moves_the_standard_error() -> None:
+    steady = [10.0 + 0.01 * (i % 5) for i in range(50)]
+    assert stats.median_rse(steady + [1000.0]) < 2 * stats.median_rse(steady) + 1e-9
+
+
+def test_speedup_and_geomean() -> None:
+    assert stats.speedup(10.0, 5.0) == 2.0
+    assert stats.geomean([1.0, 4.0]) == pytest.approx(2.0)
+    assert stats.geomean([0.5, 2.0, 8.0]) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        stats.speedup(10.0, 0.0)
+    with pytest.raises(ValueError):
+        stats.geomean([])
+
+
+def test_bootstrap_of_identical_rows_is_a_point() -> None:
+    low, high = stats.bootstrap_geomean_ci([1.5, 1.5, 1.5], seed=3, n_boot=500)
+    assert low == pytest.approx(1.5) and high == pytest.approx(1.5)
+
+
+def test_bootstrap_is_seeded_and_brackets_the_geomean() -> None:
+    speedups = [0.9, 1.1, 1.4, 2.0, 1.2]
+    first = stats.bootstrap_geomean_ci(speedups, seed=7, n_boot=2000)
+    assert first == stats.bootstrap_geomean_ci(speedups, seed=7, n_boot=2000)
+    assert first != stats.bootstrap_geomean_ci(speedups, seed=8, n_boot=2000)
+    low, high = first
+    assert min(speedups) <= low < stats.geomean(speedups) < high <= max(speedups)
+
+
+def test_one_row_interval_reflects_its_measurement_noise() -> None:
+    baseline = [10.0 + 0.1 * (i % 7) for i in range(60)]
+    candidate = [5.0 + 0.3 * (i % 11) for i in range(60)]
+    draws = stats.row_speedup_draws(baseline, candidate, seed=1, n_draws=200)
+    low, high = stats.hierarchical_geomean_ci([draws], seed=0, n_boot=2000)
+    point = stats.median(baseline) / stats.median(candidate)
+    assert low < point < high
+    assert high - low > 0.01  # a plain bootstrap over one row would give a zero-width interval
+
+
+def test_row_draws_of_constant_samples_are_the_exact_ratio() -> None:
+    assert set(stats.row_speedup_draws([2.0] * 10, [1.0] * 10, n_draws=20)) == {2.0}

@@ -1,0 +1,184 @@
+"""taskspec: the contract is read into dataclasses, and every break of it is named (file, field, allowed)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kpremote.agent.taskspec import TaskSpecError, load_task
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "tiny_rmsnorm"
+
+
+@pytest.fixture
+def task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private copy of the fixture task; the working folder is its parent, so errors show tiny_rmsnorm/..."""
+    copy = tmp_path / "tiny_rmsnorm"
+    shutil.copytree(FIXTURE, copy)
+    monkeypatch.chdir(tmp_path)
+    return copy
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new))
+
+
+def refusal(task: Path) -> str:
+    with pytest.raises(TaskSpecError) as caught:
+        load_task(task)
+    return str(caught.value)
+
+
+def test_fixture_task_loads_into_dataclasses(task: Path) -> None:
+    spec = load_task(task)
+    assert (spec.task.name, spec.task.arch, spec.build.kind, spec.build.entry) == ("tiny_rmsnorm", "any", "triton", "kernel")
+    assert spec.timing.seeds == 2 and spec.timing.timeout_s == 120 and spec.timing.min_samples == 10
+    assert [w.id for w in spec.workloads] == ["prod_r4_c64", "prod_r3_c100", "grid_r1_c33"]
+    assert [w.production for w in spec.workloads] == [True, True, False]
+    first = spec.workloads[0]
+    assert first.params["dtype"] == "float32" and first.params["eps"] == 1e-6 and first.params["shape"] == [4, 64]
+    assert [w.id for w in spec.select(["grid_r1_c33", "prod_r4_c64"])] == ["prod_r4_c64", "grid_r1_c33"]
+
+
+def test_unknown_build_kind_names_file_field_and_choices(task: Path) -> None:
+    edit(task / "task.toml", 'kind = "triton"', 'kind = "rust"')
+    assert refusal(task) == 'tiny_rmsnorm/task.toml: [build] kind = "rust" — allowed: "triton", "cuda"'
+
+
+@pytest.mark.parametrize(
+    "build_text",
+    [
+        'kind = "triton"\nflags = []\nflags_candidate = ["-O3"]',
+        'kind = "triton"\nflags = []\n\n[build.candidate]\nflags = ["-O3"]',
+        'kind = "triton"\nflags = []\nextra_cuda_cflags = ["--use_fast_math"]',
+    ],
+)
+def test_per_side_build_settings_are_refused(task: Path, build_text: str) -> None:
+    edit(task / "task.toml", 'kind = "triton"\nflags = []', build_text)
+    assert "per-side build settings are refused" in refusal(task)
+
+
+def test_a_separate_table_for_one_side_is_refused(task: Path) -> None:
+    (task / "task.toml").write_text((task / "task.toml").read_text() + '\n[solution]\nflags = ["-O3"]\n')
+    assert "tiny_rmsnorm/task.toml: [solution] — per-side settings are refused" in refusal(task)
+
+
+def test_triton_tasks_take_no_flags(task: Path) -> None:
+    edit(task / "task.toml", "flags = []", 'flags = ["-O3"]')
+    assert 'must be [] for kind = "triton"' in refusal(task)
+
+
+def test_cuda_sources_must_exist_on_both_sides(task: Path) -> None:
+    edit(task / "task.toml", 'kind = "triton"\nflags = []', 'kind = "cuda"\nflags = ["-O3"]\nsources = ["kernel.cu"]')
+    (task / "baseline" / "kernel.cu").write_text("// baseline\n")
+    message = refusal(task)
+    assert "needs 'kernel.cu' on both sides" in message and "tiny_rmsnorm/solution" in message
+    (task / "solution" / "kernel.cu").write_text("// candidate\n")
+    spec = load_task(task)
+    assert spec.build.flags == ("-O3",) and spec.build.sources == ("kernel.cu",)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from torch.utils.cpp_extension import load_inline\n",
+        "import torch.utils.cpp_extension as ext\n",
+        "import ctypes\nlib = ctypes.CDLL('./fast.so')\n",
+        "import torch\ntorch.ops.load_library('fast.so')\n",
+    ],
+)
+def test_a_side_that_builds_or_loads_its_own_binary_is_refused(task: Path, source: str) -> None:
+    kernel = task / "solution" / "kernel.py"
+    kernel.write_text(kernel.read_text() + "\n" + source)
+    message = refusal(task)
+    assert message.startswith("tiny_rmsnorm/solution/kernel.py:") and "builds or loads its own binary" in message
+
+
+def test_mentioning_the_builder_in_text_is_not_building(task: Path) -> None:
+    kernel = task / "solution" / "kernel.py"
+    kernel.write_text('"""Unlike cpp_extension.load_inline, this stays pure Triton."""\n' + kernel.read_text())
+    load_task(task)
+
+
+def test_unknown_timing_key_gets_a_suggestion(task: Path) -> None:
+    edit(task / "task.toml", "seeds = 2", "min_sample = 5")
+    message = refusal(task)
+    assert "[timing] min_sample — unknown key (did you mean 'min_samples'?)" in message
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("target_rse = 2.0", "[timing] target_rse = 2.0 — allowed: 0 < x < 1"),
+        ("min_samples = 0", "[timing] min_samples = 0 — allowed: a number > 0"),
+        ("min_samples = 2.5", "[timing] min_samples = 2.5 — allowed: a whole number > 0"),
+        ('mode = "hot"', '[timing] mode = "hot" — allowed: "cold", "graph"'),
+        ("max_samples = 5", "[timing] max_samples = 5 — must be >= min_samples"),
+    ],
+)
+def test_timing_overrides_are_checked(task: Path, line: str, expected: str) -> None:
+    edit(task / "task.toml", "seeds = 2", line)
+    assert expected in refusal(task)
+
+
+def test_mode_from_the_command_line_overrides_and_is_checked(task: Path) -> None:
+    assert load_task(task, timing_mode="graph").timing.mode == "graph"
+    with pytest.raises(TaskSpecError, match='--mode = "warm" — allowed: "cold", "graph"'):
+        load_task(task, timing_mode="warm")
+
+
+def test_task_name_must_match_its_folder(task: Path) -> None:
+    edit(task / "task.toml", 'name = "tiny_rmsnorm"', 'name = "other"')
+    assert "must equal the folder name 'tiny_rmsnorm'" in refusal(task)
+
+
+def test_host_workspace_layout_is_accepted(tmp_path: Path) -> None:
+    workspace = tmp_path / "tasks" / "tiny_rmsnorm" / "workspace"
+    shutil.copytree(FIXTURE, workspace)
+    assert load_task(workspace).task.name == "tiny_rmsnorm"
+
+
+def test_unknown_arch(task: Path) -> None:
+    edit(task / "task.toml", 'arch = "any"', 'arch = "a100"')
+    assert '[task] arch = "a100" — allowed: "b200", "h200", "h100", "any"' in refusal(task)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ('id = "grid_r1_c33"', 'id = "prod_r4_c64"', "ids must be unique"),
+        ('id = "grid_r1_c33"', 'id = "has space"', "[[workload]] #3 id = 'has space' — allowed"),
+        ('id = "grid_r1_c33"', 'id = "grid_r1_c33"\natol = -1', "(grid_r1_c33) atol = -1 — allowed: a number >= 0"),
+        ("production = true\npreset", 'production = "yes"\npreset', "production = 'yes' — allowed: true, false"),
+        ("[defaults]", "[default]", "[default] — unknown table (did you mean 'defaults'?)"),
+    ],
+)
+def test_workload_rows_are_checked(task: Path, old: str, new: str, expected: str) -> None:
+    edit(task / "bench" / "workloads.toml", old, new)
+    message = refusal(task)
+    assert message.startswith("tiny_rmsnorm/bench/workloads.toml:") and expected in message
+
+
+def test_selecting_an_unknown_workload_suggests_the_closest(task: Path) -> None:
+    with pytest.raises(TaskSpecError, match="no workload 'prod_r4_c65' \\(did you mean 'prod_r4_c64'\\?\\)"):
+        load_task(task).select(["prod_r4_c65"])
+
+
+def test_adapter_must_define_both_calls_with_the_same_parameters(task: Path) -> None:
+    adapter = task / "bench" / "adapter.py"
+    original = adapter.read_text()
+    edit(adapter, "def call_candidate(workload, inputs, outputs):", "def call_candidate(workload, inputs, outputs, fast=True):")
+    assert "call_baseline and call_candidate take different parameters" in refusal(task)
+    adapter.write_text(original.replace("def call_candidate(", "def _call_candidate("))
+    assert "defines no call_candidate" in refusal(task)
+
+
+def test_missing_and_broken_files_are_named(task: Path) -> None:
+    (task / "bench" / "workloads.toml").write_text("[[workload]\n")
+    assert refusal(task).startswith("tiny_rmsnorm/bench/workloads.toml: not valid TOML")
+    (task / "bench" / "workloads.toml").unlink()
+    assert refusal(task) == "tiny_rmsnorm/bench/workloads.toml: missing (see docs/task-contract.md)"

@@ -1,0 +1,118 @@
+"""timing: the sampling loop's order and stopping rules, the SM-clock guard, graph sizing, plausibility checks.
+
+The CUDA paths (events, L2 flush, graphs, stream checks) need a GPU: they are exercised by the GPU truth runs
+(benchmarks/README.md). Everything here is the logic around them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from kpremote.agent import timing
+from kpremote.agent.taskspec import TimingSettings
+
+
+def sides() -> tuple[timing.SideSamples, timing.SideSamples]:
+    return timing.SideSamples("baseline", lambda: None), timing.SideSamples("candidate", lambda: None)
+
+
+def test_samples_alternate_abba_and_stop_once_both_sides_converge() -> None:
+    order: list[str] = []
+
+    def measure(side: timing.SideSamples) -> float:
+        order.append(side.name[0])
+        return 10.0 if side.name == "baseline" else 5.0
+
+    pair = sides()
+    reason = timing.sample_abba(pair, measure, TimingSettings(min_samples=10, min_time_s=0.0))
+    assert reason == "converged"
+    assert "".join(order[:8]) == "bccbbccb"
+    assert len(pair[0].times_us) == len(pair[1].times_us) == 10
+
+
+def test_noisy_samples_run_to_the_sample_cap() -> None:
+    rng = random.Random(0)
+    pair = sides()
+    settings = TimingSettings(min_samples=10, min_time_s=0.0, target_rse=1e-6, max_samples=40)
+    assert timing.sample_abba(pair, lambda side: rng.uniform(1, 100), settings) == "max_samples"
+    assert len(pair[0].times_us) == 40
+
+
+def test_minimum_time_per_side_is_honoured_then_the_time_cap_stops_it() -> None:
+    def measure(side: timing.SideSamples) -> float:
+        time.sleep(0.002)
+        return 1.0
+
+    pair = sides()
+    reason = timing.sample_abba(pair, measure, TimingSettings(min_samples=2, min_time_s=0.05, max_time_s=10.0))
+    assert reason == "converged" and all(side.wall_s >= 0.05 for side in pair)
+
+    rng = random.Random(1)
+    pair = sides()
+    settings = TimingSettings(min_samples=2, min_time_s=0.0, max_time_s=0.05, target_rse=1e-9, max_samples=10**6)
+    assert timing.sample_abba(pair, lambda s: measure(s) * rng.uniform(1, 9), settings) == "max_time_s"
+
+
+def test_samples_taken_while_the_sm_clock_sagged_are_dropped_and_counted() -> None:
+    # Two readings per sample (before, after); every third sample sees 1000 MHz of a 1980 MHz maximum.
+    readings = itertools.cycle([1980, 1980, 1980, 1980, 1000, 1980])
+    guard = timing.ClockGuard(lambda: next(readings), max_mhz=1980)
+    values = itertools.count(1)
+    pair = sides()
+    settings = TimingSettings(min_samples=12, min_time_s=0.0, target_rse=10.0)
+    timing.sample_abba(pair, lambda side: float(next(values)), settings, guard)
+    dropped = pair[0].dropped_clock + pair[1].dropped_clock
+    kept = len(pair[0].times_us) + len(pair[1].times_us)
+    assert dropped > 0 and dropped * 2 == kept  # one sample in three dropped
+    kept_values = set(pair[0].times_us + pair[1].times_us)
+    assert 3.0 not in kept_values and 6.0 not in kept_values and 1.0 in kept_values
+
+
+def test_clock_guard_uses_the_nvml_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert timing.ClockGuard.for_gpu(None, None) == (None, "unavailable: GPU UUID unknown")
+    fixture = tmp_path / "nvml.json"
+    gpu = {"index": 0, "uuid": "GPU-x", "name": "H200", "cc": [9, 0], "memory_used_mib": 0, "memory_total_mib": 1,
+           "sm_clock_mhz": 1400, "sm_clock_max_mhz": 1980}
+    fixture.write_text(json.dumps({"gpus": [gpu]}))
+    monkeypatch.setenv("KPREMOTE_NVML_FIXTURE", str(fixture))
+    guard, note = timing.ClockGuard.for_gpu("GPU-x", None)
+    assert guard is not None and guard.max_mhz == 1980 and note.startswith("on:")
+    assert guard.read() == 1400 and guard.sagged(1400) is True and guard.sagged(1500, 1980) is False
+    fixture.write_text(json.dumps({"gpus": [{**gpu, "sm_clock_mhz": None}]}))
+    guard, note = timing.ClockGuard.for_gpu("GPU-x", 1980)
+    assert guard is None and "no SM clock" in note
+
+
+@pytest.mark.parametrize(("single_us", "calls"), [(1.0, 1024), (3.0, 512), (0.1, 4096), (250.0, 4), (2000.0, 1)])
+def test_graph_holds_enough_calls_for_about_a_millisecond(single_us: float, calls: int) -> None:
+    assert timing.calls_per_graph(single_us) == calls
+
+
+def test_bandwidth_beyond_the_copy_roofline_is_implausible() -> None:
+    # 4 MB moved in 1 us is 4000 GB/s: possible on a 4300 GB/s GPU, not on a 2000 GB/s one.
+    assert timing.achieved_gbps(4_000_000, 1.0) == pytest.approx(4000.0)
+    assert timing.bandwidth_check(4_000_000, 1.0, 4300.0) is None
+    reason = timing.bandwidth_check(4_000_000, 1.0, 2000.0)
+    assert reason is not None and reason.startswith(timing.IMPLAUSIBLE_PREFIX)
+    assert timing.bandwidth_check(None, 1.0, 2000.0) is None and timing.bandwidth_check(4_000_000, 1.0, None) is None
+
+
+def test_smoke_timing_takes_a_few_interleaved_samples() -> None:
+    calls: list[str] = []
+    pair = timing.time_pair_smoke(lambda: calls.append("b"), lambda: calls.append("c"))
+    assert pair.mode == "smoke" and pair.clock_check.startswith("off")
+    assert len(pair.baseline.times_us) == len(pair.candidate.times_us) == timing.SMOKE_SAMPLES
+    assert calls[:2] == ["b", "c"]  # the untimed first calls
+    record = pair.to_json()
+    assert record["baseline"]["n"] == timing.SMOKE_SAMPLES and record["speedup"] > 0
+
+
+def test_copy_bandwidth_counts_bytes_read_and_written() -> None:
+    measured = timing.measure_copy_bandwidth("cpu", repeats=3)
+    assert measured["gbps"] == pytest.approx(2 * measured["bytes"] / (measured["median_us"] * 1e-6) / 1e9, rel=0.01)

@@ -1,0 +1,175 @@
+"""`inv run`, `logs`, `status`, `cancel`, `fetch-results` end to end: real SSH hosts, CPU smoke mode, fixture GPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rig import REPO, idle_gpu, run_inv
+
+TINY = REPO / "tests" / "fixtures" / "tasks" / "tiny_rmsnorm"
+SLOW_CANDIDATE = '''
+import time as _time
+
+_fast_rmsnorm = rmsnorm
+
+
+def rmsnorm(*args, **kwargs):  # a candidate that takes its time: runs stay in flight long enough to act on them
+    _time.sleep(float(open(__file__ + ".sleep").read()))
+    return _fast_rmsnorm(*args, **kwargs)
+'''
+
+
+@pytest.fixture()
+def workdir(tmp_path: Path) -> Path:
+    """A checkout-like folder with kernels/ holding the tiny task (and a slow twin), as a user's cwd."""
+    kernels = tmp_path / "kernels"
+    shutil.copytree(TINY, kernels / "tiny_rmsnorm")
+    slow = kernels / "slow_rmsnorm"
+    shutil.copytree(TINY, slow)
+    (slow / "task.toml").write_text((slow / "task.toml").read_text().replace('name = "tiny_rmsnorm"',
+                                                                             'name = "slow_rmsnorm"'))
+    with open(slow / "solution" / "kernel.py", "a") as f:
+        f.write(SLOW_CANDIDATE)
+    (slow / "solution" / "kernel.py.sleep").write_text("30")
+    return tmp_path
+
+
+def inv(workdir: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    return run_inv(*args, cwd=workdir, env={"KPREMOTE_CACHE": str(workdir / ".cache")}, **kwargs)
+
+
+def inv_background(workdir: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "KPREMOTE_CACHE": str(workdir / ".cache"), "NO_COLOR": "1"}
+    return subprocess.Popen([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args], cwd=workdir,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def runs_on(host, task: str) -> list[Path]:
+    return sorted((host.root / "tasks" / task / "runs").glob("*"))
+
+
+def state_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "state.json").read_text())
+
+
+def wait_for(condition, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
+    return value
+
+
+def processes_mentioning(word: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        if word in cmdline and not stat[stat.rfind(")") + 2:].startswith("Z"):
+            found.append(cmdline)
+    return found
+
+
+def test_run_end_to_end_then_a_cheap_repeat(rig, workdir):
+    host = rig.add_host("runner-a", gpus=[idle_gpu(0)])
+    hosts = rig.write_hosts_toml(workdir / "hosts.toml", [host])
+    first = inv(workdir, "run", "--hosts", str(hosts), "--host", "runner-a", "--task", "tiny_rmsnorm", "--json")
+    assert first.returncode == 0, first.stderr
+    [outcome] = json.loads(first.stdout)
+    assert outcome["status"] == "passed" and outcome["headline"]["label"] == "smoke: timings are not meaningful"
+    fetched = workdir / outcome["summary_dir"]
+    assert sorted(p.name for p in fetched.iterdir()) == ["results.json", "results.md", "run_log.md"]
+    assert "SMOKE RUN" in (fetched / "results.md").read_text()
+    assert (workdir / "kernels" / "tiny_rmsnorm" / "docs" / "results.md").exists()
+    remote_run = host.root / "tasks" / "tiny_rmsnorm" / "runs" / outcome["run_id"]
+    assert (remote_run / "raw" / "events.jsonl").exists()  # raw stays on the host ...
+    assert not list(fetched.rglob("events.jsonl"))         # ... and never travels
+
+    again = inv(workdir, "run", "--hosts", str(hosts), "--host", "runner-a", "--task", "tiny_rmsnorm", "--json")
+    assert again.returncode == 0, again.stderr
+    [repeat] = json.loads(again.stdout)
+    assert repeat["channels"] <= 4, repeat            # start (with the sync), follow, pack-summary
+    assert repeat["synced_files"] == 0                 # nothing changed: no file content travelled
+
+
+def test_detached_run_survives_the_client_and_logs_reattach(rig, workdir):
+    host = rig.add_host("runner-b", gpus=[idle_gpu(0)])
+    hosts = rig.write_hosts_toml(workdir / "hosts.toml", [host])
+    (workdir / "kernels" / "slow_rmsnorm" / "solution" / "kernel.py.sleep").write_text("0.5")
+    client = inv_background(workdir, "run", "--hosts", str(hosts), "--host", "runner-b", "--task", "slow_rmsnorm")
+    run_dir = wait_for(lambda: runs_on(host, "slow_rmsnorm"))[-1]
+    wait_for(lambda: (run_dir / "raw" / "events.jsonl").exists())
+    client.kill()  # the laptop closes: SIGKILL, no goodbye
+    client.wait()
+    followed = inv(workdir, "logs", "--hosts", str(hosts), "--host", "runner-b", "--run", run_dir.name, "--follow")
+    assert followed.returncode == 0, followed.stderr
+    assert f"run {run_dir.name}: passed" in followed.stdout
+    status = inv(workdir, "status", "--hosts", str(hosts), "--host", "runner-b", "--json")
+    [answer] = json.loads(status.stdout)["hosts"]
+    assert [r["status"] for r in answer["runs"] if r["run_id"] == run_dir.name] == ["passed"]
+    fetch = inv(workdir, "fetch-results", "--hosts", str(hosts), "--host", "runner-b", "--task", "slow_rmsnorm",
+                "--run", run_dir.name)
+    assert fetch.returncode == 0, fetch.stderr
+    assert (workdir / "kernels" / "slow_rmsnorm" / "results" / "runner-b" / run_dir.name / "results.json").exists()
+
+
+def test_ctrl_c_cancels_the_remote_run_and_frees_the_gpu(rig, workdir):
+    host = rig.add_host("runner-c", gpus=[idle_gpu(0)])
+    hosts = rig.write_hosts_toml(workdir / "hosts.toml", [host])
+    client = inv_background(workdir, "run", "--hosts", str(hosts), "--host", "runner-c", "--task", "slow_rmsnorm")
+    run_dir = wait_for(lambda: runs_on(host, "slow_rmsnorm"))[-1]
+    wait_for(lambda: state_of(run_dir).get("phase") not in (None, "starting"))
+    client.send_signal(signal.SIGINT)
+    _, err = client.communicate(timeout=60)
+    assert client.returncode == 130, err
+    assert f"cancelled run {run_dir.name}" in err
+    assert state_of(run_dir)["status"] == "cancelled"
+    assert wait_for(lambda: not processes_mentioning(run_dir.name), timeout=10)
+    probe = inv(workdir, "gpu-status", "--hosts", str(hosts), "--host", "runner-c", "--json")
+    [gpu] = json.loads(probe.stdout)["hosts"][0]["gpus"]
+    assert gpu["lease"] is None
+
+
+def test_one_idle_gpu_two_runs_one_fails_clearly(rig, workdir):
+    host = rig.add_host("runner-d", gpus=[idle_gpu(0)])
+    hosts = rig.write_hosts_toml(workdir / "hosts.toml", [host])
+    first = inv(workdir, "run", "--hosts", str(hosts), "--host", "runner-d", "--task", "slow_rmsnorm", "--detach")
+    assert first.returncode == 0, first.stderr
+    second = inv(workdir, "run", "--hosts", str(hosts), "--host", "runner-d", "--task", "tiny_rmsnorm")
+    assert second.returncode == 2
+    assert "no idle GPU" in second.stderr and "Traceback" not in second.stderr
+    [run_dir] = runs_on(host, "slow_rmsnorm")
+    inv(workdir, "cancel", "--hosts", str(hosts), "--host", "runner-d", "--run", run_dir.name)
+    assert state_of(run_dir)["status"] == "cancelled"
+
+
+def test_a_group_takes_two_tasks_in_parallel(rig, workdir):
+    one = rig.add_host("pair-1", gpus=[idle_gpu(0)])
+    two = rig.add_host("pair-2", gpus=[idle_gpu(0)])
+    hosts = rig.write_hosts_toml(workdir / "hosts.toml", [one, two],
+                                 overrides={"pair-1": {"groups": ["pair"]}, "pair-2": {"groups": ["pair"]}})
+    (workdir / "kernels" / "slow_rmsnorm" / "solution" / "kernel.py.sleep").write_text("0.2")
+    result = inv(workdir, "run", "--hosts", str(hosts), "--host", "pair", "--task", "tiny_rmsnorm,slow_rmsnorm",
+                 "--workloads", "grid_r1_c33", "--json")
+    assert result.returncode == 0, result.stderr
+    outcomes = json.loads(result.stdout)
+    assert sorted(o["host"] for o in outcomes) == ["pair-1", "pair-2"]
+    assert all(o["status"] == "passed" for o in outcomes)
+
+
+def test_unknown_task_suggests_the_closest(rig, workdir):
+    result = inv(workdir, "run", "--task", "tiny_rmsnrom")
+    assert result.returncode == 2
+    assert "unknown task 'tiny_rmsnrom'" in result.stderr and "did you mean 'tiny_rmsnorm'" in result.stderr
