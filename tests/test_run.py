@@ -170,6 +170,7 @@ def test_a_group_takes_two_tasks_in_parallel(rig, workdir):
 
 
 def test_unknown_task_suggests_the_closest(rig, workdir):
-    result = inv(workdir, "run", "--task", "tiny_rmsnrom")
+    hosts = rig.write_hosts_toml(workdir / "hosts.toml", [])
+    result = inv(workdir, "run", "--hosts", str(hosts), "--task", "tiny_rmsnrom")
     assert result.returncode == 2
     assert "unknown task 'tiny_rmsnrom'" in result.stderr and "did you mean 'tiny_rmsnorm'" in result.stderr

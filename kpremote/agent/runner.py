@@ -286,6 +286,8 @@ class Runner:
         self.ctx.device = self._resolve_device()
         update_state(self.run_dir, device=self.ctx.device)
         if self.ctx.device != "cuda":
+            if not self.options.workloads:
+                self.ctx.selected = self.ctx.spec.smoke_rows()
             return
         from . import lease, nvml
 

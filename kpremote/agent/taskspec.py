@@ -110,6 +110,15 @@ class TaskSpec:
     def adapter_path(self) -> Path:
         return self.root / "bench" / "adapter.py"
 
+    def smoke_rows(self) -> list[Workload]:
+        """Rows marked `smoke = true`, or all when none is: what a CPU run takes when no row is named.
+
+        Production shapes through Triton's interpreter take minutes a call; the marked rows keep a smoke run
+        about the contract and correctness, in seconds.
+        """
+        marked = [w for w in self.workloads if w.params.get("smoke") is True]
+        return marked or list(self.workloads)
+
     def select(self, ids: list[str] | None) -> list[Workload]:
         """The rows named by ids (in file order), or all rows; an unknown id is an error."""
         if not ids:
