@@ -8,18 +8,7 @@ out=/tmp/kpremote-truth; mkdir -p "$out"
 trap 'tar czf "${OUT:-/tmp}/truth.tgz" -C "$out" . ; ls -la "$out"' EXIT
 tasks=${1:-h200_diffusion_fuse_scale_shift__multi_shape}
 workloads=${2:-}
-bash .gpuhost/start-sshd.sh > "$out/sshd.txt" 2>&1 || { cat "$out/sshd.txt"; exit 1; }
-eval "$(grep '^export' "$out/sshd.txt")"
-export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1 COLUMNS=160
-py=$(command -v python3)
-cat > /tmp/hosts.toml <<EOT
-[hosts.h200-ssh]
-ssh = "root@127.0.0.1:2222"
-identity_file = "~/.ssh/kpremote_test"
-python = "$py"
-arch = "h200"
-remote_root = "~/kpremote-remote"
-EOT
+source benchmarks/gpu/ssh_host.sh
 inv() { python3 -m invoke "$@"; }
 { nvidia-smi; "$py" -c 'import torch, triton; print(torch.__version__, triton.__version__)'; } > "$out/machine.txt" 2>&1
 
