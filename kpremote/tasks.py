@@ -10,7 +10,7 @@ from typing import Optional
 from invoke import Collection
 
 from . import gpustatus, view
-from .cli import command, finish, print_json
+from .cli import EXIT_FAILED, EXIT_USAGE, command, finish, print_json
 from .config import load_inventory
 
 HOSTS_HELP = "hosts file (default: $KPREMOTE_HOSTS, else ./hosts.toml)"
@@ -119,7 +119,8 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
     options = RunOptions(gpu=gpu, wait=_wait_seconds(wait), workloads=workloads, mode=mode, device=device)
     outcomes = launch(load_inventory(hosts).select(host), task.split(","), KERNELS, options,
                       detach=detach, as_json=json)
-    finish(all(o.ok for o in outcomes))
+    refused = any(o.status == "not started" for o in outcomes)  # the host refused a start: as before, exit 2
+    finish(all(o.ok for o in outcomes), code=EXIT_USAGE if refused else EXIT_FAILED)
 
 
 def _wait_seconds(wait) -> Optional[float]:
@@ -181,15 +182,21 @@ def cancel(c, host, run, task=None, hosts=None):
 
 
 @command(help={"host": "host name", "task": TASK_HELP, "run": "a run id, latest (default) or all",
-               "hosts": HOSTS_HELP, "json": "print what was fetched as JSON"})
-def fetch_results(c, host, task, run="latest", hosts=None, json=False):
-    """Bring back a run's summary/ (never raw/) into kernels/TASK/results/HOST/RUN-ID/."""
+               "hosts": HOSTS_HELP, "json": "print what was fetched as JSON",
+               "raw_file": "instead: fetch this one file of the run's raw/ (e.g. ncu/baseline-W.ncu-rep); its size "
+                           "is shown first",
+               "force": "with --raw-file: fetch even when the file is larger than the host's max_summary_mb"})
+def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=None, force=False):
+    """Bring back a run's summary/ (never raw/) into kernels/TASK/results/HOST/RUN-ID/; --raw-file NAME: one raw file."""
     from .fetch import fetch_results as fetch
     from .runs import RunSession
 
     [selected] = load_inventory(hosts).select(host)
     session = RunSession(selected)
     try:
+        if raw_file:
+            _fetch_raw_file(session, task, run, raw_file, force, json)
+            return
         reports = fetch(session.agent, task, run, KERNELS, selected.name)
     finally:
         session.close()
@@ -199,6 +206,53 @@ def fetch_results(c, host, task, run="latest", hosts=None, json=False):
         for report in reports:
             view.console.print(f"{selected.name}: {task} run {report.run_id} ({report.run_status}): "
                                f"{report.outcome} → {report.path}")
+
+
+def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
+    from .profiling import fetch_raw_file
+
+    def announce(info: dict) -> None:
+        if not as_json:
+            view.console.print(f"{session.host.name}: raw/{info['name']}: {info['bytes']} bytes "
+                               f"({info['bytes'] / 1048576:.2f} MiB), sha256 {info['sha256']}", markup=False)
+
+    fetched = fetch_raw_file(session.agent, task, run, name, KERNELS, session.host.name, force=force, on_stat=announce)
+    if as_json:
+        print_json(dataclasses.asdict(fetched))
+    else:
+        view.console.print(f"{fetched.outcome} → {fetched.path}", markup=False)
+
+
+@command(
+    help={"host": "host name (default: local)", "task": TASK_HELP, "workload": "the one workload id to profile",
+          "hosts": HOSTS_HELP, "side": "baseline, candidate or both (default)",
+          "set": "ncu section set: basic (default; plus memory and warp-state sections) or full",
+          "kernel": "profile only kernels whose function name matches this regular expression",
+          "warmup": "calls before the profiled region (default 3)", "calls": "profiled calls per side (default 3)",
+          "detach": "start the profile run and return its id", "wait": "wait for an idle GPU (optionally at most "
+          "SECONDS) instead of failing", "json": "print the outcome as JSON"},
+    optional=["wait"],
+)
+def profile(c, task, workload, host="local", hosts=None, side="both", set="basic", kernel=None, warmup=3, calls=3,
+            detach=False, wait=None, json=False):
+    """Nsight Compute on the host: gate the workload, profile each side under ncu, bring back profile.md/.csv."""
+    from .agent.ncu import ProfileRequest
+    from .profiling import profile as run_profile
+    from .profiling import show_profile
+
+    selected = load_inventory(hosts).select(host)
+    if len(selected) != 1:
+        from .errors import KpremoteError
+
+        raise KpremoteError(f"--host {host} names {len(selected)} hosts; a profile runs on one: name that host")
+    request = ProfileRequest(side=side, section_set=set, kernel=kernel, warmup=int(warmup), calls=int(calls))
+    outcome = run_profile(selected[0], task, workload, request, KERNELS, wait=_wait_seconds(wait), detach=detach,
+                          quiet=json or detach)
+    if json:
+        print_json(outcome.model_dump())
+    else:
+        show_profile(outcome)
+    finish(outcome.ok)
 
 
 @command(help={"task": TASK_HELP, "workloads": "only these workload ids, comma-separated"})
@@ -238,4 +292,4 @@ def baseline(c, task, repo, files, ref="main", force=False, json=False):
 
 
 ns = Collection(hosts, gpu_status, trust_host, sync, run, status, logs, cancel, fetch_results, check, new_task,
-                baseline)
+                baseline, profile)

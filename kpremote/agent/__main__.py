@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .lease import AgentError
+from .runstate import disk_full_message, is_disk_full
 
 DELEGATED = {"run": "kpremote.agent.runner", "sync-apply": "kpremote.agent.syncrecv"}
 BINARY_STDOUT = {"pack-summary"}  # errors of these go to stderr only: stdout carries data, not JSON
@@ -48,6 +49,15 @@ def main(argv: list[str] | None = None) -> int:
         return _quiet_after_client_left()
     except AgentError as exc:
         return _fail(exc.kind, str(exc), exc.exit_code, subcommand)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        return _fail("disk_full", disk_full_message(exc.filename or _root_in(argv)), 1, subcommand)
+
+
+def _root_in(argv: list[str]) -> Path:
+    root = argv[argv.index("--root") + 1] if "--root" in argv[:-1] else os.environ.get("KPREMOTE_ROOT", "~/kpremote")
+    return Path(os.path.expanduser(root))
 
 
 def _delegate(module_name: str, argv: list[str]) -> int:
@@ -120,6 +130,11 @@ def _parser() -> argparse.ArgumentParser:
     _run_arguments(command("cancel", _cancel, "stop a run and its whole process group"))
     _run_arguments(command("pack-summary", _pack_summary, "tar of a finished run's summary/ on stdout"))
 
+    p = command("raw-file", _raw_file, "one named file of a finished run's raw/ on stdout (--stat: JSON about it)")
+    _run_arguments(p)
+    p.add_argument("--name", required=True, help="a path under raw/, e.g. ncu/baseline-W.ncu-rep")
+    p.add_argument("--stat", action="store_true", help="print {name, path, bytes, sha256} instead of the bytes")
+
     p = command("ship", _ship, "extract an agent tar from stdin into DEST")
     p.add_argument("--dest", required=True)
     return parser
@@ -171,17 +186,9 @@ def _torch_cuda() -> dict[str, Any]:
 
 
 def _torch_cuda_unimported() -> dict[str, Any]:
-    """torch.version.cuda read from torch/version.py alone: importing torch costs seconds on a busy host."""
-    import importlib.util
+    from .state import torch_cuda_build
 
-    spec = importlib.util.find_spec("torch")
-    namespace: dict[str, Any] = {}
-    try:
-        version_py = Path(spec.submodule_search_locations[0], "version.py")
-        exec(version_py.read_text(), namespace)  # noqa: S102 - torch's own generated constants file
-    except (AttributeError, TypeError, IndexError, OSError, SyntaxError, ImportError):
-        namespace = {}
-    return {"cuda": namespace.get("cuda"), "cuda_available": None}
+    return {"cuda": torch_cuda_build(), "cuda_available": None}
 
 
 def _probe(args: argparse.Namespace) -> int:
@@ -275,6 +282,16 @@ def _pack_summary(args: argparse.Namespace) -> int:
 
     pack_summary(_root(args), args.task, args.run, sys.stdout.buffer)
     sys.stdout.buffer.flush()
+    return 0
+
+
+def _raw_file(args: argparse.Namespace) -> int:
+    from .profile import raw_file_stat, send_raw_file
+
+    if args.stat:
+        _print_json(raw_file_stat(_root(args), args.task, args.run, args.name))
+    else:
+        send_raw_file(_root(args), args.task, args.run, args.name, sys.stdout.buffer)
     return 0
 
 

@@ -240,7 +240,7 @@ def fuse_scale_shift(
     out: torch.Tensor,
 ) -> None:
     """out = x * (scale_constant + scale) + shift, with upstream's broadcasting rules."""
-    assert x.is_contiguous() and out.is_contiguous()
+    assert x.is_contiguous() and out.is_contiguous() and out.shape == x.shape and out.dtype == x.dtype
     if x.numel() == 0:
         return
     if scale.dim() == 4 and not shift.is_contiguous():
@@ -264,6 +264,7 @@ def fuse_scale_shift_gate_select01(
     """Per token pick modulation set 0 or 1 by index (non-zero = 1); out = x*(1+scale)+shift,
     gate_out = the picked gate broadcast over the token."""
     assert x.is_contiguous() and out.is_contiguous() and gate_out.is_contiguous()
+    assert out.shape == x.shape and gate_out.shape == x.shape
     B, L, C = x.shape
     modulations = (scale0, shift0, gate0, scale1, shift1, gate1)
     if index.dim() != 2:

@@ -1,0 +1,206 @@
+"""`inv profile` and `inv fetch-results --raw-file`: Nsight Compute on a host, the summary home, the reports left there.
+
+A profile is a run like any other (start with the sync in one channel, follow, fetch the summary), except that
+`start` spawns the profile runner (kpremote/agent/profile.py) with the request in `--mode`. Its heavy .ncu-rep
+files stay in the run's raw/ on the host; one of them comes home only when asked for by name, into
+kernels/<task>/results/<host>/.raw/<run-id>/ (a hidden folder: it is not a fetched summary, and re-fetching the
+summary never compares against it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from . import view
+from .agent.ncu import ProfileRequest
+from .agentcall import Agent, error_message
+from .config import Host
+from .errors import HostError, KpremoteError, RemoteCommandError
+from .fetch import MIB, FetchRefused, checked_name, fetch_run, real_folder, select_runs
+from .launch import Outcome, require_tasks
+from .runs import RunOptions, RunSession, follow_run, reattach_hint, start_run
+from .sync import resolve_task_dir
+from .transport import Completed
+
+PROFILE_RUNNER = "kpremote.agent.profile"
+RAW_FOLDER = ".raw"
+
+
+class ProfileAgent(Agent):
+    """The host's agent, with `start` spawning the profile runner instead of the timing runner."""
+
+    def call(self, subcommand: str, *args: str, **kwargs: Any) -> Completed:
+        if subcommand == "start":
+            args = (*args, "--runner-module", PROFILE_RUNNER)
+        return super().call(subcommand, *args, **kwargs)
+
+
+def profile_session(host: Host) -> RunSession:
+    session = RunSession(host)
+    session.agent = ProfileAgent(host, session.agent.transport)
+    return session
+
+
+# --------------------------------------------------------------------------------------------- inv profile
+
+
+def profile(host: Host, task: str, workload: str, request: ProfileRequest, kernels_dir: Path, *,
+            wait: Optional[float] = None, detach: bool = False, quiet: bool = False) -> Outcome:
+    """Start a profile run of one workload on an idle GPU of host, follow it, and fetch its summary."""
+    problems = request.problems()
+    if problems:
+        raise KpremoteError("; ".join(problems))
+    require_tasks(kernels_dir, [task])
+    options = RunOptions(workloads=workload, mode=request.to_mode(), wait=wait)
+    started_at = time.monotonic()
+    session = profile_session(host)
+    try:
+        run = start_run(session, task, kernels_dir, options)
+    except BaseException:
+        session.close()
+        raise
+    outcome = Outcome(host=run.host, task=task, run_id=run.run_id, status="detached" if detach else "running",
+                      synced_files=run.synced_files)
+    try:
+        if not detach:
+            _follow_and_fetch(session, run.gpu, outcome, kernels_dir, quiet)
+    except HostError as exc:
+        outcome.status = "connection lost"
+        outcome.error = f"{exc}; {reattach_hint(run.host, task, run.run_id)}"
+    finally:
+        outcome.channels = session.channels
+        outcome.seconds = time.monotonic() - started_at
+        session.close()
+    return outcome
+
+
+def _follow_and_fetch(session: RunSession, gpu: Optional[dict], outcome: Outcome, kernels_dir: Path,
+                      quiet: bool) -> None:
+    key = f"{outcome.host}/{outcome.run_id}"
+    with view.RunView(quiet=quiet) as live:
+        live.add(key, outcome.host, outcome.task, outcome.run_id, gpu)
+        state = follow_run(session, outcome.task, outcome.run_id, lambda event: live.event(key, event))
+    outcome.status = state.get("status", "unknown")
+    outcome.exit_code = state.get("exit_code")
+    outcome.headline = state.get("headline")
+    if outcome.status != "passed":
+        outcome.error = state.get("message") or state.get("error") or f"the profile run is {outcome.status}"
+    if outcome.status != "cancelled":
+        fetched = fetch_run(session.agent, outcome.task, state, kernels_dir, outcome.host)
+        outcome.summary_dir = str(fetched.path)
+
+
+def show_profile(outcome: Outcome) -> None:
+    """profile.md as the host wrote it, or the run's one-line error."""
+    if outcome.status == "detached":
+        view.console.print(f"{outcome.host}: {outcome.task}: started profile run {outcome.run_id} (follow: inv logs "
+                           f"--host {outcome.host} --run {outcome.run_id} --follow; then inv fetch-results)")
+        return
+    profile_md = Path(outcome.summary_dir) / "profile.md" if outcome.summary_dir else None
+    if profile_md and profile_md.is_file():
+        view.console.print(view.summary_markdown(profile_md))
+        view.console.print(f"{outcome.host}: {outcome.task}: profile run {outcome.run_id} {outcome.status}; "
+                           f"summary: {outcome.summary_dir}")
+    if outcome.error:
+        view.error_line(f"{outcome.task}: run {outcome.run_id or '-'}: {outcome.error}")
+
+
+# --------------------------------------------------------------------------------------------- one raw file
+
+
+@dataclass
+class RawFile:
+    host: str
+    task: str
+    run_id: str
+    name: str
+    bytes: int
+    sha256: str
+    host_path: str
+    path: Path
+    outcome: str  # "fetched" | "unchanged"
+
+
+def fetch_raw_file(agent: Agent, task: str, run: str, name: str, kernels_dir: Path, host_name: str, *,
+                   force: bool = False, on_stat: Optional[Callable[[dict[str, Any]], None]] = None) -> RawFile:
+    """One named file of a finished run's raw/, after its size is known and within the host's max_summary_mb
+    (unless force); checked against the host's sha256 before it lands, never replacing a different file."""
+    task_dir = resolve_task_dir(kernels_dir, task)
+    if run == "all":
+        raise FetchRefused("--raw-file fetches one file of one run: give --run ID (or latest)")
+    [state] = select_runs(agent, task, run, host_name)
+    run_id = checked_name(state.get("run_id"), "run id", host_name)
+    parts = raw_name_parts(name)
+    info = agent.call_json("raw-file", "--task", task, "--run", run_id, "--name", "/".join(parts), "--stat")
+    size, digest = int(info["bytes"]), str(info["sha256"])
+    if on_stat:
+        on_stat(info)
+    limit = agent.host.max_summary_mb * MIB
+    if size > limit and not force:
+        raise FetchRefused(f"{host_name}: raw/{'/'.join(parts)} of run {run_id} is {size / MIB:.1f} MB, over this "
+                           f"host's max_summary_mb ({agent.host.max_summary_mb:g}); nothing was fetched (add --force "
+                           "to fetch it anyway)")
+    folder = real_folder(task_dir, "results", checked_name(host_name, "host name"), RAW_FOLDER, run_id, *parts[:-1])
+    destination = folder / parts[-1]
+    report = RawFile(host_name, task, run_id, "/".join(parts), size, digest, str(info.get("path")), destination,
+                     "fetched")
+    if destination.exists() or destination.is_symlink():
+        if destination.is_symlink() or not destination.is_file() or _sha256(destination) != digest:
+            raise FetchRefused(f"{destination} already holds a different file; kept it as it is. Move it away to "
+                               "fetch again.")
+        report.outcome = "unchanged"
+        return report
+    _download(agent, task, run_id, report)
+    return report
+
+
+def raw_name_parts(name: str) -> list[str]:
+    """'ncu/x.ncu-rep' (or 'raw/ncu/x.ncu-rep') as checked parts: each a plain file or folder name."""
+    parts = [part for part in str(name).split("/") if part]
+    if parts[:1] == ["raw"]:
+        parts = parts[1:]
+    if not parts:
+        raise FetchRefused(f"invalid raw file name {name!r}: a path under the run's raw/, e.g. ncu/x.ncu-rep")
+    return [checked_name(part, "raw file name") for part in parts]
+
+
+def _download(agent: Agent, task: str, run_id: str, report: RawFile) -> None:
+    """Into a hidden temporary file beside the destination, renamed into place only when size and sha256 match."""
+    fd, tmp = tempfile.mkstemp(dir=report.path.parent, prefix=f".{report.path.name}.", suffix=".part")
+    digest, received = hashlib.sha256(), 0
+    try:
+        with os.fdopen(fd, "wb") as out:
+            def keep(chunk: bytes) -> None:
+                nonlocal received
+                received += len(chunk)
+                if received > report.bytes:
+                    raise FetchRefused(f"{report.host}: raw/{report.name} grew past the {report.bytes} bytes it had; "
+                                       "nothing was written")
+                digest.update(chunk)
+                out.write(chunk)
+
+            result = agent.call("raw-file", "--task", task, "--run", run_id, "--name", report.name, on_stdout=keep)
+        if not result.ok:
+            raise RemoteCommandError(report.host, f"cannot fetch raw/{report.name}: {error_message(result)}",
+                                     result.exit_code, result.stderr_tail())
+        if received != report.bytes or digest.hexdigest() != report.sha256:
+            raise FetchRefused(f"{report.host}: raw/{report.name} arrived as {received} bytes with another sha256 "
+                               "than the host announced; nothing was written")
+        os.rename(tmp, report.path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(MIB), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

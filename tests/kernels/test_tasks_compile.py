@@ -1,0 +1,194 @@
+"""The kernel tasks shipped in kernels/: well formed, correct on the CPU interpreter, CUDA sides compile.
+
+The interpreter check runs the smallest rows of each Triton task in a subprocess (TRITON_INTERPRET
+must be set before the sides are imported). The nvcc check compiles each CUDA side's sources for
+sm_90 with the task's flags and torch's headers (device code and the C++ front end; no host link),
+both sides at once; it takes about a minute per side on a small machine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from kpremote.agent.taskspec import TaskSpec, load_task
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNELS = ROOT / "kernels"
+TASKS = sorted(p.name for p in KERNELS.iterdir() if (p / "task.toml").is_file())
+SMOKE_ROWS = 3  # smallest rows per Triton task checked on the interpreter
+
+
+def _spec(name: str) -> TaskSpec:
+    return load_task(KERNELS / name)
+
+
+def _adapter(spec: TaskSpec) -> ModuleType:
+    module_spec = importlib.util.spec_from_file_location(f"adapter_{spec.root.name}", spec.adapter_path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def _elements(params: dict) -> int:
+    if "shape" in params:
+        return math.prod(params["shape"])
+    return params["tokens"] * (params["heads"] + params.get("k_heads", params["heads"])) * params["head_dim"]
+
+
+def _smallest(spec: TaskSpec, count: int) -> list[str]:
+    return [w.id for w in sorted(spec.workloads, key=lambda w: _elements(w.params))[:count]]
+
+
+def test_the_three_h200_families_and_the_b200_copy_are_shipped() -> None:
+    assert set(TASKS) >= {
+        "h200_diffusion_fuse_scale_shift__multi_shape",
+        "h200_diffusion_norm_infer__multi_shape",
+        "h200_diffusion_rotary_embedding__multi_shape",
+        "b200_diffusion_fuse_scale_shift__multi_shape",
+    }
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_task_passes_the_agents_validation_and_has_its_docs(name: str) -> None:
+    spec = _spec(name)  # task.toml, workloads.toml and the adapter's contract, as the agent checks them
+    assert any(w.production for w in spec.workloads) and any(not w.production for w in spec.workloads)
+    for doc in ("baseline_source.md", "benchmark_method.md", "results.md"):
+        assert (spec.root / "docs" / doc).is_file(), doc
+    if spec.build.kind == "cuda":
+        for side in ("baseline", "solution"):
+            for source in spec.build.sources:
+                assert (spec.root / side / source).is_file(), f"{side}/{source}"
+
+
+def test_the_b200_copy_differs_from_its_h200_task_only_in_name_and_arch() -> None:
+    h200, b200 = _spec("h200_diffusion_fuse_scale_shift__multi_shape"), _spec("b200_diffusion_fuse_scale_shift__multi_shape")
+    assert (h200.task.arch, b200.task.arch) == ("h200", "b200")
+    for relative in ("baseline/kernel.py", "solution/kernel.py", "bench/adapter.py", "bench/workloads.toml"):
+        assert (h200.root / relative).read_bytes() == (b200.root / relative).read_bytes(), relative
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_make_case_gives_each_side_its_own_outputs_and_a_matching_reference(name: str) -> None:
+    torch = pytest.importorskip("torch")
+    spec = _spec(name)
+    adapter = _adapter(spec)
+    workload = next(w for w in spec.workloads if w.id == _smallest(spec, 1)[0]).params
+    case = adapter.make_case(workload, device="cpu", seed=0)
+    reference = adapter.reference(workload, case.inputs)
+    assert case.outputs_baseline.keys() == case.outputs_candidate.keys() == reference.keys()
+    for key, out in case.outputs_baseline.items():
+        other = case.outputs_candidate[key]
+        assert out.shape == other.shape == reference[key].shape and out.dtype == other.dtype
+        assert out.data_ptr() != other.data_ptr()
+        assert all(out.data_ptr() != t.data_ptr() for t in case.inputs.values() if isinstance(t, torch.Tensor))
+    assert case.bytes_moved == adapter.bytes_moved(workload) > 0
+    # a fresh seed draws fresh inputs
+    again = adapter.make_case(workload, device="cpu", seed=1)
+    first = next(iter(case.inputs))
+    assert not torch.equal(case.inputs[first], again.inputs[first])
+
+
+_INTERPRETER_CHECK = textwrap.dedent(
+    """
+    import importlib.util, json, sys
+    sys.path.insert(0, sys.argv[1])
+    import torch
+    from kpremote.agent.taskspec import load_task
+
+    def load(path, name):
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    task = load_task(__import__("pathlib").Path(sys.argv[2]))
+    adapter = load(task.adapter_path, "kp_adapter")
+    adapter.bind(baseline=load(task.side_dir("baseline") / "kernel.py", "kp_baseline"),
+                 candidate=load(task.side_dir("candidate") / "kernel.py", "kp_candidate"))
+    failures = []
+    for w in task.workloads:
+        if w.id not in sys.argv[3].split(","):
+            continue
+        case = adapter.make_case(w.params, device="cpu", seed=0)
+        expected = adapter.reference(w.params, case.inputs)
+        for side, call, outs in (("baseline", adapter.call_baseline, case.outputs_baseline),
+                                 ("candidate", adapter.call_candidate, case.outputs_candidate)):
+            for t in outs.values():
+                t.fill_(float("nan"))
+            call(w.params, case.inputs, outs)
+            for key, out in outs.items():
+                got, want = out.double(), expected[key].double()
+                if not (torch.isfinite(got).all() and torch.isclose(got, want, atol=case.atol, rtol=case.rtol).all()):
+                    failures.append(f"{w.id} {side} {key}: max error {(got - want).abs().max().item():.3g}")
+    print(json.dumps(failures))
+    """
+)
+
+
+@pytest.mark.parametrize("name", [t for t in TASKS if t.startswith("h200_") and _spec(t).build.kind == "triton"])
+def test_triton_sides_match_the_reference_on_the_interpreter(name: str, tmp_path: Path) -> None:
+    pytest.importorskip("triton")
+    spec = _spec(name)
+    rows = _smallest(spec, SMOKE_ROWS)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    done = subprocess.run(
+        [sys.executable, "-c", _INTERPRETER_CHECK, str(ROOT), str(spec.root), ",".join(rows)],
+        capture_output=True, text=True, env=env, timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def _nvcc() -> str | None:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if home and (Path(home) / "bin" / "nvcc").is_file():
+            return str(Path(home) / "bin" / "nvcc")
+    return None
+
+
+def _nvcc_command(nvcc: str, source: Path, flags: list[str], module: str, output: Path) -> list[str]:
+    from torch.utils import cpp_extension
+
+    includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
+    defines = [f"-DTORCH_EXTENSION_NAME={module}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+    torch_include = Path(cpp_extension.include_paths()[0])
+    if not (torch_include / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").is_file():
+        defines.append("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE")  # a CPU-only torch wheel lacks this generated header
+    return [nvcc, "-cubin", *flags, *cpp_extension.COMMON_NVCC_FLAGS, *defines, "-diag-suppress", "3306",
+            *(f"-I{p}" for p in includes), str(source), "-o", str(output)]
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", [t for t in TASKS if _spec(t).build.kind == "cuda"])
+def test_cuda_sides_compile_with_the_tasks_one_flag_list(name: str, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found (PATH, CUDA_HOME, /usr/local/cuda): the CUDA compile check needs a CUDA toolkit")
+    spec = _spec(name)
+    jobs = [
+        _nvcc_command(nvcc, spec.side_dir(side) / source, list(spec.build.flags), f"kp_{side}", tmp_path / f"{side}_{source}.cubin")
+        for side in ("baseline", "candidate")
+        for source in spec.build.sources
+    ]
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        results = list(pool.map(lambda cmd: subprocess.run(cmd, capture_output=True, text=True, timeout=880), jobs))
+    for command, done in zip(jobs, results):
+        assert done.returncode == 0, f"{' '.join(command)}\n{done.stdout[-2000:]}{done.stderr[-4000:]}"
