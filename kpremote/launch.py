@@ -67,13 +67,20 @@ def launch(hosts: list[Host], tasks: list[str], kernels_dir: Path, options: RunO
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                outcomes += [f.result() for f in done]
+                outcomes += [_outcome_of(f, futures[f], hosts) for f in done]
         except KeyboardInterrupt:
             _cancel_all(started, lock)
             raise
     outcomes.sort(key=lambda o: tasks.index(o.task))
     _report(outcomes, kernels_dir, as_json, detach)
     return outcomes
+
+
+def _outcome_of(future: Future, task: str, hosts: list[Host]) -> Outcome:
+    try:
+        return future.result()
+    except KpremoteError as exc:  # this task could not start: the tasks that did must still be reported
+        return Outcome(host=",".join(h.name for h in hosts), task=task, status="not started", error=str(exc))
 
 
 def _one_run(hosts: list[Host], task: str, kernels_dir: Path, options: RunOptions, detach: bool,
@@ -91,11 +98,21 @@ def _one_run(hosts: list[Host], task: str, kernels_dir: Path, options: RunOption
                       synced_files=run.synced_files)
     try:
         if not detach:
-            state = follow_run(session, task, run.run_id, lambda event: live.event(key, event))
+            seen: list[float] = []
+
+            def on_event(event: dict) -> None:
+                seen.append(float(event.get("t", 0.0)))
+                live.event(key, event)
+
+            state = follow_run(session, task, run.run_id, on_event)
+            # The agent's own time: its first event to its last. Everything else is kpremote's overhead.
+            outcome.agent_seconds = round(max(seen) - min(seen), 3) if seen else None
             outcome.status = state.get("status", "unknown")
             outcome.exit_code = state.get("exit_code")
             outcome.headline = state.get("headline")
-            outcome.agent_seconds = state.get("seconds")
+            if outcome.status != "passed":
+                # why it ended (e.g. "disk full on ...", "agent process died"), shown with the summary
+                outcome.error = state.get("message") or state.get("error")
             if outcome.status != "cancelled":
                 fetched = fetch_run(session.agent, task, state, kernels_dir, run.host)
                 outcome.summary_dir = str(fetched.path)
