@@ -43,6 +43,6 @@ def print_json(payload: Any) -> None:
     sys.stdout.flush()
 
 
-def finish(ok: bool) -> None:
+def finish(ok: bool, code: int = EXIT_FAILED) -> None:
     if not ok:
-        raise Exit(code=EXIT_FAILED)
+        raise Exit(code=code)

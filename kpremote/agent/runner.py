@@ -16,6 +16,7 @@ build failed, ...); 130 cancelled.
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import json
 import os
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,7 +36,7 @@ from . import report
 from .build import CUDA_ON_CPU, triton_cache_dir
 from .correctness import ERROR, PASSED, SKIPPED, TIMEOUT
 from .events import EventLog, read_events
-from .runstate import update_state
+from .runstate import DISK_FULL_EXIT, disk_full_message, is_disk_full, update_state
 from .taskspec import TaskSpec, TaskSpecError, Workload, load_task
 
 EXIT_PASSED, EXIT_FAILED, EXIT_REFUSED, EXIT_INFRA, EXIT_CANCELLED = 0, 1, 2, 3, 130
@@ -43,6 +45,7 @@ PREPARE_LIMIT_S = 3600.0  # both builds (a CUDA build can take many minutes) and
 POLL_S = 0.05
 WATCH_INTERVAL_S = 1.0
 LOG_TAIL_LINES = 15
+RESERVE_BYTES = 256 * 1024  # room kept for the final record, in case the disk fills up during the run
 # The folder holding the `kpremote` package: workers import the very same agent copy.
 AGENT_HOME = Path(__file__).resolve().parents[2]
 
@@ -223,6 +226,7 @@ class Runner:
         self.command = command
         self.run_dir = options.run_dir
         self.raw = self.run_dir / "raw"
+        self.reserve = self.raw / ".disk-reserve"
         self.events: EventLog | None = None
         self.ctx = RunContext()
         self.started_iso = _utc_now()
@@ -232,6 +236,7 @@ class Runner:
     def run(self) -> int:
         self.raw.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "summary").mkdir(parents=True, exist_ok=True)
+        _claim_reserve(self.reserve)
         self.events = EventLog(self.raw / "events.jsonl")
         update_state(self.run_dir, run_id=self.run_dir.name, status="running", phase="validate", pid=os.getpid(),
                      pgid=os.getpgrp(), started=self.started_iso)
@@ -245,8 +250,11 @@ class Runner:
             status, exit_code, message = abort.status, abort.exit_code, str(abort)
             self.events.emit("error", message=message)
         except Exception as exc:  # noqa: BLE001 - an agent bug still ends the run with a record of it
-            status, exit_code, message = "error", EXIT_INFRA, f"agent error: {type(exc).__name__}: {exc}"
-            self.events.emit("error", message=message)
+            if is_disk_full(exc):  # nothing more can be written until _finish gives the reserve back
+                status, exit_code, message = "error", EXIT_INFRA, disk_full_message(exc.filename or self.run_dir)
+            else:
+                status, exit_code, message = "error", EXIT_INFRA, f"agent error: {type(exc).__name__}: {exc}"
+                self.events.emit("error", message=message)
         finally:
             for sig in previous:
                 signal.signal(sig, signal.SIG_IGN)  # finishing the record must not be interrupted
@@ -441,6 +449,8 @@ class Runner:
         seconds = time.monotonic() - started
         if out.exists():
             return WorkerOutcome(json.loads(out.read_text()), seconds)
+        if returncode == DISK_FULL_EXIT:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out))
         tail = _tail(log_path)
         return WorkerOutcome(None, seconds, crashed=_exit_description(returncode) + (f"; log tail:\n{tail}" if tail else ""))
 
@@ -475,9 +485,10 @@ class Runner:
     def _finish(self, status: str, exit_code: int, message: str | None) -> None:
         """Release the GPU, write the summary, and only then say the run is over (state last)."""
         head: dict[str, Any] | None = None
+        self.reserve.unlink(missing_ok=True)  # its room is what lets a run on a full disk still record why it ended
         try:
-            self._phase("report")
             self._release_gpu()
+            self._phase("report")
             results = report.build_results(provenance=self._provenance(), rows=self.ctx.rows,
                                            samples=self.ctx.samples, status=status, exit_code=exit_code,
                                            message=message, smoke=self.ctx.device != "cuda")
@@ -486,9 +497,14 @@ class Runner:
             self.events.emit("headline", **head)
         except Exception as exc:  # noqa: BLE001 - the run must still end with a terminal state
             status, exit_code = "error", EXIT_INFRA
-            message = f"{message + '; ' if message else ''}report failed: {type(exc).__name__}: {exc}"
-            self.events.emit("error", message=message)
-        self.events.emit("done", status=status, exit_code=exit_code, message=message)
+            if not (is_disk_full(exc) and (message or "").startswith("disk full")):  # one disk-full line is enough
+                why = disk_full_message(self.run_dir) if is_disk_full(exc) else \
+                    f"report failed: {type(exc).__name__}: {exc}"
+                message = f"{message}; {why}" if message else why
+            with suppress(OSError):
+                self.events.emit("error", message=message)
+        with suppress(OSError):  # a full disk may refuse the event; the state below is what must get written
+            self.events.emit("done", status=status, exit_code=exit_code, message=message)
         update_state(self.run_dir, status=status, phase="done", exit_code=exit_code, headline=head, message=message,
                      finished=_utc_now())
         self.events.close()
@@ -626,6 +642,15 @@ def _tail(path: Path) -> str:
         return "\n".join(path.read_text(errors="replace").strip().splitlines()[-LOG_TAIL_LINES:])
     except OSError:
         return ""
+
+
+def _claim_reserve(path: Path) -> None:
+    """Set RESERVE_BYTES aside at the start (best effort: a disk already full just gets no reserve)."""
+    try:
+        with open(path, "wb") as f:
+            f.write(bytes(RESERVE_BYTES))
+    except OSError:
+        path.unlink(missing_ok=True)
 
 
 def _utc_now() -> str:

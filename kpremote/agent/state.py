@@ -7,6 +7,7 @@ looks at it next (follow, status, cancel, pack-summary), so no run stays "runnin
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import secrets
 import select
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -46,6 +48,10 @@ class NotFound(AgentError):
 class NotTerminal(AgentError):
     kind = "not_terminal"
     exit_code = 5
+
+
+class UnusablePython(AgentError):
+    kind = "unusable_python"
 
 
 # ------------------------------------------------------------------------------------------ names and places
@@ -107,6 +113,8 @@ def start(root: Path, request: StartRequest, snapshot_fn: Callable[[], Snapshot]
     if not workspace.is_dir():
         raise NotFound(f"task {request.task} has no workspace on this host ({workspace}); sync it first")
     snap = snapshot_fn()
+    device = _resolve_device(request.device, snap)
+    refuse_unusable_python(device)
     run_id, run_dir = new_run(workspace.parent / "runs")
     try:
         lease = _lease_for(root, request, snap, run_id, snapshot_fn) if request.lease and snap.gpus else None
@@ -114,7 +122,6 @@ def start(root: Path, request: StartRequest, snapshot_fn: Callable[[], Snapshot]
     except AgentError:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
-    device = _resolve_device(request.device, snap)
     (run_dir / "raw").mkdir()
     (run_dir / "summary").mkdir()
     command = _runner_command(request, workspace, run_dir, device, gpu, lease)
@@ -144,6 +151,30 @@ def start(root: Path, request: StartRequest, snapshot_fn: Callable[[], Snapshot]
         if lease:
             lease.hand_over()
     return {"run_id": run_id, "run_dir": str(run_dir), "gpu": gpu.to_json() if gpu else None}
+
+
+def refuse_unusable_python(device: str) -> None:
+    """Refuse, before anything is leased, a run this interpreter cannot do: no torch, or a CPU-only torch for cuda."""
+    where = f"{sys.executable} on {socket.gethostname()}"
+    if importlib.util.find_spec("torch") is None:
+        raise UnusablePython(f"torch is not installed for {where}; set python for this host in hosts.toml to an "
+                             "interpreter that has torch and triton")
+    if device == "cuda" and torch_cuda_build() is None:
+        raise UnusablePython(f"the torch of {where} has no CUDA (a CPU-only build); set python for this host in "
+                             "hosts.toml to one with a CUDA build of torch, or run with --device cpu")
+
+
+def torch_cuda_build() -> str | None:
+    """The CUDA version torch was built for (None: CPU-only, or no torch), read from torch/version.py without
+    importing torch, which takes seconds on a busy host."""
+    spec = importlib.util.find_spec("torch")
+    namespace: dict[str, Any] = {}
+    try:
+        version_py = Path(spec.submodule_search_locations[0], "version.py")
+        exec(version_py.read_text(), namespace)  # noqa: S102 - torch's own generated constants file
+    except (AttributeError, TypeError, IndexError, OSError, SyntaxError, ImportError):
+        return None
+    return namespace.get("cuda")
 
 
 def _open_gate(gate: subprocess.Popen) -> None:
@@ -239,12 +270,22 @@ def current_state(run_dir: Path) -> dict[str, Any]:
     state = read_state(run_dir)
     if not state or state.get("status") in TERMINAL or not state.get("pid"):
         return state
-    if _looks_like_run(int(state["pid"]), state.get("run_id") or Path(run_dir).name):
+    run_id = state.get("run_id") or Path(run_dir).name
+    if _looks_like_run(int(state["pid"]), run_id):
         return state
     state = read_state(run_dir)  # it may have finished between our two looks
     if state.get("status") in TERMINAL:
         return state
+    _end_leftovers(state, run_id)
     return update_state(run_dir, status="failed", error="agent process died", finished=utc_now_iso())
+
+
+def _end_leftovers(state: dict[str, Any], run_id: str) -> None:
+    """A dead runner's workers would go on using a GPU its lease no longer holds: they end with it."""
+    pgid = int(state.get("pgid") or 0)
+    if pgid > 1 and pgid != os.getpgrp() and _group_is_run(pgid, run_id):
+        _signal_group(pgid, signal.SIGKILL)
+        _wait_group_gone(pgid, 2.0)
 
 
 def _looks_like_run(pid: int, run_id: str) -> bool:

@@ -9,7 +9,8 @@ The stream is one JSON header line, then an uncompressed tar of exactly the file
 The header is checked against what the workspace holds now (its manifest; the files themselves when there is no
 manifest or the client asked for "full"). A mismatch answers {"need_full": true, "have": {path: sha256}} and touches
 nothing. Otherwise the whole stream is received into a staging folder first, every member checked, and only then
-moved into place, so a cut connection leaves the previous workspace and manifest as they were.
+moved into place, so a cut connection leaves the previous workspace and manifest as they were. The task's sync lock
+is held to check and to install, never while reading the network: a sync stalled on a dead link blocks no other.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -133,30 +134,34 @@ def apply_sync_stream(root: Path, task: str, stream: BinaryIO) -> dict[str, Any]
     workspace = workspace_of(Path(root).expanduser(), task)
     header = read_header(stream)
     workspace.parent.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(workspace.parent / ".sync.lock"):
-        remove_stale_staging(workspace.parent)
-        current = load_manifest(workspace) if not header.full else None
-        if current is None:
-            current = hash_workspace(workspace)
-        if manifest_digest(_hashes(current)) != header.base_digest:
-            have = current if header.full else hash_workspace(workspace)
-            return {"need_full": True, "have": _hashes(have)}
-        staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=workspace.parent))
+    lock = workspace.parent / ".sync.lock"
+    with ExitStack() as stack:
+        with exclusive_lock(lock):
+            remove_stale_staging(workspace.parent)
+            refusal = need_full_answer(workspace, header)
+            if refusal:
+                return refusal
+            staging = stack.enter_context(claimed_staging(workspace.parent))
         try:
+            # Received holding no lock: the stream comes over the network, and on a dead link its reader can stay
+            # blocked for hours (until the host's sshd notices); such a stalled sync must not block the next one.
             received = receive_files(stream, header, staging) if header.changed else {}
-            gone = set(header.deleted)
-            new = {p: s for p, s in current.items() if p not in gone}
-            new.update({p: state for p, (_, state) in received.items()})
-            digest = manifest_digest(_hashes(new))
-            if digest != header.new_digest:
-                raise SyncError("the received files do not give the tree the client announced (a file changed "
-                                "while it was being sent?); nothing was applied, sync again")
-            deleted = install(workspace, received, header.deleted)
-            write_state(workspace, new, {**header.provenance, "manifest_digest": digest})
+            with exclusive_lock(lock):
+                refusal = need_full_answer(workspace, header)  # another sync may have landed meanwhile
+                if refusal:
+                    return refusal
+                current = base_tree(workspace, header)
+                gone = set(header.deleted)
+                new = {p: s for p, s in current.items() if p not in gone}
+                new.update({p: state for p, (_, state) in received.items()})
+                digest = manifest_digest(_hashes(new))
+                if digest != header.new_digest:
+                    raise SyncError("the received files do not give the tree the client announced (a file changed "
+                                    "while it was being sent?); nothing was applied, sync again")
+                deleted = install(workspace, received, header.deleted)
+                write_state(workspace, new, {**header.provenance, "manifest_digest": digest})
         except OSError as exc:
             raise SyncError(f"cannot apply the sync in {workspace}: {exc.strerror or exc}") from None
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
     return {
         "need_full": False,
         "received_files": len(received),
@@ -164,6 +169,21 @@ def apply_sync_stream(root: Path, task: str, stream: BinaryIO) -> dict[str, Any]
         "bytes": sum(state.size for _, state in received.values()),
         "manifest_digest": digest,
     }
+
+
+def base_tree(workspace: Path, header: Header) -> dict[str, FileState]:
+    """What the header's base is compared with: the manifest, or the files themselves (none, or "full" asked)."""
+    current = load_manifest(workspace) if not header.full else None
+    return current if current is not None else hash_workspace(workspace)
+
+
+def need_full_answer(workspace: Path, header: Header) -> dict[str, Any] | None:
+    """None when the workspace is the header's base; else the answer listing what it really holds."""
+    current = base_tree(workspace, header)
+    if manifest_digest(_hashes(current)) == header.base_digest:
+        return None
+    have = current if header.full else hash_workspace(workspace)
+    return {"need_full": True, "have": _hashes(have)}
 
 
 def _hashes(files: Mapping[str, FileState]) -> dict[str, str]:
@@ -181,10 +201,39 @@ def exclusive_lock(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+@contextmanager
+def claimed_staging(task_dir: Path) -> Iterator[Path]:
+    """A fresh staging folder, flock'd while this sync lives: remove_stale_staging leaves it alone until then."""
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=task_dir))
+    fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield staging
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        os.close(fd)
+
+
 def remove_stale_staging(task_dir: Path) -> None:
-    """Staging left by a killed sync; safe to remove because we hold the task's sync lock."""
+    """Staging left by a killed sync (its flock died with it); called holding the task's sync lock."""
     for leftover in task_dir.glob(STAGING_PREFIX + "*"):
-        shutil.rmtree(leftover, ignore_errors=True)
+        if abandoned(leftover):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def abandoned(folder: Path) -> bool:
+    """Whether no live sync holds the folder's flock."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def load_manifest(workspace: Path) -> dict[str, FileState] | None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import difflib
+import json
+import math
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -192,7 +194,7 @@ def _workload(path: Path, number: int, merged: dict[str, Any]) -> Workload:
     tolerances = {}
     for key in ("atol", "rtol"):
         value = merged.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+        if value is not None and (not _finite_number(value) or value < 0):
             raise TaskSpecError(f"{where} ({wid}) {key} = {value!r} — allowed: a number >= 0")
         tolerances[key] = float(value) if value is not None else None
     return Workload(id=wid, production=production, params={**merged, "production": production}, **tolerances)
@@ -215,12 +217,12 @@ def _check_tables(path: Path, data: dict[str, Any], *, required: tuple[str, ...]
     for key in data:
         if key in PER_SIDE_TABLES:
             raise TaskSpecError(
-                f"{_shown(path)}: [{key}] — per-side settings are refused: both sides are built by the same builder "
+                f"{_shown(path)}: [{_named(key)}] — per-side settings are refused: both sides are built by the same builder "
                 f"with the one [build] flags list (docs/task-contract.md)"
             )
         if key not in allowed:
             raise TaskSpecError(
-                f"{_shown(path)}: [{key}] — unknown table{_suggestion(key, allowed)}; allowed: {_listed(allowed)}"
+                f"{_shown(path)}: [{_named(key)}] — unknown table{_suggestion(key, allowed)}; allowed: {_listed(allowed)}"
             )
     for key in required:
         if key not in data:
@@ -235,11 +237,11 @@ def _check_keys(path: Path, table: str, values: dict[str, Any], allowed: tuple[s
             continue
         if table in ("build", "baseline") and _is_per_side(key, values[key]):
             raise TaskSpecError(
-                f"{_shown(path)}: [{table}] {key} — per-side build settings are refused: both sides are built by "
+                f"{_shown(path)}: [{table}] {_named(key)} — per-side build settings are refused: both sides are built by "
                 f"the same builder with the one [build] flags list (docs/task-contract.md)"
             )
         raise TaskSpecError(
-            f"{_shown(path)}: [{table}] {key} — unknown key{_suggestion(key, allowed)}; allowed: {_listed(allowed)}"
+            f"{_shown(path)}: [{table}] {_named(key)} — unknown key{_suggestion(key, allowed)}; allowed: {_listed(allowed)}"
         )
 
 
@@ -320,7 +322,7 @@ def _timing_settings(path: Path, values: dict[str, Any]) -> TimingSettings:
         value = values[f.name]
         if f.name == "mode":
             _check_choice(path, "timing", "mode", value, TIMING_MODES)
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        elif not _finite_number(value) or value <= 0:
             raise TaskSpecError(f"{_shown(path)}: [timing] {f.name} = {value!r} — allowed: a number > 0")
         elif isinstance(getattr(defaults, f.name), int) and not isinstance(value, int):
             raise TaskSpecError(f"{_shown(path)}: [timing] {f.name} = {value!r} — allowed: a whole number > 0")
@@ -424,6 +426,16 @@ def _parameter_shape(args: ast.arguments) -> tuple[Any, ...]:
 # ------------------------------------------------------------------------------------------------ helpers
 
 
+def _finite_number(value: Any) -> bool:
+    """An int or float (not a bool) that a float can hold: TOML gives nan and inf, and integers of any size."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _string(path: Path, table: str, key: str, values: dict[str, Any]) -> str:
     value = values.get(key)
     if value is None:
@@ -446,7 +458,14 @@ def _check_choice(path: Path, table: str, key: str, value: Any, allowed: tuple[s
 
 
 def _toml(value: Any) -> str:
-    return f'"{value}"' if isinstance(value, str) else repr(value)
+    if not isinstance(value, str):
+        return repr(value)
+    return f'"{value}"' if value.isprintable() else json.dumps(value)  # a message stays one line, escapes inert
+
+
+def _named(key: str) -> str:
+    """A key from the file as a message shows it: as written, or quoted when it holds a newline, an escape, ..."""
+    return key if key.isprintable() and key.strip() == key and key else json.dumps(key)
 
 
 def _listed(allowed: tuple[str, ...] | list[str]) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 from . import build, correctness, timing
 from .correctness import ERROR, INCORRECT, PASSED
+from .runstate import DISK_FULL_EXIT, is_disk_full
 from .taskspec import SIDES, TaskSpec, Workload, load_task
 
 
@@ -37,7 +38,12 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - the runner gets a result it can show, never just a dead process
         result = {"status": ERROR, "message": f"worker: {type(exc).__name__}: {exc}", "where": "worker",
                   "traceback": traceback.format_exc()}
-    write_json(args.out, result)
+    try:
+        write_json(args.out, result)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        return DISK_FULL_EXIT  # no room for a result: the exit code is the one message that gets through
     return 0
 
 

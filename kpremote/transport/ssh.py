@@ -115,6 +115,7 @@ class SSHTransport:
         except (OSError, paramiko.SSHException, EOFError) as exc:
             raise HostError(self.host, f"cannot connect to {self.hostname}:{self.port}: {exc or type(exc).__name__}") from None
         self.connection.transport.set_keepalive(KEEPALIVE_S)
+        _drop_when_unacknowledged(self.connection, self.connect_timeout)
 
     def run(
         self,
@@ -140,6 +141,8 @@ class SSHTransport:
         try:
             self._pump(channel, sink, stderr_parts.append, deadline, idle_timeout)
             code = channel.recv_exit_status()
+            if code == -1 and self._connection_died():
+                raise HostError(self.host, "connection lost mid-command (the link dropped or the host's sshd went away)")
         finally:
             channel.close()
             feeder.join(timeout=5)
@@ -171,8 +174,30 @@ class SSHTransport:
                 if idle_timeout is not None and time.monotonic() - last_byte > idle_timeout:
                     raise HostError(self.host, f"connection lost: no answer for {idle_timeout:g} s")
 
+    def _connection_died(self) -> bool:
+        """Why a channel ended with no exit status: the connection died (sshd killed), or only the command did."""
+        transport = self.connection.transport
+        transport.join(timeout=1.0)  # a dying transport's thread ends at once: wait for it to say so
+        return not transport.is_active()
+
     def close(self) -> None:
         self.connection.close()
+
+
+def _drop_when_unacknowledged(connection: Connection, seconds: float) -> None:
+    """Let the kernel drop a connection whose bytes stay unacknowledged for `seconds` (Linux TCP_USER_TIMEOUT).
+
+    Without it a cut link looks alive for ~15 minutes of TCP retransmissions: a command sending a sync or waiting
+    for an answer would hang. A slow but working link keeps acknowledging, and the keepalive above makes even a
+    silent wait send something every KEEPALIVE_S, so only a dead link trips it.
+    """
+    option = getattr(socket, "TCP_USER_TIMEOUT", None)
+    hop: object = connection
+    while option is not None and isinstance(hop, Connection):
+        sock = hop.transport.sock if hop.transport is not None else None
+        if isinstance(sock, socket.socket):
+            sock.setsockopt(socket.IPPROTO_TCP, option, int(seconds * 1000))
+        hop = hop.gateway
 
 
 def _first_reason(exc: paramiko.ssh_exception.NoValidConnectionsError) -> str:

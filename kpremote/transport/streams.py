@@ -42,7 +42,7 @@ def feed_in_background(
         finally:
             try:
                 close()
-            except OSError:
+            except (OSError, EOFError):  # the connection is gone: nothing left to close
                 pass
 
     thread = threading.Thread(target=pump, name="kpremote-stdin", daemon=True)
