@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
@@ -30,7 +30,7 @@ from .lease import AgentError, BadRequest, GpuNotFound, IdlePolicy, Lease, acqui
 from .nvml import GpuState, Snapshot, snapshot
 from .runstate import TERMINAL, read_state, update_state
 
-SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
 HEARTBEAT_S = 2.0
 FOLLOW_POLL_S = 0.05
@@ -59,7 +59,8 @@ class UnusablePython(AgentError):
 
 def validate_task_name(task: str) -> str:
     if not SAFE_NAME.fullmatch(task or "") or task in (".", ".."):
-        raise BadRequest(f"bad task name {task!r}: use letters, digits, '_', '.', '-'")
+        raise BadRequest(f"bad task name {task!r}: use letters, digits, '_', '.', '-' "
+                         "(starting with a letter or digit)")
     return task
 
 
@@ -116,6 +117,9 @@ def start(root: Path, request: StartRequest, snapshot_fn: Callable[[], Snapshot]
     device = _resolve_device(request.device, snap)
     refuse_unusable_python(device)
     run_id, run_dir = new_run(workspace.parent / "runs")
+    # The task decides which GPUs it may run on (a b200 task refuses an H200); the host's declared arch is
+    # only the fallback for a task that does not say.
+    request = replace(request, arch=_task_arch(workspace) or request.arch)
     try:
         lease = _lease_for(root, request, snap, run_id, snapshot_fn) if request.lease and snap.gpus else None
         gpu = lease.gpu if lease else _named_gpu(snap, request.gpu)
@@ -182,6 +186,19 @@ def _open_gate(gate: subprocess.Popen) -> None:
         gate.stdin.write(b"go\n")
     except BrokenPipeError:
         raise AgentError(f"the runner's launcher (pid {gate.pid}) died before it could start the runner") from None
+
+
+def _task_arch(workspace: Path) -> str | None:
+    """[task] arch of the synced task.toml, or None when it cannot be read (the runner refuses such a task)."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the runner still checks the arch when it leases for itself
+        return None
+    try:
+        arch = tomllib.loads((workspace / "task.toml").read_text()).get("task", {}).get("arch")
+    except (OSError, ValueError):
+        return None
+    return arch if isinstance(arch, str) else None
 
 
 def _lease_for(
