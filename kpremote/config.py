@@ -189,8 +189,9 @@ def _resolve(name: str, spec: HostModel, defaults: DefaultsModel) -> Host:
         arch=spec.arch,
         container=spec.container,
         remote_root=pick("remote_root", "~/kpremote"),
-        # the local host runs the agent with the interpreter kpremote itself runs under (it has torch there)
-        python=pick("python", sys.executable if local else "python3"),
+        # The local host runs the agent with the interpreter kpremote itself runs under (it has torch there):
+        # [defaults] python describes the remote hosts, so only the local table's own python overrides that.
+        python=(spec.python or sys.executable) if local else pick("python", "python3"),
         connect_timeout=float(pick("connect_timeout", 10)),
         idle=pick("idle", IdlePolicy()),
         groups=tuple(spec.groups),

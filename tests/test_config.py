@@ -31,6 +31,7 @@ def test_defaults_apply_and_local_uses_this_python(tmp_path):
     inventory = load_inventory(write(tmp_path, """
 [defaults]
 connect_timeout = 3
+python = "/opt/conda/bin/python3"
 idle = { max_memory_mib = 100 }
 [hosts.a]
 ssh = "me@example:2200"
@@ -38,8 +39,9 @@ ssh = "me@example:2200"
 transport = "local"
 """))
     a = inventory.hosts["a"]
-    assert (a.connect_timeout, a.idle.max_memory_mib, a.idle.max_util_pct, a.python) == (3, 100, 5, "python3")
-    assert inventory.hosts["local"].python == sys.executable
+    assert (a.connect_timeout, a.idle.max_memory_mib, a.idle.max_util_pct) == (3, 100, 5)
+    assert a.python == "/opt/conda/bin/python3"
+    assert inventory.hosts["local"].python == sys.executable  # [defaults] python is for the remote hosts
 
 
 @pytest.mark.parametrize("text, expected", [
