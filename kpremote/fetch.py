@@ -177,22 +177,39 @@ def move_into_place(members: list[Member], destination: Path) -> None:
 
 
 def refresh_docs(task_dir: Path, fetched: list[FetchReport]) -> None:
-    """Append each new run to docs/run_log.md; docs/results.md follows the newest run fetched so far."""
+    """Append each new run to docs/run_log.md; docs/results.md follows the newest timing run fetched so far.
+
+    CPU smoke runs and profile runs are logged but never replace docs/results.md: a quick-start smoke run
+    must not overwrite the numbers of a real GPU run.
+    """
     if not fetched:
         return
     docs = real_folder(task_dir, "docs")
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     append_run_log(docs / "run_log.md", fetched, now)
-    newest = max(fetched, key=lambda r: r.run_id)
+    timed = [r for r in fetched if is_timing_run(r.path)]
+    if not timed:
+        return
+    newest = max(timed, key=lambda r: r.run_id)
     summary_md = newest.path / "results.md"
     if newest.run_id >= newest_fetched_run(task_dir) and summary_md.is_file() and not summary_md.is_symlink():
         header = f"_Fetched from host `{newest.host}`, run `{newest.run_id}`, at {now} by kpremote._\n\n"
         write_text_atomically(docs / "results.md", header + summary_md.read_text(errors="replace"))
 
 
+def is_timing_run(summary: Path) -> bool:
+    """A real timing run's summary: not a CPU smoke run, not a profile run."""
+    if (summary / "profile.md").exists():
+        return False
+    try:
+        return not json.loads((summary / "results.json").read_text()).get("smoke", False)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def newest_fetched_run(task_dir: Path) -> str:
-    runs = [p.name for p in (task_dir / "results").glob("*/*") if p.is_dir() and not p.name.startswith(".")]
-    return max(runs, default="")
+    runs = [p for p in (task_dir / "results").glob("*/*") if p.is_dir() and not p.name.startswith(".")]
+    return max((p.name for p in runs if is_timing_run(p)), default="")
 
 
 def append_run_log(path: Path, fetched: list[FetchReport], now: str) -> None:

@@ -92,7 +92,9 @@ def test_run_end_to_end_then_a_cheap_repeat(rig, workdir):
     fetched = workdir / outcome["summary_dir"]
     assert sorted(p.name for p in fetched.iterdir()) == ["results.json", "results.md", "run_log.md"]
     assert "SMOKE RUN" in (fetched / "results.md").read_text()
-    assert (workdir / "kernels" / "tiny_rmsnorm" / "docs" / "results.md").exists()
+    docs = workdir / "kernels" / "tiny_rmsnorm" / "docs"
+    assert outcome["run_id"] in (docs / "run_log.md").read_text()
+    assert not (docs / "results.md").exists()  # a smoke run never stands in for a task's real results
     remote_run = host.root / "tasks" / "tiny_rmsnorm" / "runs" / outcome["run_id"]
     assert (remote_run / "raw" / "events.jsonl").exists()  # raw stays on the host ...
     assert not list(fetched.rglob("events.jsonl"))         # ... and never travels
