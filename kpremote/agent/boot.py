@@ -53,7 +53,7 @@ if argv[0] == "ship":
     try:
         ship(home, sys.stdin.buffer)
     except Exception as exc:
-        sys.exit(f"kpremote ship: {exc}")
+        sys.exit(f"kpremote ship to {home}: {exc}")
     argv = argv[2:] if argv[1:2] == ["--"] else []
     if not argv:
         print('{"ok": true}')

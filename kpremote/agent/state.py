@@ -195,9 +195,10 @@ def _task_arch(workspace: Path) -> str | None:
     except ImportError:  # Python 3.10: the runner still checks the arch when it leases for itself
         return None
     try:
-        arch = tomllib.loads((workspace / "task.toml").read_text()).get("task", {}).get("arch")
+        task = tomllib.loads((workspace / "task.toml").read_text()).get("task")
     except (OSError, ValueError):
         return None
+    arch = task.get("arch") if isinstance(task, dict) else None  # `task = 1` is the runner's to refuse, clearly
     return arch if isinstance(arch, str) else None
 
 

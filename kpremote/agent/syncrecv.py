@@ -38,7 +38,7 @@ PROVENANCE_NAME = "provenance.json"
 STAGING_PREFIX = ".sync-staging-"
 HEADER_LIMIT = 64 * 1024 * 1024
 CHUNK = 1024 * 1024
-TASK_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 SKIPPED_DIRS = {STATE_DIR, "__pycache__"}
 NOT_A_FILE = "!not-a-regular-file"
 """What a symlink or special file counts as in "have": it never equals a content hash, so the client replaces it."""
@@ -75,7 +75,8 @@ def manifest_digest(hashes: Mapping[str, str]) -> str:
 
 def check_task_name(task: str) -> str:
     if not TASK_NAME.fullmatch(task) or task in (".", ".."):
-        raise SyncError(f"invalid task name {task!r}: letters, digits, '.', '_' and '-' only")
+        raise SyncError(f"invalid task name {task!r}: letters, digits, '.', '_' and '-' only, "
+                        "starting with a letter or digit")
     return task
 
 
@@ -334,8 +335,9 @@ def install(workspace: Path, received: Mapping[str, tuple[Path, FileState]], del
     # themselves instead of trusting a manifest that no longer describes them.
     (state_dir / MANIFEST_NAME).unlink(missing_ok=True)
     count = sum(remove_inside(workspace, path) for path in deleted)
+    checked: dict[str, Path] = {}
     for path, (staged, _) in received.items():
-        os.replace(staged, place_inside(workspace, path))
+        os.replace(staged, place_inside(workspace, path, checked))
     return count
 
 
@@ -347,17 +349,31 @@ def real_directory(path: Path) -> Path:
     return path
 
 
-def place_inside(workspace: Path, path: str) -> Path:
-    """The target of path, with every parent a real directory inside the workspace (links in the way removed)."""
+ROOT_KEY = "\0"
+
+
+def place_inside(workspace: Path, path: str, checked: dict[str, Path] | None = None) -> Path:
+    """The target of path, with every parent a real directory inside the workspace (links in the way removed).
+
+    `checked` remembers the folders this install already made real and verified (a sync of 10,000 files
+    otherwise resolves the same few folders' real paths, one lstat per component, 20,000 times).
+    """
+    checked = {} if checked is None else checked
     parts = path.split("/")
-    folder = workspace
-    for part in parts[:-1]:
-        folder = real_directory(folder / part)
+    parent = "/".join(parts[:-1])
+    folder = checked.get(parent)
+    if folder is None:
+        folder = workspace
+        for part in parts[:-1]:
+            folder = real_directory(folder / part)
+        if ROOT_KEY not in checked:  # no path can contain NUL: this key never names a folder
+            checked[ROOT_KEY] = Path(os.path.realpath(workspace))
+        if os.path.realpath(folder) != os.path.join(checked[ROOT_KEY], *parts[:-1]):
+            raise SyncError(f"refused path {path!r}: would land outside the workspace")
+        checked[parent] = folder
     target = folder / parts[-1]
     if target.is_dir() and not target.is_symlink():
         shutil.rmtree(target)  # the client has a file where this workspace kept a folder of leftovers
-    if os.path.realpath(folder) != os.path.join(os.path.realpath(workspace), *parts[:-1]):
-        raise SyncError(f"refused path {path!r}: would land outside the workspace")
     return target
 
 
@@ -395,7 +411,9 @@ def write_json_atomically(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1)
+        # json.dumps without indent runs in C; json.dump or an indent take the pure-Python encoder, which costs
+        # ~0.3 s for the manifest of a 10,000-file workspace on every sync
+        f.write(json.dumps(data, separators=(",", ":")))
     os.replace(tmp, path)
 
 

@@ -210,6 +210,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise TaskSpecError(f"{_shown(path)}: missing (see docs/task-contract.md)") from None
     except tomllib.TOMLDecodeError as exc:
         raise TaskSpecError(f"{_shown(path)}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TaskSpecError(f"{_shown(path)}: not UTF-8 text (byte {exc.start}), so not TOML") from None
 
 
 def _check_tables(path: Path, data: dict[str, Any], *, required: tuple[str, ...], optional: tuple[str, ...]) -> None:

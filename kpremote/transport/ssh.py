@@ -157,7 +157,14 @@ class SSHTransport:
         """
         last_byte = time.monotonic()
         while True:
-            readable, _, _ = select.select([channel], [], [], 0.5)
+            if channel.eof_received and not channel.recv_ready() and not channel.recv_stderr_ready():
+                # All output is in, and paramiko keeps such a channel's fd readable for good: select would spin
+                # (thousands of turns, holding the GIL other hosts' threads need) until the exit status comes.
+                channel.status_event.wait(0.5)
+                last_byte = time.monotonic()
+                readable = []
+            else:
+                readable, _, _ = select.select([channel], [], [], 0.5)
             if readable:
                 last_byte = time.monotonic()
             while channel.recv_stderr_ready():
