@@ -66,6 +66,25 @@ def busy_gpu(index: int, **overrides: Any) -> dict[str, Any]:
     )
 
 
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rfind(")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def free_port(address: str) -> int:
     with socket.socket() as s:
         s.bind((address, 0))
@@ -159,9 +178,19 @@ class SshHost:
         raise RuntimeError(f"sshd for {self.name} did not start: {(self.home / 'sshd.log').read_text()[-500:]}")
 
     def stop(self) -> None:
-        """Stop the server and every session it started (a killed sshd leaves none behind)."""
+        """Stop the server and every session it started, like a host going down.
+
+        Per-connection sshd processes start their own sessions, so the listener's process group does not reach
+        them: they are found as the listener's descendants instead.
+        """
         if self.proc and self.proc.poll() is None:
+            sessions = _descendants(self.proc.pid)
             os.killpg(self.proc.pid, signal.SIGTERM)
+            for pid in sessions:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             self.proc.wait(timeout=10)
         self.proc = None
 
