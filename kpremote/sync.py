@@ -30,7 +30,7 @@ from .agentcall import Agent, error_message
 from .config import Host
 from .errors import ConfigError, HostError, KpremoteError, RemoteCommandError
 
-TASK_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # never "-x": a word that reads as an option
 EXCLUDED_NAMES = {".git", "__pycache__", ".kpremote"}
 FETCH_WRITTEN = {"docs/results.md", "docs/run_log.md"}
 """Written locally by fetch-results after every run: the host has the originals, and sending them back would
@@ -95,7 +95,8 @@ class SyncReport:
 def resolve_task_dir(kernels_dir: Path, task: str) -> Path:
     """kernels/<task>, refusing names that could point anywhere else; unknown names suggest the closest task."""
     if not TASK_NAME.fullmatch(task) or task in (".", ".."):
-        raise ConfigError(f"invalid task name {task!r}: letters, digits, '.', '_' and '-' only")
+        raise ConfigError(f"invalid task name {task!r}: letters, digits, '.', '_' and '-' only, "
+                          "starting with a letter or digit")
     task_dir = Path(kernels_dir) / task
     if task_dir.is_symlink() or not task_dir.is_dir():
         known = sorted(p.name for p in Path(kernels_dir).glob("*") if p.is_dir() and not p.is_symlink())
@@ -110,7 +111,9 @@ def scan_task(kernels_dir: Path, task: str) -> LocalTree:
     task_dir = resolve_task_dir(kernels_dir, task)
     warnings: list[str] = []
     cache = HashCache(task_dir)
-    files = {rel: cache.local_file(task_dir / rel, rel, st) for rel, st in walk_task(task_dir, warnings)}
+    # os.path.join, not Path /: a re-sync of 10,000 files is mostly this loop, and pathlib costs 10 µs a join
+    root = str(task_dir)
+    files = {rel: cache.local_file(os.path.join(root, rel), rel, st) for rel, st in walk_task(task_dir, warnings)}
     cache.save()
     tree = LocalTree(task, task_dir, files, {}, warnings)
     tree.provenance = provenance(tree)
@@ -198,7 +201,7 @@ class HashCache:
         self.new: dict[str, list[Any]] = {}
         self.hashed = 0  # files read this time (tests assert unchanged files are not)
 
-    def local_file(self, path: Path, rel: str, st: os.stat_result) -> LocalFile:
+    def local_file(self, path: str | Path, rel: str, st: os.stat_result) -> LocalFile:
         signature = [st.st_size, st.st_mtime_ns, st.st_ino]
         cached = self.old.get(rel)
         if isinstance(cached, list) and cached[:3] == signature:
@@ -329,12 +332,34 @@ def read_as_scanned(tree: LocalTree, path: str) -> bytes:
 
 def write_tar_member(out: io.BytesIO, path: str, data: bytes, executable: bool) -> None:
     """One member, padded to the block size only (tarfile would pad the archive to 10 KiB records)."""
-    info = tarfile.TarInfo(path)
-    info.size = len(data)
-    info.mode = 0o755 if executable else 0o644
-    out.write(info.tobuf(format=tarfile.PAX_FORMAT))
+    mode = 0o755 if executable else 0o644
+    out.write(ustar_header(path, len(data), mode) or _pax_header(path, len(data), mode))
     out.write(data)
     out.write(b"\0" * (-len(data) % tarfile.BLOCKSIZE))
+
+
+USTAR_EMPTY = tarfile.TarInfo().tobuf(format=tarfile.USTAR_FORMAT)
+
+
+def ustar_header(path: str, size: int, mode: int) -> Optional[bytes]:
+    """The 512-byte header tarfile writes for a short ASCII name, built directly: TarInfo.tobuf costs ~80 µs a
+    member, a second of CPU for a 10,000-file sync. None when the name needs PAX (long or non-ASCII)."""
+    if not path.isascii() or len(path) > 100 or size >= 8 ** 11:
+        return None
+    block = bytearray(USTAR_EMPTY)
+    block[0:100] = path.encode("ascii").ljust(100, b"\0")
+    block[100:108] = b"%07o\0" % mode
+    block[124:136] = b"%011o\0" % size
+    block[148:156] = b" " * 8  # the checksum is computed with its own field as spaces
+    block[148:156] = b"%06o\0 " % sum(block)
+    return bytes(block)
+
+
+def _pax_header(path: str, size: int, mode: int) -> bytes:
+    info = tarfile.TarInfo(path)
+    info.size = size
+    info.mode = mode
+    return info.tobuf(format=tarfile.PAX_FORMAT)
 
 
 def sync_task(agent: Agent, task: str, kernels_dir: Path, *, have: Optional[dict[str, str]] = None) -> SyncReport:

@@ -5,15 +5,20 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional
 
-from rich.console import Console
-from rich.markdown import Markdown
+from rich.console import Console, ConsoleOptions
+from rich.control import strip_control_codes
+from rich.segment import Segment
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
 from .config import Host
 from .gpustatus import GpuReport, HostInfo, HostReport
+
+if TYPE_CHECKING:
+    from rich.markdown import Markdown
 
 console = Console()
 errors = Console(stderr=True)
@@ -94,25 +99,38 @@ STATUS_STYLE = {"PASSED": "green", "INCORRECT": "red", "ERROR": "red", "TIMEOUT"
 class RunView:
     """The live view of one or more runs: a status line per run, and each row's verdict printed as it comes.
 
-    Drawing is throttled (Live refreshes a few times a second), so a run emitting thousands of events costs
-    the client almost nothing.
+    Every print under rich's Live redraws the live table too, so verdicts are printed in batches, at most
+    FLUSH_S apart, by one thread; the status lines are drawn by Live's own refresh (twice a second) from the current
+    state. A run emitting hundreds of events a second then costs the client a few percent of a core, not most
+    of one (benchmarks/bench_follow.py).
     """
+
+    FLUSH_S = 0.2
 
     def __init__(self, quiet: bool = False) -> None:
         self.lines: dict[str, dict] = {}
         self.quiet = quiet
         self._live = None
         self._lock = threading.Lock()  # runs are followed from one thread each
+        self._pending: list[list[Segment]] = []
+        self._closing = threading.Event()
+        self._printer: Optional[threading.Thread] = None
 
     def __enter__(self) -> "RunView":
         if not self.quiet:
             from rich.live import Live
 
-            self._live = Live(self._render(), console=console, refresh_per_second=4, transient=True)
+            self._live = Live(console=console, refresh_per_second=2, transient=True, get_renderable=self._current)
             self._live.__enter__()
+            self._printer = threading.Thread(target=self._print_batches, name="kpremote-view", daemon=True)
+            self._printer.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self._closing.set()
+        if self._printer is not None:
+            self._printer.join()
+        self._print_pending()
         if self._live is not None:
             self._live.__exit__(*exc)
 
@@ -124,7 +142,6 @@ class RunView:
     def _add(self, key: str, host: str, task: str, run_id: str, gpu_text: str) -> None:
         self.lines[key] = {"host": host, "task": task, "run_id": run_id, "gpu": gpu_text, "phase": "starting",
                            "progress": "", "passed": 0, "failed": 0, "t0": time.monotonic()}
-        self._refresh()
 
     def event(self, key: str, event: dict) -> None:
         with self._lock:
@@ -140,21 +157,37 @@ class RunView:
             line["progress"] = f"{event.get('i', '?')}/{event.get('n', '?')}"
             line["passed" if status == "PASSED" else "failed"] += 1
             if not self.quiet:
-                console.print(self._row_text(line, event))
+                self._pending.append(self._row_segments(line, event))
         elif kind == "done":
             line["phase"] = event.get("status", "done")
-        self._refresh()
 
-    def _row_text(self, line: dict, event: dict) -> Text:
-        status = event.get("status", "?")
-        text = Text(f"{line['host']} {line['task']} [{line['progress']}] {event.get('workload', '?')}: ")
-        text.append(status, style=STATUS_STYLE.get(status, ""))
+    def _row_segments(self, line: dict, event: dict) -> list[Segment]:
+        """One verdict line as plain segments: rich's Text layout costs ~60 µs a line, segments ~10."""
+        status = str(event.get("status", "?"))
+        pieces = [(f"{line['host']} {line['task']} [{line['progress']}] {event.get('workload', '?')}: ", None),
+                  (status, STATUS_STYLE.get(status))]
         speedup = event.get("speedup")
         if speedup:
-            text.append(f"  speedup {speedup:.3f}x")
+            pieces.append((f"  speedup {speedup:.3f}x", None))
         if event.get("message"):
-            text.append(f"  {event['message']}", style="dim")
-        return text
+            pieces.append((f"  {event['message']}", "dim"))
+        return [Segment(strip_control_codes(text), Style.parse(style) if style else None) for text, style in pieces]
+
+    def _print_batches(self) -> None:
+        while not self._closing.wait(self.FLUSH_S):
+            self._print_pending()
+
+    def _print_pending(self) -> None:
+        # Taken under our lock, printed outside it: Live's refresh thread holds its own lock while it asks
+        # _current for the table, so holding ours while calling into Live could deadlock.
+        with self._lock:
+            batch, self._pending = self._pending, []
+        if batch:
+            console.print(_Lines(batch), soft_wrap=True)
+
+    def _current(self) -> Table:
+        with self._lock:
+            return self._render()
 
     def _render(self) -> Table:
         table = Table(box=None, show_header=False)
@@ -165,13 +198,23 @@ class RunView:
                           f"{line['passed']} passed, {line['failed']} not", f"{elapsed:.0f}s")
         return table
 
-    def _refresh(self) -> None:
-        if self._live is not None:
-            self._live.update(self._render())
+
+class _Lines:
+    """Lines of segments, as one renderable: a batch of verdicts printed in one go."""
+
+    def __init__(self, lines: list[list[Segment]]) -> None:
+        self.lines = lines
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        for line in self.lines:
+            yield from line
+            yield Segment.line()
 
 
 def summary_markdown(path: Path) -> Markdown:
     """A fetched results.md, rendered: the agent's report is the one table of a run, shown as it wrote it."""
+    from rich.markdown import Markdown  # 40 ms of import (markdown_it) that every other command can skip
+
     return Markdown(path.read_text())
 
 
