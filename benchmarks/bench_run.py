@@ -73,6 +73,7 @@ class Bench:
         self.linked = linked
         self.work = work
         self.hosts_toml = linked.hosts_toml(work / "hosts.toml")
+        self.anchor_source = work / "anchor-source" / TASK
         self.rounds = 0
 
     def kpremote(self) -> Sample:
@@ -92,7 +93,7 @@ class Bench:
         runner = [self.linked.host.python, "-m", "kpremote.agent", "run", "--task-dir", str(workspace),
                   "--run-dir", str(run_dir), "--device", "cpu", "--workloads", WORKLOAD]
         steps = [
-            f"tar -cf - -C {shlex.quote(str(self.work / 'kernels' / TASK))} . | "
+            f"tar -cf - -C {shlex.quote(str(self.anchor_source))} . | "
             f"{ssh} {shlex.quote(f'mkdir -p {into} && tar -xf - -C {into}')}",
             f"{ssh} {shlex.quote(f'PYTHONPATH={shlex.quote(str(REPO))} {shlex.join(runner)}')}",
             f"{shlex.join(self.linked.scp())} -r root@127.0.0.1:{shlex.quote(str(run_dir / 'summary'))} "
@@ -105,7 +106,7 @@ class Bench:
         workspace, run_dir, fetched = self._places("fabric")
         argv = [sys.executable, str(BENCH_DIR / "anchor_fabric.py"), "--port", str(self.linked.port),
                 "--key", str(self.linked.rig.client_key), "--known-hosts", str(self.linked.rig.known_hosts),
-                "run", str(self.work / "kernels" / TASK), str(workspace), str(run_dir), self.linked.host.python,
+                "run", str(self.anchor_source), str(workspace), str(run_dir), self.linked.host.python,
                 str(REPO), str(fetched), "--device", "cpu", "--workloads", WORKLOAD]
         seconds, _ = timed(argv)
         return Sample(seconds, agent_seconds(run_dir / "raw" / "events.jsonl"))
@@ -127,7 +128,10 @@ def measure(rtts: list[float], repeats: int, high_rtt_repeats: int, tools: list[
     try:
         host = rig.add_host("run-host", gpus=[idle_gpu(0)])
         work = rig.base / "work"
-        shutil.copytree(REPO / "tests" / "fixtures" / "tasks" / TASK, work / "kernels" / TASK)
+        # The anchors send their own pristine copy: kpremote's runs fetch summaries into kernels/<task>/results/,
+        # which the anchors would otherwise carry along file by file.
+        for copy in (work / "kernels" / TASK, work / "anchor-source" / TASK):
+            shutil.copytree(REPO / "tests" / "fixtures" / "tasks" / TASK, copy)
         for rtt in rtts:
             linked = link_host(rig, host, rtt)
             try:
