@@ -118,9 +118,6 @@ def run_client_on_pty(argv: list[str], cwd: Path, env: dict[str, str], timeout: 
             if not chunk:
                 return
             now = time.time()
-            if os.environ.get("KP_BENCH_TTY_LOG"):
-                with open(os.environ["KP_BENCH_TTY_LOG"], "ab") as log:
-                    log.write(chunk)
             text = tail + chunk
             cut = text.rfind(b"\n") + 1  # only whole lines: a stamp split across reads is read once, whole
             lags.extend(now - float(stamp) for stamp in WRITTEN.findall(text[:cut]))
