@@ -32,6 +32,7 @@ from kpremote.runs import HEARTBEAT_GRACE_S
 from kpremote.sync import build_sync_request, plan_sync, scan_task, sync_task
 from kpremote.transport import LocalTransport
 from rig import REPO, SSHD, SshHost, idle_gpu
+from waiting import alive, processes_mentioning, state_of, wait_for
 
 TINY = REPO / "tests" / "fixtures" / "tasks" / "tiny_rmsnorm"
 SMALL = "grid_r1_c33"  # the tiny task's smallest workload: one row of 33 columns
@@ -111,21 +112,6 @@ def run_dirs(root: Path, task: str) -> list[Path]:
     return sorted(p for p in (Path(root) / "tasks" / task / "runs").glob("*") if (p / "state.json").is_file())
 
 
-def state_of(run_dir: Path) -> dict[str, Any]:
-    try:
-        return json.loads((run_dir / "state.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"{what}: not met within {timeout:g} s"
-        time.sleep(0.1)
-    return value
-
-
 def blocked_at_gate(root: Path, task: str) -> list[Path]:
     return [d for d in run_dirs(root, task) if state_of(d).get("phase") == "workload"]
 
@@ -133,28 +119,6 @@ def blocked_at_gate(root: Path, task: str) -> list[Path]:
 def all_over(root: Path, task: str, count: int) -> list[Path]:
     runs = run_dirs(root, task)
     return runs if len(runs) == count and all(state_of(d).get("status") in TERMINAL for d in runs) else []
-
-
-def processes_mentioning(*words: str) -> list[int]:
-    """Live (non-zombie) processes whose command line contains every one of words."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if all(word in cmdline for word in words) and alive(int(proc.name)):
-            found.append(int(proc.name))
-    return found
-
-
-def alive(pid: int) -> bool:
-    """A process that exists and is not a zombie (a zombie holds nothing and runs nothing)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return not stat[stat.rfind(")") + 2:].startswith(("Z", "X"))
 
 
 def runner_lifetime(run_dir: Path) -> tuple[float, float]:

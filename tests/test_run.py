@@ -8,12 +8,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from rig import REPO, idle_gpu, run_inv
+from waiting import processes_mentioning, state_of, wait_for
 
 TINY = REPO / "tests" / "fixtures" / "tasks" / "tiny_rmsnorm"
 SLOW_CANDIDATE = '''
@@ -55,31 +55,6 @@ def inv_background(workdir: Path, *args: str) -> subprocess.Popen:
 
 def runs_on(host, task: str) -> list[Path]:
     return sorted((host.root / "tasks" / task / "runs").glob("*"))
-
-
-def state_of(run_dir: Path) -> dict:
-    return json.loads((run_dir / "state.json").read_text())
-
-
-def wait_for(condition, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.1)
-    return value
-
-
-def processes_mentioning(word: str) -> list[str]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            stat = (proc / "stat").read_text()
-        except OSError:
-            continue
-        if word in cmdline and not stat[stat.rfind(")") + 2:].startswith("Z"):
-            found.append(cmdline)
-    return found
 
 
 def test_run_end_to_end_then_a_cheap_repeat(rig, workdir):

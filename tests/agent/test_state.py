@@ -19,6 +19,7 @@ from kpremote.agent.__main__ import main
 from kpremote.agent.lease import holders
 from kpremote.agent.runstate import read_state, update_state
 from kpremote.agent.state import AGENT_HOME, RUN_ID, _group_members, cancel, follow, new_run, status
+from waiting import wait_for
 
 TASK = "h200_demo__multi_shape"
 
@@ -73,14 +74,6 @@ def follow_to_end(root: Path, run_id: str, offset: int = 0) -> list[dict]:
     out = io.BytesIO()
     assert follow(root, TASK, run_id, offset, out=out) == 0
     return [json.loads(line) for line in out.getvalue().splitlines()]
-
-
-def wait_for(condition, timeout_s: float = 10.0):
-    deadline = time.monotonic() + timeout_s
-    while not (value := condition()):
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
-    return value
 
 
 def test_run_ids_sort_by_time_and_never_collide(tmp_path):
