@@ -219,6 +219,14 @@ def test_links_planted_in_the_workspace_are_replaced_never_written_through(synce
     assert (outside / "b.py").read_text() == "outside b" and (outside / "keep.py").read_text() == "keep"
 
 
+def test_a_file_sent_where_the_workspace_kept_a_folder_replaces_the_folder(synced):
+    root, view = synced
+    leftovers = workspace(root) / "c.py"
+    (leftovers / "old").mkdir(parents=True)  # empty folders left where the client now has a file: no listing
+    apply(root, stream(view, {"c.py": b"C = 3\n"}))  # names them, so only the rename can find them in the way
+    assert tree(root) == {"a.py": b"print('a')\n", "pkg/b.py": b"B = 1\n", "c.py": b"C = 3\n"}
+
+
 def test_deleting_under_a_linked_folder_never_deletes_outside(synced, tmp_path):
     root, view = synced
     outside = tmp_path / "outside"
