@@ -15,10 +15,11 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from .agent.runstate import TERMINAL
 from .agentcall import Agent, error_message
+from .config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
 from .safetar import Member, read_members, read_tree, write_members
 from .sync import resolve_task_dir
@@ -64,11 +65,12 @@ def fetch_results(agent: Agent, task: str, run_id: str, kernels_dir: Path, host_
     return reports
 
 
-def fetch_run(agent: Agent, task: str, state: dict[str, Any], kernels_dir: Path, host_name: str) -> FetchReport:
+def fetch_run(agent: Agent, task: str, state: dict[str, Any], kernels_dir: Path, host_name: str,
+              summary: Optional[bytes] = None) -> FetchReport:
     """Fetch the run described by state (a terminal state.json the caller already has, e.g. at the end of
-    `inv run`): one channel."""
+    `inv run`): one channel, none when the summary tar came with the follow (summary)."""
     task_dir = resolve_task_dir(kernels_dir, task)
-    report = fetch_one(agent, task_dir, state, host_name)
+    report = fetch_one(agent, task_dir, state, host_name, summary)
     refresh_docs(task_dir, [report] if report.outcome == "fetched" else [])
     return report
 
@@ -97,9 +99,10 @@ def select_runs(agent: Agent, task: str, wanted: str, host_name: str) -> list[di
     return match
 
 
-def fetch_one(agent: Agent, task_dir: Path, state: dict[str, Any], host_name: str) -> FetchReport:
+def fetch_one(agent: Agent, task_dir: Path, state: dict[str, Any], host_name: str,
+              summary: Optional[bytes] = None) -> FetchReport:
     run_id = checked_name(state.get("run_id"), "run id", host_name)
-    data = download_summary(agent, task_dir.name, run_id)
+    data = summary if summary is not None else download_summary(agent, task_dir.name, run_id)
     members = read_members(data, refused_tops=NEVER_FETCHED)
     destination = real_folder(task_dir, "results", checked_name(host_name, "host name")) / run_id
     outcome = "unchanged" if destination.exists() or destination.is_symlink() else "fetched"
@@ -121,27 +124,39 @@ def checked_name(name: Any, what: str, host_name: str = "") -> str:
     raise FetchRefused(f"invalid {what} {name!r}: letters, digits, '.', '_' and '-' only")
 
 
+class SummaryReceiver:
+    """A run's summary tar as it arrives (from pack-summary, or after a follow's end line), refused past the
+    host's max_summary_mb: a runaway summary never fills the client's memory or disk."""
+
+    def __init__(self, host: Host, run_id: str) -> None:
+        self.host = host
+        self.run_id = run_id
+        self.parts: list[bytes] = []
+        self.received = 0
+
+    def __call__(self, chunk: bytes) -> None:
+        self.received += len(chunk)
+        if self.received > self.host.max_summary_mb * MIB:
+            raise FetchRefused(f"{self.host.name}: the summary of run {self.run_id} is larger than "
+                               f"{self.host.max_summary_mb:g} MB; stopped reading, nothing was written "
+                               f"(raise max_summary_mb for this host in hosts.toml if it is expected)")
+        self.parts.append(chunk)
+
+    @property
+    def data(self) -> Optional[bytes]:
+        """The tar, or None when nothing came (a follow that sent no summary)."""
+        return b"".join(self.parts) if self.parts else None
+
+
 def download_summary(agent: Agent, task: str, run_id: str) -> bytes:
     """The tar of the run's summary/, reading no more than the host's max_summary_mb."""
-    limit = int(agent.host.max_summary_mb * MIB)
-    parts: list[bytes] = []
-    received = 0
-
-    def keep(chunk: bytes) -> None:
-        nonlocal received
-        received += len(chunk)
-        if received > limit:
-            raise FetchRefused(f"{agent.host.name}: the summary of run {run_id} is larger than "
-                               f"{agent.host.max_summary_mb:g} MB; stopped reading, nothing was written "
-                               f"(raise max_summary_mb for this host in hosts.toml if it is expected)")
-        parts.append(chunk)
-
-    result = agent.call("pack-summary", "--task", task, "--run", run_id, on_stdout=keep)
+    receiver = SummaryReceiver(agent.host, run_id)
+    result = agent.call("pack-summary", "--task", task, "--run", run_id, on_stdout=receiver)
     if not result.ok:
-        result.stdout = b"".join(parts)  # the agent's one-line JSON error, if it printed one
+        result.stdout = receiver.data or b""  # the agent's one-line JSON error, if it printed one
         raise RemoteCommandError(agent.host.name, f"cannot fetch run {run_id}: {error_message(result)}",
                                  result.exit_code, result.stderr_tail())
-    return b"".join(parts)
+    return receiver.data or b""
 
 
 def real_folder(task_dir: Path, *parts: str) -> Path:

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from . import view
 from .config import Host
 from .errors import HostError, KpremoteError
-from .fetch import fetch_run
+from .fetch import SummaryReceiver, fetch_run
 from .runs import (NoIdleGpu, RunOptions, RunSession, StartedRun, cancel_run, find_task_of_run, follow_run,
                    reattach_hint, start_run)
 
@@ -104,7 +104,8 @@ def _one_run(hosts: list[Host], task: str, kernels_dir: Path, options: RunOption
                 seen.append(float(event.get("t", 0.0)))
                 live.event(key, event)
 
-            state = follow_run(session, task, run.run_id, on_event)
+            summary = SummaryReceiver(session.host, run.run_id)  # the tar comes after the end line: no channel
+            state = follow_run(session, task, run.run_id, on_event, summary_sink=summary)
             # The agent's own time: its first event to its last. Everything else is kpremote's overhead.
             outcome.agent_seconds = round(max(seen) - min(seen), 3) if seen else None
             outcome.status = state.get("status", "unknown")
@@ -114,7 +115,7 @@ def _one_run(hosts: list[Host], task: str, kernels_dir: Path, options: RunOption
                 # why it ended (e.g. "disk full on ...", "agent process died"), shown with the summary
                 outcome.error = state.get("message") or state.get("error")
             if outcome.status != "cancelled":
-                fetched = fetch_run(session.agent, task, state, kernels_dir, run.host)
+                fetched = fetch_run(session.agent, task, state, kernels_dir, run.host, summary.data)
                 outcome.summary_dir = str(fetched.path)
     except HostError as exc:
         outcome.status = "connection lost"

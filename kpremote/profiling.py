@@ -22,7 +22,7 @@ from .agent.ncu import ProfileRequest
 from .agentcall import Agent, error_message
 from .config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
-from .fetch import MIB, FetchRefused, checked_name, fetch_run, real_folder, select_runs
+from .fetch import MIB, FetchRefused, SummaryReceiver, checked_name, fetch_run, real_folder, select_runs
 from .launch import Outcome, require_tasks
 from .runs import RunOptions, RunSession, follow_run, reattach_hint, start_run
 from .sync import resolve_task_dir
@@ -85,14 +85,16 @@ def _follow_and_fetch(session: RunSession, gpu: Optional[dict], outcome: Outcome
     key = f"{outcome.host}/{outcome.run_id}"
     with view.RunView(quiet=quiet) as live:
         live.add(key, outcome.host, outcome.task, outcome.run_id, gpu)
-        state = follow_run(session, outcome.task, outcome.run_id, lambda event: live.event(key, event))
+        summary = SummaryReceiver(session.host, outcome.run_id)
+        state = follow_run(session, outcome.task, outcome.run_id, lambda event: live.event(key, event),
+                           summary_sink=summary)
     outcome.status = state.get("status", "unknown")
     outcome.exit_code = state.get("exit_code")
     outcome.headline = state.get("headline")
     if outcome.status != "passed":
         outcome.error = state.get("message") or state.get("error") or f"the profile run is {outcome.status}"
     if outcome.status != "cancelled":
-        fetched = fetch_run(session.agent, outcome.task, state, kernels_dir, outcome.host)
+        fetched = fetch_run(session.agent, outcome.task, state, kernels_dir, outcome.host, summary.data)
         outcome.summary_dir = str(fetched.path)
 
 

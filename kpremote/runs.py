@@ -103,35 +103,49 @@ def _started(host: Host, task: str, result) -> StartedRun:
 
 
 def follow_run(session: RunSession, task: str, run_id: str, on_event: Callable[[dict[str, Any]], None],
-               offset: int = 0, once: bool = False) -> dict[str, Any]:
+               offset: int = 0, once: bool = False, summary_sink: Optional[Callable[[bytes], None]] = None
+               ) -> dict[str, Any]:
     """Stream the run's events to on_event until it ends; returns its final state.
 
+    With summary_sink, a finished (not cancelled) run's summary tar comes on the same channel after its end
+    line, and goes to summary_sink in chunks (nothing reaches it for a cancelled run).
     A silent link is a lost link: the agent sends a heartbeat every few seconds, so no byte for longer than
     the host's connect timeout plus a grace period means the connection is gone (the run itself goes on).
     """
     final: dict[str, Any] = {}
     pending = bytearray()
+    tar_follows = False
 
     def feed(chunk: bytes) -> None:
+        nonlocal tar_follows
+        if tar_follows:
+            summary_sink(chunk)
+            return
         pending.extend(chunk)
-        *lines, rest = bytes(pending).split(b"\n")
-        pending[:] = rest
-        for line in lines:
+        while (newline := pending.find(b"\n")) >= 0:
+            line = bytes(pending[:newline])
+            del pending[:newline + 1]
             if not line.strip():
                 continue
             event = json.loads(line)
             if event.get("event") == "end":
                 final.update(event.get("state", {}))
+                if event.get("summary") and summary_sink is not None:
+                    tar_follows = True
+                    if pending:
+                        summary_sink(bytes(pending))
+                    return
             elif event.get("event") != "heartbeat":
                 on_event(event)
 
+    with_summary = ["--with-summary"] if summary_sink is not None else []
     result = session.agent.call(
         "follow", "--task", task, "--run", run_id, "--from", str(offset), *(["--once"] if once else []),
-        on_stdout=feed,
-        idle_timeout=session.host.connect_timeout + HEARTBEAT_GRACE_S,
+        *with_summary, on_stdout=feed, idle_timeout=session.host.connect_timeout + HEARTBEAT_GRACE_S,
     )
-    if not result.ok and not final:
-        raise RemoteCommandError(session.host.name, f"cannot follow run {run_id}: {error_message(result)}",
+    if not result.ok and (not final or tar_follows):
+        what = "cannot follow run" if not final else "the summary was cut short for run"
+        raise RemoteCommandError(session.host.name, f"{what} {run_id}: {error_message(result)}",
                                  result.exit_code, result.stderr_tail())
     return final
 

@@ -77,8 +77,19 @@ def test_run_end_to_end_then_a_cheap_repeat(rig, workdir):
     again = inv(workdir, "run", "--hosts", str(hosts), "--host", "runner-a", "--task", "tiny_rmsnorm", "--json")
     assert again.returncode == 0, again.stderr
     [repeat] = json.loads(again.stdout)
-    assert repeat["channels"] <= 4, repeat            # start (with the sync), follow, pack-summary
+    assert repeat["channels"] == 2, repeat            # start (with the sync), follow (with the summary after it)
     assert repeat["synced_files"] == 0                 # nothing changed: no file content travelled
+
+
+def test_a_summary_over_the_hosts_cap_is_refused_and_nothing_is_written(rig, workdir):
+    host = rig.add_host("runner-cap", gpus=[idle_gpu(0)])
+    hosts = rig.write_hosts_toml(workdir / "hosts.toml", [host], overrides={"runner-cap": {"max_summary_mb": 0.0001}})
+    done = inv(workdir, "run", "--hosts", str(hosts), "--host", "runner-cap", "--task", "tiny_rmsnorm", "--json")
+    [outcome] = json.loads(done.stdout)
+    assert done.returncode != 0 and "larger than 0.0001 MB" in outcome["error"], outcome
+    assert outcome["summary_dir"] is None and not (workdir / "kernels" / "tiny_rmsnorm" / "results").exists()
+    [run_dir] = runs_on(host, "tiny_rmsnorm")
+    assert state_of(run_dir)["status"] == "passed"  # the run itself is whole; only the fetch was refused
 
 
 def test_detached_run_survives_the_client_and_logs_reattach(rig, workdir):

@@ -123,6 +123,8 @@ def _parser() -> argparse.ArgumentParser:
     _run_arguments(p)
     p.add_argument("--from", dest="offset", type=int, default=0)
     p.add_argument("--once", action="store_true", help="send the events there now and the current state, then end")
+    p.add_argument("--with-summary", action="store_true",
+                   help="after the end line of a finished run (not a cancelled one), its summary tar, as pack-summary")
 
     p = command("status", _status, "state of the runs on this host")
     p.add_argument("--task", default=None)
@@ -260,7 +262,7 @@ def _apply_sync(args: argparse.Namespace) -> dict[str, Any]:
 def _follow(args: argparse.Namespace) -> int:
     from .state import follow
 
-    return follow(_root(args), args.task, args.run, args.offset, once=args.once)
+    return follow(_root(args), args.task, args.run, args.offset, once=args.once, with_summary=args.with_summary)
 
 
 def _status(args: argparse.Namespace) -> int:

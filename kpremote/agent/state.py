@@ -339,11 +339,13 @@ def _pid_exists(pid: int) -> bool:
 
 
 def follow(root: Path, task: str, run_id: str, offset: int = 0, out: BinaryIO | None = None,
-           once: bool = False) -> int:
+           once: bool = False, with_summary: bool = False) -> int:
     """Copy events.jsonl to out as it grows; end with the final state once the run is over and all is sent.
 
     A heartbeat line goes out after HEARTBEAT_S of silence: the client takes a silent link for a lost one.
     With once, send what is there now and end with the current state (`inv logs` without --follow).
+    With with_summary, a finished run's end line says "summary": true and the summary tar follows it to the end
+    of the stream: `inv run` then needs no pack-summary channel (a round trip or two, and a remote Python start).
     """
     out = out if out is not None else sys.stdout.buffer
     run_dir = existing_run_dir(root, task, run_id)
@@ -358,7 +360,11 @@ def follow(root: Path, task: str, run_id: str, offset: int = 0, out: BinaryIO | 
             out.flush()
             last_sent = time.monotonic()
         if once or state.get("status") in TERMINAL:
-            out.write(json.dumps({"event": "end", "state": state, "offset": offset}).encode() + b"\n")
+            summary = with_summary and state.get("status") in TERMINAL and state.get("status") != "cancelled"
+            end = {"event": "end", "state": state, "offset": offset, **({"summary": True} if summary else {})}
+            out.write(json.dumps(end).encode() + b"\n")
+            if summary:
+                write_summary_tar(run_dir / "summary", out)
             out.flush()
             return 0
         if _reader_gone(out):
@@ -473,7 +479,10 @@ def pack_summary(root: Path, task: str, run_id: str, out: BinaryIO) -> None:
     status_now = current_state(run_dir).get("status")
     if status_now not in TERMINAL:
         raise NotTerminal(f"run {run_id} is {status_now}; its summary is not final yet")
-    summary = run_dir / "summary"
+    write_summary_tar(run_dir / "summary", out)
+
+
+def write_summary_tar(summary: Path, out: BinaryIO) -> None:
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for path in _summary_members(summary):
             tar.add(path, arcname=path.relative_to(summary).as_posix(), recursive=False)

@@ -254,6 +254,26 @@ def test_pack_summary_emits_only_summary_files(root, workspace, started, agent_e
     assert members == {"plots": tarfile.DIRTYPE, "plots/speedup.txt": tarfile.REGTYPE, "results.json": tarfile.REGTYPE}
 
 
+def test_follow_with_summary_sends_the_summary_tar_after_the_end_line_and_none_when_cancelled(
+        root, workspace, started, agent_env, python):
+    result = started()
+    follow_to_end(root, result["run_id"])
+    argv = [python, "-m", "kpremote.agent", "follow", "--task", TASK, "--run", result["run_id"], "--with-summary",
+            "--root", str(root)]
+    done = subprocess.run(argv, env=agent_env, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    end_line, _, tar_bytes = done.stdout[done.stdout.index(b'{"event": "end"'):].partition(b"\n")
+    end = json.loads(end_line)
+    assert end["event"] == "end" and end["summary"] is True and end["state"]["status"] == "passed"
+    with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:") as tar:
+        assert sorted(tar.getnames()) == ["plots", "plots/speedup.txt", "results.json"]
+
+    update_state(Path(result["run_dir"]), status="cancelled")
+    done = subprocess.run(argv, env=agent_env, capture_output=True, timeout=60)
+    end = json.loads(done.stdout.splitlines()[-1])
+    assert "summary" not in end and done.stdout.endswith(b"\n")  # nothing after the end line
+
+
 def test_follow_exits_quietly_when_its_client_goes_away(root, workspace, started, agent_env, python):
     workspace(events=100000, every_s=0.01)
     result = started()
