@@ -1,18 +1,21 @@
-"""Client CPU, peak memory and view lag of `inv run` following a run that emits 10,000 events.
+"""Client CPU, peak memory and view lag of `inv run` (or `inv logs --follow`) following a run that emits 10,000 events.
 
-Run: python benchmarks/bench_follow.py [--events 10000] [--seconds 20] [--repeats 3] [--rtt-ms 0]
+Run: python benchmarks/bench_follow.py [--events 10000] [--seconds 20] [--repeats 3] [--rtt-ms 0] [--command run]
 
 The remote run is a stand-in runner (benchmarks/standin_events.py, spawned by the agent's
 `start --runner-module`) that writes N row events evenly over S seconds. The client is the real `inv run`
 command line, in a child process on a pseudo-terminal (so rich's live view draws as it does for a user),
 with two hooks added from outside kpremote: `start` asks for the stand-in runner, and the moments the first
-and last events reach the view are noted. Figures, medians over the repeats:
+and last events reach the view are noted. With `--command logs` the run is started first with
+`inv run --detach --json` (its stand-in waits --attach-s seconds before its first event), and the client measured
+is `inv logs --follow --host H --run RUN --task T`, the moments noted being when each event has been handed to
+its printer. Figures, medians over the repeats:
 - lag: when a row's line is read back from the terminal, minus when the runner wrote it (each row's message
   carries that moment: "written@<unix time>"); p50, p99, max over all rows; target: within 0.5 s;
 - CPU while following: the client process's user+system CPU from the first event to the last, over that wall
   time (all threads: paramiko's reader, the follow thread, the view's printer, rich's refresh); target < 5 %;
-- whole process: CPU and wall of the entire `inv run` (start-up, start, follow, fetch), and its peak RSS
-  (VmHWM from /proc/self/status).
+- whole process: CPU and wall of the entire `inv run` (start-up, start, follow, fetch), or of `inv logs` (start-up,
+  the wait for the stand-in's first event, follow), and its peak RSS (VmHWM from /proc/self/status).
 """
 
 from __future__ import annotations
@@ -35,20 +38,24 @@ sys.path.insert(0, str(BENCH_DIR))
 
 TASK = "events_task"
 RUNNER_MODULE = "standin_events"
-HEADERS = ["events", "over", "RTT", "lag p50", "lag p99", "lag max", "CPU while following (% of one core)",
-           "whole `inv run`: CPU / wall", "peak RSS", "runs"]
+
+
+def headers(command: str) -> list[str]:
+    client = "`inv run`" if command == "run" else "`inv logs --follow`"
+    return ["events", "over", "RTT", "lag p50", "lag p99", "lag max", "CPU while following (% of one core)",
+            f"whole {client}: CPU / wall", "peak RSS", "runs"]
 
 
 # ------------------------------------------------------------------------------------------ the client (child)
 
 
 def client_main(argv: list[str]) -> None:
-    """`inv run ARGS...` in this process, with the two hooks; stats written to $KP_BENCH_STATS at the end."""
+    """`inv ARGS...` (run or logs) in this process, with the two hooks; stats written to $KP_BENCH_STATS at the end."""
     started = time.monotonic()
     sys.path.insert(0, str(BENCH_DIR.parent))
     from invoke.main import program
 
-    from kpremote import agentcall, view
+    from kpremote import agentcall, launch, view
 
     window: dict[str, Any] = {}
     call = agentcall.Agent.call
@@ -58,16 +65,34 @@ def client_main(argv: list[str]) -> None:
             args = (*args, "--runner-module", RUNNER_MODULE)
         return call(self, subcommand, *args, **kwargs)
 
+    def mark() -> None:
+        moment = (time.monotonic(), _cpu_seconds())
+        window.setdefault("first", moment)
+        window["last"] = moment
+
     event = view.RunView.event
 
     def timed_event(self, key: str, payload: dict) -> None:
         event(self, key, payload)
-        mark = (time.monotonic(), _cpu_seconds())
-        window.setdefault("first", mark)
-        window["last"] = mark
+        mark()
+
+    follow_run = launch.follow_run
+
+    def timed_follow_run(session, task, run_id, on_event, *args: Any, **kwargs: Any):
+        # `inv logs` hands each event to a printer of its own: noted once the printer has taken it
+        window["attached_at"] = time.time()
+
+        def timed_on_event(payload: dict) -> None:
+            on_event(payload)
+            mark()
+
+        return follow_run(session, task, run_id, timed_on_event, *args, **kwargs)
 
     agentcall.Agent.call = call_with_standin
-    view.RunView.event = timed_event
+    if argv[0] == "logs":
+        launch.follow_run = timed_follow_run
+    else:
+        view.RunView.event = timed_event
     try:
         program.run(["inv", "--search-root", str(BENCH_DIR.parent), *argv], exit=False)
     finally:
@@ -78,6 +103,7 @@ def client_main(argv: list[str]) -> None:
             "process_cpu_s": _cpu_seconds(),
             "process_wall_s": time.monotonic() - started,
             "peak_rss_kb": _peak_rss_kb(),
+            "attached_at": window.get("attached_at"),
         }
         Path(os.environ["KP_BENCH_STATS"]).write_text(json.dumps(stats))
 
@@ -100,13 +126,15 @@ def _peak_rss_kb() -> int:
 WRITTEN = re.compile(rb"written@(\d+\.\d+)")
 
 
-def run_client_on_pty(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int, list[float]]:
+def run_client_on_pty(argv: list[str], cwd: Path, env: dict[str, str], timeout: float
+                      ) -> tuple[int, list[float], float]:
     """Run the client with a pseudo-terminal as stdout/stderr, reading it as a terminal would; returns the exit
-    code and, for each row line drawn, how long after its writing it reached the terminal."""
+    code, for each row line drawn how long after its writing it reached the terminal, and the earliest writing."""
     master, slave = pty.openpty()
     process = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
     os.close(slave)
     lags: list[float] = []
+    first_written = [float("inf")]
 
     def read_terminal() -> None:
         tail = b""
@@ -120,7 +148,9 @@ def run_client_on_pty(argv: list[str], cwd: Path, env: dict[str, str], timeout: 
             now = time.time()
             text = tail + chunk
             cut = text.rfind(b"\n") + 1  # only whole lines: a stamp split across reads is read once, whole
-            lags.extend(now - float(stamp) for stamp in WRITTEN.findall(text[:cut]))
+            stamps = [float(stamp) for stamp in WRITTEN.findall(text[:cut])]
+            lags.extend(now - stamp for stamp in stamps)
+            first_written[0] = min([first_written[0], *stamps])
             tail = text[cut:]
 
     reader = threading.Thread(target=read_terminal, daemon=True)
@@ -132,11 +162,23 @@ def run_client_on_pty(argv: list[str], cwd: Path, env: dict[str, str], timeout: 
             process.kill()
         reader.join(timeout=5)
         os.close(master)
-    return code, lags
+    return code, lags, first_written[0]
 
 
-def measure(events: int, seconds: float, repeats: int, rtt_ms: float, profile: str | None = None
-            ) -> list[dict[str, Any]]:
+def start_detached(work: Path, env: dict[str, str], hosts_toml: Path, host: str) -> str:
+    """`inv run --detach --json` (with the stand-in hook): the run id of the run just started."""
+    argv = [sys.executable, str(Path(__file__).resolve()), "--client", "run", "--hosts", str(hosts_toml),
+            "--host", host, "--task", TASK, "--detach", "--json", "--wait", "60"]
+    done = subprocess.run(argv, cwd=work, env={**env, "KP_BENCH_STATS": str(work / "detach-stats.json")},
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"inv run --detach exited {done.returncode}: {done.stderr[-2000:]}")
+    [outcome] = json.loads(done.stdout)
+    return outcome["run_id"]
+
+
+def measure(events: int, seconds: float, repeats: int, rtt_ms: float, profile: str | None = None,
+            command: str = "run", attach_s: float = 3.0) -> list[dict[str, Any]]:
     from benchkit import fresh_rig, link_host, median, quiet_env
     from rig import idle_gpu
 
@@ -149,20 +191,29 @@ def measure(events: int, seconds: float, repeats: int, rtt_ms: float, profile: s
         task_dir = work / "kernels" / TASK
         task_dir.mkdir(parents=True)
         (task_dir / "task.toml").write_text(f'[task]\nname = "{TASK}"\n')
-        (task_dir / "standin.json").write_text(json.dumps({"events": events, "seconds": seconds}))
+        delay_s = attach_s if command == "logs" else 0.0
+        (task_dir / "standin.json").write_text(json.dumps({"events": events, "seconds": seconds, "delay_s": delay_s}))
         hosts_toml = linked.hosts_toml(work / "hosts.toml")
         env = {**quiet_env(KPREMOTE_CACHE=str(work / ".cache"), KP_BENCH_STATS=str(work / "stats.json")),
                "TERM": "xterm-256color"}
         env.pop("NO_COLOR", None)
-        argv = [sys.executable, str(Path(__file__).resolve()), "--client", "run", "--hosts", str(hosts_toml),
-                "--host", linked.name, "--task", TASK]
-        if profile:  # py-spy's collapsed stacks of the client, every thread (pip install py-spy)
-            argv = ["py-spy", "record", "--format", "raw", "--threads", "--output", profile, "--", *argv]
         for _ in range(repeats):
-            code, lags = run_client_on_pty(argv, work, env, timeout=seconds * 4 + 120)
+            client = [sys.executable, str(Path(__file__).resolve()), "--client", command, "--hosts", str(hosts_toml),
+                      "--host", linked.name]
+            if command == "logs":
+                client += ["--run", start_detached(work, env, hosts_toml, linked.name), "--task", TASK, "--follow"]
+            else:
+                client += ["--task", TASK]
+            if profile:  # py-spy's collapsed stacks of the client, every thread (pip install py-spy)
+                client = ["py-spy", "record", "--format", "raw", "--threads", "--output", profile, "--", *client]
+            code, lags, first_written = run_client_on_pty(client, work, env, timeout=seconds * 4 + delay_s + 120)
             if code != 0 or not lags:
-                raise RuntimeError(f"inv run exited {code} after drawing {len(lags)} rows")
+                raise RuntimeError(f"inv {command} exited {code} after drawing {len(lags)} rows")
             stats = json.loads((work / "stats.json").read_text())
+            if stats["attached_at"] and stats["attached_at"] > first_written:
+                # rows written before the client followed come in one catch-up burst: not the lag being measured
+                raise RuntimeError(f"inv logs attached {stats['attached_at'] - first_written:.2f} s after the first "
+                                   "row was written: raise --attach-s")
             lags.sort()
             runs.append({
                 "events_seen": len(lags),
@@ -183,10 +234,10 @@ def measure(events: int, seconds: float, repeats: int, rtt_ms: float, profile: s
     return [summary]
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+def table(rows: list[dict[str, Any]], command: str = "run") -> str:
     from benchkit import markdown_table
 
-    return markdown_table(HEADERS, ([
+    return markdown_table(headers(command), ([
         f"{r['events']} ({r['events_seen']:.0f} rows drawn)", f"{r['seconds']:g} s", f"{r['rtt_ms']:g} ms",
         f"{r['lag_p50'] * 1000:.0f} ms", f"{r['lag_p99'] * 1000:.0f} ms", f"{r['lag_max'] * 1000:.0f} ms",
         f"{r['follow_cpu_pct']:.1f} %", f"{r['process_cpu_s']:.2f} s / {r['process_wall_s']:.1f} s",
@@ -203,11 +254,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rtt-ms", type=float, default=0.0)
     parser.add_argument("--profile", metavar="FILE", help="record the client with py-spy into FILE (collapsed)")
+    parser.add_argument("--command", choices=("run", "logs"), default="run",
+                        help="the client measured: `inv run`, or `inv logs --follow` on a run started with --detach")
+    parser.add_argument("--attach-s", type=float, default=3.0,
+                        help="with --command logs: the stand-in's wait before its first event (for `inv logs` to "
+                             "attach first)")
     args = parser.parse_args()
     from benchkit import machine_line
 
     print(f"machine: {machine_line()}")
-    print(table(measure(args.events, args.seconds, args.repeats, args.rtt_ms, args.profile)))
+    print(f"command: inv {args.command}" + (" --follow" if args.command == "logs" else ""))
+    rows = measure(args.events, args.seconds, args.repeats, args.rtt_ms, args.profile, args.command, args.attach_s)
+    print(table(rows, args.command))
     print(f"load average at the end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
 
 

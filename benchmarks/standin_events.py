@@ -1,7 +1,8 @@
 """A stand-in for kpremote.agent.runner that emits many row events at a steady pace (benchmarks/bench_follow.py).
 
 Spawned by the agent's `start --runner-module standin_events` with the runner's own arguments. Its plan comes
-from <task-dir>/standin.json: {"events": N, "seconds": S}. It writes N `row` events evenly over S seconds into
+from <task-dir>/standin.json: {"events": N, "seconds": S, "delay_s": D}. After D seconds (0 if absent: time for an
+`inv logs --follow` to attach to a detached run first), it writes N `row` events evenly over S seconds into
 raw/events.jsonl (in batches every 10 ms), then a small summary and the terminal state, as the real runner does.
 Each row's message says when it was written ("written@<unix time>"): the view prints it, so whoever reads the
 terminal knows how late each row was drawn.
@@ -29,6 +30,7 @@ def main() -> int:
     run_dir = Path(args.run_dir)
     plan = json.loads((Path(args.task_dir) / "standin.json").read_text())
     total, seconds = int(plan["events"]), float(plan["seconds"])
+    time.sleep(float(plan.get("delay_s", 0)))
     log = EventLog(run_dir / "raw" / "events.jsonl")
     update_state(run_dir, phase="workloads")
     log.emit("phase", phase="workloads", n=total)

@@ -191,9 +191,9 @@ def show_logs(host: Host, run_id: str, task: Optional[str], follow: bool) -> boo
     session = RunSession(host)
     try:
         task = task or find_task_of_run(session, run_id)
-        printer = lambda event: view.console.print(view.event_line(event))  # noqa: E731
-        args_follow = follow
-        state = follow_run(session, task, run_id, printer, once=not args_follow)
+        # Leaving the block prints what is pending, so Ctrl-C's message below comes after every event received.
+        with view.BatchedPrinter(view.print_events) as printer:
+            state = follow_run(session, task, run_id, printer.add, once=not follow)
     except KeyboardInterrupt:
         view.errors.print(f"stopped following; the run goes on (cancel it with: inv cancel --host {host.name} "
                           f"--run {run_id})")

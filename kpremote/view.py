@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Generic, Iterable, Iterator, Optional, TypeVar, Union
 
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions
 from rich.control import strip_control_codes
 from rich.segment import Segment
@@ -15,13 +16,16 @@ from rich.table import Table
 from rich.text import Text
 
 from .config import Host
-from .gpustatus import GpuReport, HostInfo, HostReport
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: `inv run` need not import the gpu-status models
     from rich.markdown import Markdown
+
+    from .gpustatus import GpuReport, HostInfo, HostReport
 
 console = Console()
 errors = Console(stderr=True)
+
+Line = TypeVar("Line")
 
 
 def error_line(message: str) -> None:
@@ -96,25 +100,79 @@ STATUS_STYLE = {"PASSED": "green", "INCORRECT": "red", "ERROR": "red", "TIMEOUT"
                 "passed": "green", "failed": "red", "error": "red", "cancelled": "yellow", "running": "cyan"}
 
 
-class RunView:
-    """The live view of one or more runs: a status line per run, and each row's verdict printed as it comes.
+class BatchedPrinter(Generic[Line]):
+    """Lines added from any thread, printed by one thread of its own in batches at most FLUSH_S apart; what is still
+    pending when the `with` block ends (Ctrl-C included) is printed before it is left.
 
-    Every print under rich's Live redraws the live table too, so verdicts are printed in batches, at most
-    FLUSH_S apart, by one thread; the status lines are drawn by Live's own refresh (twice a second) from the current
-    state. A run emitting hundreds of events a second then costs the client a few percent of a core, not most
-    of one (benchmarks/bench_follow.py).
+    Each console.print has a fixed cost (~170 µs for a short line, and under rich's Live a redraw of the live
+    display): a run emitting hundreds of events a second, printed one by one, takes a good part of a core. One print
+    per batch keeps that to a few percent, rows drawn within FLUSH_S plus a batch's print (benchmarks/bench_follow.py).
     """
 
     FLUSH_S = 0.2
+
+    def __init__(self, print_batch: Callable[[list[Line]], None]) -> None:
+        self._print_batch = print_batch
+        self._lock = threading.Lock()
+        self._pending: list[Line] = []
+        self._closing = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._failure: Optional[BaseException] = None
+
+    def __enter__(self) -> "BatchedPrinter[Line]":
+        self._thread = threading.Thread(target=self._print_batches, name="kpremote-printer", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._closing.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._raise_failure()
+        self._print_pending()
+
+    def add(self, line: Line) -> None:
+        self._raise_failure()
+        with self._lock:
+            self._pending.append(line)
+
+    def _print_batches(self) -> None:
+        try:
+            while not self._closing.wait(self.FLUSH_S):
+                self._print_pending()
+        except BaseException as exc:  # noqa: BLE001 - handed over to the thread that adds
+            self._failure = exc
+
+    def _raise_failure(self) -> None:
+        # A print that failed in our thread (a closed pipe: rich raises SystemExit) is raised in the thread that adds,
+        # where it was raised when each line was printed on its own: a thread ending would go unnoticed.
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+
+    def _print_pending(self) -> None:
+        # Taken under the lock, printed outside it: whoever adds never waits on the console. RunView adds under its
+        # own lock, which Live's refresh thread wants while it holds the console's: printing under ours could deadlock.
+        with self._lock:
+            batch, self._pending = self._pending, []
+        if batch:
+            self._print_batch(batch)
+
+
+class RunView:
+    """The live view of one or more runs: a status line per run, and each row's verdict printed as it comes.
+
+    Every print under rich's Live redraws the live table too, so verdicts are printed in batches (BatchedPrinter);
+    the status lines are drawn by Live's own refresh (twice a second) from the current state. A run emitting hundreds
+    of events a second then costs the client a few percent of a core, not most of one (benchmarks/bench_follow.py).
+    """
 
     def __init__(self, quiet: bool = False) -> None:
         self.lines: dict[str, dict] = {}
         self.quiet = quiet
         self._live = None
         self._lock = threading.Lock()  # runs are followed from one thread each
-        self._pending: list[list[Segment]] = []
-        self._closing = threading.Event()
-        self._printer: Optional[threading.Thread] = None
+        self._printer: Optional[BatchedPrinter[list[Segment]]] = None
 
     def __enter__(self) -> "RunView":
         if not self.quiet:
@@ -122,17 +180,17 @@ class RunView:
 
             self._live = Live(console=console, refresh_per_second=2, transient=True, get_renderable=self._current)
             self._live.__enter__()
-            self._printer = threading.Thread(target=self._print_batches, name="kpremote-view", daemon=True)
-            self._printer.start()
+            self._printer = BatchedPrinter(lambda batch: console.print(_Lines(batch), soft_wrap=True))
+            self._printer.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._closing.set()
-        if self._printer is not None:
-            self._printer.join()
-        self._print_pending()
-        if self._live is not None:
-            self._live.__exit__(*exc)
+        try:
+            if self._printer is not None:
+                self._printer.__exit__(*exc)
+        finally:  # the terminal's cursor and live area are given back whatever printing did
+            if self._live is not None:
+                self._live.__exit__(*exc)
 
     def add(self, key: str, host: str, task: str, run_id: str, gpu: Optional[dict]) -> None:
         gpu_text = f"GPU {gpu.get('index')} {gpu.get('name', '')}" if gpu else "no GPU (CPU smoke)"
@@ -156,8 +214,8 @@ class RunView:
             status = event.get("status", "?")
             line["progress"] = f"{event.get('i', '?')}/{event.get('n', '?')}"
             line["passed" if status == "PASSED" else "failed"] += 1
-            if not self.quiet:
-                self._pending.append(self._row_segments(line, event))
+            if self._printer is not None:
+                self._printer.add(self._row_segments(line, event))
         elif kind == "done":
             line["phase"] = event.get("status", "done")
 
@@ -172,18 +230,6 @@ class RunView:
         if event.get("message"):
             pieces.append((f"  {event['message']}", "dim"))
         return [Segment(strip_control_codes(text), Style.parse(style) if style else None) for text, style in pieces]
-
-    def _print_batches(self) -> None:
-        while not self._closing.wait(self.FLUSH_S):
-            self._print_pending()
-
-    def _print_pending(self) -> None:
-        # Taken under our lock, printed outside it: Live's refresh thread holds its own lock while it asks
-        # _current for the table, so holding ours while calling into Live could deadlock.
-        with self._lock:
-            batch, self._pending = self._pending, []
-        if batch:
-            console.print(_Lines(batch), soft_wrap=True)
 
     def _current(self) -> Table:
         with self._lock:
@@ -218,17 +264,49 @@ def summary_markdown(path: Path) -> Markdown:
     return Markdown(path.read_text())
 
 
-def event_line(event: dict) -> Text:
-    """One event of a run's stream, as `inv logs` prints it."""
+def _event_pieces(event: dict) -> list[tuple[str, str]]:
+    """One event of a run's stream as (text, style) pieces, control codes removed: the line `inv logs` prints."""
     stamp = time.strftime("%H:%M:%S", time.localtime(event.get("t", 0)))
     kind = event.get("event", "?")
-    details = {k: v for k, v in event.items() if k not in ("t", "event")}
-    status = details.get("status")
-    text = Text(f"{stamp} {kind:<10} ")
+    status = event.get("status")
+    pieces = [(f"{stamp} {kind:<10} ", "")]
     if status:
-        text.append(f"{status} ", style=STATUS_STYLE.get(status, ""))
-    text.append(" ".join(f"{k}={v}" for k, v in details.items() if k != "status" and not isinstance(v, (dict, list))))
-    return text
+        pieces.append((f"{status} ", STATUS_STYLE.get(status, "")))
+    pieces.append((" ".join(f"{k}={v}" for k, v in event.items()
+                            if k not in ("t", "event", "status") and not isinstance(v, (dict, list))), ""))
+    return [(strip_control_codes(text), style) for text, style in pieces]
+
+
+def event_line(event: dict) -> Text:
+    """One event of a run's stream, as `inv logs` prints it."""
+    return Text.assemble(*_event_pieces(event))
+
+
+class _EventLines:
+    """Events as one renderable, each printed exactly as console.print(event_line(event)) prints it.
+
+    rich's Text layout (wrap, then render by spans) costs ~30 µs a line and leaves a line that fits the width as it
+    is, so such a line goes out as plain segments; a longer one, or one with a newline or tab, is laid out by rich.
+    """
+
+    def __init__(self, events: list[dict]) -> None:
+        self.events = events
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Union[Segment, Text]]:
+        for event in self.events:
+            pieces = _event_pieces(event)
+            plain = "".join(text for text, _ in pieces)
+            if cell_len(plain) > options.max_width or "\n" in plain or "\t" in plain:
+                yield Text.assemble(*pieces)
+                continue
+            for text, style in pieces:
+                yield Segment(text, console.get_style(style) if style else None)
+            yield Segment.line()
+
+
+def print_events(events: list[dict]) -> None:
+    """A batch of a run's events in one print (BatchedPrinter), each line as event_line shows it."""
+    console.print(_EventLines(events))
 
 
 def runs_table(answers: list[dict]) -> Table:

@@ -79,3 +79,8 @@ def test_bench_follow_prints_its_table():
                       "| events |")
     assert rows[0][0] == "200 (200 rows drawn)"
 
+
+def test_bench_follow_logs_prints_its_table():
+    rows = table_rows(run_benchmark("bench_follow.py", "--events", "200", "--seconds", "1", "--repeats", "1",
+                                    "--command", "logs"), "| events |")
+    assert rows[0][0] == "200 (200 rows drawn)"
