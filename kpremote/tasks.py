@@ -9,7 +9,7 @@ from typing import Optional
 
 from invoke import Collection
 
-from . import gpustatus, view
+from . import view
 from .cli import EXIT_FAILED, EXIT_USAGE, command, finish, print_json
 from .config import load_inventory
 
@@ -20,6 +20,8 @@ HOSTS_HELP = "hosts file (default: $KPREMOTE_HOSTS, else ./hosts.toml)"
                "hosts": HOSTS_HELP, "json": "print JSON instead of a table"})
 def hosts(c, check=False, hosts=None, json=False):
     """List the hosts of hosts.toml (name, address, arch, container, groups); --check reaches each one."""
+    from . import gpustatus  # imported here: `inv run` and the others never need it
+
     inventory = load_inventory(hosts)
     selected = inventory.select(None)
     infos = None
@@ -41,6 +43,8 @@ def hosts(c, check=False, hosts=None, json=False):
                "watch": "refresh every SECONDS until Ctrl-C"})
 def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = None):
     """Every GPU of every host, queried in parallel through NVML: memory, util, clocks, processes, lease, idle verdict."""
+    from . import gpustatus
+
     selected = load_inventory(hosts).select(host)
     if watch:
         _watch_gpus(selected, float(watch))
@@ -55,6 +59,8 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
 
 def _watch_gpus(selected, seconds: float) -> None:
     from rich.live import Live
+
+    from . import gpustatus
 
     try:
         with Live(view.gpu_table(gpustatus.gpu_status(selected)), console=view.console, auto_refresh=False) as live:
@@ -135,6 +141,8 @@ def _wait_seconds(wait) -> Optional[float]:
                "task": "only this task's runs"})
 def status(c, host=None, hosts=None, json=False, task=None):
     """Runs on the hosts: id, task, GPU, status and phase, age, headline."""
+    from . import gpustatus
+
     selected = load_inventory(hosts).select(host)
     answers = gpustatus.on_every_host(selected, lambda h, agent: _runs_or_error(h, agent, task))
     if json:
