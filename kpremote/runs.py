@@ -66,6 +66,7 @@ class RunSession:
 def start_run(session: RunSession, task: str, kernels_dir: Path, options: RunOptions) -> StartedRun:
     """Sync the task and start its run in one channel; a second only when the host's workspace was not as expected."""
     args = _start_args(session.host, task, options)
+    session.agent.transport.connect_soon()  # the handshake's round trips pass while the task is scanned
     plan = plan_sync(session.host, scan_task(kernels_dir, task))
     result = session.agent.call("start", *args, "--sync", stdin=build_sync_request(plan))
     if result.exit_code == NEED_FULL_SYNC:

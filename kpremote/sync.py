@@ -399,6 +399,7 @@ def sync_task(agent: Agent, task: str, kernels_dir: Path, *, have: Optional[dict
     """
     started = time.monotonic()
     channels_before = agent.transport.channels.opened
+    agent.transport.connect_soon()  # the handshake's round trips pass while the task is scanned
     tree = scan_task(kernels_dir, task)
     plan = plan_sync(agent.host, tree, have=have)
     answer, sent = send_plan(agent, plan)

@@ -100,6 +100,25 @@ def test_unreachable_host_fails_fast_with_one_line(rig, plain, tmp_path):
     assert time.monotonic() - started < 5
 
 
+@pytest.mark.parametrize("reachable", [True, False])
+def test_connecting_in_the_background_is_one_attempt_whose_outcome_run_gets(rig, plain, tmp_path, reachable):
+    overrides = {} if reachable else {"plain": {"ssh": f"root@127.0.0.1:{free_port('127.0.0.1')}"}}
+    host = inventory_for(rig, tmp_path, [plain], **overrides).hosts["plain"]
+    transport = open_transport(host)
+    attempts = []
+    real_open = transport._open
+    transport._open = lambda: (attempts.append(time.monotonic()), real_open())
+    transport.connect_soon()
+    time.sleep(0.3)  # the scan the caller does meanwhile
+    if reachable:
+        assert transport.run(["echo", "hi"]).stdout == b"hi\n"
+    else:
+        with pytest.raises(HostError, match=r"^plain: unreachable: .*Connection refused"):
+            transport.run(["true"])
+    assert len(attempts) == 1  # a failure is not tried again: that would wait out a connect timeout twice
+    transport.close()
+
+
 def test_refused_key_is_an_authentication_error(rig, plain, tmp_path):
     stray = tmp_path / "stray_key"
     os.system(f"ssh-keygen -q -t ed25519 -N '' -f {stray}")

@@ -63,6 +63,11 @@ class Transport(Protocol):
         """
         ...
 
+    def connect_soon(self) -> None:
+        """Start connecting now, in the background, while the caller does local work (scanning a task); the next
+        run() waits for that connection, or raises what stopped it. A no-op where there is nothing to connect."""
+        ...
+
     def close(self) -> None: ...
 
 

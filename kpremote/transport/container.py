@@ -40,6 +40,9 @@ class ContainerTransport:
         result.argv = list(argv)
         return result
 
+    def connect_soon(self) -> None:
+        self.inner.connect_soon()
+
     def close(self) -> None:
         self.inner.close()
 

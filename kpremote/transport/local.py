@@ -61,6 +61,9 @@ class LocalTransport:
             proc.stdout.close()
         return Completed(list(argv), code, b"".join(stdout_parts), b"".join(stderr_parts))
 
+    def connect_soon(self) -> None:
+        pass  # a subprocess needs no connection
+
     def close(self) -> None:
         pass
 

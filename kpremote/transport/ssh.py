@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import select
 import socket
+import threading
 import time
 from typing import Callable, Optional, Sequence
 
@@ -68,6 +69,8 @@ class SSHTransport:
             target, config=config, connect_timeout=int(max(1, connect_timeout)), connect_kwargs=connect_kwargs
         )
         self._verify_host_keys(self.connection)
+        self._connecting = threading.Lock()  # one connect at a time: the background one and run()'s
+        self._background_failure: Optional[BaseException] = None
 
     def _verify_host_keys(self, connection: Connection) -> None:
         """Apply strict checking to this connection and to every ProxyJump hop before it."""
@@ -86,9 +89,30 @@ class SSHTransport:
     def port(self) -> int:
         return int(self.connection.port)
 
+    def connect_soon(self) -> None:
+        """Connect in a thread: over a long link the handshake takes ~5 round trips, time the caller can spend
+        scanning the task instead of waiting after it."""
+        if not self.connection.is_connected:
+            threading.Thread(target=self._connect_in_background, name="kpremote-connect", daemon=True).start()
+
+    def _connect_in_background(self) -> None:
+        with self._connecting:  # the failure is recorded before run()'s connect can look for it
+            if self.connection.is_connected:
+                return
+            try:
+                self._open()
+            except BaseException as exc:  # noqa: BLE001 - raised by the next connect(), in the caller's thread
+                self._background_failure = exc
+
     def connect(self) -> None:
-        if self.connection.is_connected:
-            return
+        with self._connecting:
+            failure, self._background_failure = self._background_failure, None
+            if failure is not None:
+                raise failure  # a second attempt would wait out the connect timeout all over again
+            if not self.connection.is_connected:
+                self._open()
+
+    def _open(self) -> None:
         try:
             self.connection.open()
         except HostKeyError:
