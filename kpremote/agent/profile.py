@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import io
 import json
 import os
@@ -35,6 +34,7 @@ from .runner import EXIT_FAILED, EXIT_PASSED, EXIT_REFUSED, Abort, Options, Runn
 from .runner import parse_args as parse_runner_args
 from .runstate import TERMINAL
 from .state import SAFE_NAME, NotFound, NotTerminal, current_state, existing_run_dir
+from .syncrecv import file_sha256
 from .taskspec import Workload
 
 PROFILE_LIMIT_S = 3600.0  # one side under ncu: a full set replays every kernel dozens of times
@@ -336,14 +336,6 @@ def _mega(value: float | None) -> float | None:
 
 def _tera(value: float | None) -> float | None:
     return None if value is None else value / 1e12
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def write_atomically(path: Path, text: str) -> None:
