@@ -24,13 +24,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
+from .events import complete_lines as _complete_lines
 from .lease import Lease, acquire, utc_now_iso
 from .nvml import GpuState, Snapshot, snapshot
 from .procfs import command_line, is_alive, pid_exists
 from .procfs import group_members as _group_members
-from .protocol import (AgentError, BadRequest, GpuNotFound, IdlePolicy, NotFound, NotTerminal,  # noqa: F401
-                       UnusablePython, NAME_PATTERN, RUN_ID_PATTERN, RUN_ID_RULE, RUNNERS, TERMINAL, TIMING,
-                       is_name, new_run_id)
+from .protocol import NAME_PATTERN, RUN_ID_PATTERN, RUN_ID_RULE, RUNNERS, TERMINAL, TIMING, is_name, new_run_id
+from .protocol import AgentError, BadRequest, GpuNotFound, IdlePolicy, NotFound, NotTerminal, UnusablePython
 from .runstate import read_state, update_state
 
 SAFE_NAME = re.compile(NAME_PATTERN)
@@ -348,17 +348,6 @@ def follow(root: Path, task: str, run_id: str, offset: int = 0, out: BinaryIO | 
             out.flush()
             last_sent = time.monotonic()
         time.sleep(FOLLOW_POLL_S)
-
-
-def _complete_lines(path: Path, offset: int) -> tuple[bytes, int]:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except FileNotFoundError:
-        return b"", offset
-    end = data.rfind(b"\n") + 1
-    return data[:end], offset + end
 
 
 def _reader_gone(stream: BinaryIO) -> bool:
