@@ -12,6 +12,7 @@ from typing import Any, Iterable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .agent import protocol
 from .errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -19,7 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised only on 3.10
     import tomli as tomllib
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+NAME_PATTERN = f"^{protocol.NAME_PATTERN}$"
 ARCHES = ("b200", "h200", "h100", "auto", "any")
 HOSTS_ENV = "KPREMOTE_HOSTS"
 
@@ -31,9 +32,9 @@ class _Strict(BaseModel):
 class IdlePolicy(_Strict):
     """When a GPU counts as idle (defaults from the users' incident write-up)."""
 
-    max_memory_mib: int = Field(2048, ge=0)
-    max_util_pct: int = Field(5, ge=0, le=100)
-    allow_processes: bool = False
+    max_memory_mib: int = Field(protocol.IdlePolicy.max_memory_mib, ge=0)
+    max_util_pct: int = Field(protocol.IdlePolicy.max_util_pct, ge=0, le=100)
+    allow_processes: bool = protocol.IdlePolicy.allow_processes
 
 
 class _Common(_Strict):

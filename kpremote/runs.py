@@ -13,15 +13,16 @@ from typing import Any, Callable, Optional
 
 from pydantic import BaseModel
 
+from .agent.protocol import ExitCode
 from .agentcall import Agent, error_message
 from .config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
 from .sync import build_sync_request, have_listing, plan_sync, record_synced, scan_task, sync_task
 from .transport import open_transport
 
-NO_IDLE_GPU = 3
-ARCH_MISMATCH = 4
-NEED_FULL_SYNC = 7
+NO_IDLE_GPU = ExitCode.NO_IDLE_GPU
+ARCH_MISMATCH = ExitCode.ARCH_MISMATCH
+NEED_FULL_SYNC = ExitCode.NEED_FULL_SYNC
 HEARTBEAT_GRACE_S = 5.0
 
 
