@@ -64,6 +64,8 @@ class HostInfo(BaseModel):
     torch: Optional[str] = None
     triton: Optional[str] = None
     pynvml: Optional[str] = None
+    tvm_ffi: Optional[str] = None  # apache-tvm-ffi, for build kind "tvm-ffi"
+    cutlass_dsl: Optional[str] = None  # nvidia-cutlass-dsl, for build kind "cutedsl"
     cuda: Optional[str] = None
     seconds: float = 0.0
 
@@ -109,7 +111,7 @@ def info_host(host: Host, agent: Agent) -> HostInfo:
         answer = agent.call_json("info", "--fast")
     except KpremoteError as exc:
         return HostInfo(host=host.name, ok=False, error=str(exc), seconds=time.monotonic() - started)
-    fields = {k: answer.get(k) for k in ("hostname", "python", "torch", "triton", "pynvml", "cuda")}
+    fields = {k: answer.get(k) for k in ("hostname", "python", "torch", "triton", "pynvml", "tvm_ffi", "cutlass_dsl", "cuda")}
     return HostInfo(host=host.name, ok=True, seconds=time.monotonic() - started, **fields)
 
 

@@ -284,13 +284,15 @@ def new_task(c, name):
                "ref": "a branch, a tag or a 40-hex commit (default: main)",
                "files": "the upstream files to copy, comma-separated, relative to the repository root",
                "force": "replace an existing baseline/upstream/ and an already pinned [baseline] commit",
+               "source": "read the upstream from this local git snapshot of REPO (a git folder or a checkout); "
+                         "REPO is what the pin records",
                "json": "print the pin as JSON"})
-def baseline(c, task, repo, files, ref="main", force=False, json=False):
+def baseline(c, task, repo, files, ref="main", force=False, json=False, source=None):
     """Pin the upstream baseline: resolve REF to a commit, copy FILES at it into baseline/upstream/, record where from."""
     from .baseline import pin_baseline, split_file_list
     from .sync import resolve_task_dir
 
-    pin = pin_baseline(resolve_task_dir(KERNELS, task), repo, ref, split_file_list(files), force=force)
+    pin = pin_baseline(resolve_task_dir(KERNELS, task), repo, ref, split_file_list(files), force=force, source=source)
     if json:
         print_json(pin.model_dump())
         return

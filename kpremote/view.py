@@ -37,7 +37,7 @@ def hosts_table(hosts: Iterable[Host], infos: Optional[dict[str, HostInfo]] = No
     for column in ("host", "address", "arch", "container", "groups"):
         table.add_column(column)
     if infos is not None:
-        for column in ("reachable", "hostname", "python", "torch", "triton", "nvidia-ml-py"):
+        for column in ("reachable", "hostname", "python", "torch", "triton", "nvidia-ml-py", "tvm-ffi", "cutlass-dsl"):
             table.add_column(column)
     for host in hosts:
         row = [host.name, host.address, host.arch, host.container or "-", ", ".join(host.groups) or "-"]
@@ -45,9 +45,10 @@ def hosts_table(hosts: Iterable[Host], infos: Optional[dict[str, HostInfo]] = No
             info = infos[host.name]
             if info.ok:
                 row += [Text("yes", style="green"), info.hostname or "?", info.python or "?",
-                        info.torch or "missing", info.triton or "missing", info.pynvml or "missing"]
+                        info.torch or "missing", info.triton or "missing", info.pynvml or "missing",
+                        info.tvm_ffi or "missing", info.cutlass_dsl or "missing"]
             else:
-                row += [Text(info.error or "no", style="red"), "", "", "", "", ""]
+                row += [Text(info.error or "no", style="red"), "", "", "", "", "", "", ""]
         table.add_row(*row)
     return table
 

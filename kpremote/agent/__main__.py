@@ -94,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
-    p = command("info", _info, "versions of python, torch, triton, nvidia-ml-py, CUDA")
+    p = command("info", _info, "versions of python, torch, triton, nvidia-ml-py, apache-tvm-ffi, nvidia-cutlass-dsl, CUDA")
     p.add_argument("--fast", action="store_true", help="do not import torch (cuda_available is then null)")
 
     p = command("probe", _probe, "GPU snapshot with idle verdict, lease holder and arch fit per GPU")
@@ -160,6 +160,8 @@ def _info(args: argparse.Namespace) -> int:
             "torch": _version("torch"),
             "triton": _version("triton"),
             "pynvml": _version("nvidia-ml-py"),
+            "tvm_ffi": _version("apache-tvm-ffi"),  # the packages the tvm-ffi and cutedsl build kinds need
+            "cutlass_dsl": _version("nvidia-cutlass-dsl"),
             **(_torch_cuda_unimported() if args.fast else _torch_cuda()),
         }
     )
