@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
@@ -14,7 +13,9 @@ from .config import Host
 from .errors import KpremoteError
 from .transport import open_transport
 
-GPU_STATUS_SCHEMA = "kpremote.gpu-status/1"
+# Where a host's GPU readings came from (README, gpu-status): NVML, the test fixture, or none at all (`error` says why:
+# no NVML there, or the host could not be asked).
+SOURCES = ("nvml", "fixture", "none")
 T = TypeVar("T")
 
 
@@ -89,7 +90,7 @@ def probe_host(host: Host, agent: Agent) -> HostReport:
     try:
         answer = agent.call_json("probe", "--idle", host.idle.model_dump_json(), "--arch", host.arch)
     except KpremoteError as exc:
-        return HostReport(host=host.name, ok=False, error=str(exc), seconds=time.monotonic() - started)
+        return HostReport(host=host.name, ok=False, error=str(exc), source="none", seconds=time.monotonic() - started)
     error = answer.get("error")
     return HostReport(
         host=host.name,
@@ -97,7 +98,7 @@ def probe_host(host: Host, agent: Agent) -> HostReport:
         error=error,
         hostname=answer.get("hostname"),
         driver=answer.get("driver"),
-        source=answer.get("source"),
+        source=answer.get("source") if answer.get("source") in SOURCES else "none",
         gpus=[GpuReport.model_validate(gpu) for gpu in answer.get("gpus", [])],
         seconds=time.monotonic() - started,
     )
@@ -117,8 +118,6 @@ def gpu_status(hosts: list[Host]) -> list[HostReport]:
     return on_every_host(hosts, probe_host)
 
 
-def gpu_status_json(reports: list[HostReport]) -> str:
-    """The documented, stable --json shape (README: gpu-status)."""
-    return json.dumps(
-        {"schema": GPU_STATUS_SCHEMA, "hosts": [r.model_dump(exclude={"seconds"}) for r in reports]}, indent=1
-    )
+def gpu_status_body(reports: list[HostReport]) -> dict[str, Any]:
+    """The documented, stable --json fields (README: gpu-status; docs/schemas/gpu-status.json)."""
+    return {"hosts": [r.model_dump(exclude={"seconds"}) for r in reports]}

@@ -10,8 +10,9 @@ from typing import Optional
 from invoke import Collection
 
 from . import view
-from .cli import EXIT_FAILED, EXIT_USAGE, command, finish, print_json
+from .cli import EXIT_FAILED, EXIT_USAGE, command, finish
 from .config import load_inventory
+from .jsonout import print_document
 
 HOSTS_HELP = "hosts file (default: $KPREMOTE_HOSTS, else ./hosts.toml)"
 
@@ -28,45 +29,62 @@ def hosts(c, check=False, hosts=None, json=False):
     if check:
         infos = {info.host: info for info in gpustatus.on_every_host(selected, gpustatus.info_host)}
     if json:
-        print_json([
+        print_document("hosts", {"hosts": [
             {"name": h.name, "address": h.address, "arch": h.arch, "container": h.container, "groups": list(h.groups),
              **({"check": infos[h.name].model_dump()} if infos else {})}
             for h in selected
-        ])
+        ]})
     else:
-        view.console.print(view.hosts_table(selected, infos))
+        view.console.print(view.hosts_view(selected, infos))
     finish(infos is None or all(info.ok for info in infos.values()))
 
 
 @command(help={"host": "a host name or a group (default: every host)", "hosts": HOSTS_HELP,
-               "json": "print the kpremote.gpu-status/1 JSON document (see README)",
-               "watch": "refresh every SECONDS until Ctrl-C"})
-def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = None):
-    """Every GPU of every host, queried in parallel through NVML: memory, util, clocks, processes, lease, idle verdict."""
+               "json": "print the kpremote.gpu-status/1 JSON document (docs/schemas/gpu-status.json); with --watch, "
+                       "one document per line per refresh",
+               "watch": "refresh every SECONDS until Ctrl-C",
+               "pids": "show each process's pid (name/pid(MiB))", "uuid": "show each GPU's UUID",
+               "show_all": "show everything: UUID, pids, power, SM clock, clock events, why a GPU is busy",
+               "no_color": "no colors (NO_COLOR in the environment does the same)"},
+         short={"pids": "p", "uuid": "u", "show_all": "a"})
+def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = None, pids=False, uuid=False,
+               show_all=False, no_color=False):
+    """Every GPU of every host, queried in parallel through NVML: one line per GPU, like gpustat."""
     from . import gpustatus
 
+    if no_color:
+        view.plain_output()
     selected = load_inventory(hosts).select(host)
+    options = view.GpuViewOptions(pids=pids, uuid=uuid, all=show_all)
     if watch:
-        _watch_gpus(selected, float(watch))
+        _watch_gpus(selected, float(watch), options, json)
         return
     reports = gpustatus.gpu_status(selected)
     if json:
-        print_json(gpustatus.gpu_status_json(reports))
+        print_document("gpu-status", gpustatus.gpu_status_body(reports))
     else:
-        view.console.print(view.gpu_table(reports))
+        view.console.print(view.gpu_view(reports, options))
     finish(all(r.ok for r in reports))
 
 
-def _watch_gpus(selected, seconds: float) -> None:
+def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
+    """Refresh every SECONDS: the view redrawn in place under an "updated at" line, or one JSON document per line."""
     from rich.live import Live
 
     from . import gpustatus
 
+    def frame():
+        return view.gpu_view(gpustatus.gpu_status(selected), options, header=view.watch_header(seconds))
+
     try:
-        with Live(view.gpu_table(gpustatus.gpu_status(selected)), console=view.console, auto_refresh=False) as live:
+        if as_json:
+            while True:
+                print_document("gpu-status", gpustatus.gpu_status_body(gpustatus.gpu_status(selected)), one_line=True)
+                time.sleep(seconds)
+        with Live(frame(), console=view.console, auto_refresh=False) as live:
             while True:
                 time.sleep(seconds)
-                live.update(view.gpu_table(gpustatus.gpu_status(selected)), refresh=True)
+                live.update(frame(), refresh=True)
     except KeyboardInterrupt:
         pass
 
@@ -99,7 +117,7 @@ def sync(c, host, task, hosts=None, json=False):
     finally:
         session.close()
     if json:
-        print_json(dataclasses.asdict(report))
+        print_document("sync", dataclasses.asdict(report))
     else:
         for warning in report.warnings:
             view.errors.print(f"warning: {warning}")
@@ -146,9 +164,9 @@ def status(c, host=None, hosts=None, json=False, task=None):
     selected = load_inventory(hosts).select(host)
     answers = gpustatus.on_every_host(selected, lambda h, agent: _runs_or_error(h, agent, task))
     if json:
-        print_json({"schema": "kpremote.status/1", "hosts": answers})
+        print_document("status", {"hosts": answers})
     else:
-        view.console.print(view.runs_table(answers))
+        view.console.print(view.runs_view(answers))
     finish(all(a["ok"] for a in answers))
 
 
@@ -209,7 +227,8 @@ def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=
     finally:
         session.close()
     if json:
-        print_json([dataclasses.asdict(r) for r in reports])
+        print_document("fetch-results", {"host": selected.name, "task": task,
+                                         "fetched": [dataclasses.asdict(r) for r in reports]})
     else:
         for report in reports:
             view.console.print(f"{selected.name}: {task} run {report.run_id} ({report.run_status}): "
@@ -226,7 +245,8 @@ def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
 
     fetched = fetch_raw_file(session.agent, task, run, name, KERNELS, session.host.name, force=force, on_stat=announce)
     if as_json:
-        print_json(dataclasses.asdict(fetched))
+        print_document("fetch-results", {"host": session.host.name, "task": task, "fetched": [],
+                                         "raw_file": dataclasses.asdict(fetched)})
     else:
         view.console.print(f"{fetched.outcome} → {fetched.path}", markup=False)
 
@@ -257,18 +277,22 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
     outcome = run_profile(selected[0], task, workload, request, KERNELS, wait=_wait_seconds(wait), detach=detach,
                           quiet=json or detach)
     if json:
-        print_json(outcome.model_dump())
+        print_document("profile", outcome.model_dump())
     else:
         show_profile(outcome)
     finish(outcome.ok)
 
 
-@command(help={"task": TASK_HELP, "workloads": "only these workload ids, comma-separated"})
-def check(c, task, workloads=None):
+@command(help={"task": TASK_HELP, "workloads": "only these workload ids, comma-separated",
+               "json": "print the kpremote.check/1 JSON document (docs/schemas/check.json) instead of the views"})
+def check(c, task, workloads=None, json=False):
     """Local CPU smoke run of a task through Triton's interpreter (timings are not meaningful)."""
-    from .launch import smoke_check
+    from .check import smoke_check
 
-    finish(smoke_check(KERNELS, task, workloads))
+    outcome = smoke_check(KERNELS, task, workloads, quiet=json)
+    if json:
+        print_document("check", outcome)
+    finish(outcome["exit_code"] == 0)
 
 
 @command(help={"name": "the new task's folder name under kernels/"})
@@ -292,7 +316,7 @@ def baseline(c, task, repo, files, ref="main", force=False, json=False):
 
     pin = pin_baseline(resolve_task_dir(KERNELS, task), repo, ref, split_file_list(files), force=force)
     if json:
-        print_json(pin.model_dump())
+        print_document("baseline", {"task": task, **pin.model_dump()})
         return
     view.console.print(f"{task}: {pin.repo} {pin.ref} → {pin.commit} ({len(pin.files)} file(s) in "
                        f"kernels/{task}/baseline/upstream/; docs/baseline_source.md and task.toml [baseline] updated)",
