@@ -68,7 +68,8 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
 
 
 def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
-    """Refresh every SECONDS: the view redrawn in place under an "updated at" line, or one JSON document per line."""
+    """Refresh every SECONDS: the view redrawn in place under an "updated at" line (printed in turn when stdout is
+    not a terminal), or one JSON document per line."""
     from rich.live import Live
 
     from . import gpustatus
@@ -77,9 +78,13 @@ def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
         return view.gpu_view(gpustatus.gpu_status(selected), options, header=view.watch_header(seconds))
 
     try:
-        if as_json:
+        if as_json or not view.console.is_terminal:  # piped: each refresh in turn, as a log of them
             while True:
-                print_document("gpu-status", gpustatus.gpu_status_body(gpustatus.gpu_status(selected)), one_line=True)
+                if as_json:
+                    print_document("gpu-status", gpustatus.gpu_status_body(gpustatus.gpu_status(selected)),
+                                   one_line=True)
+                else:
+                    view.console.print(frame())
                 time.sleep(seconds)
         with Live(frame(), console=view.console, auto_refresh=False) as live:
             while True:

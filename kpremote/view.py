@@ -35,9 +35,11 @@ def error_line(message: str) -> None:
 
 
 def plain_output() -> None:
-    """--no-color: no colors or styles on either console (NO_COLOR in the environment does the same)."""
-    for each in (console, errors):
-        each.no_color = True
+    """--no-color: plain text, no escape codes at all, on both consoles (NO_COLOR in the environment takes the colors
+    away and keeps bold and dim, as no-color.org asks)."""
+    global console, errors
+    console = Console(color_system=None)
+    errors = Console(stderr=True, color_system=None)
 
 
 def hosts_view(hosts: Iterable[Host], infos: Optional[dict[str, HostInfo]] = None) -> Group:

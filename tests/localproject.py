@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +48,17 @@ def kp(project: Path, *args: str, columns: int = 100, env: Optional[dict[str, st
     else:
         argv = [sys.executable, "-m", "kpremote.program", *args]
     return subprocess.run(argv, cwd=cwd or project, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def watch_for(project: Path, seconds: float, *args: str, columns: int = 100) -> subprocess.CompletedProcess:
+    """Run `inv ARGS` (a --watch) for SECONDS, then press Ctrl-C: what it printed, and how it ended."""
+    env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1", "PYTHONPATH": str(REPO),
+           "KPREMOTE_NVML_FIXTURE": str(project / "nvml.json")}
+    argv = [sys.executable, "-m", "invoke", "--search-root", str(REPO), *args]
+    process = subprocess.Popen(argv, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = process.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)

@@ -4,9 +4,7 @@ under docs/schemas/ — checked on the documents the real commands print."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
@@ -14,7 +12,7 @@ import pytest
 
 from kpremote.jsonout import VERSIONS
 from kpremote.launch import Outcome
-from localproject import TASK, kp, make_project
+from localproject import TASK, kp, make_project, watch_for
 from rig import REPO
 
 SCHEMAS = REPO / "docs" / "schemas"
@@ -66,17 +64,11 @@ def test_gpu_status_json_and_an_unreachable_host_source(project):
 
 
 def test_gpu_status_watch_json_prints_one_document_per_line(project):
-    env = {**__import__("os").environ, "PYTHONPATH": str(REPO), "KPREMOTE_NVML_FIXTURE": str(project / "nvml.json")}
-    process = subprocess.Popen([sys.executable, "-m", "invoke", "--search-root", str(REPO), "gpu-status", "--host",
-                                "local", "--watch", "0.2", "--json"], cwd=project, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    try:
-        lines = [process.stdout.readline() for _ in range(2)]
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=30)
+    result = watch_for(project, 3, "gpu-status", "--host", "local", "--watch", "0.5", "--json")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) >= 2
     for line in lines:
-        assert line.endswith("\n") and line.count("\n") == 1
         document = validate(json.loads(line), "gpu-status")
         assert [h["host"] for h in document["hosts"]] == ["local"]
 
