@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from pathlib import Path
 from typing import Optional
 
 from invoke import Collection
@@ -13,8 +12,9 @@ from . import view
 from .cli import EXIT_FAILED, EXIT_USAGE, command, finish
 from .config import load_inventory
 from .jsonout import print_document
+from .project import kernels_dir
 
-HOSTS_HELP = "hosts file (default: $KPREMOTE_HOSTS, else ./hosts.toml)"
+HOSTS_HELP = "hosts file (default: $KPREMOTE_HOSTS, else the project's hosts.toml, else ~/.config/kpremote/hosts.toml)"
 
 
 @command(help={"check": "also connect to each host (in parallel): hostname, python, torch, triton, nvidia-ml-py",
@@ -105,7 +105,7 @@ def trust_host(c, host, fingerprint, hosts=None):
     view.console.print(f"added to {selected.known_hosts}: {line}")
 
 
-KERNELS = Path("kernels")
+KERNELS = kernels_dir()  # the project's kernels/, wherever in the project the command runs (project.py)
 TASK_HELP = "a task folder name under kernels/"
 
 
