@@ -8,6 +8,7 @@ from typing import Any, Optional
 from rich.console import Group
 from rich.text import Text
 
+from .agent.plot import row_interval
 from .layout import Column, fitted_table
 
 STATUS_STYLE = {"PASSED": "green", "INCORRECT": "red", "ERROR": "red", "TIMEOUT": "red", "SKIPPED": "yellow",
@@ -15,20 +16,6 @@ STATUS_STYLE = {"PASSED": "green", "INCORRECT": "red", "ERROR": "red", "TIMEOUT"
 VERDICT_STYLE = {"FASTER": "green", "SAME": "", "SLOWER": "red"}
 # Row keys that describe the workload rather than its shape (as the agent's results.md leaves them out).
 NOT_SHAPE = {"id", "production", "preset", "atol", "rtol", "seed", "note", "notes", "function", "source", "smoke"}
-
-
-def row_interval(row: dict[str, Any]) -> Optional[tuple[float, float]]:
-    """A row's speedup interval, where the agent gave one: {"speedup_interval": {"low", "high"}} or [low, high],
-    or "speedup_low" / "speedup_high" on the row or in its timing."""
-    for where in (row, row.get("timing") or {}):
-        interval = where.get("speedup_interval") or where.get("interval")
-        if isinstance(interval, dict) and interval.get("low") and interval.get("high"):
-            return float(interval["low"]), float(interval["high"])
-        if isinstance(interval, (list, tuple)) and len(interval) == 2 and all(interval):
-            return float(interval[0]), float(interval[1])
-        if where.get("speedup_low") and where.get("speedup_high"):
-            return float(where["speedup_low"]), float(where["speedup_high"])
-    return None
 
 
 def number(value: Optional[float]) -> str:
