@@ -14,7 +14,7 @@ from typing import Any
 # The version of each command's document: raise it when a field changes meaning or goes away (adding one does not).
 VERSIONS = {
     "hosts": 1, "gpu-status": 1, "sync": 1, "run": 1, "status": 1, "fetch-results": 1, "profile": 1, "check": 1,
-    "baseline": 1,
+    "baseline": 1, "compare": 1, "history": 1,
 }
 
 

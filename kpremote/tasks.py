@@ -328,5 +328,67 @@ def baseline(c, task, repo, files, ref="main", force=False, json=False):
                        markup=False)
 
 
+@command(help={"task": TASK_HELP, "host": "only runs fetched from this host (default: the new run's host)",
+               "new": "the new run: an id, a unique part of one, or latest (default)",
+               "base": "the base run (default: the run before the new one, on its host)",
+               "last": "compare the last N runs: each row's speedup in each, and the newest against the oldest",
+               "json": "print the kpremote.compare/1 JSON document (docs/schemas/compare.json)"})
+def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = None, json=False):
+    """Did it help? Two fetched runs row by row: medians, speedup change with its interval, FASTER / SAME / SLOWER."""
+    from .compare import compare as compare_runs
+    from .compareview import compare_view
+    from .errors import KpremoteError
+    from .runstore import fetched_runs, find_run
+
+    runs = fetched_runs(KERNELS, task, host)
+    where = f"of {task}" + (f" on {host}" if host else "")
+    if last is not None:
+        if int(last) < 2:
+            raise KpremoteError(f"--last {last}: compare needs at least 2 runs")
+        chosen = runs[-int(last):]
+        if len(chosen) < 2:
+            raise KpremoteError(f"--last {last}: only {len(chosen)} fetched run(s) {where}")
+        older, newer = chosen[0], chosen[-1]
+    else:
+        newer = find_run(runs, new, where)
+        if base:
+            older = find_run(runs, base, where)
+        else:
+            before = [r for r in runs[:runs.index(newer)] if r.host == newer.host]
+            if not before:
+                raise KpremoteError(f"run {newer.run_id} is the first fetched run {where} on {newer.host}: "
+                                    "give --base ID to compare it with another")
+            older = before[-1]
+    document = compare_runs(older, newer)
+    if last is not None:
+        document["series"] = [{"run_id": r.run_id, "host": r.host, "headline": r.headline.get("geomean"),
+                               "speedups": {w: row.get("speedup") for w, row in r.rows().items()}} for r in chosen]
+    if json:
+        print_document("compare", document)
+    else:
+        view.console.print(compare_view(document, view.console.width))
+
+
+@command(help={"task": TASK_HELP, "host": "only runs fetched from this host",
+               "plot": "where to draw the plot (default: kernels/TASK/results/history.png)",
+               "json": "print the kpremote.history/1 JSON document (docs/schemas/history.json)"})
+def history(c, task, host=None, plot=None, json=False):
+    """Every fetched run of a task, oldest first: commit, status, headline; and a plot of the headline over time."""
+    from pathlib import Path
+
+    from .compareview import history_view
+    from .history import draw_history_plot, history_entry
+    from .runstore import fetched_runs
+
+    entries = [history_entry(run) for run in fetched_runs(KERNELS, task, host)]
+    path = Path(plot) if plot else KERNELS / task / "results" / "history.png"
+    note = draw_history_plot(entries, path, task) if entries else "no plot: no fetched runs"
+    document = {"task": task, "host": host, "runs": entries, "plot": None if note else str(path), "plot_note": note}
+    if json:
+        print_document("history", document)
+    else:
+        view.console.print(history_view(document, view.console.width))
+
+
 ns = Collection(hosts, gpu_status, trust_host, sync, run, status, logs, cancel, fetch_results, check, new_task,
-                baseline, profile)
+                baseline, profile, compare, history)
