@@ -9,14 +9,22 @@ from typing import Iterable
 from .errors import KpremoteError
 
 FULL_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
+PART_OF_ID = re.compile(r"^[0-9a-f-]{1,40}$")
 
 
 def is_full_id(wanted: str) -> bool:
     return bool(FULL_ID.match(wanted))
 
 
+def check_run_word(wanted: str) -> None:
+    """Refuse at once what cannot name a run (before any host is asked)."""
+    if wanted != "latest" and not PART_OF_ID.match(wanted):
+        raise KpremoteError(f"bad run id {wanted!r}: expected YYYYMMDD-HHMMSS-xxxxxx, a unique part of one, or latest")
+
+
 def resolve_run_id(wanted: str, ids: Iterable[str], where: str) -> str:
     """The one id that `wanted` names among ids (oldest first, so `latest` is the last); where: for the message."""
+    check_run_word(wanted)
     ids = list(ids)
     if wanted == "latest":
         if not ids:

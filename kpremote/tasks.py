@@ -185,23 +185,47 @@ def _runs_or_error(host, agent, task) -> dict:
         return {"host": host.name, "ok": False, "error": str(exc), "runs": []}
 
 
-@command(help={"host": "host name", "run": "run id", "task": "the run's task (found from the run id if omitted)",
+RUN_HELP = "a run id, a unique part of one (its last 6 characters will do), or latest"
+
+
+def _named_run(host, run: str, task: Optional[str]) -> tuple[str, Optional[str]]:
+    """The whole run id that `run` names on host (an id, a unique part of one, latest), and its task; a whole id is
+    taken as it is, without asking the host."""
+    from .runids import check_run_word, is_full_id, resolve_run_id
+    from .runs import RunSession, list_runs
+
+    check_run_word(run)
+    if is_full_id(run):
+        return run, task
+    session = RunSession(host)
+    try:
+        runs = sorted(list_runs(session, task), key=lambda r: str(r.get("run_id")))
+    finally:
+        session.close()
+    where = f"on {host.name}" + (f" of {task}" if task else "")
+    run_id = resolve_run_id(run, [str(r.get("run_id")) for r in runs], where)
+    return run_id, task or next(r.get("task") for r in runs if r.get("run_id") == run_id)
+
+
+@command(help={"host": "host name", "run": RUN_HELP, "task": "the run's task (found from the run id if omitted)",
                "follow": "keep following until the run ends", "hosts": HOSTS_HELP})
 def logs(c, host, run, task=None, follow=False, hosts=None):
-    """The run's event stream, rendered; re-attachable at any time."""
+    """The run's event stream, rendered as the live view shows it; re-attachable at any time."""
     from .launch import show_logs
 
     [selected] = load_inventory(hosts).select(host)
+    run, task = _named_run(selected, run, task)
     finish(show_logs(selected, run, task, follow))
 
 
-@command(help={"host": "host name", "run": "run id", "task": "the run's task (found from the run id if omitted)",
+@command(help={"host": "host name", "run": RUN_HELP, "task": "the run's task (found from the run id if omitted)",
                "hosts": HOSTS_HELP})
 def cancel(c, host, run, task=None, hosts=None):
     """Cancel a run: its whole process group is killed and its GPU lease released."""
     from .runs import RunSession, cancel_run, find_task_of_run
 
     [selected] = load_inventory(hosts).select(host)
+    run, task = _named_run(selected, run, task)
     session = RunSession(selected)
     try:
         answer = cancel_run(session, task or find_task_of_run(session, run), run)
@@ -212,7 +236,7 @@ def cancel(c, host, run, task=None, hosts=None):
                        + ("" if answer.get("cancelled") else " (it had already ended)"))
 
 
-@command(help={"host": "host name", "task": TASK_HELP, "run": "a run id, latest (default) or all",
+@command(help={"host": "host name", "task": TASK_HELP, "run": "a run id, a unique part of one, latest (default) or all",
                "hosts": HOSTS_HELP, "json": "print what was fetched as JSON",
                "raw_file": "instead: fetch this one file of the run's raw/ (e.g. ncu/baseline-W.ncu-rep); its size "
                            "is shown first",
@@ -223,6 +247,8 @@ def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=
     from .runs import RunSession
 
     [selected] = load_inventory(hosts).select(host)
+    if run not in ("latest", "all"):
+        run, _ = _named_run(selected, run, task)
     session = RunSession(selected)
     try:
         if raw_file:

@@ -110,9 +110,11 @@ def test_compare_last_n_shows_each_run(project):
 
 
 def test_bad_run_ids_are_one_line(project):
-    unknown = kp(project, "compare", "--task", TASK, "--new", "zzz", program="kpremote")
-    assert unknown.returncode == 2 and "no run 'zzz' of t" in unknown.stderr and "Traceback" not in unknown.stderr
+    unknown = kp(project, "compare", "--task", TASK, "--new", "0ff", program="kpremote")
+    assert unknown.returncode == 2 and "no run '0ff' of t" in unknown.stderr and "Traceback" not in unknown.stderr
     several = kp(project, "compare", "--task", TASK, "--new", "2026112", program="kpremote")
+    hostile = kp(project, "compare", "--task", TASK, "--new", "$(touch x)", program="kpremote")
+    assert hostile.returncode == 2 and "bad run id" in hostile.stderr
     assert several.returncode == 2 and "names 3 runs" in several.stderr
     first = kp(project, "compare", "--task", TASK, "--new", "aaaaaa", program="kpremote")
     assert first.returncode == 2 and "is the first fetched run" in first.stderr

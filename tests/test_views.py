@@ -166,3 +166,20 @@ def test_results_table_drops_columns_before_cutting_and_shows_only_the_keys_that
 
 def test_results_table_without_verdicts_has_no_verdict_column():
     assert "verdict" not in render(results(verdicts=False), 140)
+
+
+def test_logs_render_events_like_the_live_view_and_take_short_ids(project):
+    done = kp(project, "run", "--host", "local", "--task", TASK, "--device", "cpu", "--json")
+    assert done.returncode == 0, done.stderr
+    run_id = __import__("json").loads(done.stdout)["runs"][0]["run_id"]
+    for named in (run_id[-6:], "latest", run_id):
+        logs = kp(project, "logs", "--host", "local", "--run", named, columns=100)
+        assert logs.returncode == 0, logs.stderr
+        assert re.search(r"^\d\d:\d\d:\d\d  \[1/2\] prod_r8_c256: PASSED  speedup \d\.\d{3}x  \(smoke\)$",
+                         logs.stdout, re.M), logs.stdout
+        assert "speedup=" not in logs.stdout and "message=None" not in logs.stdout  # no raw dumps
+        assert re.search(r"^\d\d:\d\d:\d\d  headline \d\.\d{3}x \(", logs.stdout, re.M)
+        assert logs.stdout.rstrip().endswith(f"run {run_id}: passed")
+    fetched = kp(project, "fetch-results", "--host", "local", "--task", TASK, "--run", run_id[-6:], "--json")
+    assert fetched.returncode == 0, fetched.stderr
+    assert __import__("json").loads(fetched.stdout)["fetched"][0]["run_id"] == run_id
