@@ -183,3 +183,7 @@ def test_logs_render_events_like_the_live_view_and_take_short_ids(project):
     fetched = kp(project, "fetch-results", "--host", "local", "--task", TASK, "--run", run_id[-6:], "--json")
     assert fetched.returncode == 0, fetched.stderr
     assert __import__("json").loads(fetched.stdout)["fetched"][0]["run_id"] == run_id
+    log = (project / "kernels" / TASK / "docs" / "run_log.md").read_text()
+    [line] = [line for line in log.splitlines() if run_id in line]
+    assert re.search(r" · passed · headline \d\.\d{3}x \([\d.–]+\) over 1 of 1 production rows \(smoke\) · fetched ",
+                     line) and "{" not in line, line  # a sentence, not a JSON object
