@@ -187,3 +187,19 @@ def test_logs_render_events_like_the_live_view_and_take_short_ids(project):
     [line] = [line for line in log.splitlines() if run_id in line]
     assert re.search(r" · passed · headline \d\.\d{3}x \([\d.–]+\) over 1 of 1 production rows \(smoke\) · fetched ",
                      line) and "{" not in line, line  # a sentence, not a JSON object
+
+
+def test_the_live_line_counts_rows_and_estimates_the_rest(monkeypatch):
+    from kpremote import view
+
+    clock = [100.0]
+    monkeypatch.setattr(view.time, "monotonic", lambda: clock[0])
+    live = view.RunView(quiet=True)
+    live.add("k", "box", "t", "20261123-101010-abcdef", None)
+    live.event("k", {"event": "phase", "phase": "workload", "workload": "a", "i": 1, "n": 4})
+    assert view.progress_text(live.lines["k"]) == "workload 1/4"  # no row done yet: no pace to go by
+    clock[0] += 30.0
+    live.event("k", {"event": "row", "workload": "a", "i": 1, "n": 4, "status": "PASSED", "label": "smoke: x"})
+    live.event("k", {"event": "phase", "phase": "workload", "workload": "b", "i": 2, "n": 4})
+    assert view.progress_text(live.lines["k"]) == "workload 2/4 · ETA 1m30s"  # 30 s a row, 3 rows left
+    assert live.lines["k"]["smoke"] is True
