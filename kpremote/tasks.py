@@ -35,7 +35,7 @@ def hosts(c, check=False, hosts=None, json=False):
             for h in selected
         ]})
     else:
-        view.console.print(view.hosts_view(selected, infos))
+        view.show(view.hosts_view(selected, infos))
     finish(infos is None or all(info.ok for info in infos.values()))
 
 
@@ -63,7 +63,7 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
     if json:
         print_document("gpu-status", gpustatus.gpu_status_body(reports))
     else:
-        view.console.print(view.gpu_view(reports, options))
+        view.show(view.gpu_view(reports, options))
     finish(all(r.ok for r in reports))
 
 
@@ -84,7 +84,7 @@ def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
                     print_document("gpu-status", gpustatus.gpu_status_body(gpustatus.gpu_status(selected)),
                                    one_line=True)
                 else:
-                    view.console.print(frame())
+                    view.show(frame())
                 time.sleep(seconds)
         with Live(frame(), console=view.console, auto_refresh=False) as live:
             while True:
@@ -171,7 +171,7 @@ def status(c, host=None, hosts=None, json=False, task=None):
     if json:
         print_document("status", {"hosts": answers})
     else:
-        view.console.print(view.runs_view(answers))
+        view.show(view.runs_view(answers))
     finish(all(a["ok"] for a in answers))
 
 

@@ -34,6 +34,36 @@ def error_line(message: str) -> None:
     errors.print(Text(f"error: {message}", style="bold red"))
 
 
+class Unbroken:
+    """A line printed whole, never wrapped or cut, however narrow the terminal (the terminal may fold it; a copy of it
+    is still one command): a `trust-host` command, for one. Print views holding one with show()."""
+
+    def __init__(self, text: str, style: Optional[str] = None) -> None:
+        self.text = strip_control_codes(text)
+        self.style = style
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        yield Segment(self.text, console.get_style(self.style) if self.style else None)
+        yield Segment.line()
+
+
+COMMAND_FOLLOWS = ": inv "  # "... accept it with: inv trust-host --host h --fingerprint SHA256:..."
+
+
+def error_lines(message: str, indent: str = "") -> list[Any]:
+    """An error on lines of its own: its words wrapped to the width, and a command it ends with on a line of its own,
+    whole."""
+    head, found, command = message.rpartition(COMMAND_FOLLOWS)
+    if not found:
+        return [Text.assemble(indent, (message, "red"))]
+    return [Text.assemble(indent, (head + ":", "red")), Unbroken(f"{indent}  inv {command}", "bold")]
+
+
+def show(renderable: Any) -> None:
+    """Print a view; its Unbroken lines stay whole (nothing is cropped at the width: everything else fits it)."""
+    console.print(renderable, crop=False)
+
+
 def plain_output() -> None:
     """--no-color: plain text, no escape codes at all, on both consoles (NO_COLOR in the environment takes the colors
     away and keeps bold and dim, as no-color.org asks)."""
@@ -62,7 +92,7 @@ def hosts_view(hosts: Iterable[Host], infos: Optional[dict[str, HostInfo]] = Non
             columns.append(Column(header, [(getattr(i, attribute) or missing) if i.ok else "" for i in checked],
                                   drop=drop))
         # The error names the host already ("gone: unreachable: ..."); a refused key's message carries its command.
-        failures = [Text(i.error or f"{i.host}: failed", style="red") for i in checked if not i.ok]
+        failures = [line for i in checked if not i.ok for line in error_lines(i.error or f"{i.host}: failed")]
     return Group(fitted_table(columns, console.width, title="hosts"), *failures)
 
 
@@ -137,7 +167,7 @@ def gpu_view(reports: list[HostReport], options: Optional[GpuViewOptions] = None
     for report in reports:
         parts.append(_host_header(report))
         if not report.ok:
-            parts.append(Text.assemble("  ", (report.error or "failed", "red")))
+            parts += error_lines(report.error or "failed", indent="  ")
             continue
         if not report.gpus:
             parts.append(Text(f"  no GPUs ({report.source or 'none'})", style="dim"))
@@ -483,7 +513,7 @@ def runs_view(answers: list[dict]) -> Group:
     for answer in answers:
         if not answer["ok"]:
             parts += [Text.assemble((answer["host"], "bold"), ("  unreachable", "red")),
-                      Text.assemble("  ", (answer.get("error") or "failed", "red"))]
+                      *error_lines(answer.get("error") or "failed", indent="  ")]
             continue
         if not answer["runs"]:
             parts.append(Text.assemble((answer["host"], "bold"), ("  no runs", "dim")))

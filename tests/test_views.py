@@ -203,3 +203,16 @@ def test_the_live_line_counts_rows_and_estimates_the_rest(monkeypatch):
     live.event("k", {"event": "phase", "phase": "workload", "workload": "b", "i": 2, "n": 4})
     assert view.progress_text(live.lines["k"]) == "workload 2/4 · ETA 1m30s"  # 30 s a row, 3 rows left
     assert live.lines["k"]["smoke"] is True
+
+
+@pytest.mark.ssh
+def test_a_refused_host_key_shows_its_trust_command_whole_at_80_columns(rig, tmp_path):
+    from rig import run_inv
+
+    stranger = rig.add_host("stranger-view", trusted=False)
+    hosts = rig.write_hosts_toml(tmp_path / "hosts.toml", [stranger], local=False)
+    for command in (["hosts", "--check"], ["gpu-status"]):
+        result = run_inv(*command, "--hosts", str(hosts), env={"COLUMNS": "80"})
+        assert result.returncode == 1, result.stderr
+        [line] = [line for line in result.stdout.splitlines() if "trust-host" in line]
+        assert re.fullmatch(r"\s*inv trust-host --host stranger-view --fingerprint SHA256:\S{43}", line), line
