@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
@@ -69,18 +70,30 @@ class HostInfo(BaseModel):
     seconds: float = 0.0
 
 
-def on_every_host(hosts: list[Host], ask: Callable[[Host, Agent], T]) -> list[T]:
-    """Run ask(host, agent) on all hosts in parallel, one connection each; results in host order."""
+def on_every_host(hosts: list[Host], ask: Callable[[Host, Agent], T],
+                  waiting_for: Optional[Callable[[list[str]], None]] = None) -> list[T]:
+    """Run ask(host, agent) on all hosts in parallel, one connection each; results in host order.
+    waiting_for(names) hears which hosts have not answered yet, at the start and after each answer."""
+    pending = [h.name for h in hosts]
+    lock = threading.Lock()
 
     def one(host: Host) -> T:
-        transport = open_transport(host)
         try:
-            return ask(host, Agent(host, transport))
+            transport = open_transport(host)
+            try:
+                return ask(host, Agent(host, transport))
+            finally:
+                transport.close()
         finally:
-            transport.close()
+            if waiting_for is not None:
+                with lock:
+                    pending.remove(host.name)
+                    waiting_for(list(pending))
 
     if not hosts:
         return []
+    if waiting_for is not None:
+        waiting_for(list(pending))
     with ThreadPoolExecutor(max_workers=min(32, len(hosts))) as pool:
         return list(pool.map(one, hosts))
 
@@ -114,8 +127,8 @@ def info_host(host: Host, agent: Agent) -> HostInfo:
     return HostInfo(host=host.name, ok=True, seconds=time.monotonic() - started, **fields)
 
 
-def gpu_status(hosts: list[Host]) -> list[HostReport]:
-    return on_every_host(hosts, probe_host)
+def gpu_status(hosts: list[Host], waiting_for: Optional[Callable[[list[str]], None]] = None) -> list[HostReport]:
+    return on_every_host(hosts, probe_host, waiting_for)
 
 
 def gpu_status_body(reports: list[HostReport]) -> dict[str, Any]:

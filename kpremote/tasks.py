@@ -27,7 +27,9 @@ def hosts(c, check=False, hosts=None, json=False):
     selected = inventory.select(None)
     infos = None
     if check:
-        infos = {info.host: info for info in gpustatus.on_every_host(selected, gpustatus.info_host)}
+        with view.Waiting("hosts --check") as waiting:
+            answers = gpustatus.on_every_host(selected, gpustatus.info_host, waiting.hosts(len(selected)))
+        infos = {info.host: info for info in answers}
     if json:
         print_document("hosts", {"hosts": [
             {"name": h.name, "address": h.address, "arch": h.arch, "container": h.container, "groups": list(h.groups),
@@ -59,7 +61,8 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
     if watch:
         _watch_gpus(selected, float(watch), options, json)
         return
-    reports = gpustatus.gpu_status(selected)
+    with view.Waiting("gpu-status") as waiting:
+        reports = gpustatus.gpu_status(selected, waiting.hosts(len(selected)))
     if json:
         print_document("gpu-status", gpustatus.gpu_status_body(reports))
     else:
@@ -116,11 +119,14 @@ def sync(c, host, task, hosts=None, json=False):
     from .sync import sync_task
 
     [selected] = load_inventory(hosts).select(host)
-    session = RunSession(selected)
-    try:
-        report = sync_task(session.agent, task, KERNELS)
-    finally:
-        session.close()
+    with view.Waiting(f"sync {task} to {selected.name}") as waiting:
+        waiting.say("connecting")
+        session = RunSession(selected)
+        try:
+            waiting.say("sending the changed files")
+            report = sync_task(session.agent, task, KERNELS)
+        finally:
+            session.close()
     if json:
         print_document("sync", dataclasses.asdict(report))
     else:
@@ -167,7 +173,9 @@ def status(c, host=None, hosts=None, json=False, task=None):
     from . import gpustatus
 
     selected = load_inventory(hosts).select(host)
-    answers = gpustatus.on_every_host(selected, lambda h, agent: _runs_or_error(h, agent, task))
+    with view.Waiting("status") as waiting:
+        answers = gpustatus.on_every_host(selected, lambda h, agent: _runs_or_error(h, agent, task),
+                                          waiting.hosts(len(selected)))
     if json:
         print_document("status", {"hosts": answers})
     else:

@@ -64,6 +64,36 @@ def show(renderable: Any) -> None:
     console.print(renderable, crop=False)
 
 
+class Waiting:
+    """What a command waits for, on one transient line on stderr while it waits (only on a terminal: piped output and
+    logs stay clean): `gpu-status: waiting for ion8-h200, ion9-h200 (1 of 3 answered)`."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._status = None
+
+    def __enter__(self) -> "Waiting":
+        if errors.is_terminal:
+            self._status = errors.status(self.what)
+            self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._status is not None:
+            self._status.__exit__(*exc)
+
+    def say(self, text: str) -> None:
+        if self._status is not None:
+            self._status.update(f"{self.what}: {text}")
+
+    def hosts(self, total: int) -> Callable[[list[str]], None]:
+        """A waiting_for(names) for gpustatus.on_every_host."""
+        def update(pending: list[str]) -> None:
+            if pending:
+                self.say(f"waiting for {', '.join(pending)} ({total - len(pending)} of {total} answered)")
+        return update
+
+
 def plain_output() -> None:
     """--no-color: plain text, no escape codes at all, on both consoles (NO_COLOR in the environment takes the colors
     away and keeps bold and dim, as no-color.org asks)."""

@@ -216,3 +216,41 @@ def test_a_refused_host_key_shows_its_trust_command_whole_at_80_columns(rig, tmp
         assert result.returncode == 1, result.stderr
         [line] = [line for line in result.stdout.splitlines() if "trust-host" in line]
         assert re.fullmatch(r"\s*inv trust-host --host stranger-view --fingerprint SHA256:\S{43}", line), line
+
+
+def in_a_terminal(project: Path, *args: str) -> str:
+    """Run `kpremote ARGS` on a pseudo-terminal, as in a shell: everything it drew, escape codes and all."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from rig import REPO
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KPREMOTE_NVML_FIXTURE": str(project / "nvml.json"),
+           "COLUMNS": "100", "TERM": "xterm"}
+    env.pop("NO_COLOR", None)
+    process = subprocess.Popen([sys.executable, "-m", "kpremote.program", *args], stdout=slave, stderr=slave,
+                               env=env, cwd=project)
+    os.close(slave)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the other end closed: the program ended
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    process.wait(timeout=60)
+    os.close(master)
+    return drawn.decode(errors="replace")
+
+
+def test_waiting_for_hosts_is_shown_on_a_terminal_only(project):
+    drawn = in_a_terminal(project, "gpu-status")
+    assert "gpu-status: waiting for local, gone (0 of 2 answered)" in drawn
+    assert "[0] " in drawn and "NVIDIA H200" in drawn
+    piped = kp(project, "gpu-status")
+    assert "waiting for" not in piped.stdout + piped.stderr
