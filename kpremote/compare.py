@@ -114,8 +114,9 @@ def compare(base: FetchedRun, new: FetchedRun) -> dict[str, Any]:
         if workload in base_rows and workload in new_rows:
             rows.append({"workload": workload, **compare_rows(base_rows[workload], new_rows[workload])})
         else:
+            only = "base" if workload in base_rows else "new"
             rows.append({"workload": workload, "base": _side(base_rows.get(workload)),
                          "new": _side(new_rows.get(workload)), "change": None, "low": None, "high": None,
-                         "verdict": None, "note": "only in the " + ("base" if workload in base_rows else "new") + " run"})
+                         "verdict": None, "note": f"only in the {only} run"})
     return {"task": new.task, "base": run_summary(base), "new": run_summary(new), "rows": rows,
             "headline": headline_change(base.headline, new.headline), "smoke": base.smoke or new.smoke}

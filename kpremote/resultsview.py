@@ -89,8 +89,8 @@ def _banner(results: dict[str, Any]) -> list[Text]:
     where = host.get("alias") or host.get("hostname")
     device = gpu.get("name") or prov.get("device")
     if where or device:
-        lines.append(Text(f"{where or '?'}, {device or '?'}" + (f", run {prov['run_id']}" if prov.get("run_id") else ""),
-                          style="dim"))
+        run = f", run {prov['run_id']}" if prov.get("run_id") else ""
+        lines.append(Text(f"{where or '?'}, {device or '?'}{run}", style="dim"))
     if results.get("message"):
         lines.append(Text(str(results["message"]), style="red"))
     return lines

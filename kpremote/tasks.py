@@ -362,7 +362,8 @@ def baseline(c, task, repo, files, ref="main", force=False, json=False):
                        markup=False)
 
 
-@command(help={"task": TASK_HELP, "host": "only runs fetched from this host (default: the new run's host)",
+@command(help={"task": TASK_HELP,
+               "host": "only runs fetched from this host (default: any; the default base is on the new run's host)",
                "new": "the new run: an id, a unique part of one, or latest (default)",
                "base": "the base run (default: the run before the new one, on its host)",
                "last": "compare the last N runs: each row's speedup in each, and the newest against the oldest",
