@@ -5,7 +5,9 @@ triton: each side's <entry>.py is imported from its folder by the one loader bel
   other side's); both sides JIT-compile in the same process with one TRITON_CACHE_DIR inside the run folder.
 cuda: each side's `sources` go through torch.utils.cpp_extension.load with the identical flag list (nvcc gets
   all of it; the host compiler the part it understands), build folder raw/build/<side>. On a machine without a
-  GPU only a compile-only nvcc check runs, and rows are SKIPPED.
+  GPU only a compile-only nvcc check runs (against CPU torch's headers, with the one define they lack), and rows
+  are SKIPPED; a check that could not run (no nvcc, a header missing here) leaves them NOT CHECKED instead, and
+  the run fails: a check that did not run is not a pass.
 torch is imported lazily: the runner imports this module for paths and names only.
 """
 
@@ -27,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from .correctness import NOT_CHECKED  # noqa: F401 - the runner reads it from here, with CUDA_ON_CPU
 from .taskspec import SIDES, TaskSpec
 
 MODULE_PREFIX = "kp_"
@@ -34,6 +37,9 @@ MODULE_PREFIX = "kp_"
 HOST_FLAG_PREFIXES = ("-O", "-std=", "-D", "-U", "-I")
 MISSING_HEADER = re.compile(r"fatal error: ([^\s:]+): No such file or directory")
 CUDA_ON_CPU = "CUDA side cannot run on CPU"
+# CPU builds of torch ship c10/cuda/CUDAMacros.h but not the cuda_cmake_macros.h it includes; this define (meant
+# for HIP builds) skips that include, and the header then needs nothing from it for a compile-only check.
+CPU_TORCH_DEFINES = ("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE",)
 
 
 @dataclass
@@ -58,6 +64,7 @@ class BuildRecord:
     sides: dict[str, SideBuild] = field(default_factory=dict)
     compile_only: bool = False
     note: str | None = None  # why a check was skipped or was inconclusive
+    not_checked: str | None = None  # why the compile-only check did not really run: the rows are NOT CHECKED
 
     @property
     def ok(self) -> bool:
@@ -111,6 +118,7 @@ def build_sides(spec: TaskSpec, run_dir: Path, device: str) -> BuildRecord:
         nvcc = find_nvcc()
         if nvcc is None:
             record.note = "compile-only check skipped: nvcc not found on PATH or in CUDA_HOME"
+            record.not_checked = record.note
             return record
         record.builder = f"nvcc -c (compile-only check: {CUDA_ON_CPU})"
     for side in SIDES:
@@ -118,6 +126,7 @@ def build_sides(spec: TaskSpec, run_dir: Path, device: str) -> BuildRecord:
     inconclusive = [s for s in record.sides.values() if s.error and s.error.startswith("inconclusive")]
     if inconclusive:
         record.note = inconclusive[0].error
+        record.not_checked = record.note
     return record
 
 
@@ -167,12 +176,15 @@ def _compile_only(spec: TaskSpec, run_dir: Path, side: str, flags: list[str]) ->
     """nvcc -c each source with torch's headers; None when it compiled, else why not."""
     from torch.utils import cpp_extension
 
+    import torch
+
     nvcc = find_nvcc()
     includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
+    defines = list(CPU_TORCH_DEFINES) if torch.version.cuda is None else []
     out_dir = build_dir(run_dir, side)
     out_dir.mkdir(parents=True, exist_ok=True)
     for source in spec.build.sources:
-        command = [nvcc, "-std=c++17", *flags, *(f"-I{p}" for p in includes),
+        command = [nvcc, "-std=c++17", *flags, *defines, *(f"-I{p}" for p in includes),
                    f"-DTORCH_EXTENSION_NAME={module_name(side)}", "-c", str(spec.side_dir(side) / source),
                    "-o", str(out_dir / (Path(source).name + ".o"))]
         print("$", " ".join(command), flush=True)
