@@ -176,11 +176,11 @@ def _compile_only(spec: TaskSpec, run_dir: Path, side: str, flags: list[str]) ->
     """nvcc -c each source with torch's headers; None when it compiled, else why not."""
     from torch.utils import cpp_extension
 
-    import torch
-
     nvcc = find_nvcc()
     includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
-    defines = list(CPU_TORCH_DEFINES) if torch.version.cuda is None else []
+    defines = ["-DTORCH_API_INCLUDE_EXTENSION_H"]
+    if not (Path(includes[0]) / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").is_file():
+        defines += CPU_TORCH_DEFINES  # a CPU-only torch wheel lacks this generated header
     out_dir = build_dir(run_dir, side)
     out_dir.mkdir(parents=True, exist_ok=True)
     for source in spec.build.sources:
@@ -191,12 +191,14 @@ def _compile_only(spec: TaskSpec, run_dir: Path, side: str, flags: list[str]) ->
         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         print(done.stdout, flush=True)
         if done.returncode != 0:
+            errors = [line for line in done.stdout.splitlines() if "error" in line]
             header = MISSING_HEADER.search(done.stdout)
-            if header and not _task_has_file(spec, header.group(1)):
+            own = [line for line in errors if not MISSING_HEADER.search(line)]
+            if header and not own and not _task_has_file(spec, header.group(1)):
                 # A CPU machine's torch and CUDA toolkit often lack headers a GPU host has (cusparse.h, ...).
                 return f"inconclusive: compile-only check could not run here ({header.group(1)} is not installed)"
-            last = [line for line in done.stdout.splitlines() if "error" in line][:1]
-            raise RuntimeError(f"nvcc failed on {source}: {last[0] if last else f'exit code {done.returncode}'}")
+            first = (own or errors)[:1]
+            raise RuntimeError(f"nvcc failed on {source}: {first[0] if first else f'exit code {done.returncode}'}")
     return None
 
 

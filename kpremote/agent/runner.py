@@ -519,7 +519,9 @@ class Runner:
         """
         stem.parent.mkdir(parents=True, exist_ok=True)
         out, job_path, log_path = stem.with_suffix(".json"), stem.with_suffix(".job.json"), stem.with_suffix(".log")
-        out.unlink(missing_ok=True)
+        ready_path = stem.with_suffix(".ready")  # touched by the runner when the pipe says so: a marker for people
+        for stale in (out, ready_path):
+            stale.unlink(missing_ok=True)
         job_path.write_text(json.dumps(job, indent=1))
         read_end, write_end = os.pipe()
         if what == "workload":
@@ -547,6 +549,7 @@ class Runner:
                 now = time.monotonic()
                 if ready_at is None and pipe.ready.is_set():
                     ready_at = now
+                    ready_path.touch()
                 deadline = ready_at + limit_s if ready_at is not None else started + STARTUP_LIMIT_S
                 if now > deadline:
                     kill_tree(child)
