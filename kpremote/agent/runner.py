@@ -46,6 +46,7 @@ EXIT_PASSED, EXIT_FAILED, EXIT_REFUSED, EXIT_INFRA, EXIT_CANCELLED = 0, 1, 2, 3,
 STARTUP_LIMIT_S = 300.0  # interpreter + torch + task import, before a workload's own timeout starts
 PREPARE_LIMIT_S = 3600.0  # both builds (a CUDA build can take many minutes) and the device probe
 POLL_S = 0.05
+EXIT_GRACE_S = 10.0  # a worker whose result is in gets this long to exit before it is killed
 WATCH_INTERVAL_S = 1.0
 LOG_TAIL_LINES = 15
 RESERVE_BYTES = 256 * 1024  # room kept for the final record, in case the disk fills up during the run
@@ -133,6 +134,7 @@ class PipeReader:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.ready = threading.Event()
+        self.closed = threading.Event()  # every writer closed its end: nothing more will come
         self.lines: list[dict[str, Any]] = []
         self._buffer = b""
         self._thread = threading.Thread(target=self._drain, daemon=True)
@@ -154,6 +156,7 @@ class PipeReader:
                     self._take(line)
         if self._buffer.strip():
             self._take(self._buffer)
+        self.closed.set()
 
     def _take(self, line: bytes) -> None:
         try:
@@ -201,6 +204,14 @@ def kill_tree(process: subprocess.Popen) -> None:
         except ProcessLookupError:
             pass
     process.wait()
+
+
+def _wait_or_kill(process: subprocess.Popen, grace_s: float) -> int:
+    try:
+        return process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        kill_tree(process)
+        return process.returncode
 
 
 def kill_strays() -> list[int]:
@@ -546,6 +557,9 @@ class Runner:
                     break
                 except subprocess.TimeoutExpired:
                     pass
+                if pipe.closed.is_set():  # the result is in: a worker slow to exit costs no row
+                    returncode = _wait_or_kill(child, EXIT_GRACE_S)
+                    break
                 now = time.monotonic()
                 if ready_at is None and pipe.ready.is_set():
                     ready_at = now
