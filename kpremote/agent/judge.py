@@ -67,7 +67,8 @@ class SideProcess:
         self.side = side
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "kpremote.agent.side", "--fd", str(theirs.fileno())],
+            [sys.executable, "-m", "kpremote.agent.side", "--fd", str(theirs.fileno()), "--side", side,
+             "--run-dir", str(cwd)],
             pass_fds=(theirs.fileno(),), env=env, cwd=cwd, stdin=subprocess.DEVNULL,
         )
         theirs.close()
@@ -349,6 +350,7 @@ class Judge:
         sampler = Sampler(self, cases, mode)
         if mode == "graph":
             sampler.capture_graphs()
+        sampler.prime()
         threads_before = {side: self.sides[side].threads() for side in SIDES}
         pair = sampler.run(settings, head_start)
         threads_after = {side: self.sides[side].threads() for side in SIDES}
@@ -438,7 +440,7 @@ class Sampler:
     def capture_graphs(self) -> None:
         singles = []
         for side in SIDES:
-            single = [self._timed(side, self.cases[0]) for _ in range(3)]
+            single = [self._timed(side, self.cases[0], graph=False) for _ in range(3)]
             singles.append(stats.median(single))
         self.calls_per_sample = timing.calls_per_graph(min(singles))
         for side in SIDES:
@@ -470,14 +472,21 @@ class Sampler:
             self.verify(side, case, "during timing")
         return elapsed
 
-    def _timed(self, side: str, case: SharedCase) -> float:
+    def prime(self) -> None:
+        """One untimed sample per side and case: every code path the loop takes has run once before it is watched."""
+        for side in SIDES:
+            for case in self.cases:
+                self._timed(side, case)
+
+    def _timed(self, side: str, case: SharedCase, *, graph: bool | None = None) -> float:
+        graph = self.mode == "graph" if graph is None else graph
         poison_outputs(case.outputs[side])
         if self.flusher is not None:
             import torch
 
             self.flusher.flush()
             torch.cuda.synchronize()
-        reply = self.judge.sides[side].request({"op": "sample", "id": case.id, "graph": self.mode == "graph"})
+        reply = self.judge.sides[side].request({"op": "sample", "id": case.id, "graph": graph})
         value = reply.get("us")
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
             raise SideFailed(f"{side} side sent a sample time that is not a positive number: {value!r}")
@@ -604,6 +613,7 @@ def main(argv: list[str]) -> int:
     guard.safe_sys_path()
     parser = argparse.ArgumentParser(prog="python -m kpremote.agent.judge")
     parser.add_argument("--result-fd", type=int, required=True)
+    parser.add_argument("--run-dir", help="the run folder (for people reading `ps`; the job comes on stdin)")
     args = parser.parse_args(argv)
     message = json.loads(sys.stdin.readline())
     sys.stdin.close()

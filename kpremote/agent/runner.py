@@ -536,7 +536,8 @@ class Runner:
         job_path.write_text(json.dumps(job, indent=1))
         read_end, write_end = os.pipe()
         if what == "workload":
-            command = [sys.executable, "-m", "kpremote.agent.judge", "--result-fd", str(write_end)]
+            command = [sys.executable, "-m", "kpremote.agent.judge", "--result-fd", str(write_end),
+                       "--run-dir", str(self.run_dir)]  # the run folder in the command line: `ps` shows whose it is
         else:
             command = [sys.executable, "-m", "kpremote.agent.worker", what, "--job", str(job_path), "--out", str(out),
                        "--result-fd", str(write_end)]
@@ -557,7 +558,7 @@ class Runner:
                     break
                 except subprocess.TimeoutExpired:
                     pass
-                if pipe.closed.is_set():  # the result is in: a worker slow to exit costs no row
+                if what == "workload" and pipe.closed.is_set():  # the result is in: a slow exit costs no row
                     returncode = _wait_or_kill(child, EXIT_GRACE_S)
                     break
                 now = time.monotonic()

@@ -1,6 +1,6 @@
 """One side of one row in its own process: imports the adapter and ONE side's module, and only executes calls.
 
-    python -m kpremote.agent.side --fd N
+    python -m kpremote.agent.side --fd N [--side S --run-dir R]
 
 The judge (judge.py) starts one side process for the baseline and one for the candidate and talks to each
 over a Unix socket (channel.py): commands come down pickled (the judge is trusted), replies go up as JSON
@@ -214,6 +214,8 @@ def serve(channel: Channel) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m kpremote.agent.side")
     parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--side", help="which side (for people reading `ps`; the judge's start command decides)")
+    parser.add_argument("--run-dir", help="the run folder (for people reading `ps`)")
     args = parser.parse_args(argv)
     serve(Channel.from_fd(args.fd))
     return 0
