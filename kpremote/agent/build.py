@@ -121,8 +121,10 @@ def build_sides(spec: TaskSpec, run_dir: Path, device: str) -> BuildRecord:
             record.not_checked = record.note
             return record
         record.builder = f"nvcc -c (compile-only check: {CUDA_ON_CPU})"
-    for side in SIDES:
-        record.sides[side] = _build_one(spec, run_dir, side, record)
+        record.sides = compile_check_sides(spec, run_dir, record.flags)
+    else:
+        for side in SIDES:
+            record.sides[side] = _build_one(spec, run_dir, side, record)
     inconclusive = [s for s in record.sides.values() if s.error and s.error.startswith("inconclusive")]
     if inconclusive:
         record.note = inconclusive[0].error
@@ -138,9 +140,7 @@ def _build_one(spec: TaskSpec, run_dir: Path, side: str, record: BuildRecord) ->
     error = None
     with _output_to(log):
         try:
-            if record.compile_only:
-                error = _compile_only(spec, run_dir, side, record.flags)
-            elif spec.build.kind == "cuda":
+            if spec.build.kind == "cuda":
                 module_file = _build_cuda_extension(spec, run_dir, side, record.flags).__file__
             else:
                 import_side(spec, side)
@@ -172,34 +172,55 @@ def _build_cuda_extension(spec: TaskSpec, run_dir: Path, side: str, flags: list[
     return module
 
 
-def _compile_only(spec: TaskSpec, run_dir: Path, side: str, flags: list[str]) -> str | None:
-    """nvcc -c each source with torch's headers; None when it compiled, else why not."""
+def compile_check_sides(spec: TaskSpec, run_dir: Path, flags: list[str]) -> dict[str, SideBuild]:
+    """nvcc -c of every source of both sides at once (torch's headers make each take a minute on a small box)."""
+    started = time.perf_counter()
+    jobs = []
+    for side in SIDES:
+        log = build_dir(run_dir, side).with_suffix(".log")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        for source in spec.build.sources:
+            command = _compile_command(spec, run_dir, side, source, flags)
+            out = open(log, "a")  # noqa: SIM115 - closed once the compiler is done
+            out.write("$ " + " ".join(command) + "\n")
+            out.flush()
+            jobs.append((side, source, log, out, subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)))
+    errors: dict[str, str | None] = {side: None for side in SIDES}
+    for side, source, log, out, process in jobs:
+        returncode = process.wait()
+        out.close()
+        if returncode != 0 and errors[side] is None:
+            errors[side] = _compile_failure(spec, source, log.read_text(errors="replace"), returncode)
+    seconds = round(time.perf_counter() - started, 3)
+    return {side: SideBuild(side=side, ok=errors[side] is None or errors[side].startswith("inconclusive"),
+                            seconds=seconds, log=str(build_dir(run_dir, side).with_suffix(".log").relative_to(run_dir)),
+                            error=errors[side]) for side in SIDES}
+
+
+def _compile_command(spec: TaskSpec, run_dir: Path, side: str, source: str, flags: list[str]) -> list[str]:
     from torch.utils import cpp_extension
 
-    nvcc = find_nvcc()
     includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
     defines = ["-DTORCH_API_INCLUDE_EXTENSION_H"]
     if not (Path(includes[0]) / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").is_file():
         defines += CPU_TORCH_DEFINES  # a CPU-only torch wheel lacks this generated header
     out_dir = build_dir(run_dir, side)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for source in spec.build.sources:
-        command = [nvcc, "-std=c++17", *flags, *defines, *(f"-I{p}" for p in includes),
-                   f"-DTORCH_EXTENSION_NAME={module_name(side)}", "-c", str(spec.side_dir(side) / source),
-                   "-o", str(out_dir / (Path(source).name + ".o"))]
-        print("$", " ".join(command), flush=True)
-        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        print(done.stdout, flush=True)
-        if done.returncode != 0:
-            errors = [line for line in done.stdout.splitlines() if "error" in line]
-            header = MISSING_HEADER.search(done.stdout)
-            own = [line for line in errors if not MISSING_HEADER.search(line)]
-            if header and not own and not _task_has_file(spec, header.group(1)):
-                # A CPU machine's torch and CUDA toolkit often lack headers a GPU host has (cusparse.h, ...).
-                return f"inconclusive: compile-only check could not run here ({header.group(1)} is not installed)"
-            first = (own or errors)[:1]
-            raise RuntimeError(f"nvcc failed on {source}: {first[0] if first else f'exit code {done.returncode}'}")
-    return None
+    return [find_nvcc(), "-std=c++17", *flags, *defines, *(f"-I{p}" for p in includes),
+            f"-DTORCH_EXTENSION_NAME={module_name(side)}", "-c", str(spec.side_dir(side) / source),
+            "-o", str(out_dir / (Path(source).name + ".o"))]
+
+
+def _compile_failure(spec: TaskSpec, source: str, output: str, returncode: int) -> str:
+    """Why a compile failed: "inconclusive: ..." when only a header this machine lacks stopped it."""
+    errors = [line for line in output.splitlines() if "error" in line]
+    header = MISSING_HEADER.search(output)
+    own = [line for line in errors if not MISSING_HEADER.search(line)]
+    if header and not own and not _task_has_file(spec, header.group(1)):
+        # A CPU machine's torch and CUDA toolkit often lack headers a GPU host has (cusparse.h, ...).
+        return f"inconclusive: compile-only check could not run here ({header.group(1)} is not installed)"
+    first = (own or errors)[:1]
+    return f"RuntimeError: nvcc failed on {source}: {first[0] if first else f'exit code {returncode}'}"
 
 
 def _task_has_file(spec: TaskSpec, name: str) -> bool:
