@@ -1,14 +1,19 @@
 """The outside cross-check of a run's timings: production rows re-measured by Nsight Compute, against the harness.
 
     report = audit_rows(task_dir, run_dir, "candidate", [AuditRow("w1", harness_us=12.3), ...], env=worker_env)
+    answer = audit_row({"task_dir": ..., "run_dir": ..., "workload": "w1", "harness_us": {"baseline": 20.1,
+                        "candidate": 12.3}, "env": worker_env, "mode": "cold"})     (the runner's per-row hook)
     report.status    "audited" | "partly audited: K of N rows (why)" | "unaudited: ncu not found" | "unaudited: why"
     report.rows      one RowAudit per row; to_json(): workload, ncu_us, harness_us, agree, tolerance (µs),
                      tolerance_rule, note, kernels_per_call, report (the .ncu-rep, which stays on the host)
+    answer           agree, side, harness_us, ncu_us, tolerance, tolerance_rule, note (of the side that decides),
+                     status and sides (each side's RowAudit), cache_control
 
-The runner calls it after all rows, once per side, with each production row's harness median per call (µs), its
-worker environment (CUDA_VISIBLE_DEVICES, TRITON_CACHE_DIR, PYTHONPATH) and, for CUDA tasks, the built modules
-(default: read from raw/prepare.json). agree False is what makes a row INVALID there, showing both numbers; agree
-None means the row could not be audited, and note says why.
+The runner calls audit_row after all rows, once per timed production row, with both sides' harness medians per
+call (µs), its worker environment (CUDA_VISIBLE_DEVICES, TRITON_CACHE_DIR, PYTHONPATH) and, for CUDA tasks, the
+built modules (default: read from raw/prepare.json); audit_rows is the same per side over a list of rows. agree
+False is what makes a row INVALID there, showing both numbers; agree None means the row could not be audited, and
+note says why. A graph-mode row is audited with `--cache-control none` (its replays run with a warm L2).
 
 Each row runs in a process of its own, started under
     ncu --clock-control none --cache-control all --profile-from-start off --metrics gpu__time_duration.sum
@@ -141,7 +146,8 @@ def _unaudited(row: AuditRow, why: str) -> RowAudit:
 
 def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], env: dict[str, str] | None = None,
                *, device: str = "cuda", modules: dict[str, str | None] | None = None, warmup: int = WARMUP_CALLS,
-               calls: int = AUDIT_CALLS, cache_control: str = "all", row_limit_s: float = ROW_LIMIT_S) -> AuditReport:
+               calls: int = AUDIT_CALLS, cache_control: str = "all", row_limit_s: float = ROW_LIMIT_S,
+               raw_dir: Path | str | None = None) -> AuditReport:
     """Re-measure each row of one side under ncu (a process per row) and compare with the harness's medians."""
     if side not in ncu.SIDES:
         raise ValueError(f"side {side!r}: allowed: {', '.join(ncu.SIDES)}")
@@ -151,7 +157,7 @@ def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], e
         return AuditReport(side, NCU_NOT_FOUND, [_unaudited(r, "ncu not found") for r in rows],
                            cache_control=cache_control, warmup=warmup, calls=calls)
     report = AuditReport(side, "audited", [], found, ncu.ncu_version(found), cache_control, warmup, calls)
-    folder = Path(run_dir) / "raw" / "audit"
+    folder = Path(raw_dir) if raw_dir else Path(run_dir) / "raw" / "audit"
     folder.mkdir(parents=True, exist_ok=True)
     modules = modules if modules is not None else _built_modules(Path(run_dir))
     whole_side: str | None = None
@@ -169,6 +175,39 @@ def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], e
             report.rows.append(_unaudited(row, str(exc)))
     report.status = _status(report.rows, whole_side)
     return report
+
+
+def audit_row(request: dict[str, Any]) -> dict[str, Any]:
+    """The runner's per-row hook: both sides of one timed row, as audit_rows judges them, folded into one answer.
+
+    request: task_dir, run_dir, workload, harness_us {side: median µs per call}, and optionally raw_dir, mode
+    ("graph": caches left warm, as graph replays run), modules, env, device. The answer: agree (False if a side
+    disagrees, None if a side could not be audited and none disagrees), and harness_us / ncu_us / tolerance / note
+    of the side that decides it (the candidate when both agree), plus every side's RowAudit under "sides".
+    """
+    cache_control = "none" if request.get("mode") == "graph" else "all"
+    sides: dict[str, RowAudit] = {}
+    status: dict[str, str] = {}
+    for side in ncu.SIDES:
+        harness = (request.get("harness_us") or {}).get(side)
+        if harness is None:
+            continue
+        report = audit_rows(Path(request["task_dir"]), Path(request["run_dir"]), side,
+                            [AuditRow(request["workload"], float(harness))], request.get("env"),
+                            device=request.get("device", "cuda"), modules=request.get("modules"),
+                            cache_control=cache_control, raw_dir=request.get("raw_dir"))
+        sides[side], status[side] = report.rows[0], report.status
+    if not sides:
+        return {"agree": None, "note": "no harness median to audit", "sides": {}}
+    deciding = (next((r for r in sides.values() if r.agree is False), None)
+                or next((r for r in sides.values() if r.agree is None), None)
+                or sides.get("candidate") or next(iter(sides.values())))
+    agree = False if any(r.agree is False for r in sides.values()) else (
+        None if any(r.agree is None for r in sides.values()) else True)
+    side = next(name for name, row in sides.items() if row is deciding)
+    return {"agree": agree, "side": side, "harness_us": deciding.harness_us, "ncu_us": deciding.ncu_us,
+            "tolerance": deciding.tolerance, "tolerance_rule": deciding.tolerance_rule, "note": deciding.note,
+            "status": status, "cache_control": cache_control, "sides": {k: v.to_json() for k, v in sides.items()}}
 
 
 def _status(rows: list[RowAudit], whole_side: str | None) -> str:

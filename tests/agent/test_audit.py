@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import shutil
 import sys
@@ -158,6 +159,21 @@ def test_a_row_whose_calls_fail_is_unaudited_and_the_others_still_judged(task: P
     assert failed.agree is None and "did not finish its calls" in failed.note and "refuses this row" in failed.note
     assert judged.agree is True and judged.ncu_us == 5.0
     assert report.status.startswith("partly audited: 1 of 2 rows (the profiled process did not finish its calls")
+
+
+def test_the_runner_hook_audits_both_sides_and_names_the_one_that_disagrees(task: Path, tmp_path: Path) -> None:
+    measured = raw_csv(tmp_path / "launches.csv", [12000] * audit.AUDIT_CALLS)  # one kernel per call
+    request = {"task_dir": str(task), "run_dir": str(tmp_path / "run"), "raw_dir": str(tmp_path / "run" / "audit"),
+               "workload": "prod_r4_c64", "mode": "graph", "harness_us": {"baseline": 12.4, "candidate": 5.0},
+               "env": cpu_env(tmp_path, KPREMOTE_FAKE_NCU_RAW=str(measured)), "device": "cpu", "modules": {}}
+    answer = audit.audit_row(request)
+    assert (answer["agree"], answer["side"], answer["harness_us"], answer["ncu_us"]) == (False, "candidate", 5.0, 12.0)
+    assert answer["sides"]["baseline"]["agree"] is True and answer["cache_control"] == "none"
+    assert answer["status"] == {"baseline": "audited", "candidate": "audited"}
+    report = json.loads((tmp_path / "run" / "audit" / "candidate-prod_r4_c64.ncu-rep").read_text())
+    assert ("--cache-control", "none") in zip(report["argv"], report["argv"][1:])  # graph replays run warm
+    honest = audit.audit_row({**request, "mode": "cold", "harness_us": {"baseline": 12.4, "candidate": 11.5}})
+    assert (honest["agree"], honest["side"], honest["cache_control"]) == (True, "candidate", "all")
 
 
 def test_a_side_is_named_or_refused(task: Path, tmp_path: Path) -> None:
