@@ -6,8 +6,12 @@ benchmarks/gpu/redteam.sh; here only their folders and the manifest's shape are 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
@@ -30,13 +34,33 @@ ISSUE_CLASSES = (
 )
 
 
+# The checks start together (a few at a time) when the first one is asked for: one `inv check` is mostly process
+# start-up and imports, so overlapping them keeps the whole suite within a few minutes on two cores.
+PARALLEL_CHECKS = min(4, (os.cpu_count() or 2) + 1)
+TEST_NAME = "test_attack_through_inv_check"
+
+
+def _inv_check(attack: kit.Attack, project: Path) -> tuple[subprocess.CompletedProcess, dict[str, Any] | None]:
+    """`inv check --task redteam_<attack>` in a project folder of its own; its results.json if it wrote one."""
+    kit.assemble(attack, project / "kernels")
+    result = run_inv("check", "--task", attack.task_name, cwd=project, timeout=600)
+    found = sorted((project / "kernels" / attack.task_name / "results" / "check").glob("*/summary/results.json"))
+    return result, json.loads(found[-1].read_text()) if found else None
+
+
+@pytest.fixture(scope="module")
+def inv_checks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future]]:
+    selected = {item.callspec.params["attack"].id for item in request.session.items
+                if getattr(item, "originalname", None) == TEST_NAME and hasattr(item, "callspec")}
+    root = tmp_path_factory.mktemp("redteam")
+    with ThreadPoolExecutor(PARALLEL_CHECKS) as pool:
+        yield {a.id: pool.submit(_inv_check, a, root / a.id) for a in CPU_ATTACKS if a.id in selected}
+
+
 @pytest.mark.parametrize("attack", CPU_ATTACKS, ids=[a.id for a in CPU_ATTACKS])
-def test_attack_through_inv_check(attack: kit.Attack, tmp_path: Path) -> None:
-    kit.assemble(attack, tmp_path / "kernels")
-    result = run_inv("check", "--task", attack.task_name, cwd=tmp_path, timeout=600)
+def test_attack_through_inv_check(attack: kit.Attack, inv_checks: dict[str, Future]) -> None:
+    result, results = inv_checks[attack.id].result()
     console = result.stdout + result.stderr
-    found = sorted((tmp_path / "kernels" / attack.task_name / "results" / "check").glob("*/summary/results.json"))
-    results = json.loads(found[-1].read_text()) if found else None
     outcome = kit.classify(results, None if results else result.returncode, console)
     caught, why = kit.judge(attack, outcome, gpu=False)
     assert caught, f"{attack.id}: {why}; rows {outcome.rows}\n{console[-2500:]}"
@@ -113,4 +137,6 @@ def test_classify_and_judge_read_a_run_as_the_manifest_means_it() -> None:
     mixed = kit.classify(_results({**passed, "verdict": "SAME"}, {**passed, "verdict": "SLOWER"}, exit_code=0), 0)
     assert mixed.verdict == "SLOWER"
     assert kit.judge(by_id["try_except_fallback"], mixed, gpu=True) == (True, "")
+    assert not kit.judge(by_id["try_except_fallback"], faster, gpu=True)[0]
+    assert kit.judge(by_id["try_except_fallback"], faster, gpu=False) == (True, "")  # smoke timings prove nothing
     assert not kit.judge(by_id["control_same"], mixed, gpu=True)[0]

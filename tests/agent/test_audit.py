@@ -78,7 +78,8 @@ def test_tolerance_by_kernel_length() -> None:
 
 def test_per_call_is_the_median_over_equal_groups_and_says_when_it_cannot_be() -> None:
     # 3 calls of 2 kernels: sums 12, 30 (an outlier), 12 -> median 12
-    assert audit.per_call_us([8.0, 4.0, 20.0, 10.0, 8.0, 4.0], 3) == (12.0, 2.0, "median over 3 calls of 2 kernel(s) each")
+    assert audit.per_call_us([8.0, 4.0, 20.0, 10.0, 8.0, 4.0], 3) == \
+        (12.0, 2.0, "median over 3 calls of 2 kernel(s) each")
     mean, per_call, note = audit.per_call_us([8.0, 4.0, 8.0, 4.0, 8.0, 4.0, 6.0], 3)
     assert mean == pytest.approx(14.0) and per_call == pytest.approx(7 / 3) and "not a whole number" in note
     assert audit.per_call_us([], 3) == (0.0, 0.0, "ncu saw no kernel launched by the audited calls")
@@ -96,7 +97,8 @@ def test_agreement_and_disagreement_through_the_stand_in_ncu(task: Path, tmp_pat
     assert (honest.workload, honest.ncu_us, honest.agree) == ("prod_r4_c64", 12.0, True)
     assert honest.tolerance == pytest.approx(3.46) and honest.kernels_per_call == 2
     assert (forged.ncu_us, forged.harness_us, forged.agree) == (12.0, 6.0, False)
-    assert forged.note.startswith("DISAGREE: ncu 12.00 µs, harness 6.00 µs, allowed ±3.46 µs (2.5 µs + 8% below 20 µs)")
+    assert forged.note.startswith("DISAGREE: ncu 12.00 µs, harness 6.00 µs, allowed ±3.46 µs "
+                                  "(2.5 µs + 8% below 20 µs)")
     assert [r.workload for r in report.disagreements] == ["prod_r3_c100"]
     assert set(forged.to_json()) >= {"ncu_us", "harness_us", "agree", "tolerance", "note"}
     # one process per row, under ncu with the audit's flags, reports kept on the host
