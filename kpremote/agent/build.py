@@ -28,6 +28,9 @@ from .buildkinds import find_nvcc, host_flags, import_file, module_name  # noqa:
 from .taskspec import SIDES, TaskSpec
 
 CUDA_ON_CPU = "CUDA side cannot run on CPU"
+# CPU builds of torch ship c10/cuda/CUDAMacros.h but not the cuda_cmake_macros.h it includes; this define (meant
+# for HIP builds) skips that include, and the header then needs nothing from it for a compile-only check.
+CPU_TORCH_DEFINES = ("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE",)
 
 
 @dataclass

@@ -300,6 +300,19 @@ class ModuleBuilder(Builder):
         return importlib.import_module(f"{package}.{spec.build.entry}")
 
 
+# CPU builds of torch ship c10/cuda/CUDAMacros.h but not the cuda_cmake_macros.h it includes; this define (meant
+# for HIP builds) skips that include, and the header then needs nothing from it for a compile-only check.
+CPU_TORCH_DEFINES = ("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE",)
+
+
+def cpu_torch_defines(torch_include: str) -> list[str]:
+    """The defines that let a CPU-only torch's headers compile a CUDA extension's sources (compile-only checks)."""
+    defines = ["-DTORCH_API_INCLUDE_EXTENSION_H"]
+    if not (Path(torch_include) / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").is_file():
+        defines += CPU_TORCH_DEFINES  # a CPU-only torch wheel lacks this generated header
+    return defines
+
+
 class CudaBuilder(Builder):
     """torch.utils.cpp_extension.load over the side's sources, PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)."""
     kind = "cuda"
@@ -331,8 +344,10 @@ class CudaBuilder(Builder):
             return Built(note="compile-only check skipped: nvcc not found on PATH or in CUDA_HOME")
         includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
         folder.mkdir(parents=True, exist_ok=True)
+        standard = [] if any(f.startswith("-std=") for f in spec.build.flags) else ["-std=c++17"]
         for source in spec.build.sources:
-            command = [nvcc, "-std=c++17", *spec.build.flags, *(f"-I{p}" for p in includes),
+            command = [nvcc, *standard, *spec.build.flags, *cpu_torch_defines(includes[0]),
+                       *(f"-I{p}" for p in includes),
                        f"-DTORCH_EXTENSION_NAME={module_name(side)}", "-c", str(spec.side_dir(side) / source),
                        "-o", str(folder / (Path(source).name + ".o"))]
             error = _run_compiler(command, spec, source)

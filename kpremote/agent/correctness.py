@@ -17,7 +17,8 @@ INCORRECT = "INCORRECT"
 ERROR = "ERROR"
 TIMEOUT = "TIMEOUT"
 SKIPPED = "SKIPPED"
-STATUSES = (PASSED, INCORRECT, ERROR, TIMEOUT, SKIPPED)
+NOT_CHECKED = "NOT CHECKED"  # a check that could not run here: never a pass
+STATUSES = (PASSED, INCORRECT, ERROR, TIMEOUT, SKIPPED, NOT_CHECKED)
 
 INT_POISON = -17
 TRACEBACK_LINES = 20
@@ -37,7 +38,7 @@ class Verdict:
         return asdict(self)
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """Stops the gate with a verdict: raised from deep inside the checks, caught once in check_workload."""
 
     def __init__(self, verdict: Verdict) -> None:
@@ -82,6 +83,25 @@ def same_bits(a: Any, b: Any) -> bool:
 # --------------------------------------------------------------------------------------------- the gate
 
 
+@dataclass
+class CaseView:
+    """One case as the gate sees it: each side's inputs and outputs, the pristine inputs, and how to call a side.
+
+    In the judge each side's tensors are shared with that side's process and `call` is a round trip to it;
+    in-process (unit tests, the profiler) both sides share the case and `call` is the adapter's function.
+    `call(side)` runs one call and returns the problem the call itself reported (an output it replaced,
+    reshaped or retyped), or None.
+    """
+
+    label: str  # "seed 3", "timing case 2": where a failure happened
+    inputs: dict[str, dict[str, Any]]
+    outputs: dict[str, dict[str, Any]]
+    pristine: dict[str, Any]
+    call: Callable[[str], dict[str, Any] | None]
+    atol: float
+    rtol: float
+
+
 def check_workload(
     adapter: Any,
     workload: dict[str, Any],
@@ -91,118 +111,147 @@ def check_workload(
     atol: float | None = None,
     rtol: float | None = None,
 ) -> Verdict:
-    """Run both sides on `seeds` fresh cases and compare; atol/rtol (the row's overrides) beat the Case's."""
+    """In one process: run both sides on `seeds` fresh cases and compare (the judge uses check_case directly)."""
     base_seed = int(workload.get("seed", 0))
     largest: dict[str, float] = {}
     for k in range(seeds):
         seed = base_seed + k
         try:
-            _check_one_seed(adapter, workload, device=device, seed=seed, atol=atol, rtol=rtol, largest=largest)
-        except _Refused as refused:
+            case = _guarded(f"seed {seed}, make_case", lambda: adapter.make_case(workload, device=device, seed=seed))
+            check_case(adapter, workload, in_process_view(adapter, workload, case, f"seed {seed}", atol, rtol),
+                       device=device, largest=largest)
+        except Refused as refused:
             refused.verdict.seeds_checked = k
             return refused.verdict
     return Verdict(PASSED, seeds_checked=seeds, max_abs_err=largest)
 
 
-def _check_one_seed(
-    adapter: Any,
-    workload: dict[str, Any],
-    *,
-    device: str,
-    seed: int,
-    atol: float | None,
-    rtol: float | None,
-    largest: dict[str, float],
-) -> None:
-    case = _guarded(f"seed {seed}, make_case", lambda: adapter.make_case(workload, device=device, seed=seed))
-    tol_abs = float(case.atol if atol is None else atol)
-    tol_rel = float(case.rtol if rtol is None else rtol)
-    pristine = _clone_tensors(case.inputs)
-    addresses = {}
-    for side, call, outputs in (
-        ("baseline", adapter.call_baseline, case.outputs_baseline),
-        ("candidate", adapter.call_candidate, case.outputs_candidate),
-    ):
-        addresses[side] = _run_side(side, seed, device, lambda: call(workload, case.inputs, outputs), outputs)
-        _require_inputs_untouched(side, seed, pristine, case.inputs)
-    has_reference = callable(getattr(adapter, "reference", None))
-    if has_reference:
-        expected = _guarded(f"seed {seed}, reference", lambda: adapter.reference(workload, case.inputs))
-        _sync(device, f"seed {seed}, reference")
-        _require_usable_reference("reference", seed, expected, case.outputs_baseline)
-        _require_agreement("baseline", seed, expected, case.outputs_baseline, case.outputs_baseline, tol_abs, tol_rel,
+def in_process_view(adapter: Any, workload: dict[str, Any], case: Any, label: str, atol: float | None,
+                    rtol: float | None) -> CaseView:
+    outputs = {"baseline": case.outputs_baseline, "candidate": case.outputs_candidate}
+    functions = {"baseline": adapter.call_baseline, "candidate": adapter.call_candidate}
+
+    def call(side: str) -> dict[str, Any] | None:
+        before = {name: layout_of(t) for name, t in outputs[side].items()}
+        held = dict(outputs[side])
+        functions[side](workload, case.inputs, outputs[side])
+        return changed_output(before, held, outputs[side])
+
+    return CaseView(label, {"baseline": case.inputs, "candidate": case.inputs}, outputs, clone_tensors(case.inputs),
+                    call, float(case.atol if atol is None else atol), float(case.rtol if rtol is None else rtol))
+
+
+def check_case(adapter: Any, workload: dict[str, Any], view: CaseView, *, device: str,
+               largest: dict[str, float]) -> dict[str, Any]:
+    """Both sides on one case, poisoned first, inputs checked after; returns the expected outputs (detached)."""
+    label = view.label
+    for side in ("baseline", "candidate"):
+        run_side(view, side, device)
+        require_inputs_untouched(side, label, view.pristine, view.inputs[side])
+    baseline_out, candidate_out = view.outputs["baseline"], view.outputs["candidate"]
+    if callable(getattr(adapter, "reference", None)):
+        expected = _guarded(f"{label}, reference",
+                            lambda: adapter.reference(workload, reference_inputs(view.inputs["baseline"], view.pristine)))
+        _sync(device, f"{label}, reference")
+        _require_usable_reference("reference", label, expected, baseline_out)
+        _require_agreement("baseline", label, expected, baseline_out, baseline_out, view.atol, view.rtol,
                            status=ERROR, largest={})
     else:
-        expected = case.outputs_baseline
-        _require_usable_reference("baseline", seed, expected, case.outputs_baseline)
-    _require_in_place("baseline", seed, case.outputs_baseline, addresses["baseline"])
-    _require_agreement("candidate", seed, expected, case.outputs_candidate, case.outputs_baseline, tol_abs, tol_rel,
+        expected = baseline_out
+        _require_usable_reference("baseline", label, expected, baseline_out)
+    _require_agreement("candidate", label, expected, candidate_out, baseline_out, view.atol, view.rtol,
                        status=INCORRECT, largest=largest)
-    _require_in_place("candidate", seed, case.outputs_candidate, addresses["candidate"])
+    return {name: expected[name].detach().clone() for name in baseline_out}
 
 
-def _run_side(
-    side: str, seed: int, device: str, call: Callable[[], None], outputs: dict[str, Any]
-) -> dict[str, tuple[Any, int | None]]:
-    """Poison, call, and sync (so an asynchronous CUDA fault lands on this call); returns where outputs were."""
-    poison_outputs(outputs)
-    where_before = {name: (t, _address(t)) for name, t in outputs.items()}
-    _sync(device, f"seed {seed}, before {side}")
-    _guarded(f"seed {seed}, call_{side}", call)
-    _sync(device, f"seed {seed}, call_{side}")
-    return where_before
+def reference_inputs(inputs: dict[str, Any], pristine: dict[str, Any]) -> dict[str, Any]:
+    """The inputs as make_case made them: fresh clones of the pristine tensors, the other values as they are."""
+    return {name: pristine[name].clone() if name in pristine else value for name, value in inputs.items()}
 
 
-def _require_in_place(side: str, seed: int, outputs: dict[str, Any], where_before: dict[str, Any]) -> None:
-    """Right values in a tensor the call allocated itself still break destination-passing (and its timing)."""
-    for name, (tensor, address) in where_before.items():
+def run_side(view: CaseView, side: str, device: str) -> None:
+    """Poison, call, and sync (so an asynchronous CUDA fault lands on this call); a reported problem fails it."""
+    poison_outputs(view.outputs[side])
+    _sync(device, f"{view.label}, before {side}")
+    problem = _guarded(f"{view.label}, call_{side}", lambda: view.call(side))
+    _sync(device, f"{view.label}, call_{side}")
+    if problem:
+        fail_on_problem(side, view.label, problem)
+
+
+def fail_on_problem(side: str, label: str, problem: dict[str, Any]) -> None:
+    status = INCORRECT if side == "candidate" else ERROR
+    name = problem.get("output")
+    where = f"{label}, {side} output {name!r}"
+    if problem.get("kind") == "replaced":
+        _fail(status, f"{side} replaced output {name!r} instead of writing into it (calls are destination-passing)",
+              where, {"output": name, "kind": "replaced"})
+    _fail(status, f"{side} output {name!r} is wrong: {problem.get('detail') or problem.get('kind')}", where,
+          {"output": name, "kind": problem.get("kind"), "detail": problem.get("detail")})
+
+
+def layout_of(tensor: Any) -> tuple[Any, ...] | None:
+    try:
+        return (int(tensor.data_ptr()), tuple(tensor.shape), str(tensor.dtype))
+    except Exception:  # noqa: BLE001 - not a tensor
+        return None
+
+
+def changed_output(before: dict[str, Any], held: dict[str, Any], outputs: dict[str, Any]) -> dict[str, Any] | None:
+    """The first output a call replaced, reshaped or retyped instead of writing into it."""
+    for name, layout in before.items():
         now = outputs.get(name)
-        if now is not tensor or _address(now) != address:
-            _fail(
-                INCORRECT if side == "candidate" else ERROR,
-                f"{side} replaced output {name!r} instead of writing into it (calls are destination-passing)",
-                f"seed {seed}, {side} output {name!r}",
-                {"output": name, "kind": "replaced"},
-            )
+        if now is not held[name]:
+            return {"output": name, "kind": "replaced"}
+        after = layout_of(now)
+        if after is None or layout is None:
+            continue
+        if after[1] != layout[1]:
+            return {"output": name, "kind": "shape", "detail": f"shape {list(after[1])}, expected {list(layout[1])}"}
+        if after[2] != layout[2]:
+            return {"output": name, "kind": "dtype", "detail": f"dtype {after[2]}, expected {layout[2]}"}
+        if after[0] != layout[0]:
+            return {"output": name, "kind": "replaced"}
+    return None
 
 
-def _require_inputs_untouched(side: str, seed: int, pristine: dict[str, Any], inputs: dict[str, Any]) -> None:
+def require_inputs_untouched(side: str, label: str, pristine: dict[str, Any], inputs: dict[str, Any]) -> None:
     for name, original in pristine.items():
         if not same_bits(original, inputs[name]):
             _fail(
                 INCORRECT if side == "candidate" else ERROR,
                 f"{side} modified input {name!r}: calls may write only their outputs",
-                f"seed {seed}, {side} input {name!r}",
+                f"{label}, {side} input {name!r}",
                 {"output": name, "kind": "input_modified"},
             )
 
 
-def _require_usable_reference(label: str, seed: int, expected: dict[str, Any], layout: dict[str, Any]) -> None:
+def _require_usable_reference(label: str, where_label: str, expected: dict[str, Any], layout: dict[str, Any]) -> None:
     """The reference has every output and is finite; otherwise nothing can be judged against it."""
     import torch
 
     for name in layout:
         value = expected.get(name) if isinstance(expected, dict) else None
         if not torch.is_tensor(value):
-            _fail(ERROR, f"{label} gives no tensor for output {name!r}", f"seed {seed}, {label} output {name!r}",
+            _fail(ERROR, f"{label} gives no tensor for output {name!r}", f"{where_label}, {label} output {name!r}",
                   {"output": name, "kind": "missing"})
         if tuple(value.shape) != tuple(layout[name].shape):
             _fail(ERROR, f"{label} output {name!r} has shape {list(value.shape)}, the outputs {list(layout[name].shape)}",
-                  f"seed {seed}, {label} output {name!r}", {"output": name, "kind": "shape"})
+                  f"{where_label}, {label} output {name!r}", {"output": name, "kind": "shape"})
         bad = _non_finite(value)
         if bad is not None:
             _fail(
                 ERROR,
                 f"{label} output {name!r} is not finite at {bad['index']} ({bad['got']}): it cannot serve as the "
                 f"reference{' (unwritten elements stay NaN)' if label == 'baseline' else ''}",
-                f"seed {seed}, {label} output {name!r}",
+                f"{where_label}, {label} output {name!r}",
                 {"output": name, **bad},
             )
 
 
 def _require_agreement(
     side: str,
-    seed: int,
+    label: str,
     expected: dict[str, Any],
     got: dict[str, Any],
     layout: dict[str, Any],
@@ -213,7 +262,7 @@ def _require_agreement(
     largest: dict[str, float],
 ) -> None:
     for name, reference_layout in layout.items():
-        where = f"seed {seed}, {side} output {name!r}"
+        where = f"{label}, {side} output {name!r}"
         mismatch = compare_output(expected[name], got[name], reference_layout, atol=atol, rtol=rtol, largest=largest,
                                   name=name)
         if mismatch is not None:
@@ -306,7 +355,7 @@ def _non_finite(tensor: Any) -> dict[str, Any] | None:
 def _guarded(where: str, action: Callable[[], Any]) -> Any:
     try:
         return action()
-    except _Refused:
+    except Refused:
         raise
     except Exception as exc:  # noqa: BLE001 - whatever the task raises becomes this row's ERROR
         _raise_error(where, exc)
@@ -320,14 +369,25 @@ def _sync(device: str, where: str) -> None:
     _guarded(where, torch.cuda.synchronize)
 
 
+class SideFailed(Exception):
+    """A side process raised, crashed or broke the protocol: `message` says what, as the side told it."""
+
+    def __init__(self, message: str, traceback_text: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.traceback_text = traceback_text
+
+
 def _raise_error(where: str, exc: BaseException) -> None:
+    if isinstance(exc, SideFailed):  # the exception happened in a side process: its own words and traceback
+        raise Refused(Verdict(ERROR, f"{where}: {exc.message}", where, traceback=exc.traceback_text))
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
     text = "".join(lines).splitlines()[-TRACEBACK_LINES:]
-    raise _Refused(Verdict(ERROR, f"{where}: {type(exc).__name__}: {exc}", where, traceback="\n".join(text)))
+    raise Refused(Verdict(ERROR, f"{where}: {type(exc).__name__}: {exc}", where, traceback="\n".join(text)))
 
 
 def _fail(status: str, message: str, where: str, mismatch: dict[str, Any]) -> None:
-    raise _Refused(Verdict(status, message, where, mismatch))
+    raise Refused(Verdict(status, message, where, mismatch))
 
 
 def _address(tensor: Any) -> int | None:
@@ -337,7 +397,7 @@ def _address(tensor: Any) -> int | None:
         return None
 
 
-def _clone_tensors(values: dict[str, Any]) -> dict[str, Any]:
+def clone_tensors(values: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     return {name: v.detach().clone() for name, v in values.items() if torch.is_tensor(v)}

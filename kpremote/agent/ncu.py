@@ -57,6 +57,8 @@ EXTRA_METRICS = (
     "sm__sass_thread_inst_executed_op_ffma_pred_on.sum.peak_sustained",
     "sm__cycles_elapsed.avg.per_second",
 )
+# The one metric the timing audit collects: a kernel's duration on the GPU.
+AUDIT_METRIC = "gpu__time_duration.sum"
 # ncu's own rule of thumb (SOLBottleneck): below 60 % of both roofs a kernel is limited by latency, not throughput.
 ROOF_NEAR = 0.6
 TOP_STALLS = 3
@@ -182,6 +184,13 @@ def profile_command(ncu: str, *, section_set: str, kernel_regex: str | None, rep
     if kernel_regex:
         command += ["--kernel-name", f"regex:{kernel_regex}"]
     return command + ["--export", str(report), "--force-overwrite", *target]
+
+
+def audit_command(ncu: str, *, report: Path, target: list[str], cache_control: str = "all") -> list[str]:
+    """ncu for the timing audit (audit.py): clocks untouched, caches flushed before each kernel, only the marked
+    region, one metric (gpu__time_duration), one report written (replaced)."""
+    return [ncu, "--clock-control", "none", "--cache-control", cache_control, "--profile-from-start", "off",
+            "--metrics", AUDIT_METRIC, "--export", str(report), "--force-overwrite", *target]
 
 
 def import_command(ncu: str, report: Path) -> list[str]:

@@ -1,8 +1,10 @@
 """A run's summary: summary/results.json (schema kpremote.results/1), results.md, run_log.md, speedup.png.
 
 results.json is the record a result is judged by: provenance first (what ran, where, built how, timed how,
-the GPU before and after), then one row per workload, then the headline. Standard library only (matplotlib,
-when importable, draws the plot).
+the GPU before and after, which harness judged it), then one row per workload, then the headline. The
+headline is withheld, with the reason, when any production row failed or is in doubt. results.md carries the
+harness digest on a line of its own, so a task's docs/results.md measured by an older harness says so
+(harness_staleness). Standard library only (matplotlib, when importable, draws the plot).
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from . import stats
+from . import harness, stats
 from .atomicfile import write_atomically as _write
-from .correctness import PASSED
+from .correctness import ERROR, INCORRECT, NOT_CHECKED, PASSED, TIMEOUT
 
 SCHEMA = "kpremote.results/1"
 SMOKE_LABEL = "smoke: timings are not meaningful"
@@ -33,12 +35,37 @@ def counts_in_headline(row: dict[str, Any]) -> bool:
                 and row.get("speedup"))
 
 
+BLOCKING_STATUSES = (INCORRECT, ERROR, TIMEOUT, NOT_CHECKED)
+
+
+def headline_blockers(production: list[dict[str, Any]]) -> list[str]:
+    """Why no speedup may be claimed: every production row that failed, is implausible or invalid."""
+    blockers = []
+    for row in production:
+        if row.get("implausible"):
+            blockers.append(f"{row['workload']} implausible")
+        elif row.get("status") in BLOCKING_STATUSES:
+            blockers.append(f"{row['workload']} {row['status']}")
+        elif row.get("invalid"):
+            blockers.append(f"{row['workload']} invalid")
+    return blockers
+
+
 def headline(rows: list[dict[str, Any]], samples: dict[str, dict[str, list[float]]], *, smoke: bool) -> dict[str, Any]:
-    """Equal-weight geometric mean of the production rows' speedups, with a seeded bootstrap interval."""
+    """Equal-weight geometric mean of the production rows' speedups, with a seeded bootstrap interval.
+
+    None at all when any production row is INCORRECT, ERROR, TIMEOUT, NOT CHECKED, implausible or invalid: a
+    mean over the rows that survived would be built from a failed run (or a cheat's own rows).
+    """
     production = [r for r in rows if r.get("production")]
     counted = [r for r in production if counts_in_headline(r)]
     result: dict[str, Any] = {"geomean": None, "low": None, "high": None, "level": HEADLINE_LEVEL,
                               "n": len(counted), "of": len(production), "label": SMOKE_LABEL if smoke else None}
+    blockers = headline_blockers(production)
+    if blockers:
+        result["n"] = 0
+        result["note"] = "withheld: " + ", ".join(blockers)
+        return result
     if not counted:
         if production:
             counts = Counter(r.get("status") for r in production)
@@ -54,7 +81,9 @@ def headline(rows: list[dict[str, Any]], samples: dict[str, dict[str, list[float
         else:
             draws.append([row["speedup"]])
     low, high = stats.hierarchical_geomean_ci(draws, seed=0, n_boot=BOOTSTRAP_REPLICATES, level=HEADLINE_LEVEL)
+    verdicts = Counter((r.get("verdict") or {}).get("verdict") for r in counted)
     result.update(
+        verdicts={k: v for k, v in verdicts.items() if k},
         geomean=stats.geomean([r["speedup"] for r in counted]),
         low=low,
         high=high,
@@ -149,7 +178,42 @@ def _context_lines(prov: dict[str, Any]) -> list[str]:
         commit = source.get("git_commit")
         where = f"commit {commit}{' (dirty)' if source.get('git_dirty') else ''}" if commit else "no git commit"
         lines.append(f"- source: {where}; solution sha256 {source.get('solution_sha256')}")
+    pinned = prov.get("pinned") or {}
+    if pinned:
+        lines.append(f"- pinned: bench/ sha256 {pinned.get('bench_sha256')}; task.toml sha256 "
+                     f"{pinned.get('task_toml_sha256')}")
+    if prov.get("gpu_readings") or prov.get("audit"):
+        lines.append(f"- GPU readings from: {prov.get('gpu_readings')}; audit: {prov.get('audit')}")
+    probe = prov.get("l2_flush_probe") or {}
+    if probe:
+        lines.append(f"- L2 flush probe: re-read {probe.get('warm_us')} us warm, {probe.get('flushed_us')} us flushed "
+                     f"({'evicts' if probe.get('evicts') else 'DOES NOT EVICT'}); persisting-L2 reset "
+                     f"{probe.get('persisting_reset')}")
+    record = prov.get("harness") or {}
+    if record:
+        lines.append(harness_line(record))
     return lines
+
+
+HARNESS_LINE_PREFIX = "- harness: kpremote agent"
+
+
+def harness_line(record: dict[str, Any]) -> str:
+    return f"{HARNESS_LINE_PREFIX} {record.get('version')}, digest {record.get('digest')}"
+
+
+def harness_staleness(results_md: str, current: dict[str, Any] | None = None) -> str | None:
+    """None when results.md was measured by this very harness; else a sentence saying it was not."""
+    current = current or harness.harness_record()
+    for line in results_md.splitlines():
+        if line.startswith(HARNESS_LINE_PREFIX):
+            words = line[len(HARNESS_LINE_PREFIX):].replace(",", " ").split()
+            version, digest = (words[0] if words else "?"), (words[-1] if len(words) >= 3 else "?")
+            if digest == current["digest"]:
+                return None
+            return (f"measured by an older harness (version {version}, digest {digest[:12]}; this one is "
+                    f"{current['version']}, {current['digest'][:12]})")
+    return f"measured by an older harness (no harness digest recorded; this one is {current['version']})"
 
 
 def _gpu_state(state: dict[str, Any]) -> str:
@@ -162,19 +226,23 @@ def _gpu_state(state: dict[str, Any]) -> str:
 def _row_table(rows: list[dict[str, Any]], copy_gbps: float | None) -> list[str]:
     lines = [
         "| workload | shape | prod | status | baseline µs median (p10–p90) | candidate µs median (p10–p90) "
-        "| speedup | GB/s | % of copy BW |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| speedup (95 % interval) | verdict | GB/s | % of copy BW |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         timing = row.get("timing") or {}
         # Bandwidth is only worth showing for a row whose timing stands.
         gbps = (row.get("gbps") or {}).get("candidate") if row.get("speedup") else None
         percent = f"{_number(100 * gbps / copy_gbps)} %" if gbps and copy_gbps else "–"
+        verdict = row.get("verdict") or {}
         speedup = f"{row['speedup']:.3f}×" if row.get("speedup") else "–"
+        if row.get("speedup") and verdict.get("low"):
+            speedup += f" ({verdict['low']:.3f}–{verdict['high']:.3f})"
+        shown_verdict = verdict.get("verdict") if row.get("speedup") else None
         lines.append(
             f"| `{row['workload']}` | {_shape(row.get('params') or {})} | {'yes' if row.get('production') else ''} "
             f"| {_status_cell(row)} | {_side_cell(timing.get('baseline'))} | {_side_cell(timing.get('candidate'))} "
-            f"| {speedup} | {_number(gbps) if gbps else '–'} | {percent} |"
+            f"| {speedup} | {shown_verdict or '–'} | {_number(gbps) if gbps else '–'} | {percent} |"
         )
     return lines
 
@@ -220,6 +288,9 @@ def _headline_line(head: dict[str, Any]) -> str:
     label = f" — {head['label']}" if head.get("label") else ""
     if head.get("geomean") is None:
         return f"**Headline:** none ({head.get('note', 'no rows')}){label}"
+    verdicts = head.get("verdicts") or {}
+    if verdicts:
+        label = f" — rows {', '.join(f'{n} {k}' for k, n in sorted(verdicts.items()))}{label}"
     return (
         f"**Headline:** geometric-mean speedup **{head['geomean']:.3f}×** over {head['n']} of {head['of']} production "
         f"rows, {int(100 * head['level'])} % interval {head['low']:.3f}–{head['high']:.3f}{label}"
@@ -256,6 +327,9 @@ def _event_text(event: dict[str, Any]) -> str | None:
         speedup = f", speedup {event['speedup']:.3f}×" if event.get("speedup") else ""
         message = f" — {event['message']}" if event.get("message") else ""
         return f"row {event.get('i')}/{event.get('n')} `{event.get('workload')}`: {event.get('status')}{speedup}{message}"
+    if name == "audit":
+        return (f"audit `{event.get('workload')}`: harness {event.get('harness_us')} us, ncu {event.get('ncu_us')} us, "
+                f"{'agree' if event.get('agree') else 'DISAGREE'} (tolerance {event.get('tolerance')})")
     if name == "headline" and event.get("geomean"):
         return f"headline {event['geomean']:.3f}× ({event.get('low'):.3f}–{event.get('high'):.3f})"
     if name == "done":

@@ -1,16 +1,18 @@
 """One run, start to end: validate → lease → build → (correctness → timing) per workload → report.
 
     python -m kpremote.agent.runner --task-dir W --run-dir R --device cuda|cpu|auto [--gpu UUID] [--lease-fd N]
-        [--workloads a,b] [--mode cold|graph] [--host-alias NAME] [--root ROOT]
+        [--workloads a,b] [--mode cold|graph] [--host-alias NAME] [--root ROOT] [--audit on|off]
 
-The runner itself never imports torch: builds and workloads run in worker processes (worker.py) of the
-runner's process group, each with a timeout, so a hang or a crash costs one row. state.json says where the run
-is; raw/events.jsonl says what happened, as it happens.
+The runner itself never imports torch: the builds run in a worker process (worker.py) and each workload row in
+its own judge (judge.py), which keeps each side of the row in a process of its own; each has a timeout, so a
+hang or a crash costs one row. The runner draws the run's secret (the seeds of every case derive from it) and
+hands it with the job to each judge on stdin; a judge's result comes back through a pipe no side inherits.
+state.json says where the run is; raw/events.jsonl says what happened, as it happens.
 
-Exit codes: 0 every selected workload PASSED (for a CUDA task on a CPU smoke run: every row SKIPPED because the
-CUDA side cannot run there, and the compile-only check did not fail); 1 some row did not pass, or its timing is
-invalid; 2 the task was refused (contract or symmetry) before anything ran; 3 the run could not proceed (no GPU,
-build failed, ...); 130 cancelled.
+Exit codes: 0 every selected workload PASSED; 1 some row did not pass, its timing is invalid, or a check did not
+run (NOT CHECKED: a side that cannot run on this device, e.g. a CUDA side on a CPU machine, whose build was only
+compile-checked); 2 the task was refused (contract or symmetry) before
+anything ran; 3 the run could not proceed (no GPU, build failed, ...); 130 cancelled.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import errno
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -31,9 +34,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import report
-from .build import CUDA_ON_CPU, triton_cache_dir
-from .correctness import ERROR, PASSED, SKIPPED, TIMEOUT
+from . import guard, harness, report
+from . import buildkinds
+from .build import triton_cache_dir
+from .buildkinds import NOT_CHECKED
+from .correctness import ERROR, PASSED, TIMEOUT
 from .events import EventLog, read_events
 from .procfs import descendants
 from .provenance import source_provenance
@@ -44,6 +49,7 @@ EXIT_PASSED, EXIT_FAILED, EXIT_REFUSED, EXIT_INFRA, EXIT_CANCELLED = 0, 1, 2, 3,
 STARTUP_LIMIT_S = 300.0  # interpreter + torch + task import, before a workload's own timeout starts
 PREPARE_LIMIT_S = 3600.0  # both builds (a CUDA build can take many minutes) and the device probe
 POLL_S = 0.05
+EXIT_GRACE_S = 10.0  # a worker whose result is in gets this long to exit before it is killed
 WATCH_INTERVAL_S = 1.0
 LOG_TAIL_LINES = 15
 RESERVE_BYTES = 256 * 1024  # room kept for the final record, in case the disk fills up during the run
@@ -75,6 +81,7 @@ class Options:
     mode: str | None = None
     host_alias: str | None = None
     root: Path | None = None
+    audit: str | None = None  # "on" | "off"; None: on for a GPU run
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -88,6 +95,8 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--mode", choices=("cold", "graph"))
     parser.add_argument("--host-alias")
     parser.add_argument("--root", type=Path, help="kpremote root holding locks/ (default: $KPREMOTE_ROOT)")
+    parser.add_argument("--audit", choices=("on", "off"),
+                        help="re-measure production rows with Nsight Compute after the run (default: on for cuda)")
     args = parser.parse_args(argv)
     return Options(
         task_dir=args.task_dir.resolve(),
@@ -99,6 +108,7 @@ def parse_args(argv: list[str]) -> Options:
         mode=args.mode,
         host_alias=args.host_alias,
         root=args.root,
+        audit=args.audit,
     )
 
 
@@ -116,6 +126,57 @@ class WorkerOutcome:
     seconds: float
     timed_out: str | None = None  # why, when it was stopped for taking too long
     crashed: str | None = None  # how it died without a result
+    piped: dict[str, Any] | None = None  # what came through the trusted pipe, merged line by line
+
+
+class PipeReader:
+    """Drains a worker's result pipe on a thread (a large result must never block the writer)."""
+
+    MAX_BYTES = 256 * 1024 * 1024
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.ready = threading.Event()
+        self.closed = threading.Event()  # every writer closed its end: nothing more will come
+        self.lines: list[dict[str, Any]] = []
+        self._buffer = b""
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        total = 0
+        with os.fdopen(self.fd, "rb", buffering=0) as pipe:
+            while True:
+                chunk = pipe.read(1 << 16)
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > self.MAX_BYTES:
+                    continue  # read on so the writer never blocks, keep nothing more
+                self._buffer += chunk
+                *complete, self._buffer = self._buffer.split(b"\n")
+                for line in complete:
+                    self._take(line)
+        if self._buffer.strip():
+            self._take(self._buffer)
+        self.closed.set()
+
+    def _take(self, line: bytes) -> None:
+        try:
+            value = json.loads(line)
+        except ValueError:
+            return
+        if isinstance(value, dict):
+            self.lines.append(value)
+            if value.get("ready"):
+                self.ready.set()
+
+    def finish(self) -> dict[str, Any]:
+        self._thread.join(timeout=30)
+        merged: dict[str, Any] = {}
+        for line in self.lines:
+            merged.update(line)
+        return merged
 
 
 def kill_tree(process: subprocess.Popen) -> None:
@@ -128,14 +189,48 @@ def kill_tree(process: subprocess.Popen) -> None:
     process.wait()
 
 
+def _wait_or_kill(process: subprocess.Popen, grace_s: float) -> int:
+    try:
+        return process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        kill_tree(process)
+        return process.returncode
+
+
+def kill_strays() -> list[int]:
+    """Kill what a finished row left behind in the runner's process group (a side's forked helper, ...).
+
+    Only when the runner leads its own group (as `inv run` starts it): otherwise the group is someone else's.
+    """
+    if os.getpgrp() != os.getpid():
+        return []
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            stat_line = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat_line[stat_line.rfind(")") + 2 :].split()
+        if int(fields[2]) == os.getpgrp() and fields[0] != "Z":
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    return killed
+
+
 # --------------------------------------------------------------------------------------------- GPU watch
+
+
+OURS_PER_ROW = 3  # the judge and one process per side each hold a CUDA context
 
 
 class ForeignWatch:
     """Polls NVML while workloads run; any process beyond ours on the leased GPU makes the rows it overlaps invalid.
 
-    Inside a container NVML reports host pids, so ours cannot be recognised by pid: it is counted instead
-    (at most one process of ours, the worker, holds the GPU at a time).
+    Inside a container NVML reports host pids, so ours cannot be recognised by pid: they are counted instead
+    (while a row runs, ours are its judge and its two side processes: OURS_PER_ROW).
     """
 
     def __init__(self, uuid: str, baseline_pids: set[int], baseline_memory_mib: int, memory_margin_mib: int) -> None:
@@ -199,6 +294,8 @@ class RunContext:
     rows: list[dict[str, Any]] = field(default_factory=list)
     samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     watch: ForeignWatch | None = None
+    gpu_readings: str | None = None  # "nvml" or "fixture": where the GPU's state came from
+    audit: str | None = None  # what the audit did: "on", "unaudited: ..."
 
 
 class Runner:
@@ -211,10 +308,12 @@ class Runner:
         self.events: EventLog | None = None
         self.ctx = RunContext()
         self.started_iso = _utc_now()
+        self.secret = secrets.token_bytes(32)  # seeds every case of this run; only judges ever see it
 
     # ---------------------------------------------------------------- top level
 
     def run(self) -> int:
+        guard.make_undumpable()
         self.raw.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "summary").mkdir(parents=True, exist_ok=True)
         _claim_reserve(self.reserve)
@@ -258,6 +357,7 @@ class Runner:
         self._phase("workloads")
         for number, workload in enumerate(self.ctx.selected, start=1):
             self._run_row(number, workload)
+        self._audit()
         return self._verdict()
 
     # ---------------------------------------------------------------- steps
@@ -293,6 +393,7 @@ class Runner:
         except lease.AgentError as exc:
             raise Abort(str(exc)) from None
         snap = nvml.snapshot()
+        self.ctx.gpu_readings = snap.source
         gpu = snap.find(self.ctx.lease.gpu.uuid) or self.ctx.lease.gpu
         self.ctx.gpu, self.ctx.driver, self.ctx.gpu_before = gpu, snap.driver, gpu.to_json()
         update_state(self.run_dir, gpu=gpu.to_json())
@@ -336,6 +437,8 @@ class Runner:
                "mode": self.options.mode}
         outcome = self._run_worker("prepare", job, self.raw / "prepare", PREPARE_LIMIT_S, ready=False)
         result = outcome.result or {}
+        if self.ctx.device == "cuda":  # only the probe taken before any task code ran counts
+            result["device"] = (outcome.piped or {}).get("probe")
         build = result.get("build")
         if build is None:
             why = outcome.timed_out or outcome.crashed or result.get("message") or "no result"
@@ -346,6 +449,8 @@ class Runner:
                              error=record.get("error"))
         if build.get("note"):
             self.events.emit("warning", message=build["note"])
+        if build.get("not_checked"):
+            self.events.emit("warning", message=f"{NOT_CHECKED}: {build['not_checked']}")
         if not build["ok"]:
             failed = [f"{s}: {r['error']}" for s, r in build["sides"].items() if not r["ok"]]
             raise Abort(f"build failed — {'; '.join(failed)} (logs in raw/build/)")
@@ -369,17 +474,22 @@ class Runner:
         base = {"workload": workload.id, "production": workload.production, "params": workload.params,
                 "tolerance_override": {"atol": workload.atol, "rtol": workload.rtol}}
         smoke = self.ctx.device != "cuda"
-        if self._cuda_on_cpu():
-            return {**base, "status": SKIPPED, "message": CUDA_ON_CPU, "timing": None, "smoke": True,
-                    "label": report.SMOKE_LABEL, "seconds": 0.0}
+        not_checked = self._not_checked_here()
+        if not_checked:  # a side that cannot run here: whatever was checked of its build, its rows are not passed
+            why = "; ".join(not_checked.values())
+            build_note = (self.ctx.prepared.get("build") or {}).get("note")
+            return {**base, "status": NOT_CHECKED, "message": why + (f"; {build_note}" if build_note else ""),
+                    "timing": None, "smoke": True, "label": report.SMOKE_LABEL, "seconds": 0.0}
+        device_info = self.ctx.prepared.get("device") or {}
         job = {"task_dir": str(self.ctx.spec.root), "run_dir": str(self.run_dir), "device": self.ctx.device,
                "mode": self.options.mode, "workload": workload.id,
                "modules": {side: rec.get("module") for side, rec in self.ctx.prepared["build"]["sides"].items()},
                "gpu": self.ctx.gpu.to_json() if self.ctx.gpu else None,
-               "copy_gbps": ((self.ctx.prepared.get("device") or {}).get("copy_bandwidth") or {}).get("gbps"),
-               "l2_bytes": (self.ctx.prepared.get("device") or {}).get("l2_bytes")}
+               "copy_gbps": (device_info.get("copy_bandwidth") or {}).get("gbps"),
+               "l2_copy_gbps": (device_info.get("l2_copy_bandwidth") or {}).get("gbps"),
+               "l2_bytes": device_info.get("l2_bytes")}
         if self.ctx.watch:
-            self.ctx.watch.row_started(ours=1)
+            self.ctx.watch.row_started(ours=OURS_PER_ROW)
         outcome = self._run_worker("workload", job, self.raw / "workloads" / workload.id,
                                    self.ctx.spec.timing.timeout_s, ready=True)
         foreign = self.ctx.watch.row_ended() if self.ctx.watch else None
@@ -387,25 +497,42 @@ class Runner:
                "seconds": round(outcome.seconds, 3), "log": f"raw/workloads/{workload.id}.log"}
         row["speedup"] = (row.get("timing") or {}).get("speedup") if row["status"] == PASSED else None
         if foreign and row.get("timing"):
-            row["invalid"] = foreign
+            row["invalid"] = "; ".join(filter(None, [row.get("invalid"), foreign]))
         return row
 
-    def _cuda_on_cpu(self) -> bool:
-        return self.ctx.spec.build.kind == "cuda" and self.ctx.device != "cuda"
+    def _not_checked_here(self) -> dict[str, str]:
+        """{side: why} for the sides that cannot run on this device (buildkinds decides, per build kind)."""
+        return buildkinds.not_checked_here(self.ctx.spec.build, self.ctx.device)
 
     def _run_worker(self, what: str, job: dict[str, Any], stem: Path, limit_s: float, *, ready: bool) -> WorkerOutcome:
-        """Start a worker, hold it to its time limit, and collect its result."""
+        """Start a worker ("prepare") or a judge ("workload"), hold it to its time limit, and collect its result.
+
+        Both get a pipe for their trusted output (the probe; the judge's ready line and result) that no process
+        they start inherits. A judge gets its job and the run's secret on stdin, never from a file or the
+        environment; job.json is written for the record only.
+        """
         stem.parent.mkdir(parents=True, exist_ok=True)
         out, job_path, log_path = stem.with_suffix(".json"), stem.with_suffix(".job.json"), stem.with_suffix(".log")
-        ready_path = stem.with_suffix(".ready")
+        ready_path = stem.with_suffix(".ready")  # touched by the runner when the pipe says so: a marker for people
         for stale in (out, ready_path):
             stale.unlink(missing_ok=True)
-        job_path.write_text(json.dumps({**job, "ready_path": str(ready_path)}, indent=1))
-        command = [sys.executable, "-m", "kpremote.agent.worker", what, "--job", str(job_path), "--out", str(out)]
+        job_path.write_text(json.dumps(job, indent=1))
+        read_end, write_end = os.pipe()
+        if what == "workload":
+            command = [sys.executable, "-m", "kpremote.agent.judge", "--result-fd", str(write_end),
+                       "--run-dir", str(self.run_dir)]  # the run folder in the command line: `ps` shows whose it is
+        else:
+            command = [sys.executable, "-m", "kpremote.agent.worker", what, "--job", str(job_path), "--out", str(out),
+                       "--result-fd", str(write_end)]
         started = time.monotonic()
-        with open(log_path, "ab") as log:
-            child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self._worker_env(),
-                                     cwd=self.ctx.spec.root)
+        try:
+            with open(log_path, "ab") as log:
+                child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self._worker_env(),
+                                         cwd=self.run_dir, pass_fds=(write_end,), stdin=subprocess.PIPE)
+        finally:
+            os.close(write_end)
+        pipe = PipeReader(read_end)
+        self._hand_over(child, job if what == "workload" else None)
         ready_at = None if ready else started
         try:
             while True:
@@ -414,9 +541,13 @@ class Runner:
                     break
                 except subprocess.TimeoutExpired:
                     pass
+                if what == "workload" and pipe.closed.is_set():  # the result is in: a slow exit costs no row
+                    returncode = _wait_or_kill(child, EXIT_GRACE_S)
+                    break
                 now = time.monotonic()
-                if ready_at is None and ready_path.exists():
+                if ready_at is None and pipe.ready.is_set():
                     ready_at = now
+                    ready_path.touch()
                 deadline = ready_at + limit_s if ready_at is not None else started + STARTUP_LIMIT_S
                 if now > deadline:
                     kill_tree(child)
@@ -427,24 +558,46 @@ class Runner:
             if child.poll() is None:
                 kill_tree(child)
             raise
+        finally:
+            strays = kill_strays()
+            if strays:
+                with open(log_path, "a") as log:
+                    log.write(f"runner: killed {len(strays)} process(es) left behind: {strays}\n")
         seconds = time.monotonic() - started
-        if out.exists():
-            return WorkerOutcome(json.loads(out.read_text()), seconds)
+        piped = pipe.finish()
+        if what == "workload":
+            result = piped.get("result")
+            if isinstance(result, dict):
+                out.write_text(json.dumps(result, indent=1, default=str))  # the record, written by the runner
+                return WorkerOutcome(result, seconds, piped=piped)
+        elif out.exists():
+            return WorkerOutcome(json.loads(out.read_text()), seconds, piped=piped)
         if returncode == DISK_FULL_EXIT:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out))
         tail = _tail(log_path)
-        return WorkerOutcome(None, seconds, crashed=_exit_description(returncode) + (f"; log tail:\n{tail}" if tail else ""))
+        return WorkerOutcome(None, seconds, crashed=_exit_description(returncode) + (f"; log tail:\n{tail}" if tail else ""),
+                             piped=piped)
+
+    def _hand_over(self, child: subprocess.Popen, job: dict[str, Any] | None) -> None:
+        """The judge's job and the run's secret, as one line on its stdin; a prepare worker gets nothing."""
+        try:
+            if job is not None:
+                child.stdin.write((json.dumps({"job": job, "secret": self.secret.hex()}) + "\n").encode())
+            child.stdin.close()
+        except OSError:
+            pass  # a child that died at once is reported by its exit
 
     def _worker_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(AGENT_HOME), env.get("PYTHONPATH")]))
         env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONSAFEPATH"] = "1"  # Python >= 3.11: the working directory never shadows torch or the agent
         env["TRITON_CACHE_DIR"] = str(triton_cache_dir(self.run_dir))
         if self.ctx.device == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = self.ctx.gpu.uuid
         else:
             env["CUDA_VISIBLE_DEVICES"] = ""  # an unleased run must not touch any GPU
-            if self.ctx.spec.build.kind == "triton":
+            if buildkinds.needs_triton_interpreter(self.ctx.spec.build, self.ctx.device):
                 env["TRITON_INTERPRET"] = "1"
         return env
 
@@ -454,12 +607,68 @@ class Runner:
                 f.write(json.dumps({"workload": workload_id, "side": side, "mode": mode, "unit": "us",
                                     "times": times}) + "\n")
 
+    # ---------------------------------------------------------------- audit
+
+    def _audit(self) -> None:
+        """The outside cross-check: each timed production row re-measured by Nsight Compute (audit.py).
+
+        The hook: audit.audit_row(request) -> {"harness_us", "ncu_us", "agree", "tolerance", ...}; a row whose
+        numbers disagree is invalid (left out of the headline, the run fails) and shows both numbers.
+        """
+        self.ctx.audit = self._audit_status()
+        if self.ctx.audit != "on":
+            return
+        from . import audit
+
+        rows = [r for r in self.ctx.rows if r.get("production") and r["status"] == PASSED and r.get("timing")]
+        if rows:
+            self._phase("audit")
+        for row in rows:
+            try:
+                row["audit"] = audit.audit_row(self._audit_request(row))
+            except Exception as exc:  # noqa: BLE001 - an audit that cannot run leaves the row unconfirmed
+                row["audit"] = {"agree": None, "error": f"{type(exc).__name__}: {exc}"}
+                row["invalid"] = "; ".join(filter(None, [row.get("invalid"), f"audit failed: {exc}"]))
+                continue
+            if row["audit"].get("agree") is False:
+                found = row["audit"]
+                row["invalid"] = "; ".join(filter(None, [row.get("invalid"), (
+                    f"audit: the harness measured {found.get('harness_us')} us, Nsight Compute {found.get('ncu_us')} us "
+                    f"(tolerance {found.get('tolerance')})")]))
+            self.events.emit("audit", workload=row["workload"], **{k: v for k, v in row["audit"].items()
+                                                                   if k in ("harness_us", "ncu_us", "agree", "tolerance")})
+
+    def _audit_status(self) -> str:
+        if self.ctx.device != "cuda":
+            return "unaudited: CPU run"
+        if self.options.audit == "off":
+            return "unaudited: --no-audit"
+        import importlib.util
+
+        if importlib.util.find_spec(f"{__package__}.audit") is None:
+            return "unaudited: audit module missing"
+        from . import ncu
+
+        if ncu.find_ncu(self._worker_env()) is None:
+            return "unaudited: ncu not found"
+        return "on"
+
+    def _audit_request(self, row: dict[str, Any]) -> dict[str, Any]:
+        timing = row.get("timing") or {}
+        return {
+            "task_dir": str(self.ctx.spec.root), "run_dir": str(self.run_dir), "raw_dir": str(self.raw / "audit"),
+            "workload": row["workload"], "params": row.get("params"), "mode": timing.get("mode"),
+            "calls_per_sample": timing.get("calls_per_sample"),
+            "harness_us": {side: (timing.get(side) or {}).get("median") for side in ("baseline", "candidate")},
+            "modules": {side: rec.get("module") for side, rec in self.ctx.prepared["build"]["sides"].items()},
+            "gpu": self.ctx.gpu.to_json() if self.ctx.gpu else None, "env": self._worker_env(),
+            "device": self.ctx.device,
+        }
+
     # ---------------------------------------------------------------- ending
 
     def _verdict(self) -> tuple[str, int]:
         rows = self.ctx.rows
-        if self._cuda_on_cpu():
-            return ("passed", EXIT_PASSED) if all(r["status"] == SKIPPED for r in rows) else ("failed", EXIT_FAILED)
         good = all(r["status"] == PASSED and not r.get("invalid") for r in rows)
         return ("passed", EXIT_PASSED) if good else ("failed", EXIT_FAILED)
 
@@ -523,7 +732,14 @@ class Runner:
             "device": ctx.device,
             "gpu": {"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "cc": list(gpu.cc),
                     "driver": ctx.driver} if gpu else None,
-            "device_info": {k: v for k, v in device_info.items() if k != "copy_bandwidth"} or None,
+            "device_info": {k: v for k, v in device_info.items()
+                            if k not in ("copy_bandwidth", "l2_copy_bandwidth", "l2_flush_probe")} or None,
+            "harness": harness.harness_record(),
+            "pinned": harness.pinned_inputs(spec.root) if spec else None,
+            "gpu_readings": ctx.gpu_readings or "none (CPU run)",
+            "audit": ctx.audit or ("unaudited: CPU run" if ctx.device != "cuda" else "not reached"),
+            "l2_copy_bandwidth": device_info.get("l2_copy_bandwidth"),
+            "l2_flush_probe": device_info.get("l2_flush_probe"),
             "versions": prepared.get("versions"),
             "build": prepared.get("build"),
             "timing_settings": spec.timing.to_json() if spec else None,

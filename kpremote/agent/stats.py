@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 # sqrt(pi / 2): the asymptotic ratio of the median's standard error to the mean's, for normal samples.
 MEDIAN_SE_FACTOR = 1.2533
@@ -143,3 +143,47 @@ def hierarchical_geomean_ci(
     )
     tail = (1.0 - level) / 2.0
     return percentile(replicates, tail), percentile(replicates, 1.0 - tail)
+
+
+# --------------------------------------------------------------------------------------------- verdicts
+
+FASTER, SAME, SLOWER = "FASTER", "SAME", "SLOWER"
+# A change smaller than this is never called a win or a loss, however tight its interval.
+NOISE_FLOOR = 0.01
+VERDICT_LEVEL = 0.95
+VERDICT_DRAWS = 400
+
+
+def speedup_interval(
+    baseline: Sequence[float], candidate: Sequence[float], *, seed: int = 0, n_draws: int = VERDICT_DRAWS,
+    level: float = VERDICT_LEVEL,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of one row's speedup (each side's samples resampled)."""
+    draws = sorted(row_speedup_draws(baseline, candidate, seed=seed, n_draws=n_draws))
+    tail = (1.0 - level) / 2.0
+    return percentile(draws, tail), percentile(draws, 1.0 - tail)
+
+
+def change_verdict(speedup_value: float, low: float, high: float, *, noise: float = NOISE_FLOOR) -> str:
+    """FASTER / SAME / SLOWER, in the spirit of nvbench's compare-robust.
+
+    SAME when the interval holds 1.0, or when the change is within the noise threshold: the larger of
+    `noise` and the interval's own relative half-width. Only a change that clears both is a win or a loss.
+    """
+    if low <= 1.0 <= high:
+        return SAME
+    half_width = (high - low) / 2.0 / speedup_value if speedup_value > 0 else math.inf
+    threshold = max(noise, half_width)
+    if speedup_value > 1.0 and speedup_value - 1.0 > threshold:
+        return FASTER
+    if speedup_value < 1.0 and 1.0 / speedup_value - 1.0 > threshold:
+        return SLOWER
+    return SAME
+
+
+def row_verdict(baseline: Sequence[float], candidate: Sequence[float], *, seed: int = 0) -> dict[str, Any]:
+    """The row's speedup (median over median), its interval and its verdict, all from the raw samples."""
+    value = speedup(median(baseline), median(candidate))
+    low, high = speedup_interval(baseline, candidate, seed=seed)
+    return {"speedup": value, "low": low, "high": high, "level": VERDICT_LEVEL, "noise": NOISE_FLOOR,
+            "verdict": change_verdict(value, low, high)}

@@ -37,7 +37,10 @@ ADAPTER_REQUIRED = ("make_case", "call_baseline", "call_candidate")
 ADAPTER_OPTIONAL = ("bind", "reference", "bytes_moved")
 # Names whose use means a side compiles or loads its own binary, outside the one symmetric builder.
 SELF_BUILD_NAMES = frozenset({"cpp_extension", "load_inline", "build_inline", "load_library", "load_module", "CDLL",
-                              "cdll"})
+                              "cdll", "PyDLL", "LoadLibrary", "dlopen"})
+# Importing or running code by a computed name hides a self-build from the check above
+# (importlib.import_module("torch.utils.cpp_" + "extension")): refused in sides and the adapter too.
+DYNAMIC_CODE_NAMES = frozenset({"import_module", "__import__", "exec", "eval"})
 PER_SIDE_TABLES = ("candidate", "solution", "baseline_build", "candidate_build")
 
 
@@ -365,6 +368,12 @@ def _refuse_self_build(path: Path) -> None:
                 f"{_shown(path)}:{node.lineno}: builds or loads its own binary ({name}) — refused: both sides are "
                 f"built by the agent with the same builder and flags; use [build] kind = \"cuda\" and sources"
             )
+        name = _dynamic_code_name(node)
+        if name:
+            raise TaskSpecError(
+                f"{_shown(path)}:{node.lineno}: imports or runs code by a computed name ({name}) — refused: it would "
+                f"hide a self-built binary from this check; import modules by name"
+            )
 
 
 def _self_build_name(node: ast.AST) -> str | None:
@@ -381,6 +390,14 @@ def _self_build_name(node: ast.AST) -> str | None:
     if isinstance(node, ast.Name) and node.id in SELF_BUILD_NAMES:
         return node.id
     return None
+
+
+def _dynamic_code_name(node: ast.AST) -> str | None:
+    if not isinstance(node, ast.Call):
+        return None
+    function = node.func
+    name = function.id if isinstance(function, ast.Name) else function.attr if isinstance(function, ast.Attribute) else None
+    return name if name in DYNAMIC_CODE_NAMES else None
 
 
 def check_adapter(path: Path) -> None:

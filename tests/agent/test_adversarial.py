@@ -46,7 +46,10 @@ def adversarial_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int
         ("wrong_dtype", INCORRECT, "dtype", "dtype torch.float64, expected torch.float32"),
         ("raises", ERROR, None, "call_candidate: RuntimeError: adversarial candidate refuses to compute"),
         ("hangs", "TIMEOUT", None, f"no result within {HANG_TIMEOUT_S} s"),
-        ("crashes", ERROR, None, "worker crashed: killed by SIGSEGV"),
+        ("crashes", ERROR, None, "call_candidate: candidate side crashed: killed by SIGSEGV"),
+        # The two CPU attacks of issue 11: both passed when the candidate shared the checker's process.
+        ("zeros_blind_checker", INCORRECT, "tolerance", "candidate output 'out' is wrong: first mismatch at [0, 0]"),
+        ("copies_expected", INCORRECT, "tolerance", "candidate output 'out' is wrong: first mismatch at [0, 0]"),
     ],
 )
 def test_each_misbehaviour_gets_its_status_and_is_not_timed(
@@ -65,15 +68,35 @@ def test_the_run_goes_on_after_bad_rows_and_fails(adversarial_run: tuple[Path, i
     run_dir, exit_code = adversarial_run
     assert exit_code == 1
     rows = results_of(run_dir)["rows"]
-    assert [r["workload"] for r in rows][-2:] == ["crashes", "honest"]
+    assert [r["workload"] for r in rows][-6:] == ["crashes", "zeros_blind_checker", "copies_expected",
+                                                  "lazy_when_timed", "thread_when_timed", "honest"]
     honest = rows[-1]
     assert honest["status"] == PASSED and honest["timing"]["candidate"]["n"] > 0
     timed = {json.loads(line)["workload"] for line in (run_dir / "raw" / "samples.jsonl").read_text().splitlines()}
     assert timed == {"honest"}
     statuses = [e["status"] for e in events_of(run_dir) if e["event"] == "row"]
-    assert statuses == [INCORRECT] * 4 + [ERROR, "TIMEOUT", ERROR, PASSED]
-    head = results_of(run_dir)["headline"]
-    assert (head["n"], head["of"]) == (1, 8)
+    assert statuses == [INCORRECT] * 4 + [ERROR, "TIMEOUT", ERROR, INCORRECT, INCORRECT, INCORRECT, PASSED, PASSED]
+    head = results_of(run_dir)["headline"]  # no speedup claimed over a run with failed production rows
+    assert head["geomean"] is None and (head["n"], head["of"]) == (0, 12)
+    assert head["note"].startswith("withheld: writes_nan INCORRECT, partial_write INCORRECT")
+
+
+def test_a_candidate_that_changes_behaviour_once_timed_is_incorrect(adversarial_run: tuple[Path, int]) -> None:
+    run_dir, _ = adversarial_run
+    row = rows_by_id(run_dir)["lazy_when_timed"]
+    assert row["status"] == INCORRECT and row["correctness"]["status"] == PASSED  # it passed the gate...
+    assert "candidate changed behaviour during timing" in row["message"]  # ...and was caught on a timed call
+    assert "NAN" in row["message"] and row["timing"] is None and row["speedup"] is None
+
+
+def test_a_thread_started_during_timing_makes_the_row_invalid(adversarial_run: tuple[Path, int]) -> None:
+    run_dir, _ = adversarial_run
+    row = rows_by_id(run_dir)["thread_when_timed"]
+    assert row["status"] == PASSED and row["invalid"] == "the candidate side started 1 thread(s) during timing"
+    before, after = row["side_threads"]["before"], row["side_threads"]["after"]
+    assert after["candidate"] == before["candidate"] + 1 and after["baseline"] == before["baseline"]
+    honest = rows_by_id(run_dir)["honest"]
+    assert not honest.get("invalid") and honest["side_threads"]["after"] == honest["side_threads"]["before"]
 
 
 def test_asymmetric_flags_are_refused_before_anything_runs(tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from kpremote.agent import report, runner
+from kpremote.agent import build, harness, report, runner
+from kpremote.agent.judge import TIMING_CASES_CPU
 from kpremote.agent.events import read_events
 from kpremote.agent.runner import descendants
 from kpremote.agent.runstate import read_state
@@ -127,13 +128,24 @@ def test_results_json_carries_provenance_rows_and_headline(smoke_run: tuple[Path
     assert prov["copy_bandwidth"]["gbps"] > 0 and prov["gpu"] is None
     rows = results["rows"]
     assert [r["workload"] for r in rows] == ["prod_r4_c64", "prod_r3_c100", "grid_r1_c33"]
+    assert prov["harness"] == harness.harness_record() and prov["harness"]["version"] == harness.HARNESS_VERSION
+    assert prov["pinned"] == harness.pinned_inputs(run_dir.parents[1] / "tiny_rmsnorm")
+    assert prov["gpu_readings"] == "none (CPU run)" and prov["audit"] == "unaudited: CPU run"
+    seeds_used = set()
     for row in rows:
-        assert row["status"] == "PASSED" and row["correctness"]["seeds_checked"] == 2
+        # the row's seeds, and the timing cases (each checked before it is timed), derive from the run's secret
+        assert row["status"] == "PASSED" and row["correctness"]["seeds_checked"] == 2 + TIMING_CASES_CPU
+        assert len(row["seeds"]["correctness"]) == 2 and len(row["seeds"]["timing"]) == TIMING_CASES_CPU
+        seeds_used |= set(row["seeds"]["correctness"] + row["seeds"]["timing"])
+        assert row["verdict"]["verdict"] in ("FASTER", "SAME", "SLOWER")
+        assert row["verdict"]["low"] <= row["speedup"] <= row["verdict"]["high"]
+        assert row["checks"]["memory_isolation"] == "memfd" and row["checks"]["timing_cases"] == TIMING_CASES_CPU
         assert row["correctness"]["max_abs_err"]["out"] < 1e-5
         for side in ("baseline", "candidate"):
             assert set(row["timing"][side]) >= {"n", "median", "mean", "std", "min", "p10", "p90", "dropped_clock"}
         assert row["speedup"] == pytest.approx(row["timing"]["baseline"]["median"] / row["timing"]["candidate"]["median"])
         assert row["bytes_moved"] > 0 and row["gbps"]["candidate"] > 0
+    assert len(seeds_used) == 3 * (2 + TIMING_CASES_CPU) and not seeds_used & {0, 1, 2, 3}
     head = results["headline"]
     assert (head["n"], head["of"], head["label"]) == (2, 2, SMOKE)
     assert head["low"] <= head["geomean"] <= head["high"]
@@ -143,6 +155,9 @@ def test_summary_and_raw_files(smoke_run: tuple[Path, subprocess.CompletedProces
     run_dir, _ = smoke_run
     markdown = (run_dir / "summary" / "results.md").read_text()
     assert "**SMOKE RUN**" in markdown and "**Headline:**" in markdown
+    assert report.harness_staleness(markdown) is None  # measured by this very harness
+    older = markdown.replace(harness.harness_digest(), "0" * 64)
+    assert report.harness_staleness(older).startswith("measured by an older harness (version")
     assert all(f"| `{w}` |" in markdown for w in ("prod_r4_c64", "prod_r3_c100", "grid_r1_c33"))
     assert "row 3/3 `grid_r1_c33`: PASSED" in (run_dir / "summary" / "run_log.md").read_text()
     samples = [json.loads(line) for line in (run_dir / "raw" / "samples.jsonl").read_text().splitlines()]
@@ -176,20 +191,36 @@ def test_sigterm_cancels_the_run_and_its_worker(tmp_path: Path) -> None:
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
 
 
-def test_a_cuda_task_on_the_cpu_skips_its_rows_and_says_why(tmp_path: Path) -> None:
+def test_a_cuda_task_whose_compile_check_cannot_run_is_not_checked_and_fails(tmp_path: Path) -> None:
     task = make_cuda_variant(tmp_path)
-    env = {**agent_env(), "PATH": str(tmp_path / "no-tools")}  # no nvcc: the compile-only check is skipped
+    env = {**agent_env(), "PATH": str(tmp_path / "no-tools")}  # no nvcc: the compile-only check cannot run
     env.pop("CUDA_HOME", None)
     run_dir = tmp_path / "run"
     done = subprocess.run(runner_command(task, run_dir), env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # a check that did not run is not a pass
     results = results_of(run_dir)
-    assert results["status"] == "passed" and results["provenance"]["build"]["flags"] == ["-O3"]
-    assert results["provenance"]["build"]["note"] == "compile-only check skipped: nvcc not found on PATH or in CUDA_HOME"
-    assert {(r["status"], r["message"]) for r in results["rows"]} == {("SKIPPED", "CUDA side cannot run on CPU")}
-    assert results["headline"]["geomean"] is None
+    note = "compile-only check skipped: nvcc not found on PATH or in CUDA_HOME"
+    assert results["status"] == "failed" and results["provenance"]["build"]["flags"] == ["-O3"]
+    assert results["provenance"]["build"]["note"] == note and results["provenance"]["build"]["not_checked"] == note
+    assert {r["status"] for r in results["rows"]} == {"NOT CHECKED"}
+    assert all(note in r["message"] and "CUDA side cannot run on CPU" in r["message"] for r in results["rows"])
+    assert results["headline"]["geomean"] is None and "NOT CHECKED" in results["headline"]["note"]
     warnings = [e["message"] for e in events_of(run_dir) if e["event"] == "warning"]
-    assert warnings == [results["provenance"]["build"]["note"]]
+    assert warnings == [note, f"NOT CHECKED: {note}"]
+
+
+def test_a_cuda_source_that_does_not_compile_fails_the_build_on_the_cpu(tmp_path: Path) -> None:
+    if build.find_nvcc() is None:
+        pytest.skip("needs nvcc on this machine (the compile-only check is what is tested)")
+    task = make_cuda_variant(tmp_path)
+    source = task / "solution" / "kernel.cu"
+    source.write_text("#error this candidate does not compile\n" + source.read_text())
+    run_dir = tmp_path / "run"
+    done = run_agent(task, run_dir)
+    assert done.returncode == 3, done.stderr
+    results = results_of(run_dir)
+    assert "build failed — candidate: RuntimeError: nvcc failed on kernel.cu" in results["message"]
+    assert "this candidate does not compile" in results["message"]
 
 
 def test_a_foreign_process_during_a_row_makes_its_timing_invalid(
@@ -218,17 +249,25 @@ def test_a_foreign_process_during_a_row_makes_its_timing_invalid(
     assert "rose to 7000 MiB" in (watch.row_ended() or "")
 
 
-def test_invalid_and_implausible_rows_stay_out_of_the_headline() -> None:
+def test_no_headline_while_any_production_row_failed_or_is_in_doubt() -> None:
     def row(name: str, speedup: float | None, **extra: Any) -> dict[str, Any]:
         status = extra.pop("status", "PASSED")
         return {"workload": name, "production": True, "status": status, "speedup": speedup, **extra}
 
-    rows = [row("a", 2.0), row("b", 8.0), row("c", 50.0, invalid="foreign process"),
-            row("d", None, status="INCORRECT", implausible="candidate: implausible: ..."), row("e", 3.0, production=False)]
-    head = report.headline(rows, {}, smoke=False)
-    assert (head["n"], head["of"]) == (2, 4)
+    clean = [row("a", 2.0), row("b", 8.0), row("e", 3.0, production=False)]
+    head = report.headline(clean, {}, smoke=False)
+    assert (head["n"], head["of"]) == (2, 2)
     assert head["geomean"] == pytest.approx(4.0) and head["low"] <= 4.0 <= head["high"]
+
+    rows = [*clean, row("c", 50.0, invalid="foreign process"),
+            row("d", None, status="INCORRECT", implausible="candidate: implausible: ..."),
+            row("f", None, status="TIMEOUT"), row("g", None, status="ERROR", production=False)]
+    head = report.headline(rows, {}, smoke=False)
+    assert head["geomean"] is None and head["n"] == 0 and head["of"] == 5
+    assert head["note"] == "withheld: c invalid, d implausible, f TIMEOUT"  # a regression-grid ERROR does not block
     markdown = report.render_results_md({"status": "failed", "exit_code": 1, "provenance": {}, "rows": rows,
                                          "headline": head})
     assert "| PASSED (invalid) |" in markdown and "| INCORRECT (implausible) |" in markdown
     assert "- `c`: foreign process" in markdown
+    assert "**Headline:** none (withheld: c invalid, d implausible, f TIMEOUT)" in markdown
+    assert "geometric-mean" not in markdown

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -80,3 +81,26 @@ def test_one_row_interval_reflects_its_measurement_noise() -> None:
 
 def test_row_draws_of_constant_samples_are_the_exact_ratio() -> None:
     assert set(stats.row_speedup_draws([2.0] * 10, [1.0] * 10, n_draws=20)) == {2.0}
+
+
+def test_a_copy_of_the_baseline_is_same_never_a_win() -> None:
+    rng = random.Random(3)
+    baseline = [10.0 + rng.gauss(0, 0.2) for _ in range(300)]
+    candidate = [10.0 + rng.gauss(0, 0.2) for _ in range(300)]
+    assert stats.row_verdict(baseline, candidate)["verdict"] == stats.SAME
+    drifted = [t * 0.995 for t in baseline]  # 0.5 % faster with a tight interval: inside the 1 % noise floor
+    verdict = stats.row_verdict(baseline, drifted)
+    assert verdict["low"] > 1.0 and verdict["verdict"] == stats.SAME
+
+
+def test_clear_changes_are_faster_or_slower() -> None:
+    rng = random.Random(4)
+    baseline = [10.0 + rng.gauss(0, 0.2) for _ in range(300)]
+    assert stats.row_verdict(baseline, [t * 0.8 for t in baseline])["verdict"] == stats.FASTER
+    assert stats.row_verdict(baseline, [t * 1.25 for t in baseline])["verdict"] == stats.SLOWER
+
+
+def test_a_wide_interval_is_same_even_off_one() -> None:
+    assert stats.change_verdict(1.05, 0.97, 1.13) == stats.SAME  # holds 1.0
+    assert stats.change_verdict(1.05, 1.001, 1.20) == stats.SAME  # change within the interval's half-width
+    assert stats.change_verdict(1.05, 1.04, 1.06) == stats.FASTER

@@ -98,6 +98,21 @@ def test_a_side_that_builds_or_loads_its_own_binary_is_refused(task: Path, sourc
     assert message.startswith("tiny_rmsnorm/solution/kernel.py:") and "builds or loads its own binary" in message
 
 
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import importlib\next = importlib.import_module('torch.utils.cpp_' + 'extension')\n",
+        "ext = __import__('torch.utils.cpp_' + 'extension')\n",
+        "exec('from torch.utils import cpp_' + 'extension')\n",
+    ],
+)
+def test_a_side_that_imports_or_runs_code_by_a_computed_name_is_refused(task: Path, source: str) -> None:
+    kernel = task / "solution" / "kernel.py"
+    kernel.write_text(kernel.read_text() + "\n" + source)
+    message = refusal(task)
+    assert message.startswith("tiny_rmsnorm/solution/kernel.py:") and "imports or runs code by a computed name" in message
+
+
 def test_mentioning_the_builder_in_text_is_not_building(task: Path) -> None:
     kernel = task / "solution" / "kernel.py"
     kernel.write_text('"""Unlike cpp_extension.load_inline, this stays pure Triton."""\n' + kernel.read_text())

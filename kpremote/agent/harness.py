@@ -1,0 +1,55 @@
+"""What measured a result: the harness version, a digest of the harness's own files, and the pinned task inputs.
+
+A result is only as good as the code that judged it. results.json and results.md carry HARNESS_VERSION, the
+sha256 of the harness files below, and the sha256 of the task's trusted inputs (bench/ and task.toml), so a
+task's docs/results.md measured by an older harness, or against a changed bench, says so by itself
+(report.harness_staleness). Standard library only: the client imports it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+HARNESS_VERSION = "2.0"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors
+AGENT_DIR = Path(__file__).resolve().parent
+# The files whose code decides a verdict or a number: a change to any of them is a new harness.
+HARNESS_FILES = (
+    "build.py", "channel.py", "contract.py", "correctness.py", "harness.py", "judge.py", "report.py", "runner.py",
+    "side.py", "stats.py", "taskspec.py", "timing.py", "worker.py",
+)
+
+
+def harness_digest(folder: Path = AGENT_DIR) -> str:
+    """sha256 over "name NUL sha256(content)" lines of the harness files, in name order (a missing file counts)."""
+    digest = hashlib.sha256()
+    for name in sorted(HARNESS_FILES):
+        path = folder / name
+        content = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+        digest.update(f"{name}\0{content}\n".encode())
+    return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def tree_sha256(folder: Path) -> str | None:
+    """sha256 over "relative path NUL sha256(content)" lines of every file, in path order (caches skipped)."""
+    if not folder.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(f"{path.relative_to(folder).as_posix()}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+    return digest.hexdigest()
+
+
+def harness_record() -> dict[str, Any]:
+    return {"version": HARNESS_VERSION, "digest": harness_digest()}
+
+
+def pinned_inputs(task_dir: Path) -> dict[str, Any]:
+    """The trusted-but-pinned task inputs: bench/ (adapter, workloads, tolerances) and task.toml."""
+    task_dir = Path(task_dir)
+    return {"bench_sha256": tree_sha256(task_dir / "bench"), "task_toml_sha256": file_sha256(task_dir / "task.toml")}

@@ -1,0 +1,183 @@
+"""kpremote/agent/audit.py: rows re-measured under (the stand-in) ncu in processes of their own, then judged.
+
+On this GPU-less host the audited calls run on the CPU through Triton's interpreter under tests/fixtures/ncu/ncu,
+which replays the launches of a raw CSV written here ($KPREMOTE_FAKE_NCU_RAW): so what ncu "measured" is chosen
+by each test, and agreement and disagreement are both exercised through the real processes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from kpremote.agent import audit
+
+REPO = Path(__file__).resolve().parents[2]
+STAND_IN = REPO / "tests" / "fixtures" / "ncu" / "ncu"
+TINY = REPO / "tests" / "fixtures" / "tasks" / "tiny_rmsnorm"
+SAMPLE = (REPO / "tests" / "fixtures" / "ncu" / "raw.csv").read_text()
+
+
+def raw_csv(path: Path, durations_ns: list[float]) -> Path:
+    """raw.csv's header and units with one launch per duration (the other columns copied from its first row)."""
+    header, units, first, *_ = list(csv.reader(io.StringIO(SAMPLE)))
+    column = header.index("gpu__time_duration.sum")
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    writer.writerows([header, units])
+    for number, duration in enumerate(durations_ns):
+        row = list(first)
+        row[0], row[4], row[column] = str(number), f"_kernel_{number % 2}", f"{duration:,.0f}"
+        writer.writerow(row)
+    path.write_text(out.getvalue())
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _stand_in_settings() -> Iterator[None]:
+    """cpu_env may set the stand-in's variables in this process: none survives a test."""
+    before = {name: os.environ.pop(name, None) for name in ("KPREMOTE_FAKE_NCU_RAW", "KPREMOTE_FAKE_NCU_MODE")}
+    yield
+    for name, value in before.items():
+        os.environ.pop(name, None)
+        if value is not None:
+            os.environ[name] = value
+
+
+@pytest.fixture
+def task(tmp_path: Path) -> Path:
+    folder = tmp_path / "tiny_rmsnorm"
+    shutil.copytree(TINY, folder)
+    return folder
+
+
+def cpu_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The worker environment audit_rows gets; the stand-in's own settings also go to this process's environment,
+    since `ncu --import` runs from here."""
+    for name in ("KPREMOTE_FAKE_NCU_RAW", "KPREMOTE_FAKE_NCU_MODE"):
+        if name in extra:
+            os.environ[name] = extra[name]
+    return {**os.environ, "PYTHONPATH": str(REPO), "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "",
+            "TRITON_CACHE_DIR": str(tmp_path / "triton-cache"), audit.ncu.NCU_ENV: str(STAND_IN), **extra}
+
+
+def test_tolerance_by_kernel_length() -> None:
+    assert audit.tolerance_us(10.0) == (pytest.approx(3.3), "2.5 µs + 8% below 20 µs")
+    assert audit.tolerance_us(19.9)[0] == pytest.approx(2.5 + 0.08 * 19.9)
+    assert audit.tolerance_us(20.0) == (pytest.approx(1.0), "5% from 20 µs")
+    assert audit.tolerance_us(400.0)[0] == pytest.approx(20.0)
+
+
+def test_per_call_is_the_median_over_equal_groups_and_says_when_it_cannot_be() -> None:
+    # 3 calls of 2 kernels: sums 12, 30 (an outlier), 12 -> median 12
+    assert audit.per_call_us([8.0, 4.0, 20.0, 10.0, 8.0, 4.0], 3) == \
+        (12.0, 2.0, "median over 3 calls of 2 kernel(s) each")
+    mean, per_call, note = audit.per_call_us([8.0, 4.0, 8.0, 4.0, 8.0, 4.0, 6.0], 3)
+    assert mean == pytest.approx(14.0) and per_call == pytest.approx(7 / 3) and "not a whole number" in note
+    assert audit.per_call_us([], 3) == (0.0, 0.0, "ncu saw no kernel launched by the audited calls")
+
+
+def test_agreement_and_disagreement_through_the_stand_in_ncu(task: Path, tmp_path: Path) -> None:
+    # per call: an 8 us kernel and a 4 us one -> ncu 12 us per call (tolerance 2.5 + 0.96 us)
+    measured = raw_csv(tmp_path / "launches.csv", [8000, 4000] * 3)
+    rows = [audit.AuditRow("prod_r4_c64", harness_us=12.5), audit.AuditRow("prod_r3_c100", harness_us=6.0)]
+    report = audit.audit_rows(task, tmp_path / "run", "candidate", rows,
+                              cpu_env(tmp_path, KPREMOTE_FAKE_NCU_RAW=str(measured)), device="cpu", calls=3,
+                              warmup=1)
+    assert report.status == "audited" and report.ncu == str(STAND_IN)
+    honest, forged = report.rows
+    assert (honest.workload, honest.ncu_us, honest.agree) == ("prod_r4_c64", 12.0, True)
+    assert honest.tolerance == pytest.approx(3.46) and honest.kernels_per_call == 2
+    assert (forged.ncu_us, forged.harness_us, forged.agree) == (12.0, 6.0, False)
+    assert forged.note.startswith("DISAGREE: ncu 12.00 µs, harness 6.00 µs, allowed ±3.46 µs "
+                                  "(2.5 µs + 8% below 20 µs)")
+    assert [r.workload for r in report.disagreements] == ["prod_r3_c100"]
+    assert set(forged.to_json()) >= {"ncu_us", "harness_us", "agree", "tolerance", "note"}
+    # one process per row, under ncu with the audit's flags, reports kept on the host
+    for row in rows:
+        log = (tmp_path / "run" / "raw" / "audit" / f"candidate-{row.workload}.log").read_text()
+        assert "==PROF== Connected to process" in log
+        assert (tmp_path / "run" / "raw" / "audit" / f"candidate-{row.workload}.ncu-rep").is_file()
+    # the audited side never ran in this process
+    assert not [name for name in sys.modules if name.startswith(("kp_candidate", "kp_baseline"))]
+
+
+def test_the_audited_process_imports_only_its_side_and_its_stdout_is_never_read(task: Path, tmp_path: Path) -> None:
+    (task / "baseline" / "kernel.py").write_text("raise RuntimeError('the baseline must not be imported here')\n")
+    candidate = task / "solution" / "kernel.py"
+    forged_row = '"0","1","python3","h","_kernel_0","1","7","(1, 1, 1)","(1, 1, 1)","0","9.0"'
+    candidate.write_text(candidate.read_text() + (
+        "\nimport sys as _sys\n"
+        f"print({SAMPLE.splitlines()[0]!r}, flush=True)\n"  # a fake CSV header and a 1 ns launch on stdout
+        f"print({forged_row!r} + ',\"1\"' * 30, flush=True)\n"))
+    measured = raw_csv(tmp_path / "launches.csv", [30000] * 2)
+    report = audit.audit_rows(task, tmp_path / "run", "candidate", [audit.AuditRow("prod_r4_c64", harness_us=31.0)],
+                              cpu_env(tmp_path, KPREMOTE_FAKE_NCU_RAW=str(measured)), device="cpu", calls=2,
+                              warmup=0)
+    [row] = report.rows
+    assert (row.ncu_us, row.agree, row.tolerance) == (30.0, True, pytest.approx(1.5))
+
+
+def test_no_ncu_labels_the_side_unaudited(task: Path, tmp_path: Path) -> None:
+    env = cpu_env(tmp_path, **{audit.ncu.NCU_ENV: str(tmp_path / "no-such-ncu")})
+    report = audit.audit_rows(task, tmp_path / "run", "baseline", [audit.AuditRow("prod_r4_c64", 5.0)], env,
+                              device="cpu")
+    assert report.status == "unaudited: ncu not found"
+    assert [(r.agree, r.ncu_us, r.note) for r in report.rows] == [(None, None, "not audited: ncu not found")]
+    assert not (tmp_path / "run").exists()  # nothing was started
+
+
+def test_no_counter_permission_leaves_every_row_unaudited_with_the_fix(task: Path, tmp_path: Path) -> None:
+    rows = [audit.AuditRow("prod_r4_c64", 5.0), audit.AuditRow("prod_r3_c100", 5.0)]
+    report = audit.audit_rows(task, tmp_path / "run", "candidate", rows,
+                              cpu_env(tmp_path, KPREMOTE_FAKE_NCU_MODE="no-permission"), device="cpu", calls=1,
+                              warmup=0)
+    assert report.status.startswith("unaudited: no permission to GPU performance counters")
+    assert all(r.agree is None and "NVreg_RestrictProfilingToAdminUsers=0" in r.note for r in report.rows)
+    # the second row was not even tried: the first showed the whole side cannot be audited
+    assert not (tmp_path / "run" / "raw" / "audit" / "candidate-prod_r3_c100.log").exists()
+
+
+def test_a_row_whose_calls_fail_is_unaudited_and_the_others_still_judged(task: Path, tmp_path: Path) -> None:
+    candidate = task / "solution" / "kernel.py"
+    candidate.write_text(candidate.read_text() + (
+        "\n_honest = rmsnorm\n\ndef rmsnorm(x, weight, out, eps):\n"
+        "    if x.shape[1] == 100:\n        raise RuntimeError('refuses this row')\n"
+        "    _honest(x, weight, out, eps)\n"))
+    measured = raw_csv(tmp_path / "launches.csv", [5000])
+    rows = [audit.AuditRow("prod_r3_c100", 5.0), audit.AuditRow("prod_r4_c64", 5.2)]
+    report = audit.audit_rows(task, tmp_path / "run", "candidate", rows,
+                              cpu_env(tmp_path, KPREMOTE_FAKE_NCU_RAW=str(measured)), device="cpu", calls=1,
+                              warmup=0)
+    failed, judged = report.rows
+    assert failed.agree is None and "did not finish its calls" in failed.note and "refuses this row" in failed.note
+    assert judged.agree is True and judged.ncu_us == 5.0
+    assert report.status.startswith("partly audited: 1 of 2 rows (the profiled process did not finish its calls")
+
+
+def test_the_runner_hook_audits_both_sides_and_names_the_one_that_disagrees(task: Path, tmp_path: Path) -> None:
+    measured = raw_csv(tmp_path / "launches.csv", [12000] * audit.AUDIT_CALLS)  # one kernel per call
+    request = {"task_dir": str(task), "run_dir": str(tmp_path / "run"), "raw_dir": str(tmp_path / "run" / "audit"),
+               "workload": "prod_r4_c64", "mode": "graph", "harness_us": {"baseline": 12.4, "candidate": 5.0},
+               "env": cpu_env(tmp_path, KPREMOTE_FAKE_NCU_RAW=str(measured)), "device": "cpu", "modules": {}}
+    answer = audit.audit_row(request)
+    assert (answer["agree"], answer["side"], answer["harness_us"], answer["ncu_us"]) == (False, "candidate", 5.0, 12.0)
+    assert answer["sides"]["baseline"]["agree"] is True and answer["cache_control"] == "none"
+    assert answer["status"] == {"baseline": "audited", "candidate": "audited"}
+    report = json.loads((tmp_path / "run" / "audit" / "candidate-prod_r4_c64.ncu-rep").read_text())
+    assert ("--cache-control", "none") in zip(report["argv"], report["argv"][1:])  # graph replays run warm
+    honest = audit.audit_row({**request, "mode": "cold", "harness_us": {"baseline": 12.4, "candidate": 11.5}})
+    assert (honest["agree"], honest["side"], honest["cache_control"]) == (True, "candidate", "all")
+
+
+def test_a_side_is_named_or_refused(task: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="side 'both': allowed: baseline, candidate"):
+        audit.audit_rows(task, tmp_path / "run", "both", [], cpu_env(tmp_path))

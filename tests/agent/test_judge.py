@@ -1,0 +1,96 @@
+"""The judge's side of the boundary: replies are JSON or nothing, seeds need the secret, tensors really are shared.
+
+The whole judge runs in test_runner.py and test_adversarial.py (a real run with real side processes); here are
+the pieces a regression would quietly break.
+"""
+
+from __future__ import annotations
+
+import array
+import os
+import pickle
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+
+from kpremote.agent import channel, guard
+from kpremote.agent.channel import HEADER, MAX_REPLY_BYTES, BadReply, Channel
+from kpremote.agent.judge import SEED_BITS, derive_seed
+
+
+def pair() -> tuple[Channel, Channel]:
+    judge_end, side_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    return Channel(judge_end), Channel(side_end)
+
+
+class Boom:
+    def __reduce__(self):  # what a forged pickle would run in the judge if it were ever unpickled
+        return (Path("/tmp/kp-judge-unpickled").touch, ())
+
+
+def test_a_side_reply_is_json_or_refused_never_unpickled() -> None:
+    judge, side = pair()
+    side.send_reply({"ok": True, "us": 12.5})
+    assert judge.recv_reply() == {"ok": True, "us": 12.5}
+    Path("/tmp/kp-judge-unpickled").unlink(missing_ok=True)
+    side._send_frame(pickle.dumps(Boom()), [])
+    with pytest.raises(BadReply, match="not JSON"):
+        judge.recv_reply()
+    assert not Path("/tmp/kp-judge-unpickled").exists()
+    side._send_frame(b"[1, 2]", [])
+    with pytest.raises(BadReply, match="not an object"):
+        judge.recv_reply()
+
+
+def test_an_oversized_reply_is_refused_before_it_is_read() -> None:
+    judge, side = pair()
+    side.sock.sendall(HEADER.pack(MAX_REPLY_BYTES + 1, 0))
+    with pytest.raises(BadReply, match=f"at most {MAX_REPLY_BYTES}"):
+        judge.recv_reply()
+
+
+def test_descriptors_a_side_attaches_are_closed_unread() -> None:
+    judge, side = pair()
+    read_end, write_end = os.pipe()
+    before = len(os.listdir("/proc/self/fd"))
+    payload = b'{"ok": true}'
+    side.sock.sendmsg([HEADER.pack(len(payload), 1)],
+                      [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [write_end]))])
+    side.sock.sendall(payload)
+    assert judge.recv_reply() == {"ok": True}
+    assert len(os.listdir("/proc/self/fd")) == before  # the received copy was closed
+    os.close(read_end)
+    os.close(write_end)
+
+
+def test_commands_carry_shared_cpu_tensors_with_their_layout() -> None:
+    judge, side = pair()
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    view = base[:, 1:4]  # a strided view with an offset: the side must see the same layout
+    shared, handle = channel.share_cpu_tensor(view)
+    keep, fds = [(shared, handle)], []
+    judge.send_command({"op": "case", "inputs": channel.encode_values({"x": shared, "eps": 1e-6}, fds, keep)}, fds)
+    command, received = side.recv_command()
+    seen = channel.decode_values(command["inputs"], received)
+    assert seen["eps"] == 1e-6 and torch.equal(seen["x"], view) and seen["x"].stride() == view.stride()
+    seen["x"].fill_(-1.0)  # the side writes; the judge's view is the same memory
+    assert bool((shared == -1.0).all())
+    for fd in received:
+        os.close(fd)
+    os.close(handle.fd)
+
+
+def test_seeds_need_the_secret() -> None:
+    one, other = os.urandom(32), os.urandom(32)
+    seed = derive_seed(one, "row", "timing", 0)
+    assert seed == derive_seed(one, "row", "timing", 0) and 0 <= seed < 2**SEED_BITS
+    assert len({derive_seed(one, "row", "timing", k) for k in range(8)}) == 8
+    assert seed not in {derive_seed(other, "row", "timing", 0), derive_seed(one, "row", "correctness", 0),
+                        derive_seed(one, "row2", "timing", 0)}
+
+
+def test_the_thread_count_is_read_from_outside() -> None:
+    assert guard.thread_count(os.getpid()) == len(os.listdir("/proc/self/task"))
+    assert guard.thread_count(2**22 + 12345) is None

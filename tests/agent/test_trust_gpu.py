@@ -1,0 +1,96 @@
+"""The judge's GPU paths, on a real GPU: CUDA IPC from a pool per side, the judge's L2 flush and persisting-L2
+reset, graph mode with checked replays, the floors. Skipped where torch has no GPU (the CPU runs of the same
+judge are test_runner.py and test_adversarial.py); run on the lent GPU host with
+
+    PYTHONPATH=$PWD python -m pytest -x -q tests/agent/test_trust_gpu.py
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from agent.test_runner import FIXTURES, agent_env, copy_fixture, results_of, rows_by_id
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the lent GPU host)")
+
+LAZY_CANDIDATE = '''
+import torch
+from .honest import rmsnorm as honest_rmsnorm
+
+_seen = set()
+
+
+def rmsnorm(x, weight, out, eps):
+    """Correct the first time it sees an output address, then does nothing (issue 11's first attack)."""
+    if out.data_ptr() not in _seen:
+        _seen.add(out.data_ptr())
+        honest_rmsnorm(x, weight, out, eps)
+'''
+
+
+def gpu_run(task: Path, run_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "kpremote.agent.runner", "--task-dir", str(task), "--run-dir", str(run_dir),
+               "--device", "cuda", "--root", str(run_dir.parent / "root"), "--audit", "off", *args]
+    return subprocess.run(command, env=agent_env(), capture_output=True, text=True, timeout=900)
+
+
+def test_flush_probe_and_persisting_reset() -> None:
+    from kpremote.agent import timing
+
+    assert timing.reset_persisting_l2() is None
+    probe = timing.flush_probe()
+    assert probe["evicts"], probe
+
+
+@pytest.mark.parametrize("mode", ["cold", "graph"])
+def test_an_honest_candidate_passes_with_checked_samples(tmp_path: Path, mode: str) -> None:
+    task = copy_fixture(tmp_path)
+    done = gpu_run(task, tmp_path / "run", "--mode", mode)
+    assert done.returncode == 0, done.stderr
+    results = results_of(tmp_path / "run")
+    prov = results["provenance"]
+    assert prov["audit"] == "unaudited: --no-audit" and prov["gpu_readings"] == "nvml"
+    assert prov["l2_flush_probe"]["evicts"] and prov["l2_copy_bandwidth"]["gbps"] > prov["copy_bandwidth"]["gbps"]
+    for row in results["rows"]:
+        assert row["status"] == "PASSED" and not row.get("invalid"), row
+        assert row["checks"]["memory_isolation"] == "a CUDA memory pool per side"
+        assert row["checks"]["checked_samples"]["candidate"] >= 1
+        assert row["timing"]["mode"] == mode and (row["timing"]["calls_per_sample"] > 1) == (mode == "graph")
+    assert results["headline"]["geomean"] is not None
+
+
+def test_a_copy_of_the_baseline_is_same(tmp_path: Path) -> None:
+    task = copy_fixture(tmp_path)
+    shutil.copy(task / "baseline" / "kernel.py", task / "solution" / "kernel.py")
+    assert gpu_run(task, tmp_path / "run").returncode == 0
+    assert {r["verdict"]["verdict"] for r in results_of(tmp_path / "run")["rows"]} == {"SAME"}
+
+
+@pytest.mark.parametrize("mode", ["cold", "graph"])
+def test_correct_once_per_address_then_idle_is_incorrect(tmp_path: Path, mode: str) -> None:
+    task = copy_fixture(tmp_path)
+    (task / "solution" / "kernel.py").rename(task / "solution" / "honest.py")
+    (task / "solution" / "kernel.py").write_text(LAZY_CANDIDATE)
+    done = gpu_run(task, tmp_path / "run", "--mode", mode)
+    assert done.returncode == 1
+    for row in results_of(tmp_path / "run")["rows"]:
+        assert row["status"] == "INCORRECT" and "changed behaviour during timing" in row["message"], row["message"]
+    assert results_of(tmp_path / "run")["headline"]["geomean"] is None
+
+
+def test_work_on_a_side_stream_is_implausible(tmp_path: Path) -> None:
+    task = copy_fixture(tmp_path)
+    (task / "solution" / "kernel.py").rename(task / "solution" / "honest.py")
+    shutil.copy(FIXTURES / "adversarial" / "side_stream.py", task / "solution" / "kernel.py")
+    shutil.copy(FIXTURES / "adversarial" / "side_stream.toml", task / "bench" / "workloads.toml")
+    for mode in ("cold", "graph"):
+        run_dir = tmp_path / f"run-{mode}"
+        assert gpu_run(task, run_dir, "--mode", mode).returncode == 1
+        for row in rows_by_id(run_dir).values():
+            assert row["status"] == "INCORRECT" and row.get("implausible"), (mode, row["workload"], row["message"])

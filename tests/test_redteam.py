@@ -1,0 +1,142 @@
+"""The red team (tests/fixtures/redteam): every attack that needs no GPU goes through the real `inv check`, and its
+verdict, exit code and headline must be the ones attacks.toml expects. The GPU attacks run in
+benchmarks/gpu/redteam.sh; here only their folders and the manifest's shape are checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from rig import REPO, run_inv
+
+sys.path.insert(0, str(REPO / "tests" / "fixtures" / "redteam"))
+import redteam_kit as kit  # noqa: E402
+
+ATTACKS = kit.load_attacks()
+CPU_ATTACKS = [a for a in ATTACKS if not a.gpu]
+
+# The attack classes of issue 11, item 7, and the two controls: each must have at least one fixture.
+ISSUE_CLASSES = (
+    "side stream", "background thread", "lazy", "tensor subclass", "timer", "forging the result channel",
+    "geomean", "persisting-L2", "phase detection", "graph", "precision drop", "keyed by pointer",
+    "keyed by content", "keyed by shape", "freed reference memory", "input mutation", "via gc", "via frames",
+    "NaN", "==/allclose", "re-deriving the seed", "hard-coded shapes", "near-zero", "never launches",
+    "partial block writes", "try/except fallback", "precompute at import", "torch.py", "obfuscated self-build",
+    "monkey-patching", "control: a fast correct candidate", "control: candidate == baseline",
+)
+
+
+# The checks start together (a few at a time) when the first one is asked for: one `inv check` is mostly process
+# start-up and imports, so overlapping them keeps the whole suite within a few minutes on two cores.
+PARALLEL_CHECKS = min(4, (os.cpu_count() or 2) + 1)
+TEST_NAME = "test_attack_through_inv_check"
+
+
+def _inv_check(attack: kit.Attack, project: Path) -> tuple[subprocess.CompletedProcess, dict[str, Any] | None]:
+    """`inv check --task redteam_<attack>` in a project folder of its own; its results.json if it wrote one."""
+    kit.assemble(attack, project / "kernels")
+    result = run_inv("check", "--task", attack.task_name, cwd=project, timeout=600)
+    found = sorted((project / "kernels" / attack.task_name / "results" / "check").glob("*/summary/results.json"))
+    return result, json.loads(found[-1].read_text()) if found else None
+
+
+@pytest.fixture(scope="module")
+def inv_checks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future]]:
+    selected = {item.callspec.params["attack"].id for item in request.session.items
+                if getattr(item, "originalname", None) == TEST_NAME and hasattr(item, "callspec")}
+    root = tmp_path_factory.mktemp("redteam")
+    with ThreadPoolExecutor(PARALLEL_CHECKS) as pool:
+        yield {a.id: pool.submit(_inv_check, a, root / a.id) for a in CPU_ATTACKS if a.id in selected}
+
+
+@pytest.mark.parametrize("attack", CPU_ATTACKS, ids=[a.id for a in CPU_ATTACKS])
+def test_attack_through_inv_check(attack: kit.Attack, inv_checks: dict[str, Future]) -> None:
+    result, results = inv_checks[attack.id].result()
+    console = result.stdout + result.stderr
+    outcome = kit.classify(results, None if results else result.returncode, console)
+    caught, why = kit.judge(attack, outcome, gpu=False)
+    assert caught, f"{attack.id}: {why}; rows {outcome.rows}\n{console[-2500:]}"
+    if attack.expected in kit.FAILURES:
+        assert result.returncode != 0, console[-2500:]
+    else:
+        assert result.returncode == 0, console[-2500:]
+
+
+def test_every_issue_class_has_a_fixture() -> None:
+    classes = " | ".join(a.attack_class for a in ATTACKS)
+    missing = [name for name in ISSUE_CLASSES if name.lower() not in classes.lower()]
+    assert not missing, f"attacks.toml has no fixture for: {missing}"
+
+
+def test_every_assembled_attack_is_a_valid_task(tmp_path: Path) -> None:
+    """The contract accepts every attack's folder (a refusal must come from a defence, not from a broken fixture)."""
+    from kpremote.agent.taskspec import load_task
+
+    for attack in ATTACKS:
+        task = kit.assemble(attack, tmp_path / "kernels")
+        spec = load_task(task)
+        assert spec.task.name == attack.task_name
+        assert (task / "solution" / "honest.py").is_file() and (task / "solution" / "same.py").is_file()
+        assert {w.id for w in spec.smoke_rows()} == {"tiny"}
+        rows = (attack.workloads or kit.DEFAULT_GPU_WORKLOADS).split(",")
+        assert {w.id for w in spec.select(rows)} == set(rows)
+
+
+def test_a_malformed_manifest_is_refused_with_the_attack_and_field(tmp_path: Path) -> None:
+    manifest = tmp_path / "attacks.toml"
+    manifest.write_text('[[attack]]\nid = "control_fast"\nclass = "c"\ndescription = "d"\nexpected = "FINE"\n'
+                        'gpu = false\ndefence = "x"\n')
+    with pytest.raises(ValueError, match=r"attack 'control_fast': expected = 'FINE'; allowed: INCORRECT"):
+        kit.load_attacks(manifest)
+    manifest.write_text('[[attack]]\nid = "nowhere"\nclass = "c"\ndescription = "d"\nexpected = "SAME"\n'
+                        'gpu = false\ndefence = "x"\n')
+    with pytest.raises(ValueError, match=r"nowhere/solution/kernel.py is missing"):
+        kit.load_attacks(manifest)
+
+
+def _results(*rows: dict, exit_code: int, geomean: float | None = None) -> dict:
+    return {"exit_code": exit_code, "rows": list(rows), "headline": {"geomean": geomean}, "message": None}
+
+
+def test_classify_and_judge_read_a_run_as_the_manifest_means_it() -> None:
+    by_id = {a.id: a for a in ATTACKS}
+    passed = {"workload": "mid", "status": "PASSED", "speedup": 1.6}
+    cheat = kit.classify(_results(passed, exit_code=0, geomean=1.6), 0)
+    assert cheat.verdict == "PASSED"
+    assert kit.judge(by_id["patch_compare"], cheat, gpu=False) == (False, "verdict PASSED, expected INCORRECT")
+
+    wrong = {"workload": "mid", "status": "INCORRECT", "message": "candidate output 'out' is wrong"}
+    caught = kit.classify(_results(wrong, exit_code=1), 1)
+    assert (caught.verdict, kit.judge(by_id["patch_compare"], caught, gpu=False)) == ("INCORRECT", (True, ""))
+    with_headline = kit.classify(_results(wrong, passed, exit_code=1, geomean=3.4), 1)
+    assert kit.judge(by_id["patch_compare"], with_headline, gpu=False)[1] == \
+        "a speedup headline was reported for a failing run"
+    printed = kit.classify(_results(wrong, exit_code=1), 1, "**Headline:** geometric-mean speedup **99.000×**")
+    assert not kit.judge(by_id["forge_result"], printed, gpu=False)[0]
+
+    implausible = {"workload": "mid", "status": "INCORRECT", "implausible": "candidate: implausible: 2.1x copy"}
+    assert kit.classify(_results(implausible, exit_code=1), 1).verdict == "implausible"
+    invalid = {**passed, "invalid": "ncu 20.1 us, harness 10.0 us"}
+    assert kit.classify(_results(invalid, exit_code=1), 1).verdict == "INVALID"
+    assert kit.classify(_results(exit_code=2), 2).verdict == "refused"
+
+    faster = kit.classify(_results({**passed, "verdict": "FASTER"}, exit_code=0, geomean=1.6), 0)
+    assert faster.verdict == "FASTER"
+    assert not kit.judge(by_id["control_same"], faster, gpu=False)[0]
+    assert kit.judge(by_id["control_fast"], faster, gpu=True) == (True, "")
+    same = kit.classify(_results({**passed, "verdict": "SAME"}, {**passed, "verdict": "SAME"}, exit_code=0), 0)
+    assert same.verdict == "SAME" and kit.judge(by_id["control_same"], same, gpu=True) == (True, "")
+    mixed = kit.classify(_results({**passed, "verdict": "SAME"}, {**passed, "verdict": "SLOWER"}, exit_code=0), 0)
+    assert mixed.verdict == "SLOWER"
+    assert kit.judge(by_id["try_except_fallback"], mixed, gpu=True) == (True, "")
+    assert not kit.judge(by_id["try_except_fallback"], faster, gpu=True)[0]
+    assert kit.judge(by_id["try_except_fallback"], faster, gpu=False) == (True, "")  # smoke timings prove nothing
+    assert not kit.judge(by_id["control_same"], mixed, gpu=True)[0]
