@@ -16,8 +16,8 @@ HARNESS_VERSION = "2.0"  # 2.0: process boundary (judge + one process per side),
 AGENT_DIR = Path(__file__).resolve().parent
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 HARNESS_FILES = (
-    "build.py", "channel.py", "contract.py", "correctness.py", "harness.py", "judge.py", "report.py", "runner.py",
-    "side.py", "stats.py", "taskspec.py", "timing.py", "worker.py",
+    "build.py", "channel.py", "contract.py", "correctness.py", "guard.py", "harness.py", "judge.py", "report.py",
+    "runner.py", "side.py", "stats.py", "taskspec.py", "timing.py", "worker.py",
 )
 
 

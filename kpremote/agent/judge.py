@@ -350,8 +350,10 @@ class Judge:
         sampler = Sampler(self, cases, mode)
         if mode == "graph":
             sampler.capture_graphs()
-        sampler.prime()
+        # Counted before the first sample command: a side that recognises a timed call and starts a thread then
+        # is seen, however early (the correctness calls and the warm-up have run every other code path).
         threads_before = {side: self.sides[side].threads() for side in SIDES}
+        sampler.prime()
         pair = sampler.run(settings, head_start)
         threads_after = {side: self.sides[side].threads() for side in SIDES}
         sampler.final_checks()
@@ -473,7 +475,7 @@ class Sampler:
         return elapsed
 
     def prime(self) -> None:
-        """One untimed sample per side and case: every code path the loop takes has run once before it is watched."""
+        """One untimed sample per side and case, so first-use costs (event creation, graph upload) stay out."""
         for side in SIDES:
             for case in self.cases:
                 self._timed(side, case)

@@ -180,7 +180,7 @@ def _context_lines(prov: dict[str, Any]) -> list[str]:
         lines.append(f"- source: {where}; solution sha256 {source.get('solution_sha256')}")
     pinned = prov.get("pinned") or {}
     if pinned:
-        lines.append(f"- pinned: bench/ sha256 {pinned.get('bench_sha256')}; task.toml sha256 "
+        lines.append(f"{PINNED_LINE_PREFIX} {pinned.get('bench_sha256')}; task.toml sha256 "
                      f"{pinned.get('task_toml_sha256')}")
     if prov.get("gpu_readings") or prov.get("audit"):
         lines.append(f"- GPU readings from: {prov.get('gpu_readings')}; audit: {prov.get('audit')}")
@@ -196,6 +196,20 @@ def _context_lines(prov: dict[str, Any]) -> list[str]:
 
 
 HARNESS_LINE_PREFIX = "- harness: kpremote agent"
+PINNED_LINE_PREFIX = "- pinned: bench/ sha256"
+
+
+def pinned_staleness(results_md: str, task_dir: Path) -> list[str]:
+    """Sentences for each pinned input (bench/, task.toml) that changed since results.md was measured."""
+    now = harness.pinned_inputs(task_dir)
+    for line in results_md.splitlines():
+        if line.startswith(PINNED_LINE_PREFIX):
+            words = line[len(PINNED_LINE_PREFIX):].replace(";", " ").split()
+            then = {"bench_sha256": words[0] if words else None, "task_toml_sha256": words[-1] if len(words) > 1 else None}
+            return [f"{label} changed since these results were measured ({then[key][:12]} -> {(now[key] or 'none')[:12]})"
+                    for key, label in (("bench_sha256", "bench/"), ("task_toml_sha256", "task.toml"))
+                    if then[key] and then[key] != now[key]]
+    return ["bench/ and task.toml were not recorded with these results"]
 
 
 def harness_line(record: dict[str, Any]) -> str:

@@ -158,6 +158,11 @@ def test_summary_and_raw_files(smoke_run: tuple[Path, subprocess.CompletedProces
     assert report.harness_staleness(markdown) is None  # measured by this very harness
     older = markdown.replace(harness.harness_digest(), "0" * 64)
     assert report.harness_staleness(older).startswith("measured by an older harness (version")
+    task = run_dir.parents[1] / "tiny_rmsnorm"
+    assert report.pinned_staleness(markdown, task) == []
+    changed = markdown.replace(harness.pinned_inputs(task)["task_toml_sha256"], "f" * 64)
+    assert report.pinned_staleness(changed, task) == ["task.toml changed since these results were measured "
+                                                      "(ffffffffffff -> " + harness.pinned_inputs(task)["task_toml_sha256"][:12] + ")"]
     assert all(f"| `{w}` |" in markdown for w in ("prod_r4_c64", "prod_r3_c100", "grid_r1_c33"))
     assert "row 3/3 `grid_r1_c33`: PASSED" in (run_dir / "summary" / "run_log.md").read_text()
     samples = [json.loads(line) for line in (run_dir / "raw" / "samples.jsonl").read_text().splitlines()]
