@@ -9,7 +9,7 @@ from typing import Optional
 
 from invoke import Collection
 
-from . import view
+from . import options, view
 from .cli import EXIT_FAILED, EXIT_USAGE, command, finish, print_json
 from .config import load_inventory
 
@@ -45,9 +45,10 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
     """Every GPU of every host, queried in parallel through NVML: memory, util, clocks, processes, lease, idle verdict."""
     from . import gpustatus
 
+    watch = options.watch_seconds(watch)
     selected = load_inventory(hosts).select(host)
     if watch:
-        _watch_gpus(selected, float(watch))
+        _watch_gpus(selected, watch)
         return
     reports = gpustatus.gpu_status(selected)
     if json:
@@ -68,7 +69,7 @@ def _watch_gpus(selected, seconds: float) -> None:
                 time.sleep(seconds)
                 live.update(view.gpu_table(gpustatus.gpu_status(selected)), refresh=True)
     except KeyboardInterrupt:
-        pass
+        raise  # exit 130, as for every Ctrl-C (cli.py)
 
 
 @command(help={"host": "the host whose key to accept", "fingerprint": "the SHA256:... fingerprint you verified",
@@ -122,19 +123,13 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
     from .launch import launch
     from .runs import RunOptions
 
-    options = RunOptions(gpu=gpu, wait=_wait_seconds(wait), workloads=workloads, mode=mode, device=device)
-    outcomes = launch(load_inventory(hosts).select(host), task.split(","), KERNELS, options,
-                      detach=detach, as_json=json)
+    tasks, mode, ids = options.task_names(task), options.mode(mode), options.workload_ids(workloads)
+    options.check_tasks(KERNELS, tasks, timing_mode=mode, workloads=ids)
+    run_options = RunOptions(gpu=options.gpu(gpu), wait=options.wait_seconds(wait),
+                             workloads=",".join(ids) if ids else None, mode=mode, device=options.device(device))
+    outcomes = launch(load_inventory(hosts).select(host), tasks, KERNELS, run_options, detach=detach, as_json=json)
     refused = any(o.status == "not started" for o in outcomes)  # the host refused a start: as before, exit 2
     finish(all(o.ok for o in outcomes), code=EXIT_USAGE if refused else EXIT_FAILED)
-
-
-def _wait_seconds(wait) -> Optional[float]:
-    if wait in (None, False):
-        return None
-    if wait is True or wait == "":
-        return 24 * 3600.0
-    return float(wait)
 
 
 @command(help={"host": "host name or group (default: every host)", "hosts": HOSTS_HELP, "json": "print JSON",
@@ -253,9 +248,12 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
         from .errors import KpremoteError
 
         raise KpremoteError(f"--host {host} names {len(selected)} hosts; a profile runs on one: name that host")
-    request = ProfileRequest(side=side, section_set=set, kernel=kernel, warmup=int(warmup), calls=int(calls))
-    outcome = run_profile(selected[0], task, workload, request, KERNELS, wait=_wait_seconds(wait), detach=detach,
-                          quiet=json or detach)
+    request = ProfileRequest(side=side, section_set=set, kernel=kernel,
+                             warmup=options.whole_number("--warmup", warmup, minimum=0, maximum=100),
+                             calls=options.whole_number("--calls", calls, minimum=1, maximum=100))
+    options.check_tasks(KERNELS, [task], timing_mode=None, workloads=[workload])
+    outcome = run_profile(selected[0], task, workload, request, KERNELS, wait=options.wait_seconds(wait),
+                          detach=detach, quiet=json or detach)
     if json:
         print_json(outcome.model_dump())
     else:

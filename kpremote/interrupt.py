@@ -1,0 +1,168 @@
+"""Ctrl-C at the terminal: one press cancels on its host everything this client started, and exits 130 in 2 s.
+
+The model (docs/architecture.md, "Interruptions"):
+- every run id is chosen by the client and registered here *before* its start is sent, so a Ctrl-C at any moment
+  (connecting, syncing, starting, waiting for a GPU, following) knows what may exist on which host;
+- the first SIGINT raises KeyboardInterrupt in the main thread; the command wrapper (cli.py) then closes the
+  registry (no new start goes out), cancels every registered run in parallel, each on a fresh connection, with
+  `cancel --pending` (a start still on its way refuses to begin) and a short SIGTERM grace, within
+  CANCEL_BUDGET_S, prints what happened to each run id, and exits 130;
+- later presses are noted and ignored, so a second Ctrl-C cannot cut the cancels short;
+- work threads are daemons and a watchdog ends the process if anything still holds it: the exit never waits.
+The host side backs this up: a start whose client vanished stops by itself before its runner begins.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from .config import Host
+from .errors import KpremoteError
+
+CANCEL_BUDGET_S = 1.6
+"""How long the cancels may take, all together: connect, cancel on the host, answer."""
+HOST_GRACE_S = 0.5
+"""SIGTERM to SIGKILL on the host, for a cancel made by Ctrl-C (`inv cancel` gives a run longer)."""
+EXIT_WATCHDOG_S = 0.3
+
+
+class Stopping(KpremoteError):
+    """Ctrl-C was pressed: nothing new may be started."""
+
+    def __init__(self) -> None:
+        super().__init__("interrupted before it started")
+
+
+@dataclass(frozen=True, eq=False)
+class Registered:
+    host: Host
+    task: str
+    run_id: str
+
+
+class Registry:
+    """The run ids this client may have brought into being on hosts and not yet seen end."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[tuple[str, str], Registered] = {}
+        self.closed = False
+
+    def add(self, host: Host, task: str, run_id: str) -> Registered:
+        with self._lock:
+            if self.closed:
+                raise Stopping()
+            entry = Registered(host, task, run_id)
+            self._runs[(host.name, run_id)] = entry
+            return entry
+
+    def discard(self, host_name: str, run_id: str) -> None:
+        with self._lock:
+            self._runs.pop((host_name, run_id), None)
+
+    def close(self) -> list[Registered]:
+        """No more starts; what is registered now is what a Ctrl-C must cancel."""
+        with self._lock:
+            self.closed = True
+            return list(self._runs.values())
+
+    def reopen(self) -> None:
+        with self._lock:
+            self.closed = False
+            self._runs.clear()
+
+
+REGISTRY = Registry()
+
+
+class SigintHandler:
+    """The first Ctrl-C raises KeyboardInterrupt; every later one only says that the cancels are under way."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.pressed = 0
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.pressed += 1
+        if self.pressed == 1:
+            raise KeyboardInterrupt
+        self.say("still cancelling what was started (a few seconds at most) ...")
+
+
+def install(say: Callable[[str], None]) -> Optional[SigintHandler]:
+    """Take over SIGINT for this command (main thread only; elsewhere Python's default stays)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    handler = SigintHandler(say)
+    signal.signal(signal.SIGINT, handler)
+    return handler
+
+
+def cancel_registered(say: Callable[[str], None], registry: Registry = REGISTRY,
+                      budget_s: float = CANCEL_BUDGET_S) -> list[str]:
+    """Cancel every registered run on its host, in parallel, within budget_s; one line said per run id."""
+    entries = registry.close()
+    results: dict[Registered, str] = {}
+    threads = [threading.Thread(target=_cancel_one, args=(entry, results), daemon=True, name="kpremote-cancel")
+               for entry in entries]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + budget_s
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    lines = []
+    for entry in entries:
+        line = results.get(entry) or (
+            f"run {entry.run_id} on {entry.host.name}: its cancel was not confirmed within {budget_s:g} s; check "
+            f"with: inv cancel --host {entry.host.name} --run {entry.run_id}")
+        lines.append(line)
+        say(line)
+    return lines
+
+
+def _cancel_one(entry: Registered, results: dict) -> None:
+    from .runs import RunSession, cancel_run
+
+    session = None
+    try:
+        session = RunSession(entry.host)
+        answer = cancel_run(session, entry.task, entry.run_id, pending=True, grace_s=HOST_GRACE_S)
+        results[entry] = _describe(entry, answer)
+    except Exception as exc:  # noqa: BLE001 - whatever went wrong is said in the run's one line
+        results[entry] = (f"could not cancel run {entry.run_id} on {entry.host.name}: {exc}; check with: "
+                          f"inv cancel --host {entry.host.name} --run {entry.run_id}")
+    finally:
+        if session is not None:
+            session.close()
+
+
+def _describe(entry: Registered, answer: dict) -> str:
+    state = answer.get("state") or {}
+    where = f"run {entry.run_id} on {entry.host.name}"
+    if not answer.get("cancelled"):
+        return f"{where} had already ended ({state.get('status', '?')})"
+    if state.get("phase") == "never started":
+        return f"cancelled {where} before it began: its start will not run"
+    if not state.get("pgid"):
+        return f"cancelled {where} before its runner began: nothing runs, no GPU is leased"
+    return f"cancelled {where}: its processes are gone and its GPU lease is released"
+
+
+def exit_now_after(seconds: float, code: int) -> None:
+    """A watchdog: if something (a thread, a stuck flush) still holds the process after `seconds`, leave anyway."""
+
+    def leave() -> None:
+        time.sleep(seconds)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+    threading.Thread(target=leave, daemon=True, name="kpremote-exit").start()
