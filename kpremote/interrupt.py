@@ -20,10 +20,12 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from .config import Host
 from .errors import KpremoteError
+
+if TYPE_CHECKING:
+    from .config import Host
 
 CANCEL_BUDGET_S = 1.6
 """How long the cancels may take, all together: connect, cancel on the host, answer."""
@@ -41,7 +43,7 @@ class Stopping(KpremoteError):
 
 @dataclass(frozen=True, eq=False)
 class Registered:
-    host: Host
+    host: "Host"
     task: str
     run_id: str
 
@@ -54,7 +56,7 @@ class Registry:
         self._runs: dict[tuple[str, str], Registered] = {}
         self.closed = False
 
-    def add(self, host: Host, task: str, run_id: str) -> Registered:
+    def add(self, host: "Host", task: str, run_id: str) -> Registered:
         with self._lock:
             if self.closed:
                 raise Stopping()
@@ -93,6 +95,18 @@ class SigintHandler:
         if self.pressed == 1:
             raise KeyboardInterrupt
         self.say("still cancelling what was started (a few seconds at most) ...")
+
+
+def install_early() -> None:
+    """Until a command runs, nothing has been started: a Ctrl-C then just leaves, with 130 (not Invoke's 1)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _leave_at_once)
+
+
+def _leave_at_once(signum: int, frame: Any) -> None:
+    sys.stderr.write("error: interrupted (nothing was started)\n")
+    sys.stderr.flush()
+    os._exit(130)
 
 
 def install(say: Callable[[str], None]) -> Optional[SigintHandler]:

@@ -9,7 +9,11 @@ from typing import Optional
 
 from invoke import Collection
 
-from . import options, view
+from . import interrupt
+
+interrupt.install_early()  # before the slower imports below: Ctrl-C from the first moment kpremote is loaded
+
+from . import options, view  # noqa: E402
 from .cli import EXIT_FAILED, EXIT_USAGE, command, finish, print_json
 from .config import load_inventory
 
