@@ -240,8 +240,8 @@ def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
           "SECONDS) instead of failing", "json": "print the outcome as JSON"},
     optional=["wait"],
 )
-def profile(c, task, workload, host="local", hosts=None, side="both", set="basic", kernel=None, warmup=3, calls=3,
-            detach=False, wait=None, json=False):
+def profile(c, task, workload, host="local", hosts=None, side="both", set="basic", kernel=None, warmup=None,
+            calls=None, detach=False, wait=None, json=False):
     """Nsight Compute on the host: gate the workload, profile each side under ncu, bring back profile.md/.csv."""
     from .agent.ncu import ProfileRequest
     from .profiling import profile as run_profile
@@ -253,8 +253,10 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
 
         raise KpremoteError(f"--host {host} names {len(selected)} hosts; a profile runs on one: name that host")
     request = ProfileRequest(side=side, section_set=set, kernel=kernel,
-                             warmup=options.whole_number("--warmup", warmup, minimum=0, maximum=100),
-                             calls=options.whole_number("--calls", calls, minimum=1, maximum=100))
+                             warmup=options.whole_number("--warmup", 3 if warmup is None else warmup, minimum=0,
+                                                         maximum=100),
+                             calls=options.whole_number("--calls", 3 if calls is None else calls, minimum=1,
+                                                        maximum=100))
     options.check_tasks(KERNELS, [task], timing_mode=None, workloads=[workload])
     outcome = run_profile(selected[0], task, workload, request, KERNELS, wait=options.wait_seconds(wait),
                           detach=detach, quiet=json or detach)
