@@ -68,7 +68,10 @@ def _delegate(module_name: str, argv: list[str]) -> int:
 def _fail(kind: str, message: str, exit_code: int, subcommand: str) -> int:
     sys.stderr.write(f"kpremote agent {subcommand}: {message}\n")
     if subcommand not in BINARY_STDOUT:
-        _print_json({"error": kind, "message": message})
+        try:
+            _print_json({"error": kind, "message": message})
+        except BrokenPipeError:  # the client is gone (a start that stopped because of it, say): the code says it
+            _quiet_after_client_left()
     return exit_code
 
 
