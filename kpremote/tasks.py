@@ -83,8 +83,7 @@ def trust_host(c, host, fingerprint, hosts=None):
     from .hostkeys import trust
 
     [selected] = load_inventory(hosts).select(host)
-    line = trust(selected, fingerprint)
-    view.console.print(f"added to {selected.known_hosts}: {line}")
+    view.console.print(trust(selected, fingerprint).describe(selected.known_hosts), markup=False)
 
 
 KERNELS = Path("kernels")
