@@ -172,7 +172,9 @@ def _compile_only(spec: TaskSpec, run_dir: Path, side: str, flags: list[str]) ->
     out_dir = build_dir(run_dir, side)
     out_dir.mkdir(parents=True, exist_ok=True)
     for source in spec.build.sources:
-        command = [nvcc, "-std=c++17", *flags, *(f"-I{p}" for p in includes),
+        # The task's own -std if it names one (nvcc refuses two); torch >= 2.10 needs C++20.
+        standard = [] if any(flag.startswith("-std=") for flag in flags) else ["-std=c++17"]
+        command = [nvcc, *standard, *flags, *(f"-I{p}" for p in includes),
                    f"-DTORCH_EXTENSION_NAME={module_name(side)}", "-c", str(spec.side_dir(side) / source),
                    "-o", str(out_dir / (Path(source).name + ".o"))]
         print("$", " ".join(command), flush=True)
