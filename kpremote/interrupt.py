@@ -27,11 +27,11 @@ from .errors import KpremoteError
 if TYPE_CHECKING:
     from .config import Host
 
-CANCEL_BUDGET_S = 1.6
+CANCEL_BUDGET_S = 1.4
 """How long the cancels may take, all together: connect, cancel on the host, answer."""
 HOST_GRACE_S = 0.5
 """SIGTERM to SIGKILL on the host, for a cancel made by Ctrl-C (`inv cancel` gives a run longer)."""
-EXIT_WATCHDOG_S = 0.3
+EXIT_WATCHDOG_S = 0.2
 
 
 class Stopping(KpremoteError):
@@ -46,6 +46,7 @@ class Registered:
     host: "Host"
     task: str
     run_id: str
+    transport: Any = None  # the run's own connection: a cancel on a new channel of it skips a handshake
 
 
 class Registry:
@@ -56,11 +57,11 @@ class Registry:
         self._runs: dict[tuple[str, str], Registered] = {}
         self.closed = False
 
-    def add(self, host: "Host", task: str, run_id: str) -> Registered:
+    def add(self, host: "Host", task: str, run_id: str, transport: Any = None) -> Registered:
         with self._lock:
             if self.closed:
                 raise Stopping()
-            entry = Registered(host, task, run_id)
+            entry = Registered(host, task, run_id, transport)
             self._runs[(host.name, run_id)] = entry
             return entry
 
@@ -123,8 +124,8 @@ def cancel_registered(say: Callable[[str], None], registry: Registry = REGISTRY,
     """Cancel every registered run on its host, in parallel, within budget_s; one line said per run id."""
     entries = registry.close()
     results: dict[Registered, str] = {}
-    threads = [threading.Thread(target=_cancel_one, args=(entry, results), daemon=True, name="kpremote-cancel")
-               for entry in entries]
+    threads = [threading.Thread(target=_cancel_one, args=(entry, results, budget_s), daemon=True,
+                                name="kpremote-cancel") for entry in entries]
     for thread in threads:
         thread.start()
     deadline = time.monotonic() + budget_s
@@ -140,13 +141,22 @@ def cancel_registered(say: Callable[[str], None], registry: Registry = REGISTRY,
     return lines
 
 
-def _cancel_one(entry: Registered, results: dict) -> None:
-    from .runs import RunSession, cancel_run
+def _cancel_one(entry: Registered, results: dict, budget_s: float) -> None:
+    """On a new channel of the run's own connection if it still stands (no handshake: the 2 s hold under load),
+    else on a fresh connection."""
+    from .agentcall import Agent
+    from .runs import RunSession
 
+    args = ["--task", entry.task, "--run", entry.run_id, "--pending", "--grace", str(HOST_GRACE_S)]
     session = None
     try:
-        session = RunSession(entry.host)
-        answer = cancel_run(session, entry.task, entry.run_id, pending=True, grace_s=HOST_GRACE_S)
+        try:
+            if entry.transport is None:
+                raise KpremoteError("no connection to reuse")
+            answer = Agent(entry.host, entry.transport).call_json("cancel", *args, timeout=budget_s)
+        except KpremoteError:
+            session = RunSession(entry.host)
+            answer = session.agent.call_json("cancel", *args, timeout=budget_s)
         results[entry] = _describe(entry, answer)
     except Exception as exc:  # noqa: BLE001 - whatever went wrong is said in the run's one line
         results[entry] = (f"could not cancel run {entry.run_id} on {entry.host.name}: {exc}; check with: "

@@ -101,7 +101,7 @@ def start_run(session: RunSession, task: str, kernels_dir: Path, options: RunOpt
     plan = plan_sync(session.host, scan_task(kernels_dir, task))
     session.agent.transport.connect()
     # From the moment the start may reach the host, a Ctrl-C cancels this run id there (interrupt.py).
-    REGISTRY.add(session.host, task, run_id)
+    REGISTRY.add(session.host, task, run_id, session.agent.transport)
     try:
         result = _call_start(session, [*args, "--sync"], build_sync_request(plan), on_waiting)
         if result.exit_code == NEED_FULL_SYNC:
