@@ -112,7 +112,10 @@ def check_tasks(kernels_dir: Path, tasks: list[str], *, timing_mode: Optional[st
     """Each task exists, its task.toml and workloads.toml hold, and every --workloads id is one of its rows."""
     from .agent import taskspec
     from .launch import require_tasks
+    from .sync import resolve_task_dir
 
+    for task in tasks:
+        resolve_task_dir(kernels_dir, task)  # a name that could point outside kernels/ is refused as such
     require_tasks(kernels_dir, tasks)
     if taskspec.tomllib is None:  # Python 3.10 without tomli: the host checks the task instead
         return
