@@ -10,11 +10,12 @@ import tarfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from .agent.protocol import ExitCode
 from .config import Host
 from .errors import HostError, RemoteCommandError
 from .transport import Completed, Transport
 
-AGENT_MISSING = 97
+AGENT_MISSING = ExitCode.AGENT_MISSING
 """BOOT's exit code when ROOT/agent/HASH is not there (yet): ship, then call again."""
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -99,7 +100,7 @@ class Agent:
             ) from None
 
     def _raise_if_no_python(self, result: Completed) -> None:
-        if result.exit_code == 127:
+        if result.exit_code == ExitCode.NO_PYTHON:
             raise HostError(
                 self.host.name,
                 f"remote python {self.host.python!r} not found ({result.stderr_tail(1)}); "

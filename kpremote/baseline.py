@@ -6,6 +6,10 @@ object store, never from a checkout, so nothing from the upstream is ever run. E
 folder under the task's `.kpremote/` (same filesystem, never synced) and moved into place only once all of it is ready;
 a failure while moving puts back what was there.
 
+The upstream may also be read from a local git snapshot (`source`: a git directory or a checkout, e.g. what a
+mirror tool brought): the ref is resolved there, and the public `repo` URL is what the pin records, with the snapshot
+named as where the bytes were read.
+
 Provenance lands in three places: `baseline/upstream/<path>` (the bytes), `docs/baseline_source.md` (a marked block,
 so text a person wrote around it survives) and task.toml's `[baseline]` table (edited line by line; every other byte of
 the file is kept, and the result is re-parsed to prove only repo/ref/commit/files changed).
@@ -67,25 +71,34 @@ class BaselinePin(BaseModel):
     commit: str
     resolved_at: str  # UTC, ISO 8601
     files: list[BaselineFile]
+    source: str | None = None  # the local git snapshot the files were read from, when not the repo itself
+    committed_at: str | None = None  # the commit's committer date, as git reports it
 
 
-def pin_baseline(task_dir: Path, repo: str, ref: str, files: list[str], force: bool = False) -> BaselinePin:
-    """Resolve ref to a commit of repo, copy exactly `files` at that commit into baseline/upstream/, and record the
-    pin in docs/baseline_source.md and task.toml [baseline]. Refuses to replace an earlier pin unless force."""
+
+
+def pin_baseline(task_dir: Path, repo: str, ref: str, files: list[str], force: bool = False,
+                 source: str | None = None) -> BaselinePin:
+    """Resolve ref to a commit of repo (or of the local snapshot `source` of it), copy exactly `files` at that commit
+    into baseline/upstream/, and record the pin in docs/baseline_source.md and task.toml [baseline]. Refuses to
+    replace an earlier pin unless force."""
     task_dir = Path(task_dir)
     paths = checked_paths(files)
     repo = checked_repo(repo)
+    source = checked_source(source)
     if not ref or ref.startswith("-"):
         raise BaselineError(f"invalid ref {ref!r}: give a branch, a tag or a 40-hex commit")
     toml_path = task_dir / "task.toml"
     toml_text = read_task_toml(toml_path)
     refuse_overwrite(task_dir, toml_text, force)
     with tempfile.TemporaryDirectory(prefix="kpremote-baseline-") as scratch:
-        commit, contents = fetch_files(repo, ref, paths, Path(scratch))
+        commit, contents = fetch_files(source or repo, ref, paths, Path(scratch))
+        committed_at = commit_date(Path(scratch), commit)
     pin = BaselinePin(
         repo=repo, ref=ref, commit=commit, resolved_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         files=[BaselineFile(path=p, sha256=hashlib.sha256(contents[p]).hexdigest(), size=len(contents[p]))
                for p in paths],
+        source=source, committed_at=committed_at,
     )
     new_toml = edit_baseline_table(toml_text, {"repo": repo, "ref": ref, "commit": commit, "files": paths},
                                    toml_path)
@@ -138,6 +151,24 @@ def checked_repo(repo: str) -> str:
     if not repo or repo.startswith("-"):
         raise BaselineError(f"invalid repository URL {repo!r}")
     return repo
+
+
+def checked_source(source: str | None) -> str | None:
+    """A local git snapshot: an existing folder that git recognises as a repository (bare or with a work tree)."""
+    if source is None:
+        return None
+    path = Path(source).expanduser()
+    if not path.is_dir():
+        raise BaselineError(f"--source {source}: no such folder — give a local git repository (a .git folder or a checkout)")
+    inside = git(["rev-parse", "--git-dir"], cwd=path)
+    if inside.returncode:
+        raise BaselineError(f"--source {source}: not a git repository ({last_line(inside.stderr)})")
+    return str(path.resolve())
+
+
+def commit_date(scratch: Path, commit: str) -> str | None:
+    shown = git(["show", "-s", "--format=%cI", commit], cwd=scratch)
+    return (shown.stdout.decode().strip() or None) if shown.returncode == 0 else None
 
 
 def read_task_toml(path: Path) -> str:
@@ -408,7 +439,10 @@ def render_source_block(pin: BaselinePin) -> str:
             f"- Ref: `{pin.ref}`\n"
             f"- Commit: `{pin.commit}`\n"
             f"- Resolved at: {pin.resolved_at} (UTC)\n"
-            f"- Copied, byte for byte, into `{UPSTREAM.as_posix()}/` (same relative paths)\n\n"
+            + (f"- Commit date: {pin.committed_at}\n" if pin.committed_at else "")
+            + (f"- Read from a local git snapshot of it: `{pin.source}` (the ref was resolved there)\n"
+               if pin.source else "")
+            + f"- Copied, byte for byte, into `{UPSTREAM.as_posix()}/` (same relative paths)\n\n"
             "| file | sha256 | bytes |\n"
             "|---|---|---|\n"
             f"{rows}\n"

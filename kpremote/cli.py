@@ -8,7 +8,7 @@ import shlex
 import sys
 from typing import Any, Callable
 
-from invoke import task
+from invoke import Task, task
 from invoke.exceptions import Exit
 
 from . import interrupt
@@ -20,9 +20,24 @@ EXIT_USAGE = 2       # bad input: hosts.toml, an unknown host/task, a refused ke
 EXIT_INTERRUPTED = 130
 
 
-def command(help: dict[str, str] | None = None, **task_kwargs: Any) -> Callable:
+class FlagTask(Task):
+    """A task whose chosen flags also have a one-letter form (gpu-status -p -u -a, as gpustat has)."""
+
+    def __init__(self, *args: Any, short_flags: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.short_flags = short_flags or {}
+
+    def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
+        opts = super().arg_opts(name, default, taken_names)
+        if name in self.short_flags:
+            opts["names"].append(self.short_flags[name])
+        return opts
+
+
+def command(help: dict[str, str] | None = None, short: dict[str, str] | None = None, **task_kwargs: Any) -> Callable:
     """@task with kpremote's error contract: KpremoteError → one line on stderr, exit 2; Ctrl-C → whatever the
-    command started on hosts is cancelled (interrupt.py), exit 130; `inv --dry` → what would run, nothing run."""
+    command started on hosts is cancelled (interrupt.py), exit 130; `inv --dry` → what would run, nothing run.
+    short: {parameter: letter} for the flags that also have a one-letter form."""
 
     def decorate(fn: Callable) -> Any:
         @functools.wraps(fn)
@@ -42,7 +57,7 @@ def command(help: dict[str, str] | None = None, **task_kwargs: Any) -> Callable:
                 interrupt.exit_now_after(interrupt.EXIT_WATCHDOG_S, EXIT_INTERRUPTED)
                 raise Exit(code=EXIT_INTERRUPTED) from None
 
-        return task(wrapper, help=help or {}, auto_shortflags=False, **task_kwargs)
+        return task(wrapper, help=help or {}, auto_shortflags=False, klass=FlagTask, short_flags=short, **task_kwargs)
 
     return decorate
 

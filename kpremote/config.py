@@ -12,6 +12,7 @@ from typing import Any, Iterable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .agent import protocol
 from .errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -19,7 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised only on 3.10
     import tomli as tomllib
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+NAME_PATTERN = f"^{protocol.NAME_PATTERN}$"
 ARCHES = ("b200", "h200", "h100", "auto", "any")
 HOSTS_ENV = "KPREMOTE_HOSTS"
 
@@ -31,9 +32,9 @@ class _Strict(BaseModel):
 class IdlePolicy(_Strict):
     """When a GPU counts as idle (defaults from the users' incident write-up)."""
 
-    max_memory_mib: int = Field(2048, ge=0)
-    max_util_pct: int = Field(5, ge=0, le=100)
-    allow_processes: bool = False
+    max_memory_mib: int = Field(protocol.IdlePolicy.max_memory_mib, ge=0)
+    max_util_pct: int = Field(protocol.IdlePolicy.max_util_pct, ge=0, le=100)
+    allow_processes: bool = protocol.IdlePolicy.allow_processes
 
 
 class _Common(_Strict):
@@ -140,12 +141,14 @@ def _suggestion(word: str, choices: Iterable[str]) -> str:
 
 
 def find_hosts_file(explicit: Optional[str] = None) -> Path:
-    """--hosts FILE, else $KPREMOTE_HOSTS, else ./hosts.toml."""
+    """--hosts FILE, else $KPREMOTE_HOSTS, else the project's hosts.toml (project.py), else the user's."""
+    from .project import default_hosts_file
+
     if explicit:
         return Path(explicit)
     if os.environ.get(HOSTS_ENV):
         return Path(os.environ[HOSTS_ENV])
-    return Path("hosts.toml")
+    return default_hosts_file()
 
 
 def load_inventory(path: Optional[str | Path] = None) -> Inventory:
@@ -153,7 +156,8 @@ def load_inventory(path: Optional[str | Path] = None) -> Inventory:
     try:
         data = tomllib.loads(file.read_text())
     except FileNotFoundError:
-        raise ConfigError(f"{file}: no such hosts file (use --hosts FILE or set {HOSTS_ENV})") from None
+        raise ConfigError(f"{file}: no such hosts file (use --hosts FILE or set {HOSTS_ENV}, run inside a project "
+                          "with a hosts.toml, or write ~/.config/kpremote/hosts.toml)") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from None
     return parse_inventory(data, file)
@@ -178,8 +182,11 @@ LOCAL_ROOT = Path(".kpremote") / "local"
 
 
 def local_remote_root() -> str:
-    """The `local` host's default remote root: .kpremote/local in this checkout (the working folder)."""
-    return str(Path.cwd().resolve() / LOCAL_ROOT)
+    """The `local` host's default remote root: .kpremote/local in this checkout (the project root that holds
+    hosts.toml, found from the working folder; the working folder itself outside any project)."""
+    from .project import find_root
+
+    return str((find_root() or Path.cwd()).resolve() / LOCAL_ROOT)
 
 
 def _resolve(name: str, spec: HostModel, defaults: DefaultsModel) -> Host:

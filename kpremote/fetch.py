@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -17,14 +16,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from .agent.runstate import TERMINAL
+from .agent.atomicfile import write_atomically
+from .agent.protocol import NAME_RULE, TERMINAL, is_name
 from .agentcall import Agent, error_message
 from .config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
 from .safetar import Member, read_members, read_tree, write_members
 from .sync import resolve_task_dir
 
-SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 NEVER_FETCHED = ("raw",)
 MIB = 1024 * 1024
 
@@ -117,11 +116,11 @@ def fetch_one(agent: Agent, task_dir: Path, state: dict[str, Any], host_name: st
 
 def checked_name(name: Any, what: str, host_name: str = "") -> str:
     """Names that become local folder names (run ids come from the host: never trusted to be safe)."""
-    if isinstance(name, str) and SAFE_NAME.fullmatch(name) and name not in (".", ".."):
+    if is_name(name):
         return name
     if host_name:
         raise HostError(host_name, f"sent an unusable {what} {name!r}; refused")
-    raise FetchRefused(f"invalid {what} {name!r}: letters, digits, '.', '_' and '-' only")
+    raise FetchRefused(f"invalid {what} {name!r}: {NAME_RULE}")
 
 
 class SummaryReceiver:
@@ -209,7 +208,7 @@ def refresh_docs(task_dir: Path, fetched: list[FetchReport]) -> None:
     summary_md = newest.path / "results.md"
     if newest.run_id >= newest_fetched_run(task_dir) and summary_md.is_file() and not summary_md.is_symlink():
         header = f"_Fetched from host `{newest.host}`, run `{newest.run_id}`, at {now} by kpremote._\n\n"
-        write_text_atomically(docs / "results.md", header + summary_md.read_text(errors="replace"))
+        write_atomically(docs / "results.md", header + summary_md.read_text(errors="replace"))
 
 
 def is_timing_run(summary: Path) -> bool:
@@ -232,13 +231,17 @@ def append_run_log(path: Path, fetched: list[FetchReport], now: str) -> None:
     lines = [run_log_line(r, now) for r in sorted(fetched, key=lambda r: r.run_id) if _marker(r) not in existing]
     if lines:
         start = "" if existing else "# Run log\n\n"
-        write_text_atomically(path, existing + ("\n" if existing and not existing.endswith("\n") else "")
+        write_atomically(path, existing + ("\n" if existing and not existing.endswith("\n") else "")
                               + start + "".join(lines))
 
 
 def run_log_line(report: FetchReport, now: str) -> str:
+    """A sentence a person reads: `- results/h/ID/ · passed · headline 1.024x (0.99–1.06) over 3 of 3 production rows
+    · fetched ...`."""
+    from .view import headline_text
+
     headline = report.headline if isinstance(report.headline, str) or report.headline is None \
-        else json.dumps(report.headline, separators=(",", ":"), default=str)
+        else f"headline {headline_text(report.headline)}" if isinstance(report.headline, dict) else str(report.headline)
     detail = f" · {headline}" if headline else ""
     return f"- {_marker(report)} · {report.run_status}{detail} · fetched {now}\n"
 
@@ -246,10 +249,3 @@ def run_log_line(report: FetchReport, now: str) -> str:
 def _marker(report: FetchReport) -> str:
     """The run's place under results/: unique per (host, run), so a re-fetch never adds a second line."""
     return f"results/{report.host}/{report.run_id}/"
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)

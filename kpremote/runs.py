@@ -16,19 +16,19 @@ from typing import Any, Callable, Optional
 
 from pydantic import BaseModel
 
+from .agent.protocol import TERMINAL, ExitCode
 from .agentcall import Agent, error_message
 from .config import Host
-from .agent.runstate import TERMINAL
 from .errors import HostError, KpremoteError, RemoteCommandError
 from .interrupt import REGISTRY
 from .sync import build_sync_request, have_listing, plan_sync, record_synced, scan_task, sync_task
 from .transport import Completed, open_transport
 
-NO_IDLE_GPU = 3
-ARCH_MISMATCH = 4
-TASK_REFUSED = 2
-NEED_FULL_SYNC = 7
-START_CANCELLED = 8
+NO_IDLE_GPU = ExitCode.NO_IDLE_GPU
+ARCH_MISMATCH = ExitCode.ARCH_MISMATCH
+TASK_REFUSED = ExitCode.BAD_REQUEST
+NEED_FULL_SYNC = ExitCode.NEED_FULL_SYNC
+START_CANCELLED = ExitCode.CANCELLED_BEFORE_START
 REFUSALS = {"task_refused", "bad_request", "usage"}  # the request itself is wrong: no other host would take it
 HEARTBEAT_GRACE_S = 5.0
 

@@ -6,15 +6,15 @@ Standard library only. The template holds the baseline; the candidate (solution/
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
 
+from .agent.protocol import is_name
 from .errors import KpremoteError
 
 TEMPLATE = Path(__file__).resolve().parent / "templates" / "new_task"
-TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+NAME_MAX = 100
 ARCH_PREFIXES = ("b200", "h200", "h100")
 TEXT_SUFFIXES = {".py", ".toml", ".md", ".txt", ".cu", ".cuh", ".cpp", ".h"}
 # The candidate starts as the baseline: one file in the template, two in every new task.
@@ -33,9 +33,10 @@ def arch_for(name: str) -> str:
 
 def new_task(name: str, kernels_dir: Path) -> Path:
     """Create kernels_dir/name from the template; refuses a bad name or an existing folder."""
-    if not TASK_NAME.fullmatch(name or ""):
+    if not is_name(name) or len(name) > NAME_MAX:
         raise ScaffoldError(
-            f"bad task name {name!r}: start with a letter or digit, then letters, digits, '_', '.', '-' (at most 100)"
+            f"bad task name {name!r}: start with a letter or digit, then letters, digits, '_', '.', '-' "
+            f"(at most {NAME_MAX})"
         )
     kernels_dir = Path(kernels_dir)
     destination = kernels_dir / name

@@ -9,33 +9,26 @@ exact diff against that (a second channel, only then). kpremote/agent/syncrecv.p
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import hashlib
 import io
 import json
 import os
-import re
 import socket
 import stat
-import subprocess
 import tarfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
-from .agent.syncrecv import PROTOCOL_VERSION, file_sha256, manifest_digest, write_json_atomically
+from .agent.atomicfile import write_json_atomically
+from .agent.protocol import NAME_RULE, SYNC_VERSION, is_name, manifest_digest
+from .agent.provenance import IgnoreFileError, file_sha256, task_provenance, walk_task
 from .agentcall import Agent, error_message
 from .config import Host
 from .errors import ConfigError, HostError, KpremoteError, RemoteCommandError
 
-TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # never "-x": a word that reads as an option
-EXCLUDED_NAMES = {".git", "__pycache__", ".kpremote"}
-FETCH_WRITTEN = {"docs/results.md", "docs/run_log.md"}
-"""Written locally by fetch-results after every run: the host has the originals, and sending them back would
-make every repeat run a changed one."""
-IGNORE_FILE = ".kpremoteignore"
 CACHE_ENV = "KPREMOTE_CACHE"
 RACY_NS = 2_000_000_000
 """Files modified this recently are not cached: a same-size rewrite within the mtime tick would look unchanged."""
@@ -102,9 +95,8 @@ class SyncReport:
 
 def resolve_task_dir(kernels_dir: Path, task: str) -> Path:
     """kernels/<task>, refusing names that could point anywhere else; unknown names suggest the closest task."""
-    if not TASK_NAME.fullmatch(task) or task in (".", ".."):
-        raise ConfigError(f"invalid task name {task!r}: letters, digits, '.', '_' and '-' only, "
-                          "starting with a letter or digit")
+    if not is_name(task):
+        raise ConfigError(f"invalid task name {task!r}: {NAME_RULE}")
     task_dir = Path(kernels_dir) / task
     if task_dir.is_symlink() or not task_dir.is_dir():
         known = sorted(p.name for p in Path(kernels_dir).glob("*") if p.is_dir() and not p.is_symlink())
@@ -121,82 +113,15 @@ def scan_task(kernels_dir: Path, task: str) -> LocalTree:
     cache = HashCache(task_dir)
     # os.path.join, not Path /: a re-sync of 10,000 files is mostly this loop, and pathlib costs 10 µs a join
     root = str(task_dir)
-    files = {rel: cache.local_file(os.path.join(root, rel), rel, st) for rel, st in walk_task(task_dir, warnings)}
+    try:
+        files = {rel: cache.local_file(os.path.join(root, rel), rel, st)
+                 for rel, st in walk_task(task_dir, warnings)}
+    except IgnoreFileError as exc:
+        raise ConfigError(str(exc)) from None
     cache.save()
     tree = LocalTree(task, task_dir, files, {}, warnings)
     tree.provenance = provenance(tree)
     return tree
-
-
-def walk_task(task_dir: Path, warnings: list[str]) -> Iterator[tuple[str, os.stat_result]]:
-    """(relative POSIX path, lstat) of every regular file to sync; links are skipped, never followed."""
-    ignore = IgnoreRules.load(task_dir / IGNORE_FILE, warnings)
-    pending = [""]
-    while pending:
-        folder = pending.pop()
-        with os.scandir(task_dir / folder if folder else task_dir) as entries:
-            for entry in sorted(entries, key=lambda e: e.name):
-                rel = f"{folder}/{entry.name}" if folder else entry.name
-                is_dir = entry.is_dir(follow_symlinks=False)
-                if excluded(rel, is_dir) or ignore.matches(rel, is_dir):
-                    continue
-                if entry.is_symlink():
-                    warnings.append(f"skipped symlink {rel} (links are never followed nor synced)")
-                elif is_dir:
-                    pending.append(rel)
-                elif not entry.is_file(follow_symlinks=False):
-                    warnings.append(f"skipped {rel}: not a regular file")
-                elif not _encodable(rel):
-                    warnings.append(f"skipped {rel!r}: file name is not valid UTF-8")
-                else:
-                    yield rel, entry.stat(follow_symlinks=False)
-
-
-def excluded(rel: str, is_dir: bool) -> bool:
-    name = rel.rsplit("/", 1)[-1]
-    if not is_dir and (name.endswith(".pyc") or rel in FETCH_WRITTEN):
-        return True
-    return name in EXCLUDED_NAMES or rel == "results"
-
-
-def _encodable(rel: str) -> bool:
-    try:
-        rel.encode("utf-8")
-        return True
-    except UnicodeEncodeError:
-        return False
-
-
-@dataclass
-class IgnoreRules:
-    """.kpremoteignore: gitignore-like globs. 'dir/' matches folders only, '/x' or 'a/b' anchor at the task root,
-    a bare name matches at any depth; a matched folder is skipped whole. '!' (re-include) is not supported."""
-
-    patterns: list[tuple[str, bool, bool]]  # (glob, anchored, folders only)
-
-    @classmethod
-    def load(cls, path: Path, warnings: list[str]) -> "IgnoreRules":
-        try:
-            lines = path.read_text().splitlines() if path.is_file() and not path.is_symlink() else []
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read: {exc}") from None
-        patterns = []
-        for line in (raw.strip() for raw in lines):
-            if not line or line.startswith("#"):
-                continue
-            if line.startswith("!"):
-                warnings.append(f"{path.name}: {line!r} ignored ('!' re-include is not supported)")
-                continue
-            body = line.rstrip("/")
-            patterns.append((body.lstrip("/"), "/" in body, line.endswith("/")))
-        return cls(patterns)
-
-    def matches(self, rel: str, is_dir: bool) -> bool:
-        name = rel.rsplit("/", 1)[-1]
-        return any(
-            fnmatch.fnmatchcase(rel if anchored else name, glob) and (is_dir or not folders_only)
-            for glob, anchored, folders_only in self.patterns
-        )
 
 
 class HashCache:
@@ -253,39 +178,13 @@ def read_no_follow(path: str | Path, expected_size: int = 0) -> bytes:
 
 
 def provenance(tree: LocalTree) -> dict[str, Any]:
-    """What the harness stamps into results: git state of the task folder and content hashes of both sides."""
+    """What the harness stamps into results (agent/provenance.py's definition, which the agent uses too), and when
+    and from where it was synced."""
     return {
-        **git_state(tree.task_dir),
-        "solution_sha256": side_sha256(tree, "solution"),
-        "baseline_sha256": side_sha256(tree, "baseline"),
+        **task_provenance(tree.task_dir, tree.hashes),
         "synced_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "client_hostname": socket.gethostname(),
     }
-
-
-def git_state(task_dir: Path) -> dict[str, Any]:
-    """Commit, dirty flag and hash of the uncommitted diff of the task folder; all None outside a git repo."""
-    def git(*args: str) -> Optional[bytes]:
-        try:
-            done = subprocess.run(["git", "--no-optional-locks", "-C", str(task_dir), *args],
-                                  capture_output=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout if done.returncode == 0 else None
-
-    head = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--", ".") if head else None
-    diff = git("diff", "HEAD", "--binary", "--", ".") if head else None
-    if head is None or status is None or diff is None:
-        return {"git_commit": None, "git_dirty": None, "diff_sha256": None}
-    return {"git_commit": head.decode().strip(), "git_dirty": bool(status.strip()),
-            "diff_sha256": hashlib.sha256(diff).hexdigest()}
-
-
-def side_sha256(tree: LocalTree, side: str) -> Optional[str]:
-    prefix = side + "/"
-    hashes = {p[len(prefix):]: f.sha256 for p, f in tree.files.items() if p.startswith(prefix)}
-    return manifest_digest(hashes) if hashes else None
 
 
 # ---------------------------------------------------------------- what the host holds
@@ -332,7 +231,7 @@ def build_sync_request(plan: SyncPlan) -> bytes:
     """The stdin of `sync-apply` (or of `start`): header line, then a tar of the changed files only."""
     files = plan.tree.files
     header = {
-        "version": PROTOCOL_VERSION,
+        "version": SYNC_VERSION,
         "base_digest": plan.base_digest,
         "new_digest": plan.new_digest,
         "changed": plan.changed,

@@ -291,3 +291,56 @@ def test_the_source_block_replaces_itself_and_keeps_a_persons_text() -> None:
 
 def test_split_file_list() -> None:
     assert split_file_list(" a.py, b/c.py ,,") == ["a.py", "b/c.py"]
+
+
+# ------------------------------------------------------------------------------------------------ a local snapshot
+
+@pytest.fixture(scope="module")
+def bare_snapshot(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A git directory with no work tree, as a mirror tool brings a repository (refs/heads/main and tags)."""
+    target = tmp_path_factory.mktemp("mirror") / "sglang.git"
+    git(upstream.path.parent, "clone", "-q", "--bare", str(upstream.path), str(target))
+    return target
+
+
+def test_a_local_snapshot_is_read_while_the_public_url_is_recorded(bare_snapshot: Path, upstream: Upstream,
+                                                                    task_dir: Path) -> None:
+    public = "https://github.com/sgl-project/sglang"
+    pin = pin_baseline(task_dir, public, "main", [KERNEL], source=str(bare_snapshot))
+    assert (pin.repo, pin.commit, pin.source) == (public, upstream.second, str(bare_snapshot.resolve()))
+    assert pin.committed_at and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", pin.committed_at)
+    assert upstream_file(task_dir, KERNEL) == "def kernel():\n    return 2\n"
+    toml = (task_dir / "task.toml").read_text()
+    assert f'repo = "{public}"' in toml and f'commit = "{upstream.second}"' in toml
+    doc = (task_dir / "docs" / "baseline_source.md").read_text()
+    assert f"- Repository: {public}\n" in doc and f"- Read from a local git snapshot of it: `{pin.source}`" in doc
+    assert f"- Commit date: {pin.committed_at}\n" in doc
+    assert hashlib.sha256(b"def kernel():\n    return 2\n").hexdigest() in doc
+
+
+def test_a_source_that_is_not_a_git_repository_is_one_line(tmp_path: Path, task_dir: Path) -> None:
+    with pytest.raises(BaselineError, match=r"^--source .*/nowhere: no such folder — give a local git repository"):
+        pin_baseline(task_dir, "https://github.com/sgl-project/sglang", "main", [KERNEL], source=str(tmp_path / "nowhere"))
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    with pytest.raises(BaselineError, match=r"^--source .*/plain: not a git repository"):
+        pin_baseline(task_dir, "https://github.com/sgl-project/sglang", "main", [KERNEL], source=str(plain))
+    assert not (task_dir / "baseline").exists() and "unresolved" in (task_dir / "task.toml").read_text()
+
+
+def test_inv_baseline_takes_a_local_snapshot(bare_snapshot: Path, upstream: Upstream, tmp_path: Path) -> None:
+    from rig import run_inv
+
+    kernels = tmp_path / "kernels"
+    task = kernels / "t"
+    task.mkdir(parents=True)
+    (task / "task.toml").write_text(TASK_TOML)
+    done = run_inv("baseline", "--task", "t", "--repo", "https://github.com/sgl-project/sglang",
+                   "--files", KERNEL, "--source", str(bare_snapshot), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    pin = json.loads(done.stdout)
+    assert (pin["commit"], pin["source"], pin["repo"]) == (upstream.second, str(bare_snapshot.resolve()),
+                                                           "https://github.com/sgl-project/sglang")
+    assert upstream_file(task, KERNEL) == "def kernel():\n    return 2\n"

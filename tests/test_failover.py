@@ -47,7 +47,7 @@ def test_a_group_with_a_dead_and_a_broken_host_runs_every_task_on_the_live_one(h
     result = work.inv("run", "--hosts", str(work.path / "hosts.toml"), "--host", "mix",
                       "--task", "tiny_rmsnorm,tiny_rmsnorm,tiny_rmsnorm", "--workloads", SMALL, "--json")
     # Three tasks, two GPUs: the third waits for neither, it finds no idle GPU anywhere and says so.
-    outcomes = json.loads(result.stdout)
+    outcomes = json.loads(result.stdout)["runs"]
     passed = [o for o in outcomes if o["status"] == "passed"]
     assert len(passed) >= 2 and all(o["host"] == "fo-live" for o in passed), (outcomes, result.stderr)
     assert "fo-dead: unreachable" in result.stderr and "trying the next host" in result.stderr, result.stderr
@@ -64,13 +64,13 @@ def test_two_tasks_on_a_group_with_one_dead_host_both_pass(hosts, work) -> None:
     result = work.inv("run", "--hosts", str(work.path / "hosts.toml"), "--host", "mix",
                       "--task", "tiny_rmsnorm,tiny_rmsnorm", "--workloads", SMALL, "--json")
     assert result.returncode == 0, result.stderr
-    assert [o["status"] for o in json.loads(result.stdout)] == ["passed", "passed"]
+    assert [o["status"] for o in json.loads(result.stdout)["runs"]] == ["passed", "passed"]
 
 
 def test_when_no_host_can_take_the_task_the_command_fails_with_every_reason(hosts, work) -> None:
     result = work.inv("run", "--hosts", str(work.path / "hosts.toml"), "--host", "gone",
                       "--task", "tiny_rmsnorm", "--workloads", SMALL, "--json")
     assert result.returncode == 2, result.stderr
-    [outcome] = json.loads(result.stdout)
+    [outcome] = json.loads(result.stdout)["runs"]
     assert outcome["status"] == "not started" and outcome["error"].startswith("no host could take tiny_rmsnorm: ")
     assert "fo-dead: unreachable" in outcome["error"] and "fo-broken: could not start" in outcome["error"]

@@ -19,15 +19,11 @@ from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any, Callable
 
-from .lease import AgentError
+from .protocol import AgentError, ExitCode, UsageError, runner_for
 from .runstate import disk_full_message, is_disk_full
 
 DELEGATED = {"run": "kpremote.agent.runner", "sync-apply": "kpremote.agent.syncrecv"}
 BINARY_STDOUT = {"pack-summary"}  # errors of these go to stderr only: stdout carries data, not JSON
-
-
-class UsageError(Exception):
-    pass
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         return args.handler(args)
     except UsageError as exc:
-        return _fail("usage", str(exc), 2, subcommand)
+        return _fail(exc.kind, str(exc), exc.exit_code, subcommand)
     except BrokenPipeError:
         return _quiet_after_client_left()
     except AgentError as exc:
@@ -52,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         if not is_disk_full(exc):
             raise
-        return _fail("disk_full", disk_full_message(exc.filename or _root_in(argv)), 1, subcommand)
+        return _fail("disk_full", disk_full_message(exc.filename or _root_in(argv)), ExitCode.ERROR, subcommand)
 
 
 def _root_in(argv: list[str]) -> Path:
@@ -101,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
-    p = command("info", _info, "versions of python, torch, triton, nvidia-ml-py, CUDA")
+    p = command("info", _info, "versions of python, torch, triton, nvidia-ml-py, apache-tvm-ffi, nvidia-cutlass-dsl, CUDA")
     p.add_argument("--fast", action="store_true", help="do not import torch (cuda_available is then null)")
 
     p = command("probe", _probe, "GPU snapshot with idle verdict, lease holder and arch fit per GPU")
@@ -174,6 +170,8 @@ def _info(args: argparse.Namespace) -> int:
             "torch": _version("torch"),
             "triton": _version("triton"),
             "pynvml": _version("nvidia-ml-py"),
+            "tvm_ffi": _version("apache-tvm-ffi"),  # the packages the tvm-ffi and cutedsl build kinds need
+            "cutlass_dsl": _version("nvidia-cutlass-dsl"),
             **(_torch_cuda_unimported() if args.fast else _torch_cuda()),
         }
     )
@@ -222,12 +220,9 @@ def _probe(args: argparse.Namespace) -> int:
     return 0
 
 
-NEED_FULL_SYNC = 7
-
-
 def _start(args: argparse.Namespace) -> int:
     from .lease import IdlePolicy
-    from .state import DEFAULT_RUNNER, StartRequest, start
+    from .state import StartRequest, start
 
     request = StartRequest(
         task=args.task,
@@ -240,18 +235,18 @@ def _start(args: argparse.Namespace) -> int:
         workloads=args.workloads,
         mode=args.mode,
         host_alias=args.host_alias,
-        runner_module=args.runner_module or DEFAULT_RUNNER,
+        runner_module=args.runner_module or runner_for(args.mode),
         run_id=args.run_id,
     )
     synced = _apply_sync(args) if args.sync else None
     if synced is not None and "error" in synced:
         _print_json(synced)
-        return int(synced.get("exit_code", 1))
+        return int(synced.get("exit_code", ExitCode.ERROR))
     if synced is not None and synced.get("need_full"):
         # The workspace is not what the client remembered: never start on it. The client re-syncs from this
         # listing and calls start again.
         _print_json(synced)
-        return NEED_FULL_SYNC
+        return ExitCode.NEED_FULL_SYNC
     result = start(_root(args), request, announce=_print_json if args.progress else None)
     answer = {**result, "sync": synced} if synced is not None else result
     _print_json({"event": "started", **answer} if args.progress else answer)

@@ -12,7 +12,9 @@ subcommand uses the very same function.
 
 from __future__ import annotations
 
-NOT_SHIPPED = 97
+from .protocol import ExitCode
+
+NOT_SHIPPED = int(ExitCode.AGENT_MISSING)
 
 SHIP_SOURCE = r'''
 def ship(dest, stream):
@@ -60,14 +62,14 @@ if argv[0] == "ship":
         sys.exit(0)
 if not os.path.isfile(os.path.join(home, ".complete")):
     sys.stderr.write(f"kpremote: agent {digest} is not shipped to {root}\n")
-    sys.exit(97)
+    sys.exit(NOT_SHIPPED)
 sys.path.insert(0, home)
 os.environ["KPREMOTE_ROOT"] = root
 from kpremote.agent.__main__ import main
 sys.exit(main([*argv, "--root", root]))
 '''
 
-BOOT: str = "import os, sys\n" + SHIP_SOURCE + ENTRY_SOURCE
+BOOT: str = f"import os, sys\nNOT_SHIPPED = {NOT_SHIPPED}\n" + SHIP_SOURCE + ENTRY_SOURCE
 
 
 def _load_ship():

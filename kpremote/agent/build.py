@@ -1,38 +1,32 @@
-"""Symmetric builds: both sides go through the same builder with the same flags, and the record says how.
+"""Symmetric builds: each side goes through its kind's one builder (buildkinds.py) with the one flags list, and the
+record says how.
 
-triton: each side's <entry>.py is imported from its folder by the one loader below, as package `kp_baseline` /
-  `kp_candidate` over that folder (so a side's sibling files import relatively and never collide with the
-  other side's); both sides JIT-compile in the same process with one TRITON_CACHE_DIR inside the run folder.
-cuda: each side's `sources` go through torch.utils.cpp_extension.load with the identical flag list (nvcc gets
-  all of it; the host compiler the part it understands), build folder raw/build/<side>. On a machine without a
-  GPU only a compile-only nvcc check runs, and rows are SKIPPED.
+triton / cutedsl / python: each side's <entry>.py is imported by one loader, as package `kp_baseline` /
+  `kp_candidate` over that side's folder; Triton sides share one TRITON_CACHE_DIR inside the run folder.
+cuda: each side's `sources` through torch.utils.cpp_extension.load; tvm-ffi: through apache-tvm-ffi, once per set
+  of template arguments from the row. On a machine without a GPU, a side that cannot run there gets what checks
+  are possible (a compile-only build for cuda / tvm-ffi) and its rows are NOT CHECKED (buildkinds.not_checked_here).
 torch is imported lazily: the runner imports this module for paths and names only.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 import types
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from . import buildkinds
+from .buildkinds import find_nvcc, host_flags, import_file, module_name  # noqa: F401 - re-exported names
 from .taskspec import SIDES, TaskSpec
 
-MODULE_PREFIX = "kp_"
-# Flags the host C++ compiler understands too; nvcc gets every flag in the list.
-HOST_FLAG_PREFIXES = ("-O", "-std=", "-D", "-U", "-I")
-MISSING_HEADER = re.compile(r"fatal error: ([^\s:]+): No such file or directory")
 CUDA_ON_CPU = "CUDA side cannot run on CPU"
 
 
@@ -42,8 +36,10 @@ class SideBuild:
     ok: bool
     seconds: float
     log: str  # path relative to the run folder
-    module: str | None = None  # the built extension's file (cuda)
+    module: str | None = None  # what the loader needs: the built extension's file (cuda), the build folder (tvm-ffi)
     error: str | None = None
+    kind: str | None = None
+    builder: str | None = None
 
 
 @dataclass
@@ -56,8 +52,12 @@ class BuildRecord:
     entry: str
     env: dict[str, str]
     sides: dict[str, SideBuild] = field(default_factory=dict)
-    compile_only: bool = False
+    compile_only: bool = False  # some side cannot run here: only what can be checked without a GPU was
     note: str | None = None  # why a check was skipped or was inconclusive
+    kinds: dict[str, str] = field(default_factory=dict)
+    exports: list[list[str]] = field(default_factory=list)
+    packages: dict[str, str | None] = field(default_factory=dict)  # versions of the packages the kinds use
+    not_checked: dict[str, str] = field(default_factory=dict)  # side: why its rows are NOT CHECKED here
 
     @property
     def ok(self) -> bool:
@@ -75,10 +75,6 @@ class BuildRecord:
         return cls(**values)
 
 
-def module_name(side: str) -> str:
-    return f"{MODULE_PREFIX}{side}"
-
-
 def build_dir(run_dir: Path, side: str | None = None) -> Path:
     base = Path(run_dir) / "raw" / "build"
     return base / side if side else base
@@ -88,155 +84,87 @@ def triton_cache_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "raw" / "triton-cache"
 
 
-def host_flags(flags: list[str] | tuple[str, ...]) -> list[str]:
-    return [flag for flag in flags if flag.startswith(HOST_FLAG_PREFIXES)]
-
-
 # --------------------------------------------------------------------------------------------- building
 
 
 def build_sides(spec: TaskSpec, run_dir: Path, device: str) -> BuildRecord:
-    """Build (or, for a CUDA task on the CPU, compile-check) both sides the same way."""
+    """Build both sides, each with its kind's builder; a side that cannot run here gets a check only."""
+    kinds = {side: buildkinds.kind_of(spec.build, side) for side in SIDES}
+    builders = {side: buildkinds.builder_for(spec.build, side) for side in SIDES}
+    not_checked = buildkinds.not_checked_here(spec.build, device)
     record = BuildRecord(
         kind=spec.build.kind,
-        builder=_builder_name(spec.build.kind),
+        builder=_joined({side: builders[side].describe(spec.build) for side in SIDES}),
         flags=list(spec.build.flags),
         host_flags=host_flags(spec.build.flags),
         sources=list(spec.build.sources),
         entry=spec.build.entry,
         env=_build_env(),
-        compile_only=spec.build.kind == "cuda" and not device.startswith("cuda"),
+        compile_only=bool(not_checked),
+        kinds=kinds,
+        exports=[list(e) for e in spec.build.exports],
+        packages=buildkinds.package_versions(spec.build),
+        not_checked=not_checked,
     )
-    if record.compile_only:
-        nvcc = find_nvcc()
-        if nvcc is None:
-            record.note = "compile-only check skipped: nvcc not found on PATH or in CUDA_HOME"
-            return record
-        record.builder = f"nvcc -c (compile-only check: {CUDA_ON_CPU})"
+    skipped = []
     for side in SIDES:
-        record.sides[side] = _build_one(spec, run_dir, side, record)
-    inconclusive = [s for s in record.sides.values() if s.error and s.error.startswith("inconclusive")]
-    if inconclusive:
-        record.note = inconclusive[0].error
+        record.sides[side], note = _build_one(spec, run_dir, side, builders[side], check_only=side in not_checked)
+        skipped.append(note)
+    notes = [s.error for s in record.sides.values() if s.error and s.error.startswith("inconclusive")]
+    notes += [note for note in skipped if note]
+    if notes:
+        record.note = notes[0]
+    record.env = _build_env()  # a builder may have set an arch list for both sides
     return record
 
 
-def _build_one(spec: TaskSpec, run_dir: Path, side: str, record: BuildRecord) -> SideBuild:
+def _build_one(spec: TaskSpec, run_dir: Path, side: str, builder: buildkinds.Builder, *,
+               check_only: bool) -> tuple[SideBuild, str | None]:
+    """The side's build (or, where it cannot run, its check) and a note when a check was skipped."""
     log = build_dir(run_dir, side).with_suffix(".log")
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    module_file = None
-    error = None
+    built = buildkinds.Built()
     with _output_to(log):
         try:
-            if record.compile_only:
-                error = _compile_only(spec, run_dir, side, record.flags)
-            elif spec.build.kind == "cuda":
-                module_file = _build_cuda_extension(spec, run_dir, side, record.flags).__file__
+            if check_only:
+                built = builder.check(spec, side, build_dir(run_dir, side))
             else:
-                import_side(spec, side)
+                built = builder.build(spec, side, build_dir(run_dir, side))
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - a side that fails to build fails the build
-            error = f"{type(exc).__name__}: {exc}"
+            built = buildkinds.Built(error=f"{type(exc).__name__}: {exc}")
             import traceback
 
             traceback.print_exc()
     seconds = round(time.perf_counter() - started, 3)
-    ok = error is None or error.startswith("inconclusive")
-    relative = str(log.relative_to(run_dir))
-    return SideBuild(side=side, ok=ok, seconds=seconds, log=relative, module=module_file, error=error)
+    ok = built.error is None or built.error.startswith("inconclusive")
+    description = builder.describe(spec.build)
+    if check_only:
+        description = f"{description}; here only a check ({buildkinds.NOT_CHECKED}: no GPU)"
+    return SideBuild(side=side, ok=ok, seconds=seconds, log=str(log.relative_to(run_dir)), module=built.module,
+                     error=built.error, kind=builder.kind, builder=description), built.note
 
 
-def _build_cuda_extension(spec: TaskSpec, run_dir: Path, side: str, flags: list[str]) -> types.ModuleType:
-    from torch.utils import cpp_extension
-
-    folder = build_dir(run_dir, side)
-    folder.mkdir(parents=True, exist_ok=True)
-    module = cpp_extension.load(
-        name=module_name(side),
-        sources=[str(spec.side_dir(side) / source) for source in spec.build.sources],
-        extra_cflags=host_flags(flags),
-        extra_cuda_cflags=list(flags),
-        build_directory=str(folder),
-        verbose=True,
-    )
-    sys.stdout.flush()
-    return module
-
-
-def _compile_only(spec: TaskSpec, run_dir: Path, side: str, flags: list[str]) -> str | None:
-    """nvcc -c each source with torch's headers; None when it compiled, else why not."""
-    from torch.utils import cpp_extension
-
-    nvcc = find_nvcc()
-    includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
-    out_dir = build_dir(run_dir, side)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for source in spec.build.sources:
-        # The task's own -std if it names one (nvcc refuses two); torch >= 2.10 needs C++20.
-        standard = [] if any(flag.startswith("-std=") for flag in flags) else ["-std=c++17"]
-        command = [nvcc, *standard, *flags, *(f"-I{p}" for p in includes),
-                   f"-DTORCH_EXTENSION_NAME={module_name(side)}", "-c", str(spec.side_dir(side) / source),
-                   "-o", str(out_dir / (Path(source).name + ".o"))]
-        print("$", " ".join(command), flush=True)
-        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        print(done.stdout, flush=True)
-        if done.returncode != 0:
-            header = MISSING_HEADER.search(done.stdout)
-            if header and not _task_has_file(spec, header.group(1)):
-                # A CPU machine's torch and CUDA toolkit often lack headers a GPU host has (cusparse.h, ...).
-                return f"inconclusive: compile-only check could not run here ({header.group(1)} is not installed)"
-            last = [line for line in done.stdout.splitlines() if "error" in line][:1]
-            raise RuntimeError(f"nvcc failed on {source}: {last[0] if last else f'exit code {done.returncode}'}")
-    return None
-
-
-def _task_has_file(spec: TaskSpec, name: str) -> bool:
-    return any(spec.root.rglob(Path(name).name))
+def _joined(descriptions: dict[str, str]) -> str:
+    values = set(descriptions.values())
+    if len(values) == 1:
+        return values.pop()
+    return "; ".join(f"{side}: {text}" for side, text in descriptions.items())
 
 
 # --------------------------------------------------------------------------------------------- loading
 
 
-def import_side(spec: TaskSpec, side: str, module_file: str | None = None) -> types.ModuleType:
-    """The one loader for both sides: the module a side's calls go through."""
-    if spec.build.kind == "cuda":
-        if module_file is None:
-            raise RuntimeError(f"the {side} extension was not built")
-        import torch  # noqa: F401 - an extension needs torch's libraries loaded first
-
-        return _import_file(module_name(side), Path(module_file))
-    package = module_name(side)
-    if package not in sys.modules:
-        holder = types.ModuleType(package)
-        holder.__path__ = [str(spec.side_dir(side))]  # a package over the side's folder: relative imports work
-        sys.modules[package] = holder
-    return importlib.import_module(f"{package}.{spec.build.entry}")
+def import_side(spec: TaskSpec, side: str, module_file: str | None = None) -> Any:
+    """The one loader for both sides: what a side's calls go through (a module, or a tvm-ffi side's loader)."""
+    return buildkinds.builder_for(spec.build, side).load(spec, side, module_file)
 
 
 def import_adapter(spec: TaskSpec) -> types.ModuleType:
-    return _import_file("kp_adapter", spec.adapter_path)
-
-
-def _import_file(name: str, path: Path) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_file("kp_adapter", spec.adapter_path)
 
 
 # --------------------------------------------------------------------------------------------- toolchain
-
-
-def find_nvcc() -> str | None:
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    candidate = Path(home) / "bin" / "nvcc" if home else None
-    return str(candidate) if candidate and candidate.is_file() else None
 
 
 def nvcc_version(nvcc: str | None = None) -> str | None:
@@ -267,20 +195,16 @@ def toolchain_versions() -> dict[str, Any]:
     except ImportError:
         versions["triton"] = None
     versions["nvcc"] = nvcc_version()
+    versions["tvm_ffi"] = buildkinds.distribution_version("apache-tvm-ffi")
+    versions["cutlass_dsl"] = buildkinds.distribution_version("nvidia-cutlass-dsl")
     return versions
-
-
-def _builder_name(kind: str) -> str:
-    if kind == "triton":
-        interpreted = " (interpreter: TRITON_INTERPRET=1)" if os.environ.get("TRITON_INTERPRET") == "1" else ""
-        return f"triton JIT, one process, one TRITON_CACHE_DIR{interpreted}"
-    return "torch.utils.cpp_extension.load"
 
 
 def _build_env() -> dict[str, str]:
     """The environment that shapes code generation, recorded because it applies to both sides."""
-    keys = ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "CC", "CXX", "MAX_JOBS")
-    return {k: v for k, v in os.environ.items() if k in keys or k.startswith("TRITON_")}
+    keys = ("TORCH_CUDA_ARCH_LIST", "TVM_FFI_CUDA_ARCH_LIST", "CUDA_HOME", "CC", "CXX", "MAX_JOBS")
+    prefixes = ("TRITON_", "CUTE_DSL_", "CUTLASS_")
+    return {k: v for k, v in os.environ.items() if k in keys or k.startswith(prefixes)}
 
 
 @contextlib.contextmanager

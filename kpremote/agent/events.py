@@ -34,13 +34,19 @@ class EventLog:
 
 
 def read_events(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-    """Complete lines from byte offset on, and the offset just past the last complete line."""
+    """The events of the complete lines from byte offset on, and the offset just past the last complete line."""
+    data, end = complete_lines(path, offset)
+    return [json.loads(line) for line in data.splitlines() if line.strip()], end
+
+
+def complete_lines(path: Path, offset: int = 0) -> tuple[bytes, int]:
+    """The bytes of the complete lines from byte offset on (a line still being written is left for later), and the
+    offset just past them."""
     try:
         with open(path, "rb") as f:
             f.seek(offset)
             data = f.read()
     except FileNotFoundError:
-        return [], offset
+        return b"", offset
     end = data.rfind(b"\n") + 1
-    events = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
-    return events, offset + end
+    return data[:end], offset + end

@@ -15,79 +15,17 @@ import os
 import re
 import socket
 import time
-from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 from .nvml import GpuState, Snapshot, snapshot
+from .protocol import AgentError, ArchMismatch, BadRequest, GpuNotFound, IdlePolicy, NoIdleGpu  # noqa: F401 - re-exported
 
 POLL_S = 1.0
 # How often a failed lock attempt is retried at once: holders() probes locks with a brief shared flock, and
 # an acquirer that collides with such a probe must not report the GPU as leased.
 LOCK_TRIES = 3
-
-
-class AgentError(Exception):
-    """An expected failure: the CLI prints it as one line of JSON and exits with exit_code."""
-
-    kind = "error"
-    exit_code = 1
-
-
-class BadRequest(AgentError):
-    kind = "bad_request"
-    exit_code = 2
-
-
-class NoIdleGpu(AgentError):
-    kind = "no_idle_gpu"
-    exit_code = 3
-
-
-class GpuNotFound(NoIdleGpu):
-    kind = "gpu_not_found"
-
-
-class ArchMismatch(AgentError):
-    kind = "arch_mismatch"
-    exit_code = 4
-
-
-@dataclass
-class IdlePolicy:
-    max_memory_mib: int = 2048
-    max_util_pct: int = 5
-    allow_processes: bool = False
-
-    @classmethod
-    def from_json(cls, value: str | dict | None) -> "IdlePolicy":
-        if value is None or value == "":
-            return cls()
-        try:
-            record = json.loads(value) if isinstance(value, str) else dict(value)
-        except (ValueError, TypeError) as exc:
-            raise BadRequest(f"idle policy is not a JSON object: {exc}") from None
-        if not isinstance(record, dict):
-            raise BadRequest(f"idle policy must be a JSON object, got {value!r}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(record) - known)
-        if unknown:
-            raise BadRequest(f"idle policy has unknown keys {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-        try:
-            return cls(
-                max_memory_mib=int(record.get("max_memory_mib", cls.max_memory_mib)),
-                max_util_pct=int(record.get("max_util_pct", cls.max_util_pct)),
-                allow_processes=_strict_bool(record.get("allow_processes", cls.allow_processes)),
-            )
-        except (ValueError, TypeError) as exc:
-            raise BadRequest(f"idle policy: {exc}") from None
-
-
-def _strict_bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"allow_processes must be true or false, got {value!r}")
-    return value
 
 
 def idle_verdict(gpu: GpuState, policy: IdlePolicy) -> tuple[bool, str]:

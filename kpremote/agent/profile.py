@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from . import ncu
+from .atomicfile import write_atomically
 from .correctness import PASSED, SKIPPED
 from .lease import BadRequest
 from .runner import EXIT_FAILED, EXIT_PASSED, EXIT_REFUSED, Abort, Options, Runner, kill_tree
@@ -336,15 +337,6 @@ def _mega(value: float | None) -> float | None:
 
 def _tera(value: float | None) -> float | None:
     return None if value is None else value / 1e12
-
-
-def write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------------------------- the profiled process

@@ -8,12 +8,12 @@ when importable, draws the plot).
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from . import stats
+from .atomicfile import write_atomically as _write
 from .correctness import PASSED
 
 SCHEMA = "kpremote.results/1"
@@ -97,13 +97,6 @@ def write_summary(run_dir: Path, results: dict[str, Any], events: list[dict[str,
     if plot_speedups(results, summary / "speedup.png"):
         written.append(summary / "speedup.png")
     return written
-
-
-def _write(path: Path, text: str) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
 
 
 # --------------------------------------------------------------------------------------------- results.md

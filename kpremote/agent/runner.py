@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import hashlib
 import json
 import os
 import signal
@@ -36,6 +35,8 @@ from . import report
 from .build import CUDA_ON_CPU, triton_cache_dir
 from .correctness import ERROR, PASSED, SKIPPED, TIMEOUT
 from .events import EventLog, read_events
+from .procfs import descendants
+from .provenance import source_provenance
 from .runstate import DISK_FULL_EXIT, disk_full_message, is_disk_full, update_state
 from .taskspec import TaskSpec, TaskSpecError, Workload, load_task
 
@@ -115,26 +116,6 @@ class WorkerOutcome:
     seconds: float
     timed_out: str | None = None  # why, when it was stopped for taking too long
     crashed: str | None = None  # how it died without a result
-
-
-def descendants(pid: int) -> list[int]:
-    """All live descendants of pid (Linux /proc), children before grandchildren."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat_line = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parent = int(stat_line[stat_line.rfind(")") + 2 :].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
-    found, frontier = [], [pid]
-    while frontier:
-        nxt = [c for p in frontier for c in children.get(p, [])]
-        found += nxt
-        frontier = nxt
-    return found
 
 
 def kill_tree(process: subprocess.Popen) -> None:
@@ -582,50 +563,6 @@ def _row_event(row: dict[str, Any], number: int, total: int) -> dict[str, Any]:
 def _baseline_upstream(spec: TaskSpec) -> dict[str, Any]:
     b = spec.baseline
     return {"repo": b.repo, "ref": b.ref, "commit": b.commit, "files": list(b.files), "follows": b.follows}
-
-
-def source_provenance(task_dir: Path) -> dict[str, Any]:
-    """What source ran: the sync's record (workspace/.kpremote/provenance.json) when there is one, else our own."""
-    recorded = Path(task_dir) / ".kpremote" / "provenance.json"
-    if recorded.is_file():
-        try:
-            return {**json.loads(recorded.read_text()), "origin": ".kpremote/provenance.json"}
-        except ValueError:
-            pass
-    computed: dict[str, Any] = {
-        "origin": "computed by the agent",
-        "solution_sha256": tree_sha256(Path(task_dir) / "solution"),
-        "baseline_sha256": tree_sha256(Path(task_dir) / "baseline"),
-    }
-    computed.update(_git_state(Path(task_dir)))
-    return computed
-
-
-def tree_sha256(folder: Path) -> str | None:
-    """sha256 over "relative path NUL sha256(content)" lines of every file, in path order (caches skipped)."""
-    if not folder.is_dir():
-        return None
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        digest.update(f"{path.relative_to(folder).as_posix()}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
-    return digest.hexdigest()
-
-
-def _git_state(folder: Path) -> dict[str, Any]:
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout if done.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    if commit is None:
-        return {"git_commit": None, "git_dirty": None}
-    status = git("status", "--porcelain", "--", ".") or ""
-    diff = git("diff", "HEAD", "--", ".") or ""
-    return {"git_commit": commit.strip(), "git_dirty": bool(status.strip()),
-            "diff_sha256": hashlib.sha256(diff.encode()).hexdigest() if diff else None}
 
 
 def _exit_description(returncode: int) -> str:

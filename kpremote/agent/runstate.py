@@ -5,13 +5,13 @@ from __future__ import annotations
 import errno
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-TERMINAL = {"passed", "failed", "error", "cancelled"}
-"""Statuses after which nothing changes any more."""
-DISK_FULL_EXIT = 28
+from .atomicfile import write_json_atomically
+from .protocol import TERMINAL, RunExit  # noqa: F401 - re-exported
+
+DISK_FULL_EXIT = RunExit.DISK_FULL
 """A worker's exit code when the disk was too full to write its result (28 = ENOSPC)."""
 
 
@@ -30,12 +30,7 @@ def update_state(run_dir: Path, **fields: Any) -> dict[str, Any]:
     """Merge fields into state.json through a rename, so readers never see a torn file."""
     state = read_state(run_dir)
     state.update(fields)
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".state.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(state, f, indent=1, default=str)
-    os.replace(tmp, state_path(run_dir))
+    write_json_atomically(state_path(run_dir), state, indent=1)
     return state
 
 

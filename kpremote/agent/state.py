@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import re
-import secrets
 import select
 import shutil
 import signal
@@ -24,43 +23,33 @@ import tarfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
-from .lease import AgentError, BadRequest, GpuNotFound, IdlePolicy, Lease, acquire, utc_now_iso
+from .events import complete_lines as _complete_lines
+from .lease import Lease, acquire, utc_now_iso
 from .nvml import GpuState, Snapshot, snapshot
-from .runstate import TERMINAL, read_state, update_state
+from .procfs import command_line, is_alive, pid_exists
+from .procfs import group_members as _group_members
+from .protocol import NAME_PATTERN, PROFILE, RUN_ID_PATTERN, RUN_ID_RULE, RUNNERS, TERMINAL, TIMING, is_name, new_run_id
+from .protocol import AgentError, BadRequest, ExitCode, GpuNotFound, IdlePolicy, NotFound, NotTerminal, UnusablePython
+from .runstate import read_state, update_state
 
-SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
+SAFE_NAME = re.compile(NAME_PATTERN)
+RUN_ID = re.compile(RUN_ID_PATTERN)
 HEARTBEAT_S = 2.0
 FOLLOW_POLL_S = 0.05
 CANCEL_GRACE_S = 5.0
-DEFAULT_RUNNER = "kpremote.agent.runner"
+DEFAULT_RUNNER = RUNNERS[TIMING]
 # The folder that holds the `kpremote` package this code runs from: the detached runner imports the same copy.
 AGENT_HOME = Path(__file__).resolve().parents[2]
-
-
-class NotFound(AgentError):
-    kind = "not_found"
-    exit_code = 6
-
-
-class NotTerminal(AgentError):
-    kind = "not_terminal"
-    exit_code = 5
-
-
-class UnusablePython(AgentError):
-    kind = "unusable_python"
 
 
 # ------------------------------------------------------------------------------------------ names and places
 
 
 def validate_task_name(task: str) -> str:
-    if not SAFE_NAME.fullmatch(task or "") or task in (".", ".."):
+    if not is_name(task):
         raise BadRequest(f"bad task name {task!r}: use letters, digits, '_', '.', '-' "
                          "(starting with a letter or digit)")
     return task
@@ -72,7 +61,7 @@ def task_dir(root: Path, task: str) -> Path:
 
 def _check_run_id(run_id: str) -> str:
     if not RUN_ID.fullmatch(run_id or ""):
-        raise BadRequest(f"bad run id {run_id!r}: expected YYYYMMDD-HHMMSS-xxxxxx")
+        raise BadRequest(f"bad run id {run_id!r}: expected {RUN_ID_RULE}")
     return run_id
 
 
@@ -88,7 +77,7 @@ def new_run(runs_dir: Path) -> tuple[str, Path]:
     """A fresh run id and its folder; the exclusive mkdir is what makes concurrent ids distinct."""
     runs_dir.mkdir(parents=True, exist_ok=True)
     while True:
-        run_id = f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+        run_id = new_run_id()
         try:
             (runs_dir / run_id).mkdir()
         except FileExistsError:
@@ -103,19 +92,19 @@ class StartCancelled(AgentError):
     """The start was stopped before its runner began: cancelled, or its client went away while it waited."""
 
     kind = "cancelled"
-    exit_code = 8
+    exit_code = ExitCode.CANCELLED_BEFORE_START
 
 
 class TaskRefused(AgentError):
     """The synced task breaks its contract: refused before any run record exists."""
 
     kind = "task_refused"
-    exit_code = 2
+    exit_code = ExitCode.BAD_REQUEST
 
 
 # Runners that read the task folder, and whether their --mode is the timing mode: start checks the task for them
 # before any run record exists (the profile runner's --mode carries its ncu request instead).
-TASK_RUNNERS = {DEFAULT_RUNNER: True, "kpremote.agent.profile": False}
+TASK_RUNNERS = {RUNNERS[TIMING]: True, RUNNERS[PROFILE]: False}
 TOMBSTONES = ".cancelled"  # tasks/<task>/.cancelled/<run-id>: cancelled before its start came; it refuses
 CLAIMS_LOCK = ".claims.lock"  # tasks/<task>/.claims.lock: a claim and a cancel of an unborn run, one at a time
 
@@ -519,27 +508,12 @@ def _looks_like_run(pid: int, run_id: str) -> bool:
     An empty command line on a live process means it is between fork and exec (our launcher execs the
     runner): still ours. Only a missing process, a zombie, or a different program counts as dead.
     """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except PermissionError:
-        return _pid_exists(pid)
-    except OSError:
+    if not is_alive(pid):
         return False
-    if stat[stat.rfind(")") + 2 :].startswith("Z"):
-        return False
-    text = cmdline.replace(b"\0", b" ").decode(errors="replace")
+    text = command_line(pid)
+    if text is None:  # unreadable (another user's pid: alive is all we can know) or gone since
+        return pid_exists(pid)
     return not text.strip() or run_id in text or "kpremote" in text
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # ------------------------------------------------------------------------------------------ follow
@@ -581,17 +555,6 @@ def follow(root: Path, task: str, run_id: str, offset: int = 0, out: BinaryIO | 
             out.flush()
             last_sent = time.monotonic()
         time.sleep(FOLLOW_POLL_S)
-
-
-def _complete_lines(path: Path, offset: int) -> tuple[bytes, int]:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except FileNotFoundError:
-        return b"", offset
-    end = data.rfind(b"\n") + 1
-    return data[:end], offset + end
 
 
 def _reader_gone(stream: BinaryIO) -> bool:
@@ -704,23 +667,6 @@ def _wait_group_gone(pgid: int, timeout_s: float) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def _group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) pids in the process group: a zombie holds nothing and cannot be killed again."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat_line = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # "pid (comm) S ppid pgrp ...": comm may contain spaces and parentheses, so split after the last ')'.
-        after_comm = stat_line[stat_line.rfind(")") + 2 :].split()
-        if len(after_comm) >= 3 and int(after_comm[2]) == pgid and after_comm[0] not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
 
 
 # ------------------------------------------------------------------------------------------ pack-summary

@@ -20,7 +20,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -30,23 +29,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Mapping
 
+from .atomicfile import write_json_atomically
+from .protocol import NAME_RULE, SYNC_VERSION, SyncError, is_name, manifest_digest
+from .provenance import file_sha256
 from .tarstream import Member, TarStream, TarStreamError
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = SYNC_VERSION
 STATE_DIR = ".kpremote"
 MANIFEST_NAME = "manifest.json"
 PROVENANCE_NAME = "provenance.json"
 STAGING_PREFIX = ".sync-staging-"
 HEADER_LIMIT = 64 * 1024 * 1024
-CHUNK = 1024 * 1024
-TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 SKIPPED_DIRS = {STATE_DIR, "__pycache__"}
 NOT_A_FILE = "!not-a-regular-file"
 """What a symlink or special file counts as in "have": it never equals a content hash, so the client replaces it."""
-
-
-class SyncError(Exception):
-    """A refused or broken sync stream; the workspace and its manifest are as they were."""
 
 
 @dataclass(frozen=True)
@@ -66,18 +62,9 @@ class Header:
     provenance: dict[str, Any]
 
 
-def manifest_digest(hashes: Mapping[str, str]) -> str:
-    """One hash naming a whole tree: the client computes the same from its side (it imports this function)."""
-    digest = hashlib.sha256()
-    for path in sorted(hashes):
-        digest.update(path.encode("utf-8", "surrogateescape") + b"\0" + hashes[path].encode() + b"\n")
-    return digest.hexdigest()
-
-
 def check_task_name(task: str) -> str:
-    if not TASK_NAME.fullmatch(task) or task in (".", ".."):
-        raise SyncError(f"invalid task name {task!r}: letters, digits, '.', '_' and '-' only, "
-                        "starting with a letter or digit")
+    if not is_name(task):
+        raise SyncError(f"invalid task name {task!r}: {NAME_RULE}")
     return task
 
 
@@ -269,15 +256,6 @@ def hash_workspace(workspace: Path) -> dict[str, FileState]:
     return found
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def receive_files(stream: BinaryIO, header: Header, staging: Path) -> dict[str, tuple[str, FileState]]:
     """Every announced file, into staging under a numbered name (member names never become paths here)."""
     expected = set(header.changed)
@@ -416,16 +394,6 @@ def write_state(workspace: Path, files: Mapping[str, FileState], provenance: dic
     write_json_atomically(state_dir / MANIFEST_NAME, manifest)
 
 
-def write_json_atomically(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        # json.dumps without indent runs in C; json.dump or an indent take the pure-Python encoder, which costs
-        # ~0.3 s for the manifest of a 10,000-file workspace on every sync
-        f.write(json.dumps(data, separators=(",", ":")))
-    os.replace(tmp, path)
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="sync-apply", description="apply a sync stream read from stdin")
     parser.add_argument("--task", required=True)
@@ -434,9 +402,9 @@ def main(argv: list[str]) -> int:
     try:
         answer = apply_sync_stream(Path(args.root), args.task, sys.stdin.buffer)
     except SyncError as exc:
-        print(json.dumps({"error": "sync", "message": str(exc)}))
+        print(json.dumps({"error": exc.kind, "message": str(exc)}))
         print(f"sync-apply: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     print(json.dumps(answer))
     return 0
 

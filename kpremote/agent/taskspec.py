@@ -2,7 +2,8 @@
 
 Everything that could make the two sides differ is refused here, before anything is built or run. Every
 error names the file and the field and says what is allowed, e.g.
-`kernels/x/task.toml: [build] kind = "rust" — allowed: "triton", "cuda"`.
+`kernels/x/task.toml: [build] kind = "rust" — allowed: "triton", "cuda", ...`. The build kinds and their rules
+live in buildkinds.py.
 Standard library only: the runner validates a task without importing torch.
 """
 
@@ -28,14 +29,15 @@ except ImportError:  # Python 3.10
 SIDES = ("baseline", "candidate")
 SIDE_FOLDERS = {"baseline": "baseline", "candidate": "solution"}
 ARCHES = ("b200", "h200", "h100", "any")
-BUILD_KINDS = ("triton", "cuda")
+BUILD_KINDS = ("triton", "cuda", "tvm-ffi", "cutedsl", "python")  # buildkinds.KINDS: their rules and builders
 TIMING_MODES = ("cold", "graph")
 WORKLOAD_ID = re.compile(r"[A-Za-z0-9_.-]+")
 ENTRY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ADAPTER_REQUIRED = ("make_case", "call_baseline", "call_candidate")
 ADAPTER_OPTIONAL = ("bind", "reference", "bytes_moved")
 # Names whose use means a side compiles or loads its own binary, outside the one symmetric builder.
-SELF_BUILD_NAMES = frozenset({"cpp_extension", "load_inline", "load_library", "CDLL", "cdll"})
+SELF_BUILD_NAMES = frozenset({"cpp_extension", "load_inline", "build_inline", "load_library", "load_module", "CDLL",
+                              "cdll"})
 PER_SIDE_TABLES = ("candidate", "solution", "baseline_build", "candidate_build")
 
 
@@ -61,10 +63,12 @@ class BaselineInfo:
 
 @dataclass(frozen=True)
 class BuildSpec:
-    kind: str
+    kind: str  # both sides' kind, or "<baseline>+<candidate>" where the rule sheet lets them differ
     flags: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     entry: str = "kernel"
+    kinds: tuple[str, ...] = ()  # (baseline kind, candidate kind); empty: both are `kind`
+    exports: tuple[tuple[str, str], ...] = ()  # tvm-ffi: (export name, C++ callable with {args})
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,9 @@ def load_task(task_dir: Path, *, timing_mode: str | None = None) -> TaskSpec:
     task = _task_info(task_file, data["task"], root)
     baseline = _baseline_info(task_file, data["baseline"])
     build = _build_spec(task_file, data["build"])
+    from .buildkinds import check_packages
+
+    check_packages(task_file, build)
     timing = _timing_settings(task_file, data.get("timing", {}))
     if timing_mode is not None:
         _check_choice(task_file, "timing", "mode", timing_mode, TIMING_MODES, origin="--mode")
@@ -286,31 +293,10 @@ def _baseline_info(path: Path, values: dict[str, Any]) -> BaselineInfo:
 
 
 def _build_spec(path: Path, values: dict[str, Any]) -> BuildSpec:
-    _check_keys(path, "build", values, ("kind", "flags", "sources", "entry"))
-    kind = _string(path, "build", "kind", values)
-    _check_choice(path, "build", "kind", kind, BUILD_KINDS)
-    flags = tuple(_string_list(path, "build", "flags", values.get("flags", [])))
-    sources = tuple(_string_list(path, "build", "sources", values.get("sources", [])))
-    entry = values.get("entry", "kernel")
-    if not isinstance(entry, str) or not ENTRY_NAME.fullmatch(entry):
-        raise TaskSpecError(f"{_shown(path)}: [build] entry = {entry!r} — allowed: a Python module name, e.g. \"kernel\"")
-    if kind == "triton":
-        if flags:
-            raise TaskSpecError(
-                f"{_shown(path)}: [build] flags = {list(flags)!r} — must be [] for kind = \"triton\" "
-                f"(both sides are JIT-compiled with the same options)"
-            )
-        if sources:
-            raise TaskSpecError(f"{_shown(path)}: [build] sources — only for kind = \"cuda\"")
-    if kind == "cuda":
-        if not sources:
-            raise TaskSpecError(f"{_shown(path)}: [build] sources — needed for kind = \"cuda\", e.g. [\"kernel.cu\"]")
-        for source in sources:
-            if Path(source).is_absolute() or ".." in Path(source).parts:
-                raise TaskSpecError(f"{_shown(path)}: [build] sources {source!r} — must be relative to each side's folder")
-        if len(set(sources)) != len(sources):
-            raise TaskSpecError(f"{_shown(path)}: [build] sources = {list(sources)!r} — lists a file twice")
-    return BuildSpec(kind=kind, flags=flags, sources=sources, entry=entry)
+    from .buildkinds import parse_build
+
+    _check_keys(path, "build", values, ("kind", "flags", "sources", "entry", "exports"))
+    return parse_build(path, values)
 
 
 def _timing_settings(path: Path, values: dict[str, Any]) -> TimingSettings:
@@ -348,15 +334,16 @@ def check_sides_symmetric(spec: TaskSpec) -> None:
         folder = spec.side_dir(side)
         if not folder.is_dir():
             raise TaskSpecError(f"{_shown(folder)}: missing ({side} side)")
-    needed = [f"{spec.build.entry}.py"] if spec.build.kind == "triton" else list(spec.build.sources)
-    for name in needed:
-        present = {side: (spec.side_dir(side) / name).is_file() for side in SIDES}
-        if not all(present.values()):
-            missing = [side for side, ok in present.items() if not ok]
-            raise TaskSpecError(
-                f"{_shown(spec.root / 'task.toml')}: [build] {'entry' if spec.build.kind == 'triton' else 'sources'} "
-                f"needs {name!r} on both sides; missing in {', '.join(_shown(spec.side_dir(s)) for s in missing)}"
-            )
+    from .buildkinds import needed_field, needed_files
+
+    for side in SIDES:
+        for name in needed_files(spec.build, side):
+            if not (spec.side_dir(side) / name).is_file():
+                raise TaskSpecError(
+                    f"{_shown(spec.root / 'task.toml')}: [build] {needed_field(spec.build, side)} needs {name!r} "
+                    f"{'in the ' + side + ' side' if spec.build.kinds[:1] != spec.build.kinds[1:] else 'on both sides'}; "
+                    f"missing in {_shown(spec.side_dir(side))}"
+                )
     for python_file in [*_python_files(spec.side_dir("baseline")), *_python_files(spec.side_dir("candidate")),
                         spec.adapter_path]:
         _refuse_self_build(python_file)
@@ -382,10 +369,12 @@ def _refuse_self_build(path: Path) -> None:
 
 def _self_build_name(node: ast.AST) -> str | None:
     if isinstance(node, ast.Import):
-        return next((a.name for a in node.names if "cpp_extension" in a.name), None)
+        return next((a.name for a in node.names if "cpp_extension" in a.name or a.name == "tvm_ffi.cpp"), None)
     if isinstance(node, ast.ImportFrom):
-        if "cpp_extension" in (node.module or ""):
+        if "cpp_extension" in (node.module or "") or (node.module or "") == "tvm_ffi.cpp":
             return f"from {node.module} import ..."
+        if node.module == "tvm_ffi" and any(a.name == "cpp" for a in node.names):
+            return "from tvm_ffi import cpp"
         return next((a.name for a in node.names if a.name in SELF_BUILD_NAMES), None)
     if isinstance(node, ast.Attribute) and node.attr in SELF_BUILD_NAMES:
         return f".{node.attr}"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
 import traceback
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import build, correctness, timing
+from .atomicfile import write_json_atomically
 from .correctness import ERROR, INCORRECT, PASSED
 from .runstate import DISK_FULL_EXIT, is_disk_full
 from .taskspec import SIDES, TaskSpec, Workload, load_task
@@ -39,18 +39,12 @@ def main(argv: list[str]) -> int:
         result = {"status": ERROR, "message": f"worker: {type(exc).__name__}: {exc}", "where": "worker",
                   "traceback": traceback.format_exc()}
     try:
-        write_json(args.out, result)
+        write_json_atomically(args.out, result, indent=1)
     except OSError as exc:
         if not is_disk_full(exc):
             raise
         return DISK_FULL_EXIT  # no room for a result: the exit code is the one message that gets through
     return 0
-
-
-def write_json(path: Path, value: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(value, indent=1, default=str))
-    os.replace(tmp, path)
 
 
 # --------------------------------------------------------------------------------------------- prepare

@@ -19,6 +19,13 @@ from kpremote.agent.lease import IdlePolicy, acquire
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _installed(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def test_info_reports_versions_and_asks_torch_about_cuda_only_when_not_fast(capsys):
     torch_was_imported = "torch" in sys.modules
     assert main(["info", "--fast"]) == 0
@@ -27,7 +34,9 @@ def test_info_reports_versions_and_asks_torch_about_cuda_only_when_not_fast(caps
     assert fast["python"] == platform.python_version()
     assert fast["torch"] == importlib.metadata.version("torch")
     assert fast["pynvml"] == importlib.metadata.version("nvidia-ml-py")
-    assert set(fast) == {"hostname", "python", "torch", "triton", "pynvml", "cuda", "cuda_available"}
+    assert set(fast) == {"hostname", "python", "torch", "triton", "pynvml", "tvm_ffi", "cutlass_dsl", "cuda",
+                         "cuda_available"}
+    assert fast["tvm_ffi"] == _installed("apache-tvm-ffi") and fast["cutlass_dsl"] == _installed("nvidia-cutlass-dsl")
     assert fast["cuda_available"] is None
 
     assert main(["info"]) == 0

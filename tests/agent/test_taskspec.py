@@ -46,7 +46,7 @@ def test_fixture_task_loads_into_dataclasses(task: Path) -> None:
 
 def test_unknown_build_kind_names_file_field_and_choices(task: Path) -> None:
     edit(task / "task.toml", 'kind = "triton"', 'kind = "rust"')
-    assert refusal(task) == 'tiny_rmsnorm/task.toml: [build] kind = "rust" — allowed: "triton", "cuda"'
+    assert refusal(task) == 'tiny_rmsnorm/task.toml: [build] kind = "rust" — allowed: "triton", "cuda", "tvm-ffi", "cutedsl", "python"'
 
 
 @pytest.mark.parametrize(

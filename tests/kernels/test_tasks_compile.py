@@ -176,7 +176,14 @@ def _nvcc_command(nvcc: str, source: Path, flags: list[str], module: str, output
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("name", [t for t in TASKS if _spec(t).build.kind == "cuda"])
+def _cuda_sides(name: str) -> list[str]:
+    """The sides built by torch.utils.cpp_extension (a Triton baseline may face a CUDA candidate)."""
+    from kpremote.agent.buildkinds import kind_of
+
+    return [side for side in ("baseline", "candidate") if kind_of(_spec(name).build, side) == "cuda"]
+
+
+@pytest.mark.parametrize("name", [t for t in TASKS if _cuda_sides(t)])
 def test_cuda_sides_compile_with_the_tasks_one_flag_list(name: str, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     nvcc = _nvcc()
@@ -185,7 +192,7 @@ def test_cuda_sides_compile_with_the_tasks_one_flag_list(name: str, tmp_path: Pa
     spec = _spec(name)
     jobs = [
         _nvcc_command(nvcc, spec.side_dir(side) / source, list(spec.build.flags), f"kp_{side}", tmp_path / f"{side}_{source}.cubin")
-        for side in ("baseline", "candidate")
+        for side in _cuda_sides(name)
         for source in spec.build.sources
     ]
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:

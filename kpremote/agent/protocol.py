@@ -1,0 +1,233 @@
+"""The seam between the client and the agent: every rule both halves must agree on, in one place.
+
+Standard library only: it is shipped with the agent and the client imports it too. What lives here:
+
+- exit codes: `ExitCode` (what an agent subcommand exits with) and `RunExit` (what the runner process exits with);
+- the errors an agent subcommand reports as one JSON line `{"error": kind, "message": ...}`, drawn as a tree:
+
+      AgentError                 kind "error",           exit 1   an expected failure: one line, no traceback
+       ├── BadRequest            kind "bad_request",     exit 2   the request itself is wrong (name, flag, JSON)
+       │    └── UsageError       kind "usage",           exit 2   the command line does not parse
+       ├── NoIdleGpu             kind "no_idle_gpu",     exit 3   every fitting GPU is busy or leased
+       │    └── GpuNotFound      kind "gpu_not_found",   exit 3   --gpu names no GPU of this host
+       ├── ArchMismatch          kind "arch_mismatch",   exit 4   no GPU of the task's arch here
+       ├── NotTerminal           kind "not_terminal",    exit 5   the run is not over yet
+       ├── NotFound              kind "not_found",       exit 6   no such run, or no workspace
+       ├── UnusablePython        kind "unusable_python", exit 1   no torch, or no CUDA build of it
+       └── SyncError             kind "sync",            exit 1   a refused or broken sync stream; nothing applied
+
+  (A workspace that is not what the client remembered is not an error: `start --sync` answers the listing with
+  exit 7, NEED_FULL_SYNC.)
+- run states (`RUNNING`, the `TERMINAL` ones);
+- the name rule (task, host and container names) and the run-id rule;
+- the sync protocol's version and its tree digest;
+- the idle policy a host's GPUs are judged by, with its defaults;
+- the kinds of start request: a timing run, or a profile run (a start whose mode is `profile:{json}`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime, timezone
+from enum import IntEnum
+from typing import Any, Mapping
+
+# ------------------------------------------------------------------------------------------ exit codes
+
+
+class ExitCode(IntEnum):
+    """What `python -c BOOT ROOT HASH SUBCOMMAND ...` exits with."""
+
+    OK = 0
+    ERROR = 1
+    BAD_REQUEST = 2
+    NO_IDLE_GPU = 3
+    ARCH_MISMATCH = 4
+    NOT_TERMINAL = 5
+    NOT_FOUND = 6
+    NEED_FULL_SYNC = 7
+    """`start --sync` found the workspace not as the client remembered: stdout lists what it holds."""
+    CANCELLED_BEFORE_START = 8
+    """`start` was cancelled (or its client went away) before its runner began: no run, no lease."""
+    AGENT_MISSING = 97
+    """BOOT found no complete ROOT/agent/HASH: ship the agent, then call again."""
+    NO_PYTHON = 127
+    """The remote shell found no such interpreter (the shell's own "command not found")."""
+
+
+class RunExit(IntEnum):
+    """What the detached runner process (and a worker, for DISK_FULL) exits with."""
+
+    PASSED = 0
+    FAILED = 1
+    REFUSED = 2
+    INFRA = 3
+    DISK_FULL = 28
+    """No room left to write a result (28 = ENOSPC): the exit code is the one message that gets through."""
+    CANCELLED = 130
+
+
+# ------------------------------------------------------------------------------------------ errors
+
+
+class AgentError(Exception):
+    """An expected failure: the agent prints it as one line of JSON and exits with exit_code."""
+
+    kind = "error"
+    exit_code: int = ExitCode.ERROR
+
+
+class BadRequest(AgentError):
+    kind = "bad_request"
+    exit_code = ExitCode.BAD_REQUEST
+
+
+class UsageError(BadRequest):
+    kind = "usage"
+
+
+class NoIdleGpu(AgentError):
+    kind = "no_idle_gpu"
+    exit_code = ExitCode.NO_IDLE_GPU
+
+
+class GpuNotFound(NoIdleGpu):
+    kind = "gpu_not_found"
+
+
+class ArchMismatch(AgentError):
+    kind = "arch_mismatch"
+    exit_code = ExitCode.ARCH_MISMATCH
+
+
+class NotTerminal(AgentError):
+    kind = "not_terminal"
+    exit_code = ExitCode.NOT_TERMINAL
+
+
+class NotFound(AgentError):
+    kind = "not_found"
+    exit_code = ExitCode.NOT_FOUND
+
+
+class UnusablePython(AgentError):
+    kind = "unusable_python"
+
+
+class SyncError(AgentError):
+    """A refused or broken sync stream; the workspace and its manifest are as they were."""
+
+    kind = "sync"
+
+
+# ------------------------------------------------------------------------------------------ run states
+
+RUNNING = "running"
+PASSED, FAILED, ERROR, CANCELLED = "passed", "failed", "error", "cancelled"
+TERMINAL = frozenset({PASSED, FAILED, ERROR, CANCELLED})
+"""Statuses after which nothing about a run changes any more."""
+
+# ------------------------------------------------------------------------------------------ names and run ids
+
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+"""Task, host and container names: never "-x" (a word that reads as an option), never "." or "..", no "/"."""
+NAME_RULE = "letters, digits, '.', '_' and '-' only, starting with a letter or digit"
+RUN_ID_PATTERN = r"\d{8}-\d{6}-[0-9a-f]{6}"
+RUN_ID_RULE = "YYYYMMDD-HHMMSS-xxxxxx"
+_NAME = re.compile(NAME_PATTERN)
+_RUN_ID = re.compile(RUN_ID_PATTERN)
+
+
+def is_name(value: Any) -> bool:
+    """Whether value is a name that may become one folder name on either side."""
+    return isinstance(value, str) and _NAME.fullmatch(value) is not None
+
+
+def is_run_id(value: Any) -> bool:
+    return isinstance(value, str) and _RUN_ID.fullmatch(value) is not None
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """UTC start time to the second plus 24 random bits: sortable, and distinct for runs started together."""
+    return f"{now or datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+# ------------------------------------------------------------------------------------------ sync
+
+SYNC_VERSION = 1
+"""The sync header's "version": a client and an agent that disagree refuse each other's streams."""
+
+
+def manifest_digest(hashes: Mapping[str, str]) -> str:
+    """One hash naming a whole tree ({relative POSIX path: sha256 of the content}); both sides compute it."""
+    digest = hashlib.sha256()
+    for path in sorted(hashes):
+        digest.update(path.encode("utf-8", "surrogateescape") + b"\0" + hashes[path].encode() + b"\n")
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------ idle policy
+
+
+@dataclass
+class IdlePolicy:
+    """When a GPU counts as idle (defaults from the users' incident write-up); travels as JSON in `--idle`."""
+
+    max_memory_mib: int = 2048
+    max_util_pct: int = 5
+    allow_processes: bool = False
+
+    @classmethod
+    def from_json(cls, value: str | dict | None) -> "IdlePolicy":
+        if value is None or value == "":
+            return cls()
+        try:
+            record = json.loads(value) if isinstance(value, str) else dict(value)
+        except (ValueError, TypeError) as exc:
+            raise BadRequest(f"idle policy is not a JSON object: {exc}") from None
+        if not isinstance(record, dict):
+            raise BadRequest(f"idle policy must be a JSON object, got {value!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(record) - known)
+        if unknown:
+            raise BadRequest(f"idle policy has unknown keys {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        try:
+            return cls(
+                max_memory_mib=int(record.get("max_memory_mib", cls.max_memory_mib)),
+                max_util_pct=int(record.get("max_util_pct", cls.max_util_pct)),
+                allow_processes=_strict_bool(record.get("allow_processes", cls.allow_processes)),
+            )
+        except (ValueError, TypeError) as exc:
+            raise BadRequest(f"idle policy: {exc}") from None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+
+def _strict_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"allow_processes must be true or false, got {value!r}")
+    return value
+
+
+# ------------------------------------------------------------------------------------------ start requests
+
+TIMING, PROFILE = "timing", "profile"
+RUNNERS = {TIMING: "kpremote.agent.runner", PROFILE: "kpremote.agent.profile"}
+"""The module `start` spawns for each kind of run."""
+PROFILE_MODE_PREFIX = "profile:"
+"""A profile run is a start whose mode is "profile:" + the profile request as JSON."""
+
+
+def run_kind(mode: str | None) -> str:
+    """The kind of run a start's mode asks for."""
+    return PROFILE if mode and mode.startswith(PROFILE_MODE_PREFIX) else TIMING
+
+
+def runner_for(mode: str | None) -> str:
+    """The module `start` spawns for a run of this mode."""
+    return RUNNERS[run_kind(mode)]

@@ -1,0 +1,30 @@
+"""Shared by the fast tests: the task they sync, a file writer, and one fixture GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+TASK = "demo"
+STANDIN_HOME = Path(__file__).resolve().parents[1] / "agent"
+FILES = {
+    "task.toml": "[task]\nname = 'demo'\n",
+    "baseline/kernel.py": "def kernel(): return 'baseline'\n",
+    "solution/kernel.py": "def kernel(): return 'solution'\n",
+    "bench/adapter.py": "X = 1\n",
+}
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def gpu(index: int, **overrides: Any) -> dict[str, Any]:
+    """One idle H200 as the NVML fixture describes it."""
+    return {"index": index, "uuid": f"GPU-{index:08d}-unit", "name": "NVIDIA H200", "cc": [9, 0],
+            "memory_used_mib": 0, "memory_total_mib": 143771, "util_pct": 0, **overrides}

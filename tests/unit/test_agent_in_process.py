@@ -1,0 +1,201 @@
+"""What the client does with the agent's answers, through an agent answered in this process: placement, the retries
+(ship, need-full sync), sync and the fetch refusals. Seconds, not the minutes of the real-sshd rig."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from unit.helpers import TASK, gpu, write
+
+from kpremote.agent.protocol import ExitCode
+from kpremote.agentcall import Agent
+from kpremote.errors import KpremoteError
+from kpremote.fetch import FetchRefused, fetch_results, fetch_run
+from kpremote.runs import (
+    NoIdleGpu,
+    RunOptions,
+    RunSession,
+    cancel_run,
+    follow_run,
+    start_run,
+)
+from kpremote.safetar import UnsafeArchive
+from kpremote.sync import sync_task
+from kpremote.transport.inprocess import InProcessTransport
+
+RUN_ID = "20260101-120000-abcdef"
+
+
+def session_of(agent: Agent) -> RunSession:
+    session = RunSession(agent.host)
+    session.agent = agent
+    return session
+
+
+def workspace(agent: Agent) -> Path:
+    return Path(agent.host.remote_root) / "tasks" / TASK / "workspace"
+
+
+# ---------------------------------------------------------------- placement
+
+
+def test_a_run_goes_to_the_idle_gpu_with_least_memory_used_and_leased_ones_are_skipped(agent, kernels, gpus,
+                                                                                       standin_runs):
+    gpus(gpu(0, memory_used_mib=9000), gpu(1, memory_used_mib=100), gpu(2, memory_used_mib=0))
+    standin_runs(events=1, hold_s=30)
+    session = session_of(agent)
+    first = start_run(session, TASK, kernels, RunOptions())
+    second = start_run(session, TASK, kernels, RunOptions())
+    try:
+        assert (first.gpu["index"], second.gpu["index"]) == (2, 1)
+        with pytest.raises(NoIdleGpu) as refused:
+            start_run(session, TASK, kernels, RunOptions())
+        text = str(refused.value)
+        assert "no idle GPU" in text and "9000 MiB used > 2048 MiB" in text
+        assert f"leased: run {first.run_id}" in text and f"leased: run {second.run_id}" in text
+    finally:
+        for run in (first, second):
+            cancel_run(session, TASK, run.run_id)
+
+
+def test_a_task_for_another_arch_is_refused_with_what_the_host_has(agent, kernels, gpus, standin_runs):
+    write(kernels / TASK / "task.toml", "[task]\nname = 'demo'\narch = 'b200'\n")
+    with pytest.raises(KpremoteError, match=r"task arch b200 needs compute capability 10.x; GPU 0 NVIDIA H200 is 9.0"):
+        start_run(session_of(agent), TASK, kernels, RunOptions())
+    assert not list((workspace(agent).parent / "runs").iterdir())  # the refused run left no folder
+
+
+def test_a_run_follows_to_its_end_and_its_summary_comes_on_the_same_channel(agent, kernels, gpus, standin_runs,
+                                                                           tmp_path):
+    standin_runs(events=2)
+    session = session_of(agent)
+    run = start_run(session, TASK, kernels, RunOptions())
+    events, parts = [], []
+    final = follow_run(session, TASK, run.run_id, events.append, summary_sink=parts.append)
+    assert final["status"] == "passed" and [e["n"] for e in events if e["event"] == "tick"] == [0, 1]
+    report = fetch_run(agent, TASK, final, kernels, agent.host.name, b"".join(parts))
+    assert report.outcome == "fetched" and (report.path / "results.json").read_text() == '{"headline": 1.0}'
+    assert not (report.path / "passwd-link").exists()  # the link in summary/ never leaves the host
+    assert agent.transport.channels.opened == 2  # start (with the sync) and follow (with the summary)
+
+
+# ---------------------------------------------------------------- retries
+
+
+def test_an_agent_the_host_lacks_is_shipped_once_and_the_call_made_again(host):
+    agent = Agent(host, InProcessTransport(host.name, shipped=False))
+    assert agent.call_json("status") == {"runs": []}
+    assert agent.call_json("status") == {"runs": []}
+    assert agent.shipped == 1
+    assert [call[0] for call in agent.transport.calls] == ["status", "ship", "status", "status"]
+
+
+def test_start_on_a_workspace_changed_behind_the_clients_back_syncs_the_difference_then_starts(agent, kernels, gpus,
+                                                                                             standin_runs):
+    sync_task(agent, TASK, kernels)
+    (workspace(agent) / "solution" / "kernel.py").write_text("tampered")
+    (workspace(agent) / ".kpremote" / "manifest.json").unlink()
+    session = session_of(agent)
+    run = start_run(session, TASK, kernels, RunOptions())
+    assert [call[0] for call in agent.transport.calls[-3:]] == ["start", "sync-apply", "start"]
+    assert run.synced_files == 1
+    assert (workspace(agent) / "solution" / "kernel.py").read_text() == "def kernel(): return 'solution'\n"
+    follow_run(session, TASK, run.run_id, lambda event: None)
+
+
+def test_the_need_full_answer_is_exit_7_with_a_listing_and_starts_nothing(agent, kernels, gpus, standin_runs):
+    sync_task(agent, TASK, kernels)
+    (workspace(agent) / ".kpremote" / "manifest.json").unlink()
+    (workspace(agent) / "task.toml").write_text("changed")
+    from kpremote.sync import build_sync_request, plan_sync, scan_task
+
+    request = build_sync_request(plan_sync(agent.host, scan_task(kernels, TASK)))
+    result = agent.call("start", "--task", TASK, "--sync", stdin=request)
+    answer = json.loads(result.stdout)
+    assert result.exit_code == ExitCode.NEED_FULL_SYNC and answer["need_full"] is True
+    assert set(answer["have"]) >= {"task.toml", "solution/kernel.py"}
+    assert not (workspace(agent).parent / "runs").exists()
+
+
+# ---------------------------------------------------------------- sync
+
+
+def test_sync_sends_only_what_changed_over_one_channel(agent, kernels):
+    first = sync_task(agent, TASK, kernels)
+    write(kernels / TASK / "solution" / "kernel.py", "def kernel(): return 'faster'\n")
+    (kernels / TASK / "bench" / "adapter.py").unlink()
+    second = sync_task(agent, TASK, kernels)
+    assert (first.files_sent, first.channels) == (4, 1)
+    assert (second.files_sent, second.deleted, second.channels) == (1, 1, 1)
+    assert not (workspace(agent) / "bench" / "adapter.py").exists()
+
+
+def test_a_sync_stream_with_an_unannounced_member_is_refused_and_nothing_applied(agent, kernels):
+    sync_task(agent, TASK, kernels)
+    header = {"version": 1, "base_digest": "x", "new_digest": "y", "changed": [], "deleted": [], "sizes": {},
+              "full": False, "provenance": {}}
+    result = agent.call("sync-apply", "--task", "../escape", stdin=json.dumps(header).encode() + b"\n")
+    assert result.exit_code == 1 and json.loads(result.stdout) == {
+        "error": "sync", "message": "invalid task name '../escape': letters, digits, '.', '_' and '-' only, "
+                                    "starting with a letter or digit"}
+
+
+# ---------------------------------------------------------------- fetch refusals
+
+
+def finished_run(agent: Agent, run_id: str = RUN_ID, status: str = "passed", **summary: bytes) -> Path:
+    """A run on the in-process host as the runner leaves it: state.json and summary/ files."""
+    run_dir = Path(agent.host.remote_root) / "tasks" / TASK / "runs" / run_id
+    write(run_dir / "state.json", json.dumps({"run_id": run_id, "task": TASK, "status": status}))
+    for name, data in (summary or {"results.json": b'{"headline": 2.0}'}).items():
+        write(run_dir / "summary" / name, data)
+    return run_dir
+
+
+def test_fetch_refuses_a_run_that_has_not_finished(agent, kernels):
+    finished_run(agent, status="running")
+    with pytest.raises(FetchRefused, match=f"run {RUN_ID} is running; its summary is not final yet"):
+        fetch_results(agent, TASK, RUN_ID, kernels, agent.host.name)
+
+
+def test_fetch_keeps_a_different_summary_already_there(agent, kernels):
+    run_dir = finished_run(agent)
+    assert fetch_results(agent, TASK, "latest", kernels, agent.host.name)[0].outcome == "fetched"
+    assert fetch_results(agent, TASK, "latest", kernels, agent.host.name)[0].outcome == "unchanged"
+    (run_dir / "summary" / "results.json").write_text('{"headline": 3.0}')
+    with pytest.raises(FetchRefused, match="already holds a different summary"):
+        fetch_results(agent, TASK, RUN_ID, kernels, agent.host.name)
+    fetched = kernels / TASK / "results" / agent.host.name / RUN_ID / "results.json"
+    assert fetched.read_text() == '{"headline": 2.0}'
+
+
+def test_fetch_refuses_a_summary_larger_than_the_hosts_cap(agent, kernels):
+    finished_run(agent, **{"big.bin": bytes(64 * 1024)})
+    agent = Agent(replace(agent.host, max_summary_mb=0.01), agent.transport)
+    with pytest.raises(FetchRefused, match="larger than 0.01 MB; stopped reading, nothing was written"):
+        fetch_results(agent, TASK, RUN_ID, kernels, agent.host.name)
+    assert not (kernels / TASK / "results").exists() or not any((kernels / TASK / "results").rglob("*.bin"))
+
+
+def test_fetch_refuses_an_archive_with_raw_files_or_escaping_paths(agent, kernels):
+    for name in ("raw/samples.txt", "../outside.txt"):
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+        state = {"run_id": RUN_ID, "status": "passed"}
+        with pytest.raises(UnsafeArchive):
+            fetch_run(agent, TASK, state, kernels, agent.host.name, buffer.getvalue())
+    assert not (kernels / TASK / "results" / agent.host.name / RUN_ID).exists()
+    assert not (kernels / "outside.txt").exists() and not (kernels / TASK / "outside.txt").exists()
+
+
+def test_fetch_refuses_a_run_id_the_host_made_up(agent, kernels):
+    with pytest.raises(FetchRefused, match="invalid run id '../x'"):
+        fetch_results(agent, TASK, "../x", kernels, agent.host.name)
