@@ -121,6 +121,6 @@ def check_tasks(kernels_dir: Path, tasks: list[str], *, timing_mode: Optional[st
         return
     for task in tasks:
         try:
-            taskspec.load_task(kernels_dir / task, timing_mode=timing_mode).select(workloads)
+            taskspec.load_task(kernels_dir / task, timing_mode=timing_mode, packages=False).select(workloads)
         except taskspec.TaskSpecError as exc:
             raise BadOption(f"{task}: {exc}") from None

@@ -137,10 +137,11 @@ def start(root: Path, request: StartRequest, snapshot_fn: Callable[[], Snapshot]
     workspace = task_dir(root, request.task) / "workspace"
     if not workspace.is_dir():
         raise NotFound(f"task {request.task} has no workspace on this host ({workspace}); sync it first")
-    refuse_bad_task(workspace, request)
+    spec = refuse_bad_task(workspace, request)
     snap = snapshot_fn()
     device = _resolve_device(request.device, snap)
     refuse_unusable_python(device)
+    refuse_missing_packages(workspace, spec)
     # The task decides which GPUs it may run on (a b200 task refuses an H200); the host's declared arch is
     # only the fallback for a task that does not say.
     request = replace(request, arch=_task_arch(workspace) or request.arch)
@@ -337,17 +338,38 @@ def refuse_bad_task(workspace: Path, request: StartRequest) -> None:
     """The checks the runner would make first, made before any run record exists; messages name the task as the
     user knows it (kernels/<task>/...), not this host's copy."""
     if request.runner_module not in TASK_RUNNERS:
-        return
-    from .taskspec import TaskSpecError, _shown, load_task
+        return None
+    from .taskspec import TaskSpecError, load_task
 
     try:
-        spec = load_task(workspace, timing_mode=request.mode if TASK_RUNNERS[request.runner_module] else None)
+        spec = load_task(workspace, timing_mode=request.mode if TASK_RUNNERS[request.runner_module] else None,
+                         packages=False)
         spec.select([w.strip() for w in request.workloads.split(",") if w.strip()] if request.workloads else None)
     except TaskSpecError as exc:
-        message = str(exc)
-        for form in {str(workspace), str(workspace.resolve()), _shown(workspace)}:
-            message = message.replace(form, f"kernels/{request.task}")
-        raise TaskRefused(message) from None
+        raise TaskRefused(_users_path(str(exc), workspace, request.task)) from None
+    return spec
+
+
+def refuse_missing_packages(workspace: Path, spec: Any) -> None:
+    """A build kind whose package this Python lacks: the host's problem (another host may have it), so not a
+    task refusal; refused before any record or lease all the same."""
+    if spec is None:
+        return
+    from .buildkinds import check_packages
+    from .taskspec import TaskSpecError
+
+    try:
+        check_packages(workspace / "task.toml", spec.build)
+    except TaskSpecError as exc:
+        raise UnusablePython(_users_path(str(exc), workspace, spec.task.name)) from None
+
+
+def _users_path(message: str, workspace: Path, task: str) -> str:
+    from .taskspec import _shown
+
+    for form in {str(workspace), str(workspace.resolve()), _shown(workspace)}:
+        message = message.replace(form, f"kernels/{task}")
+    return message
 
 
 def refuse_unusable_python(device: str) -> None:
