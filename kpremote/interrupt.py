@@ -53,7 +53,7 @@ class Registry:
     """The run ids this client may have brought into being on hosts and not yet seen end."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # the SIGINT handler may close it while the main thread is inside add()
         self._runs: dict[tuple[str, str], Registered] = {}
         self.closed = False
 
@@ -94,6 +94,7 @@ class SigintHandler:
     def __call__(self, signum: int, frame: Any) -> None:
         self.pressed += 1
         if self.pressed == 1:
+            begin_cancels()  # at once, while the main thread unwinds: the 2 s start now, not after the unwinding
             raise KeyboardInterrupt
         self.say("still cancelling what was started (a few seconds at most) ...")
 
@@ -119,26 +120,47 @@ def install(say: Callable[[str], None]) -> Optional[SigintHandler]:
     return handler
 
 
+class Cancels:
+    """The cancels of everything registered, running in daemon threads from the moment they are begun."""
+
+    def __init__(self, registry: Registry, budget_s: float) -> None:
+        self.entries = registry.close()
+        self.budget_s = budget_s
+        self.deadline = time.monotonic() + budget_s
+        self.results: dict[Registered, str] = {}
+        self.threads = [threading.Thread(target=_cancel_one, args=(entry, self.results, budget_s), daemon=True,
+                                         name="kpremote-cancel") for entry in self.entries]
+        for thread in self.threads:
+            thread.start()
+
+    def finish(self, say: Callable[[str], None]) -> list[str]:
+        for thread in self.threads:
+            thread.join(max(0.0, self.deadline - time.monotonic()))
+        lines = []
+        for entry in self.entries:
+            line = self.results.get(entry) or (
+                f"run {entry.run_id} on {entry.host.name}: its cancel was not confirmed within {self.budget_s:g} s; "
+                f"check with: inv cancel --host {entry.host.name} --run {entry.run_id}")
+            lines.append(line)
+            say(line)
+        return lines
+
+
+_begun: Optional[Cancels] = None
+
+
+def begin_cancels(registry: Registry = REGISTRY, budget_s: float = CANCEL_BUDGET_S) -> Cancels:
+    global _begun
+    if _begun is None:
+        _begun = Cancels(registry, budget_s)
+    return _begun
+
+
 def cancel_registered(say: Callable[[str], None], registry: Registry = REGISTRY,
                       budget_s: float = CANCEL_BUDGET_S) -> list[str]:
-    """Cancel every registered run on its host, in parallel, within budget_s; one line said per run id."""
-    entries = registry.close()
-    results: dict[Registered, str] = {}
-    threads = [threading.Thread(target=_cancel_one, args=(entry, results, budget_s), daemon=True,
-                                name="kpremote-cancel") for entry in entries]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + budget_s
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    lines = []
-    for entry in entries:
-        line = results.get(entry) or (
-            f"run {entry.run_id} on {entry.host.name}: its cancel was not confirmed within {budget_s:g} s; check "
-            f"with: inv cancel --host {entry.host.name} --run {entry.run_id}")
-        lines.append(line)
-        say(line)
-    return lines
+    """Cancel every registered run on its host, in parallel, within budget_s (counted from the Ctrl-C when the
+    handler began them); one line said per run id."""
+    return begin_cancels(registry, budget_s).finish(say)
 
 
 def _cancel_one(entry: Registered, results: dict, budget_s: float) -> None:
@@ -149,14 +171,20 @@ def _cancel_one(entry: Registered, results: dict, budget_s: float) -> None:
 
     args = ["--task", entry.task, "--run", entry.run_id, "--pending", "--grace", str(HOST_GRACE_S)]
     session = None
+    first_try = False
     try:
         try:
             if entry.transport is None:
                 raise KpremoteError("no connection to reuse")
+            first_try = True
             answer = Agent(entry.host, entry.transport).call_json("cancel", *args, timeout=budget_s)
         except KpremoteError:
+            # The run's own thread may close that connection once it sees the run end (our cancel did it): ask
+            # again on a fresh one; "already ended (cancelled)" then is this cancel's doing.
             session = RunSession(entry.host)
             answer = session.agent.call_json("cancel", *args, timeout=budget_s)
+            if first_try and (answer.get("state") or {}).get("status") == "cancelled":
+                answer = {**answer, "cancelled": True}
         results[entry] = _describe(entry, answer)
     except Exception as exc:  # noqa: BLE001 - whatever went wrong is said in the run's one line
         results[entry] = (f"could not cancel run {entry.run_id} on {entry.host.name}: {exc}; check with: "
