@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
 import sys
 from typing import Any, Callable
 
 from invoke import Task, task
 from invoke.exceptions import Exit
 
+from . import interrupt
 from .errors import KpremoteError
 from .view import error_line
 
@@ -33,24 +35,55 @@ class FlagTask(Task):
 
 
 def command(help: dict[str, str] | None = None, short: dict[str, str] | None = None, **task_kwargs: Any) -> Callable:
-    """@task with kpremote's error contract: KpremoteError → one line on stderr, exit 2; Ctrl-C → exit 130.
+    """@task with kpremote's error contract: KpremoteError → one line on stderr, exit 2; Ctrl-C → whatever the
+    command started on hosts is cancelled (interrupt.py), exit 130; `inv --dry` → what would run, nothing run.
     short: {parameter: letter} for the flags that also have a one-letter form."""
 
     def decorate(fn: Callable) -> Any:
         @functools.wraps(fn)
         def wrapper(c, *args: Any, **kwargs: Any) -> Any:
+            if _dry(c):
+                say(f"dry run, nothing was run: {_as_command_line(fn.__name__, kwargs)}")
+                return None
+            interrupt.install(say)
             try:
                 return fn(c, *args, **kwargs)
             except KpremoteError as exc:
                 error_line(str(exc))
                 raise Exit(code=EXIT_USAGE) from None
             except KeyboardInterrupt:
+                interrupt.cancel_registered(say)
                 error_line("interrupted")
+                interrupt.exit_now_after(interrupt.EXIT_WATCHDOG_S, EXIT_INTERRUPTED)
                 raise Exit(code=EXIT_INTERRUPTED) from None
 
         return task(wrapper, help=help or {}, auto_shortflags=False, klass=FlagTask, short_flags=short, **task_kwargs)
 
     return decorate
+
+
+def say(line: str) -> None:
+    """A line for the person at the terminal (stderr: stdout may be JSON for a script)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _dry(c: Any) -> bool:
+    try:
+        return bool(c.config.run.dry)
+    except AttributeError:
+        return False
+
+
+def _as_command_line(name: str, kwargs: dict[str, Any]) -> str:
+    words = ["inv", name.replace("_", "-")]
+    for key, value in kwargs.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            words.append(flag)
+        elif value not in (None, False, ""):
+            words += [flag, shlex.quote(str(value))]
+    return " ".join(words)
 
 
 def print_json(payload: Any) -> None:

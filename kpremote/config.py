@@ -178,6 +178,17 @@ def parse_inventory(data: dict[str, Any], file: Path) -> Inventory:
     return Inventory(path=file, hosts=hosts)
 
 
+LOCAL_ROOT = Path(".kpremote") / "local"
+
+
+def local_remote_root() -> str:
+    """The `local` host's default remote root: .kpremote/local in this checkout (the project root that holds
+    hosts.toml, found from the working folder; the working folder itself outside any project)."""
+    from .project import find_root
+
+    return str((find_root() or Path.cwd()).resolve() / LOCAL_ROOT)
+
+
 def _resolve(name: str, spec: HostModel, defaults: DefaultsModel) -> Host:
     def pick(field: str, fallback: Any) -> Any:
         value = getattr(spec, field)
@@ -192,7 +203,10 @@ def _resolve(name: str, spec: HostModel, defaults: DefaultsModel) -> Host:
         ssh=spec.ssh,
         arch=spec.arch,
         container=spec.container,
-        remote_root=pick("remote_root", "~/kpremote"),
+        # The local host's runs belong to this checkout (the folder the commands run in, which holds kernels/):
+        # another checkout's `inv status --host local` must not list them. [defaults] remote_root describes the
+        # remote hosts, so only the local table's own remote_root overrides that.
+        remote_root=(spec.remote_root or local_remote_root()) if local else pick("remote_root", "~/kpremote"),
         # The local host runs the agent with the interpreter kpremote itself runs under (it has torch there):
         # [defaults] python describes the remote hosts, so only the local table's own python overrides that.
         python=(spec.python or sys.executable) if local else pick("python", "python3"),

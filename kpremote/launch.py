@@ -5,19 +5,20 @@ from __future__ import annotations
 import difflib
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from pydantic import BaseModel
 
 from . import view
 from .config import Host
 from .errors import HostError, KpremoteError
+from .agent.protocol import TERMINAL
 from .fetch import SummaryReceiver, fetch_run
 from .jsonout import print_document
-from .runs import (NoIdleGpu, RunOptions, RunSession, StartedRun, cancel_run, find_task_of_run, follow_run,
-                   reattach_hint, start_run)
+from .runs import (HostCannotTake, NoIdleGpu, RunOptions, RunSession, find_task_of_run, follow_run, reattach_hint,
+                   start_run)
 
 
 class Outcome(BaseModel):
@@ -51,27 +52,40 @@ def require_tasks(kernels_dir: Path, tasks: list[str]) -> None:
 
 def launch(hosts: list[Host], tasks: list[str], kernels_dir: Path, options: RunOptions, *, detach: bool = False,
            as_json: bool = False) -> list[Outcome]:
-    """Start every task on an idle GPU of the given hosts, follow them together, fetch each summary."""
+    """Start every task on an idle GPU of the given hosts, follow them together, fetch each summary.
+
+    Each task has a daemon thread of its own: a Ctrl-C (cli.py, interrupt.py) cancels what they started and
+    leaves at once, never waiting for one of them.
+    """
     require_tasks(kernels_dir, tasks)
-    started: dict[str, tuple[RunSession, StartedRun]] = {}
-    lock = threading.Lock()
     outcomes: list[Outcome] = []
-    with view.RunView(quiet=as_json or detach) as live, ThreadPoolExecutor(max_workers=max(1, len(tasks))) as pool:
+    with view.RunView(quiet=as_json or detach) as live:
         futures: dict[Future, str] = {}
         for index, task in enumerate(tasks):
             order = hosts[index % len(hosts):] + hosts[: index % len(hosts)]
-            futures[pool.submit(_one_run, order, task, kernels_dir, options, detach, live, started, lock)] = task
-        try:
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                outcomes += [_outcome_of(f, futures[f], hosts) for f in done]
-        except KeyboardInterrupt:
-            _cancel_all(started, lock)
-            raise
+            futures[_in_daemon_thread(_one_run, order, task, kernels_dir, options, detach, live)] = task
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            outcomes += [_outcome_of(f, futures[f], hosts) for f in done]
     outcomes.sort(key=lambda o: tasks.index(o.task))
     _report(outcomes, kernels_dir, as_json, detach)
     return outcomes
+
+
+def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Future:
+    future: Future = Future()
+
+    def body() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread through the future
+            future.set_exception(exc)
+
+    threading.Thread(target=body, daemon=True, name="kpremote-run").start()
+    return future
 
 
 def _outcome_of(future: Future, task: str, hosts: list[Host]) -> Outcome:
@@ -82,15 +96,13 @@ def _outcome_of(future: Future, task: str, hosts: list[Host]) -> Outcome:
 
 
 def _one_run(hosts: list[Host], task: str, kernels_dir: Path, options: RunOptions, detach: bool,
-             live: view.RunView, started: dict, lock: threading.Lock) -> Outcome:
+             live: view.RunView) -> Outcome:
     t0 = time.monotonic()
     session, run = _start_somewhere(hosts, task, kernels_dir, options)
     if run is None:
         return Outcome(host=",".join(h.name for h in hosts), task=task, status="no idle GPU", error=session,
                        seconds=time.monotonic() - t0)
     key = f"{run.host}/{run.run_id}"
-    with lock:
-        started[key] = (session, run)
     live.add(key, run.host, task, run.run_id, run.gpu)
     outcome = Outcome(host=run.host, task=task, run_id=run.run_id, status="detached" if detach else "running",
                       synced_files=run.synced_files)
@@ -124,46 +136,63 @@ def _one_run(hosts: list[Host], task: str, kernels_dir: Path, options: RunOption
     finally:
         outcome.channels = session.channels
         outcome.seconds = time.monotonic() - t0
-        with lock:
-            started.pop(key, None)
         session.close()
     return outcome
 
 
 def _start_somewhere(hosts: list[Host], task: str, kernels_dir: Path, options: RunOptions):
-    """Try each host in turn; only when none has an idle GPU does --wait wait, on the first host."""
-    reasons = []
-    for position, host in enumerate(hosts):
-        waiting_here = options.wait and position == len(hosts) - 1
-        attempt = options if waiting_here or len(hosts) == 1 else options.model_copy(update={"wait": None})
-        session = RunSession(host)
+    """Try each host in turn; a host that cannot take the task (unreachable, failing before the run starts, no idle
+    GPU, wrong arch) is skipped with a line saying why. Only when no host took it does --wait wait, on the first
+    host that answered "busy"; only when no host can take it at all does the task fail."""
+    reasons: list[str] = []
+    busy: list[Host] = []
+    for host in hosts:
+        attempt = options if len(hosts) == 1 else options.model_copy(update={"wait": None})
         try:
-            return session, start_run(session, task, kernels_dir, attempt)
+            return _try_host(host, task, kernels_dir, attempt, waiting_line)
         except NoIdleGpu as exc:
+            busy.append(host)
             reasons.append(str(exc))
-            session.close()
-        except BaseException:
-            session.close()
-            raise
+        except (HostError, HostCannotTake) as exc:
+            reasons.append(str(exc))
+            if len(hosts) > 1:
+                view.errors.print(f"{task}: {_one_line(str(exc))}; trying the next host" if host is not hosts[-1]
+                                  else f"{task}: {_one_line(str(exc))}", markup=False, highlight=False)
+    if options.wait and busy and len(hosts) > 1:
+        return _try_host(busy[0], task, kernels_dir, options, waiting_line)
     if len(hosts) == 1:
         raise KpremoteError(reasons[0])
-    return "no idle GPU on any host: " + " | ".join(reasons), None
+    if busy:
+        return "no idle GPU on any host: " + " | ".join(reasons), None
+    raise KpremoteError(f"no host could take {task}: " + " | ".join(_one_line(r) for r in reasons))
 
 
-def _cancel_all(started: dict, lock: threading.Lock) -> None:
-    with lock:
-        runs = list(started.values())
-    for following, run in runs:
-        # A connection of its own: the run's follow thread closes its session as soon as the run ends.
-        session = RunSession(following.host)
-        try:
-            cancel_run(session, run.task, run.run_id)
-            view.errors.print(f"cancelled run {run.run_id} on {run.host}: its processes are gone and its GPU lease "
-                              "is released")
-        except KpremoteError as exc:
-            view.error_line(f"could not cancel run {run.run_id} on {run.host}: {exc}")
-        finally:
-            session.close()
+def _try_host(host: Host, task: str, kernels_dir: Path, options: RunOptions, on_waiting) -> tuple[RunSession, Any]:
+    session = RunSession(host)
+    try:
+        return session, start_run(session, task, kernels_dir, options, on_waiting=on_waiting)
+    except BaseException:
+        session.close()
+        raise
+
+
+_last_wait: dict[str, list] = {}
+
+
+def waiting_line(host: str, event: dict[str, Any]) -> None:
+    """What a --wait start waits for, said once per change: which GPUs, busy with what or leased by whom, since when."""
+    gpus = event.get("gpus") or []
+    if _last_wait.get(host) == gpus:
+        return
+    _last_wait[host] = gpus
+    described = "; ".join(f"GPU {g.get('index')} {g.get('why')}" + ("" if " since " in str(g.get("why")) else
+                          f" (since {g.get('since')})") for g in gpus)
+    view.errors.print(f"{host}: waiting for a GPU (Ctrl-C cancels the wait): {described or 'no GPU fits'}",
+                      markup=False, highlight=False)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _report(outcomes: list[Outcome], kernels_dir: Path, as_json: bool, detach: bool) -> None:
@@ -186,6 +215,10 @@ def _report(outcomes: list[Outcome], kernels_dir: Path, as_json: bool, detach: b
 
 
 def show_logs(host: Host, run_id: str, task: Optional[str], follow: bool) -> bool:
+    """The run's events; True unless the run ended and did not pass (failed, error, cancelled).
+
+    Ctrl-C while following stops following only (the run goes on) and exits 130, as every Ctrl-C does.
+    """
     session = RunSession(host)
     try:
         task = task or find_task_of_run(session, run_id)
@@ -195,8 +228,9 @@ def show_logs(host: Host, run_id: str, task: Optional[str], follow: bool) -> boo
     except KeyboardInterrupt:
         view.errors.print(f"stopped following; the run goes on (cancel it with: inv cancel --host {host.name} "
                           f"--run {run_id})")
-        return True
+        raise
     finally:
         session.close()
-    view.console.print(f"run {run_id}: {state.get('status', '?')}")
-    return state.get("status") not in ("failed", "error")
+    status = state.get("status", "?")
+    view.console.print(f"run {run_id}: {status}")
+    return status not in TERMINAL or status == "passed"

@@ -8,8 +8,13 @@ from typing import Optional
 
 from invoke import Collection
 
-from . import view
-from .cli import EXIT_FAILED, EXIT_USAGE, command, finish
+from . import interrupt
+
+interrupt.install_early()  # before the slower imports below: Ctrl-C from the first moment kpremote is loaded
+
+from . import options as checks  # noqa: E402
+from . import view  # noqa: E402
+from .cli import EXIT_FAILED, EXIT_USAGE, command, finish  # noqa: E402
 from .config import load_inventory
 from .jsonout import print_document
 from .project import kernels_dir
@@ -54,12 +59,13 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
     """Every GPU of every host, queried in parallel through NVML: one line per GPU, like gpustat."""
     from . import gpustatus
 
+    watch = checks.watch_seconds(watch)
     if no_color:
         view.plain_output()
     selected = load_inventory(hosts).select(host)
     options = view.GpuViewOptions(pids=pids, uuid=uuid, all=show_all)
     if watch:
-        _watch_gpus(selected, float(watch), options, json)
+        _watch_gpus(selected, watch, options, json)
         return
     with view.Waiting("gpu-status") as waiting:
         reports = gpustatus.gpu_status(selected, waiting.hosts(len(selected)))
@@ -94,7 +100,7 @@ def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
                 time.sleep(seconds)
                 live.update(frame(), refresh=True)
     except KeyboardInterrupt:
-        pass
+        raise  # exit 130, as for every Ctrl-C (cli.py)
 
 
 @command(help={"host": "the host whose key to accept", "fingerprint": "the SHA256:... fingerprint you verified",
@@ -104,8 +110,7 @@ def trust_host(c, host, fingerprint, hosts=None):
     from .hostkeys import trust
 
     [selected] = load_inventory(hosts).select(host)
-    line = trust(selected, fingerprint)
-    view.console.print(f"added to {selected.known_hosts}: {line}")
+    view.console.print(trust(selected, fingerprint).describe(selected.known_hosts), markup=False)
 
 
 KERNELS = kernels_dir()  # the project's kernels/, wherever in the project the command runs (project.py)
@@ -151,19 +156,13 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
     from .launch import launch
     from .runs import RunOptions
 
-    options = RunOptions(gpu=gpu, wait=_wait_seconds(wait), workloads=workloads, mode=mode, device=device)
-    outcomes = launch(load_inventory(hosts).select(host), task.split(","), KERNELS, options,
-                      detach=detach, as_json=json)
+    tasks, mode, ids = checks.task_names(task), checks.mode(mode), checks.workload_ids(workloads)
+    checks.check_tasks(KERNELS, tasks, timing_mode=mode, workloads=ids)
+    run_options = RunOptions(gpu=checks.gpu(gpu), wait=checks.wait_seconds(wait),
+                             workloads=",".join(ids) if ids else None, mode=mode, device=checks.device(device))
+    outcomes = launch(load_inventory(hosts).select(host), tasks, KERNELS, run_options, detach=detach, as_json=json)
     refused = any(o.status == "not started" for o in outcomes)  # the host refused a start: as before, exit 2
     finish(all(o.ok for o in outcomes), code=EXIT_USAGE if refused else EXIT_FAILED)
-
-
-def _wait_seconds(wait) -> Optional[float]:
-    if wait in (None, False):
-        return None
-    if wait is True or wait == "":
-        return 24 * 3600.0
-    return float(wait)
 
 
 @command(help={"host": "host name or group (default: every host)", "hosts": HOSTS_HELP, "json": "print JSON",
@@ -300,8 +299,8 @@ def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
           "SECONDS) instead of failing", "json": "print the outcome as JSON"},
     optional=["wait"],
 )
-def profile(c, task, workload, host="local", hosts=None, side="both", set="basic", kernel=None, warmup=3, calls=3,
-            detach=False, wait=None, json=False):
+def profile(c, task, workload, host="local", hosts=None, side="both", set="basic", kernel=None, warmup=None,
+            calls=None, detach=False, wait=None, json=False):
     """Nsight Compute on the host: gate the workload, profile each side under ncu, bring back profile.md/.csv."""
     from .agent.ncu import ProfileRequest
     from .profiling import profile as run_profile
@@ -312,9 +311,14 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
         from .errors import KpremoteError
 
         raise KpremoteError(f"--host {host} names {len(selected)} hosts; a profile runs on one: name that host")
-    request = ProfileRequest(side=side, section_set=set, kernel=kernel, warmup=int(warmup), calls=int(calls))
-    outcome = run_profile(selected[0], task, workload, request, KERNELS, wait=_wait_seconds(wait), detach=detach,
-                          quiet=json or detach)
+    request = ProfileRequest(side=side, section_set=set, kernel=kernel,
+                             warmup=checks.whole_number("--warmup", 3 if warmup is None else warmup, minimum=0,
+                                                         maximum=100),
+                             calls=checks.whole_number("--calls", 3 if calls is None else calls, minimum=1,
+                                                        maximum=100))
+    checks.check_tasks(KERNELS, [task], timing_mode=None, workloads=[workload])
+    outcome = run_profile(selected[0], task, workload, request, KERNELS, wait=checks.wait_seconds(wait),
+                          detach=detach, quiet=json or detach)
     if json:
         print_document("profile", outcome.model_dump())
     else:

@@ -96,3 +96,15 @@ def test_any_document_gives_a_clean_error_or_an_inventory(data):
         parse_inventory(data, Path("fuzz.toml"))
     except ConfigError as exc:
         assert str(exc).startswith("fuzz.toml: ")
+
+
+def test_the_local_hosts_root_belongs_to_the_checkout_unless_its_table_names_one(tmp_path, monkeypatch):
+    """Two checkouts must not see each other's local runs: [defaults] remote_root is for the remote hosts."""
+    text = '[defaults]\nremote_root = "~/kpremote"\n[hosts.local]\ntransport = "local"\n'
+    for checkout in ("one", "two"):  # each checkout with its hosts.toml; the commands run in a subfolder
+        (tmp_path / checkout / "kernels").mkdir(parents=True)
+        monkeypatch.chdir(tmp_path / checkout / "kernels")
+        root = load_inventory(write(tmp_path / checkout, text)).hosts["local"].remote_root
+        assert root == str((tmp_path / checkout / ".kpremote" / "local").resolve())
+    named = load_inventory(write(tmp_path, text + 'remote_root = "/srv/runs"\n')).hosts["local"].remote_root
+    assert named == "/srv/runs"

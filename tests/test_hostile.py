@@ -284,11 +284,10 @@ def test_words_passed_to_the_host_are_quoted_never_run(shell, tmp_path):
     assert not python["ok"] and f"remote python 'python3; touch {canary}' not found" in python["error"]
     [rooted] = json.loads(results["remote_root"].stdout)["hosts"]
     assert rooted["ok"] and (odd_root / "agent").is_dir()  # a folder with that very name: a word, not a command
-    [gpu] = json.loads(flags["--gpu"].stdout)["runs"]
-    assert gpu["status"] == "not started" and f"no GPU '0;touch {canary}'" in gpu["error"]
+    # --gpu and --workloads are now refused on the client, before anything connects (tests/test_options.py)
+    assert flags["--gpu"].returncode == 2 and f"--gpu '0;touch {canary}'" in flags["--gpu"].stderr
     assert flags["--run"].returncode == 2 and "bad run id" in flags["--run"].stderr
-    [rows] = json.loads(flags["--workloads"].stdout)["runs"]
-    assert rows["status"] == "error" and f"no workload 'x;touch {canary}'" in rows["error"]
+    assert flags["--workloads"].returncode == 2 and f"no workload 'x;touch {canary}'" in flags["--workloads"].stderr
     for result in [*results.values(), *flags.values()]:
         assert "Traceback" not in result.stderr
     shell.assert_nothing_ran()
@@ -301,13 +300,12 @@ def test_a_broken_task_toml_reaching_the_host_is_one_clean_line_per_task(shell):
         shutil.copytree(TINY, kernels / name, dirs_exist_ok=True)
         toml = (TINY / "task.toml").read_bytes().replace(b'name = "tiny_rmsnorm"', f'name = "{name}"'.encode())
         (kernels / name / "task.toml").write_bytes(text or toml.replace(b'arch = "any"', b"arch = 3"))
-    result = shell.inv("run", "--hosts", str(shell.hosts), "--host", "hostile", "--task", ",".join(BROKEN_TASK_FILES),
-                       "--wait", "60", "--json")
-    outcomes = {o["task"]: o for o in json.loads(result.stdout)["runs"]}
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    assert {name: o["status"] for name, o in outcomes.items()} == dict.fromkeys(BROKEN_TASK_FILES, "error")
+    # The client reads task.toml with the agent's own validator first (kpremote/options.py): refused before the
+    # host is contacted, under the user's path. The host's own refusal: tests/agent/test_state.py.
     for name, complaint in (("not-a-table", "[task] must be a table"), ("arch-a-number", "[task] arch = 3"),
                             ("not-utf8", "not UTF-8 text")):
-        error = outcomes[name]["error"]
-        assert error.startswith("refused: ") and complaint in error and len(error.splitlines()) == 1, error
+        result = shell.inv("run", "--hosts", str(shell.hosts), "--host", "hostile", "--task", name, "--json")
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert f"kernels/{name}/task.toml" in result.stderr and complaint in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     shell.assert_nothing_ran()

@@ -64,7 +64,10 @@ def _delegate(module_name: str, argv: list[str]) -> int:
 def _fail(kind: str, message: str, exit_code: int, subcommand: str) -> int:
     sys.stderr.write(f"kpremote agent {subcommand}: {message}\n")
     if subcommand not in BINARY_STDOUT:
-        _print_json({"error": kind, "message": message})
+        try:
+            _print_json({"error": kind, "message": message})
+        except BrokenPipeError:  # the client is gone (a start that stopped because of it, say): the code says it
+            _quiet_after_client_left()
     return exit_code
 
 
@@ -113,6 +116,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default=None)
     p.add_argument("--host-alias", default=None)
     p.add_argument("--sync", action="store_true", help="apply a sync stream from stdin first")
+    p.add_argument("--run-id", default=None, help="the run id the client chose (so it can cancel before it hears back)")
+    p.add_argument("--progress", action="store_true",
+                   help="JSON lines: created, waiting (what the wait is for), then the answer")
     p.add_argument("--runner-module", default=None, help=argparse.SUPPRESS)
 
     p = command("follow", _follow, "stream a run's events until it ends")
@@ -125,7 +131,11 @@ def _parser() -> argparse.ArgumentParser:
     p = command("status", _status, "state of the runs on this host")
     p.add_argument("--task", default=None)
 
-    _run_arguments(command("cancel", _cancel, "stop a run and its whole process group"))
+    p = command("cancel", _cancel, "stop a run and its whole process group (or its start, while it waits)")
+    _run_arguments(p)
+    p.add_argument("--pending", action="store_true",
+                   help="if the run does not exist yet, make sure its start never begins it")
+    p.add_argument("--grace", type=float, default=None, help="seconds between SIGTERM and SIGKILL")
     _run_arguments(command("pack-summary", _pack_summary, "tar of a finished run's summary/ on stdout"))
 
     p = command("raw-file", _raw_file, "one named file of a finished run's raw/ on stdout (--stat: JSON about it)")
@@ -192,7 +202,7 @@ def _torch_cuda_unimported() -> dict[str, Any]:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from .lease import IdlePolicy, arch_allows, holders, idle_verdict
+    from .lease import IdlePolicy, arch_allows, describe_holder, holders, idle_verdict
     from .nvml import snapshot
 
     policy = IdlePolicy.from_json(args.idle)
@@ -200,8 +210,12 @@ def _probe(args: argparse.Namespace) -> int:
     held = holders(_root(args)) if snap.gpus else {}
     report = snap.to_json()
     for gpu, record in zip(snap.gpus, report["gpus"], strict=True):
+        # idle means "a run would lease it now": idle by the policy and nobody's lease on it.
         idle, reason = idle_verdict(gpu, policy)
-        record.update(lease=held.get(gpu.uuid), idle=idle, reason=reason, arch_ok=arch_allows(args.arch, gpu.cc))
+        lease = held.get(gpu.uuid)
+        if lease is not None:
+            idle, reason = False, "leased: " + describe_holder(lease) + ("" if idle else f"; {reason}")
+        record.update(lease=lease, idle=idle, reason=reason, arch_ok=arch_allows(args.arch, gpu.cc))
     _print_json(report)
     return 0
 
@@ -222,6 +236,7 @@ def _start(args: argparse.Namespace) -> int:
         mode=args.mode,
         host_alias=args.host_alias,
         runner_module=args.runner_module or runner_for(args.mode),
+        run_id=args.run_id,
     )
     synced = _apply_sync(args) if args.sync else None
     if synced is not None and "error" in synced:
@@ -232,8 +247,9 @@ def _start(args: argparse.Namespace) -> int:
         # listing and calls start again.
         _print_json(synced)
         return ExitCode.NEED_FULL_SYNC
-    result = start(_root(args), request)
-    _print_json({**result, "sync": synced} if synced is not None else result)
+    result = start(_root(args), request, announce=_print_json if args.progress else None)
+    answer = {**result, "sync": synced} if synced is not None else result
+    _print_json({"event": "started", **answer} if args.progress else answer)
     return 0
 
 
@@ -270,7 +286,8 @@ def _status(args: argparse.Namespace) -> int:
 def _cancel(args: argparse.Namespace) -> int:
     from .state import cancel
 
-    _print_json(cancel(_root(args), args.task, args.run))
+    grace = {} if args.grace is None else {"grace_s": max(0.0, args.grace)}
+    _print_json(cancel(_root(args), args.task, args.run, pending=args.pending, **grace))
     return 0
 
 

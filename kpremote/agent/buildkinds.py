@@ -51,6 +51,11 @@ PACKAGES = {
 # Flags that trade accuracy for speed; one compiled side alone must never get them.
 FAST_MATH = re.compile(r"-{1,2}(use_fast_math|ffast-math|ftz=true|prec-div=false|prec-sqrt=false)$")
 HOST_FLAG_PREFIXES = ("-O", "-std=", "-D", "-U", "-I")
+
+
+def default_standard(flags) -> list[str]:
+    """-std=c++17 unless the task's one flag list names its standard (nvcc refuses two; torch >= 2.10 needs 20)."""
+    return [] if any(flag.startswith("-std=") for flag in flags) else ["-std=c++17"]
 MISSING_HEADER = re.compile(r"fatal error: ([^\s:]+): No such file or directory")
 EXPORT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ARCH_LISTS = {"h200": "9.0", "h100": "9.0", "b200": "10.0"}  # TVM_FFI_CUDA_ARCH_LIST when unset: both sides alike
@@ -344,9 +349,8 @@ class CudaBuilder(Builder):
             return Built(note="compile-only check skipped: nvcc not found on PATH or in CUDA_HOME")
         includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
         folder.mkdir(parents=True, exist_ok=True)
-        standard = [] if any(f.startswith("-std=") for f in spec.build.flags) else ["-std=c++17"]
         for source in spec.build.sources:
-            command = [nvcc, *standard, *spec.build.flags, *cpu_torch_defines(includes[0]),
+            command = [nvcc, *default_standard(spec.build.flags), *spec.build.flags, *cpu_torch_defines(includes[0]),
                        *(f"-I{p}" for p in includes),
                        f"-DTORCH_EXTENSION_NAME={module_name(side)}", "-c", str(spec.side_dir(side) / source),
                        "-o", str(folder / (Path(source).name + ".o"))]
@@ -402,7 +406,8 @@ class TvmFfiBuilder(Builder):
         arch = [f"-gencode=arch=compute_{a.replace('.', '')},code=sm_{a.replace('.', '')}"
                 for a in os.environ.get("TVM_FFI_CUDA_ARCH_LIST", "").split()]
         includes = [libinfo.find_include_path(), libinfo.find_dlpack_include_path(), str(spec.side_dir(side))]
-        command = [nvcc, "-std=c++17", "-O2", *arch, *spec.build.flags, *(f"-I{p}" for p in includes),
+        command = [nvcc, *default_standard(spec.build.flags), "-O2", *arch, *spec.build.flags,
+                   *(f"-I{p}" for p in includes),
                    "-c", str(unit), "-o", str(folder / "generated.o")]
         return Built(module=str(folder), error=_run_compiler(command, spec, "the generated tvm-ffi unit"))
 

@@ -132,8 +132,13 @@ def acquire(
     gpu: str | None = None,
     wait_s: float = 0.0,
     snapshot_fn: Callable[[], Snapshot] = snapshot,
+    on_wait: Callable[[Snapshot, dict[str, str]], None] | None = None,
 ) -> Lease:
-    """Lease the best idle GPU (least memory used, then highest index), or the one `gpu` names."""
+    """Lease the best idle GPU (least memory used, then highest index), or the one `gpu` names.
+
+    While it waits, on_wait(snapshot, why each GPU is not free) is called once per poll: the caller tells its
+    user what it waits for, and may raise to stop waiting (its client went away, a cancel arrived).
+    """
     deadline = time.monotonic() + max(0.0, wait_s)
     record = holder_record(run_id=run_id, task=task)
     while True:
@@ -145,6 +150,8 @@ def acquire(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise NoIdleGpu(_busy_table(snap, verdicts, wanted=gpu))
+        if on_wait is not None:
+            on_wait(snap, verdicts)
         time.sleep(min(POLL_S, remaining))
 
 
@@ -193,7 +200,7 @@ def _lease_first_idle(
             continue
         lease = _try_lock(root, gpu)
         if lease is None:
-            verdicts[gpu.uuid] = f"leased: {_describe_holder(_read_record(lock_path(root, gpu.uuid)))}"
+            verdicts[gpu.uuid] = f"leased: {describe_holder(_read_record(lock_path(root, gpu.uuid)))}"
             continue
         lease.write_record({**record, "uuid": gpu.uuid})
         # Someone may have started on the GPU between our snapshot and our lock: only a fresh look counts.
@@ -287,10 +294,11 @@ def _parse_record(data: bytes) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
-def _describe_holder(record: dict[str, Any]) -> str:
+def describe_holder(record: dict[str, Any]) -> str:
     if not record:
         return "by another run"
-    return f"run {record.get('run_id')} ({record.get('task')}, pid {record.get('pid')}, {record.get('user')})"
+    since = f" since {record['since']}" if record.get("since") else ""
+    return f"run {record.get('run_id')} ({record.get('task')}, pid {record.get('pid')}, {record.get('user')}){since}"
 
 
 def _user() -> str:

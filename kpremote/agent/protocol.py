@@ -51,6 +51,8 @@ class ExitCode(IntEnum):
     NOT_FOUND = 6
     NEED_FULL_SYNC = 7
     """`start --sync` found the workspace not as the client remembered: stdout lists what it holds."""
+    CANCELLED_BEFORE_START = 8
+    """`start` was cancelled (or its client went away) before its runner began: no run, no lease."""
     AGENT_MISSING = 97
     """BOOT found no complete ROOT/agent/HASH: ship the agent, then call again."""
     NO_PYTHON = 127

@@ -7,6 +7,7 @@ looks at it next (follow, status, cancel, pack-summary), so no run stays "runnin
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
@@ -29,8 +31,8 @@ from .lease import Lease, acquire, utc_now_iso
 from .nvml import GpuState, Snapshot, snapshot
 from .procfs import command_line, is_alive, pid_exists
 from .procfs import group_members as _group_members
-from .protocol import NAME_PATTERN, RUN_ID_PATTERN, RUN_ID_RULE, RUNNERS, TERMINAL, TIMING, is_name, new_run_id
-from .protocol import AgentError, BadRequest, GpuNotFound, IdlePolicy, NotFound, NotTerminal, UnusablePython
+from .protocol import NAME_PATTERN, PROFILE, RUN_ID_PATTERN, RUN_ID_RULE, RUNNERS, TERMINAL, TIMING, is_name, new_run_id
+from .protocol import AgentError, BadRequest, ExitCode, GpuNotFound, IdlePolicy, NotFound, NotTerminal, UnusablePython
 from .runstate import read_state, update_state
 
 SAFE_NAME = re.compile(NAME_PATTERN)
@@ -57,9 +59,14 @@ def task_dir(root: Path, task: str) -> Path:
     return Path(root) / "tasks" / validate_task_name(task)
 
 
-def existing_run_dir(root: Path, task: str, run_id: str) -> Path:
+def _check_run_id(run_id: str) -> str:
     if not RUN_ID.fullmatch(run_id or ""):
         raise BadRequest(f"bad run id {run_id!r}: expected {RUN_ID_RULE}")
+    return run_id
+
+
+def existing_run_dir(root: Path, task: str, run_id: str) -> Path:
+    _check_run_id(run_id)
     run_dir = task_dir(root, task) / "runs" / run_id
     if not (run_dir / "state.json").is_file():
         raise NotFound(f"no run {run_id} of task {task} on this host")
@@ -81,6 +88,27 @@ def new_run(runs_dir: Path) -> tuple[str, Path]:
 # ------------------------------------------------------------------------------------------ start
 
 
+class StartCancelled(AgentError):
+    """The start was stopped before its runner began: cancelled, or its client went away while it waited."""
+
+    kind = "cancelled"
+    exit_code = ExitCode.CANCELLED_BEFORE_START
+
+
+class TaskRefused(AgentError):
+    """The synced task breaks its contract: refused before any run record exists."""
+
+    kind = "task_refused"
+    exit_code = ExitCode.BAD_REQUEST
+
+
+# Runners that read the task folder, and whether their --mode is the timing mode: start checks the task for them
+# before any run record exists (the profile runner's --mode carries its ncu request instead).
+TASK_RUNNERS = {RUNNERS[TIMING]: True, RUNNERS[PROFILE]: False}
+TOMBSTONES = ".cancelled"  # tasks/<task>/.cancelled/<run-id>: cancelled before its start came; it refuses
+CLAIMS_LOCK = ".claims.lock"  # tasks/<task>/.claims.lock: a claim and a cancel of an unborn run, one at a time
+
+
 @dataclass
 class StartRequest:
     task: str
@@ -94,27 +122,56 @@ class StartRequest:
     mode: str | None = None
     host_alias: str | None = None
     runner_module: str = DEFAULT_RUNNER
+    run_id: str | None = None  # chosen by the client, so it can cancel the run before it hears back
 
 
-def start(root: Path, request: StartRequest, snapshot_fn: Callable[[], Snapshot] = snapshot) -> dict[str, Any]:
-    """Lease a GPU, spawn the runner detached (it inherits the lease), record the run, and return at once."""
+def start(root: Path, request: StartRequest, snapshot_fn: Callable[[], Snapshot] = snapshot,
+          announce: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Check the task, record the run, lease a GPU (waiting if asked), spawn the runner detached, and return.
+
+    The run record exists before the wait, so a cancel finds it; until the runner is handed its lease, SIGTERM
+    (a cancel), SIGHUP or a vanished client ends the start, and no run begins that nobody asked for.
+    announce, when given, receives JSON-able progress: "created" at once, then "waiting" lines while it waits.
+    """
     root = Path(root).absolute()  # the detached runner and state.json must not depend on our cwd
     workspace = task_dir(root, request.task) / "workspace"
     if not workspace.is_dir():
         raise NotFound(f"task {request.task} has no workspace on this host ({workspace}); sync it first")
+    spec = refuse_bad_task(workspace, request)
     snap = snapshot_fn()
     device = _resolve_device(request.device, snap)
     refuse_unusable_python(device)
-    run_id, run_dir = new_run(workspace.parent / "runs")
+    refuse_missing_packages(workspace, spec)
     # The task decides which GPUs it may run on (a b200 task refuses an H200); the host's declared arch is
     # only the fallback for a task that does not say.
     request = replace(request, arch=_task_arch(workspace) or request.arch)
-    try:
-        lease = _lease_for(root, request, snap, run_id, snapshot_fn) if request.lease and snap.gpus else None
-        gpu = lease.gpu if lease else _named_gpu(snap, request.gpu)
-    except AgentError:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        raise
+    with StartGuard() as guard:
+        waits = request.wait_s > 0
+        run_id, run_dir = claim_run(workspace.parent / "runs", request.run_id, task=request.task,
+                                    status="waiting" if waits else "starting", host_alias=request.host_alias,
+                                    phase="waiting for a GPU" if waits else "leasing a GPU")
+        try:
+            if announce:
+                announce({"event": "created", "run_id": run_id, "run_dir": str(run_dir)})
+            with guard.interruptible():
+                waiter = Waiter(run_dir, announce, guard.client)
+                lease = _lease_for(root, request, snap, run_id, snapshot_fn, waiter.tick) \
+                    if request.lease and snap.gpus else None
+                gpu = lease.gpu if lease else _named_gpu(snap, request.gpu)
+        except StartCancelled as exc:
+            update_state(run_dir, status="cancelled", error=str(exc), finished=utc_now_iso())
+            raise
+        except BrokenPipeError:
+            update_state(run_dir, status="cancelled", error=CLIENT_GONE, finished=utc_now_iso())
+            raise StartCancelled(CLIENT_GONE) from None
+        except AgentError:
+            shutil.rmtree(run_dir, ignore_errors=True)  # refused (no idle GPU, wrong arch): no record stays
+            raise
+        return _spawn_runner(root, request, workspace, run_id, run_dir, device, gpu, lease, snap, guard)
+
+
+def _spawn_runner(root: Path, request: StartRequest, workspace: Path, run_id: str, run_dir: Path, device: str,
+                  gpu: GpuState | None, lease: Lease | None, snap: Snapshot, guard: "StartGuard") -> dict[str, Any]:
     (run_dir / "raw").mkdir()
     (run_dir / "summary").mkdir()
     command = _runner_command(request, workspace, run_dir, device, gpu, lease)
@@ -138,12 +195,181 @@ def start(root: Path, request: StartRequest, snapshot_fn: Callable[[], Snapshot]
         )
         if lease:
             lease.write_record({**lease.record(), "pid": gate.pid})
+        reason = guard.stop_reason()
+        if reason:  # a cancel or a lost client while we spawned: the runner must not begin
+            update_state(run_dir, status="cancelled", error=reason, finished=utc_now_iso())
+            raise StartCancelled(reason)
         _open_gate(gate)
+        guard.hand_over()
     finally:
         gate.stdin.close()  # without "go" the gate exits and the runner never starts
         if lease:
             lease.hand_over()
     return {"run_id": run_id, "run_dir": str(run_dir), "gpu": gpu.to_json() if gpu else None}
+
+
+CLIENT_GONE = "its client went away before the run began"
+
+
+class ClientWatch:
+    """Whether the client that asked for this start is still there: our parent (sshd's session, or the local
+    client) is alive and someone still reads our stdout. sshd sends no SIGHUP to a session without a terminal:
+    a closed channel shows only as the far end of our stdout going away."""
+
+    def __init__(self) -> None:
+        self.parent = os.getppid()
+
+    def gone(self) -> bool:
+        return os.getppid() != self.parent or _reader_gone(sys.stdout)
+
+
+class StartGuard:
+    """SIGTERM, SIGINT and SIGHUP during a start: raise StartCancelled while it waits; remember them while it
+    records or spawns (checked before the runner is let go); ignore them once the runner has its lease."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.client = ClientWatch()
+        self.requested: str | None = None
+        self.raising = False
+        self.handed_over = False
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StartGuard":
+        self.previous = {sig: signal.signal(sig, self._on_signal) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self.handed_over:
+            return  # a run now: only `cancel` (by its process group) or its own end stops it
+        reason = CLIENT_GONE if signum == signal.SIGHUP else f"cancelled ({signal.Signals(signum).name}) before it began"
+        if self.raising:
+            self.raising = False
+            raise StartCancelled(reason)
+        self.requested = self.requested or reason
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        if self.requested:
+            raise StartCancelled(self.requested)
+        self.raising = True
+        try:
+            yield
+        finally:
+            self.raising = False
+
+    def stop_reason(self) -> str | None:
+        return self.requested or (CLIENT_GONE if self.client.gone() else None)
+
+    def hand_over(self) -> None:
+        self.handed_over = True
+
+
+class Waiter:
+    """While no GPU is free: stop if the client left, and tell the client (and state.json) what we wait for."""
+
+    def __init__(self, run_dir: Path, announce: Callable[[dict[str, Any]], None] | None, client: ClientWatch) -> None:
+        self.run_dir = run_dir
+        self.announce = announce
+        self.client = client
+        self.first_seen: dict[tuple[str, str], str] = {}
+        self.last: list[dict[str, Any]] | None = None
+        self.last_sent = 0.0
+
+    def tick(self, snap: Snapshot, verdicts: dict[str, str]) -> None:
+        if self.client.gone():
+            raise StartCancelled("its client went away while it waited for a GPU")
+        gpus = [self._describe(g, verdicts[g.uuid]) for g in snap.gpus if g.uuid in verdicts]
+        changed = gpus != self.last
+        if changed:
+            update_state(self.run_dir, waiting_for=gpus)
+            self.last = gpus
+        if self.announce and (changed or time.monotonic() - self.last_sent > HEARTBEAT_S):
+            # Also a heartbeat: a write to a closed channel fails (BrokenPipeError), so a lost client is noticed.
+            self.announce({"event": "waiting", "hostname": snap.hostname, "gpus": gpus})
+            self.last_sent = time.monotonic()
+
+    def _describe(self, gpu: GpuState, verdict: str) -> dict[str, Any]:
+        kind = verdict.split(":", 1)[0]
+        since = self.first_seen.setdefault((gpu.uuid, kind), utc_now_iso())
+        holder = re.search(r" since (\S+)$", verdict) if kind == "leased" else None
+        return {"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "why": verdict,
+                "since": holder.group(1) if holder else since}
+
+
+def claim_run(runs_dir: Path, run_id: str | None = None, **fields: Any) -> tuple[str, Path]:
+    """Create the run's record, or refuse: a tombstone says a cancel came first, an existing folder that the id
+    is taken. One lock per task makes a claim and a cancel of a run that does not exist yet exclusive."""
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    with _claims_locked(runs_dir):
+        if run_id is None:
+            run_id, run_dir = new_run(runs_dir)
+        else:
+            _check_run_id(run_id)
+            tombstone = runs_dir.parent / TOMBSTONES / run_id
+            if tombstone.exists():
+                tombstone.unlink()
+                raise StartCancelled(f"run {run_id} was cancelled before its start arrived")
+            run_dir = runs_dir / run_id
+            try:
+                run_dir.mkdir()
+            except FileExistsError:
+                raise BadRequest(f"run id {run_id} is already taken on this host") from None
+        update_state(run_dir, run_id=run_id, **fields, pid=os.getpid(), created=utc_now_iso())
+    return run_id, run_dir
+
+
+@contextmanager
+def _claims_locked(runs_dir: Path) -> Iterator[None]:
+    fd = os.open(runs_dir.parent / CLAIMS_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def refuse_bad_task(workspace: Path, request: StartRequest) -> None:
+    """The checks the runner would make first, made before any run record exists; messages name the task as the
+    user knows it (kernels/<task>/...), not this host's copy."""
+    if request.runner_module not in TASK_RUNNERS:
+        return None
+    from .taskspec import TaskSpecError, load_task
+
+    try:
+        spec = load_task(workspace, timing_mode=request.mode if TASK_RUNNERS[request.runner_module] else None,
+                         packages=False)
+        spec.select([w.strip() for w in request.workloads.split(",") if w.strip()] if request.workloads else None)
+    except TaskSpecError as exc:
+        raise TaskRefused(_users_path(str(exc), workspace, request.task)) from None
+    return spec
+
+
+def refuse_missing_packages(workspace: Path, spec: Any) -> None:
+    """A build kind whose package this Python lacks: the host's problem (another host may have it), so not a
+    task refusal; refused before any record or lease all the same."""
+    if spec is None:
+        return
+    from .buildkinds import check_packages
+    from .taskspec import TaskSpecError
+
+    try:
+        check_packages(workspace / "task.toml", spec.build)
+    except TaskSpecError as exc:
+        raise UnusablePython(_users_path(str(exc), workspace, spec.task.name)) from None
+
+
+def _users_path(message: str, workspace: Path, task: str) -> str:
+    from .taskspec import _shown
+
+    for form in {str(workspace), str(workspace.resolve()), _shown(workspace)}:
+        message = message.replace(form, f"kernels/{task}")
+    return message
 
 
 def refuse_unusable_python(device: str) -> None:
@@ -192,7 +418,8 @@ def _task_arch(workspace: Path) -> str | None:
 
 
 def _lease_for(
-    root: Path, request: StartRequest, snap: Snapshot, run_id: str, snapshot_fn: Callable[[], Snapshot]
+    root: Path, request: StartRequest, snap: Snapshot, run_id: str, snapshot_fn: Callable[[], Snapshot],
+    on_wait: Callable[[Snapshot, dict[str, str]], None] | None = None,
 ) -> Lease:
     return acquire(
         root,
@@ -203,6 +430,7 @@ def _lease_for(
         gpu=request.gpu,
         wait_s=request.wait_s,
         snapshot_fn=snapshot_fn,
+        on_wait=on_wait,
     )
 
 
@@ -284,7 +512,8 @@ def current_state(run_dir: Path) -> dict[str, Any]:
     if state.get("status") in TERMINAL:
         return state
     _end_leftovers(state, run_id)
-    return update_state(run_dir, status="failed", error="agent process died", finished=utc_now_iso())
+    died = "agent process died" if state.get("pgid") else "its start process died before the run began"
+    return update_state(run_dir, status="failed", error=died, finished=utc_now_iso())
 
 
 def _end_leftovers(state: dict[str, Any], run_id: str) -> None:
@@ -373,18 +602,64 @@ def status(root: Path, task: str | None = None) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ cancel
 
 
-def cancel(root: Path, task: str, run_id: str, grace_s: float = CANCEL_GRACE_S) -> dict[str, Any]:
+def cancel(root: Path, task: str, run_id: str, grace_s: float = CANCEL_GRACE_S,
+           pending: bool = False) -> dict[str, Any]:
+    """Stop a run, whatever it is doing: still in its start (waiting for a GPU, spawning) or running.
+
+    With pending, a run that does not exist yet (its start is still on the way: syncing, or not arrived) gets a
+    tombstone instead, and that start refuses to begin.
+    """
+    if pending and _tombstoned(task_dir(root, task) / "runs", _check_run_id(run_id)):
+        return {"cancelled": True, "state": {"run_id": run_id, "task": task, "status": "cancelled",
+                                             "phase": "never started"}}
     run_dir = existing_run_dir(root, task, run_id)
     state = current_state(run_dir)
     if state.get("status") in TERMINAL:
         return {"cancelled": False, "state": state}
-    pgid = int(state.get("pgid") or state.get("pid") or 0)
-    if pgid > 1 and pgid != os.getpgrp() and _group_is_run(pgid, run_id):
-        _terminate_group(pgid, grace_s)
+    for _ in range(3):  # a start may hand over to its runner while we stop it: then the runner's group goes
+        if state.get("status") in TERMINAL:
+            break
+        if not state.get("pgid"):
+            _stop_starter(int(state.get("pid") or 0), run_id, grace_s)
+        else:
+            pgid = int(state["pgid"])
+            if pgid > 1 and pgid != os.getpgrp() and _group_is_run(pgid, run_id):
+                _terminate_group(pgid, grace_s)
+            break
+        state = read_state(run_dir)
     state = read_state(run_dir)
     if state.get("status") not in TERMINAL:
         state = update_state(run_dir, status="cancelled", finished=utc_now_iso())
     return {"cancelled": True, "state": state}
+
+
+def _tombstoned(runs_dir: Path, run_id: str) -> bool:
+    """Leave a tombstone for run_id unless its record exists; True when it did not exist."""
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    with _claims_locked(runs_dir):
+        if (runs_dir / run_id / "state.json").is_file():
+            return False
+        (runs_dir.parent / TOMBSTONES).mkdir(exist_ok=True)
+        (runs_dir.parent / TOMBSTONES / run_id).write_text(utc_now_iso())
+        return True
+
+
+def _stop_starter(pid: int, run_id: str, grace_s: float) -> None:
+    """SIGTERM a start that has not handed over yet (it records itself cancelled), SIGKILL it if it lingers."""
+    if pid <= 1 or pid == os.getpid() or not _looks_like_run(pid, run_id):
+        return
+    for signum, patience in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + patience
+        while _looks_like_run(pid, run_id):
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        else:
+            return
 
 
 def _group_is_run(pgid: int, run_id: str) -> bool:

@@ -68,6 +68,10 @@ class Transport(Protocol):
         run() waits for that connection, or raises what stopped it. A no-op where there is nothing to connect."""
         ...
 
+    def connect(self) -> None:
+        """Connect now (or raise HostError); a no-op where there is nothing to connect."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -43,6 +43,9 @@ class ContainerTransport:
     def connect_soon(self) -> None:
         self.inner.connect_soon()
 
+    def connect(self) -> None:
+        self.inner.connect()
+
     def close(self) -> None:
         self.inner.close()
 

@@ -29,8 +29,11 @@ class LocalTransport:
         # idle_timeout guards network links; two local processes have none to lose.
         self.channels.note(argv)
         try:
+            # A session of its own: the terminal's Ctrl-C reaches the client only, which then cancels what it
+            # started, as for an SSH host (a start whose client vanished notices its closed stdout and stops).
             proc = subprocess.Popen(
-                list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+                list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True,
             )
         except FileNotFoundError:
             raise HostError(self.host, f"command not found: {argv[0]}") from None
@@ -63,6 +66,9 @@ class LocalTransport:
 
     def connect_soon(self) -> None:
         pass  # a subprocess needs no connection
+
+    def connect(self) -> None:
+        pass
 
     def close(self) -> None:
         pass

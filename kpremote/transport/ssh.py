@@ -7,6 +7,7 @@ and open raw channels so binary stdin/stdout stream both ways and every channel 
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import socket
@@ -18,31 +19,46 @@ import paramiko
 from fabric import Config, Connection
 
 from ..errors import HostError, HostKeyError
+from . import known_hosts as known
 from .base import ChannelCounter, Completed, StdinSource, command_line
 from .streams import feed_in_background
 
 KEEPALIVE_S = 5
+# paramiko logs a failed handshake with its traceback (40 lines for a port that is not SSH); our one-line
+# HostError says what happened instead.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+logging.getLogger("paramiko").propagate = False
+
+known_hosts_entry_name = known.entry_name
 
 
 class StrictHostKeys(paramiko.MissingHostKeyPolicy):
-    """Refuse unknown host keys, naming the fingerprint and the exact way to accept it."""
+    """Refuse unknown host keys, naming the fingerprint and the exact way to accept it (for a ProxyJump hop too:
+    `inv trust-host` walks the hops and trusts the first one whose key is not known)."""
 
-    def __init__(self, host: str, known_hosts: str) -> None:
+    def __init__(self, host: str, known_hosts: str, hop: Optional[str] = None) -> None:
         self.host = host
         self.known_hosts = known_hosts
+        self.hop = hop  # "jump host ..." when this is a ProxyJump hop, not the host itself
 
     def missing_host_key(self, client, hostname: str, key: paramiko.PKey) -> None:
+        what = f"{self.hop} {hostname}" if self.hop else hostname
         raise HostKeyError(
             self.host,
-            f"host key of {hostname} is not in {self.known_hosts} ({key.get_name()} {key.fingerprint}); "
+            f"host key of {what} is not in {self.known_hosts} ({key.get_name()} {key.fingerprint}); "
             f"nothing was sent. If that fingerprint is right, accept it with: "
             f"inv trust-host --host {self.host} --fingerprint {key.fingerprint}",
         )
 
 
-def known_hosts_entry_name(hostname: str, port: int) -> str:
-    """How OpenSSH (and paramiko) name a host in known_hosts."""
-    return hostname if port == 22 else f"[{hostname}]:{port}"
+def hops(connection: Connection) -> list[Connection]:
+    """The connections on the way, first hop first: ProxyJump gateways, then the host itself."""
+    chain: list[Connection] = []
+    hop: object = connection
+    while isinstance(hop, Connection):
+        chain.append(hop)
+        hop = hop.gateway
+    return chain[::-1]
 
 
 class SSHTransport:
@@ -61,7 +77,9 @@ class SSHTransport:
         self.connect_timeout = connect_timeout
         self.known_hosts = os.path.expanduser(known_hosts)
         self.channels = ChannelCounter()
-        connect_kwargs: dict = {"look_for_keys": identity_file is None}
+        # A port that accepts and never greets must not hold us longer than the connect timeout (paramiko: 15 s).
+        connect_kwargs: dict = {"look_for_keys": identity_file is None, "banner_timeout": max(1.0, connect_timeout),
+                                "auth_timeout": max(1.0, connect_timeout)}
         if identity_file:
             connect_kwargs["key_filename"] = [os.path.expanduser(identity_file)]
         config = Config(runtime_ssh_path=os.path.expanduser(ssh_config)) if ssh_config else Config()
@@ -74,12 +92,14 @@ class SSHTransport:
 
     def _verify_host_keys(self, connection: Connection) -> None:
         """Apply strict checking to this connection and to every ProxyJump hop before it."""
-        hop: object = connection
-        while isinstance(hop, Connection):
-            if os.path.exists(self.known_hosts):
-                hop.client.load_host_keys(self.known_hosts)
-            hop.client.set_missing_host_key_policy(StrictHostKeys(self.host, self.known_hosts))
-            hop = hop.gateway
+        lines = [line for line in known.read(self.known_hosts) if line.key is not None]  # bad lines skipped
+        for hop in hops(connection):
+            store = hop.client.get_host_keys()
+            for line in lines:
+                for name in line.names:
+                    store.add(name, line.key.get_name(), line.key)
+            label = None if hop is connection else f"jump host (ProxyJump for {self.host})"
+            hop.client.set_missing_host_key_policy(StrictHostKeys(self.host, self.known_hosts, label))
 
     @property
     def hostname(self) -> str:
@@ -113,19 +133,13 @@ class SSHTransport:
                 self._open()
 
     def _open(self) -> None:
+        started = time.monotonic()
         try:
             self.connection.open()
         except HostKeyError:
             raise
         except paramiko.BadHostKeyException as exc:
-            raise HostKeyError(
-                self.host,
-                f"HOST KEY CHANGED for {exc.hostname}: known_hosts has {exc.expected_key.get_name()} "
-                f"{exc.expected_key.fingerprint}, the server offers {exc.key.get_name()} {exc.key.fingerprint}. "
-                f"Refusing to connect: someone may be intercepting, or the host was reinstalled. If you know it "
-                f"was reinstalled: ssh-keygen -R '{known_hosts_entry_name(self.hostname, self.port)}' "
-                f"-f {self.known_hosts}",
-            ) from None
+            raise self._changed_key(exc) from None
         except paramiko.AuthenticationException as exc:
             raise HostError(
                 self.host, f"authentication failed for {self.connection.user}@{self.hostname}:{self.port} ({exc})"
@@ -137,9 +151,43 @@ class SSHTransport:
         except paramiko.ssh_exception.NoValidConnectionsError as exc:
             raise HostError(self.host, f"unreachable: {self.hostname}:{self.port}: {_first_reason(exc)}") from None
         except (OSError, paramiko.SSHException, EOFError) as exc:
-            raise HostError(self.host, f"cannot connect to {self.hostname}:{self.port}: {exc or type(exc).__name__}") from None
+            raise HostError(self.host, self._handshake_failure(exc, time.monotonic() - started)) from None
         self.connection.transport.set_keepalive(KEEPALIVE_S)
         _drop_when_unacknowledged(self.connection, self.connect_timeout)
+
+    def _changed_key(self, exc: paramiko.BadHostKeyException) -> HostKeyError:
+        """The hop whose key changed (the host, or a ProxyJump host on the way), and remedies for that very entry."""
+        chain = hops(self.connection)
+        hop = next((h for h in reversed(chain) if h.host == exc.hostname), self.connection)
+        entry = known.entry_name(hop.host, int(hop.port))
+        what = entry if hop is self.connection else f"jump host {entry} (ProxyJump for {self.host})"
+        return HostKeyError(
+            self.host,
+            f"HOST KEY CHANGED for {what}: known_hosts has {exc.expected_key.get_name()} "
+            f"{exc.expected_key.fingerprint}, the server offers {exc.key.get_name()} {exc.key.fingerprint}. "
+            f"Refusing to connect: someone may be intercepting, or the host was reinstalled. If you verified that "
+            f"{exc.key.fingerprint} is its new key: inv trust-host --host {self.host} --fingerprint "
+            f"{exc.key.fingerprint} (replaces the old key; or ssh-keygen -R '{entry}' -f {self.known_hosts})",
+        )
+
+    def _handshake_failure(self, exc: BaseException, seconds: float) -> str:
+        """One line for a port that is not SSH, a port that never greets, or another failed handshake.
+
+        paramiko says "Error reading SSH protocol banner" (or "No existing session") for all of them; what tells
+        them apart is time: a port that never greets fails only when the banner timeout (connect_timeout) ends.
+        """
+        where = f"{self.hostname}:{self.port}"
+        text = str(exc)
+        handshake = ("Error reading SSH protocol banner", "No existing session", "Indecipherable protocol version")
+        if any(phrase in text for phrase in handshake) or isinstance(exc, EOFError):
+            if seconds >= 0.9 * max(1.0, self.connect_timeout):
+                return self._silent(where)
+            return f"{where} answered, but not as an SSH server (is that the right port?)"
+        return f"cannot connect to {where}: {text or type(exc).__name__}"
+
+    def _silent(self, where: str) -> str:
+        return (f"unreachable: {where} accepted the connection but sent no SSH greeting within "
+                f"{self.connect_timeout:g} s (not an SSH port, or its sshd is stuck)")
 
     def run(
         self,

@@ -328,3 +328,78 @@ def test_start_sync_applies_the_stream_first_and_prints_one_object(root, nvml_fi
     assert calls[-1] == ["--task", TASK, "--root", str(root)]
     final = follow_to_end(root, result["run_id"])[-1]["state"]
     assert final["status"] == "passed", (final, (root / "tasks" / TASK / "runs" / result["run_id"] / "raw" / "agent.log").read_text())
+
+
+# ------------------------------------------------------------------------------------------ refusals and cancels
+
+
+TINY = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "tiny_rmsnorm"
+
+
+@pytest.mark.parametrize("extra,toml_edit,expected", [
+    (["--mode", "hot"], None, '--mode = "hot" — allowed: "cold", "graph"'),
+    (["--workloads", "nope"], None, "kernels/tiny_rmsnorm/bench/workloads.toml: no workload 'nope'"),
+    ([], ('kind = "triton"', 'kind = "rust"'), 'kernels/tiny_rmsnorm/task.toml: [build] kind = "rust"'),
+])
+def test_a_task_the_agent_refuses_leaves_no_run_record_and_names_the_users_path(root, nvml_fixture, capsys, extra,
+                                                                               toml_edit, expected):
+    import shutil
+
+    workspace = root / "tasks" / "tiny_rmsnorm" / "workspace"
+    shutil.copytree(TINY, workspace)
+    if toml_edit:
+        toml = workspace / "task.toml"
+        toml.write_text(toml.read_text().replace(*toml_edit))
+    assert main(["start", "--task", "tiny_rmsnorm", "--root", str(root), "--idle", "{}", *extra]) == 2
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["error"] == "task_refused" and expected in answer["message"], answer
+    assert str(root) not in answer["message"]  # the host's copy is not what the user edits
+    assert not (root / "tasks" / "tiny_rmsnorm" / "runs").exists()
+    assert holders(root) == {}
+
+
+def test_a_cancel_that_comes_before_its_start_makes_that_start_refuse(root, workspace, nvml_fixture, capsys):
+    run_id = "20250101-000000-c0ffee"
+    answer = cancel(root, TASK, run_id, pending=True)
+    assert answer["cancelled"] and answer["state"]["phase"] == "never started"
+    args = ["start", "--task", TASK, "--root", str(root), "--runner-module", "kp_standin_runner", "--run-id", run_id]
+    assert main(args) == 8
+    assert json.loads(capsys.readouterr().out)["error"] == "cancelled"
+    assert not (root / "tasks" / TASK / "runs" / run_id).exists() and holders(root) == {}
+    assert main(args) == 0  # the tombstone is spent: the id can be used again
+    capsys.readouterr()
+
+
+def test_a_waiting_start_is_cancelled_by_cancel_and_never_leases(root, workspace, agent_env, python, nvml_fixture,
+                                                                 make_gpu):
+    nvml_fixture(make_gpu(0, util_pct=90))  # busy: the start waits
+    run_id = "20250101-000000-5ca1ed"
+    waiter = subprocess.Popen([python, "-m", "kpremote.agent", "start", "--task", TASK, "--root", str(root),
+                               "--runner-module", "kp_standin_runner", "--idle", "{}", "--wait", "60", "--progress",
+                               "--run-id", run_id], env=agent_env, stdout=subprocess.PIPE, text=True)
+    created = json.loads(waiter.stdout.readline())
+    assert created == {"event": "created", "run_id": run_id, "run_dir": str(run_dir_of(root, run_id))}
+    waiting = json.loads(waiter.stdout.readline())
+    assert waiting["event"] == "waiting" and "util 90% > 5%" in waiting["gpus"][0]["why"]
+    assert read_state(run_dir_of(root, run_id))["status"] == "waiting"
+
+    answer = cancel(root, TASK, run_id, grace_s=1.0)
+
+    assert answer["cancelled"] and answer["state"]["status"] == "cancelled"
+    assert waiter.wait(timeout=5) == 8
+    nvml_fixture(make_gpu(0))  # idle again: nothing may take it now
+    time.sleep(0.5)
+    assert holders(root) == {} and read_state(run_dir_of(root, run_id))["status"] == "cancelled"
+
+
+def test_a_waiting_start_whose_reader_left_ends_itself(root, workspace, agent_env, python, nvml_fixture, make_gpu):
+    nvml_fixture(make_gpu(0, util_pct=90))
+    run_id = "20250101-000000-90a1e0"
+    waiter = subprocess.Popen([python, "-m", "kpremote.agent", "start", "--task", TASK, "--root", str(root),
+                               "--runner-module", "kp_standin_runner", "--idle", "{}", "--wait", "60", "--progress",
+                               "--run-id", run_id], env=agent_env, stdout=subprocess.PIPE)
+    waiter.stdout.readline()
+    waiter.stdout.close()  # the client's channel closes
+    assert waiter.wait(timeout=10) == 8
+    state = read_state(run_dir_of(root, run_id))
+    assert state["status"] == "cancelled" and "client went away" in state["error"]
