@@ -391,7 +391,8 @@ class Runner:
         return row
 
     def _cuda_on_cpu(self) -> bool:
-        return self.ctx.spec.build.kind == "cuda" and self.ctx.device != "cuda"
+        # Either side: a Triton baseline facing a CUDA candidate cannot be compared on the CPU either.
+        return "cuda" in (self.ctx.spec.build.kinds or (self.ctx.spec.build.kind,)) and self.ctx.device != "cuda"
 
     def _run_worker(self, what: str, job: dict[str, Any], stem: Path, limit_s: float, *, ready: bool) -> WorkerOutcome:
         """Start a worker, hold it to its time limit, and collect its result."""
