@@ -177,7 +177,7 @@ def read_member(archive: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], w
                          + (" — list the files themselves" if folder else " (paths are as the wheel holds them, "
                             "e.g. sglang/kernels/...)"))
     mode = info.external_attr >> 16
-    if info.is_dir() or (mode and not stat.S_ISREG(mode)):
+    if info.is_dir() or stat.S_IFMT(mode) not in (0, stat.S_IFREG):  # no type bits: a plain file (zip's default)
         raise WheelError(f"{path} in {wheel} is not a regular file (a link or a special file): refused")
     if info.file_size > MAX_MEMBER_BYTES:
         raise WheelError(f"{path} in {wheel} is {info.file_size} bytes, over {MAX_MEMBER_BYTES}: refused")
