@@ -8,7 +8,8 @@ docs/baseline_source.md), imported from baseline/upstream/ through _sglang.py:
 - RMSNorm of fp16/bf16 rows with a weight and at most 128 channels: `_rms_norm_tiled_onepass` of
   sglang/kernels/ops/diffusion/norm/rmsnorm_onepass_triton.py, what `RMSNorm.forward_cuda` calls for
   `x.shape[-1] <= 128` (`triton_one_pass_rms_norm`). Its host wrapper `_triton_one_pass_rms_norm_cuda` is written
-  out below, statement for statement, with `y = torch.empty_like(x)` replaced by the caller's `out`.
+  out below, statement for statement, with `y = torch.empty_like(x)` replaced by the caller's `out` (and, on CPU
+  tensors under Triton's interpreter only, no device guard: torch.cpu has no device()).
 - every other RMSNorm row: `norm_infer(..., is_rms_norm=True)` of norm_triton.py. SGLang's `RMSNorm.forward_cuda`
   sends wider fp16/bf16 rows to sgl-kernel's CUDA `rmsnorm` (a separate package, not in this wheel) and fp32 rows to
   torch; `norm_infer(is_rms_norm=True)` is SGLang's Triton RMSNorm for such rows (its LingBot video RMSNorm site
@@ -19,6 +20,7 @@ The candidate (solution/kernel.cu) is CUDA C++ behind the same Python signature:
 
 from __future__ import annotations
 
+import contextlib
 from typing import Optional
 
 import torch
@@ -65,7 +67,8 @@ def _triton_one_pass_rms_norm_cuda(x: torch.Tensor, w: torch.Tensor, eps: float,
     block_size_seq = min(16, triton.next_power_of_2(max(1, S // 512)))
     grid = (triton.cdiv(S, block_size_seq),)
 
-    with torch.get_device_module().device(x.device):
+    # Upstream's device guard; on CPU tensors (Triton's interpreter only) there is none: torch.cpu has no device().
+    with torch.get_device_module().device(x.device) if x.is_cuda else contextlib.nullcontext():
         _onepass._rms_norm_tiled_onepass[grid](
             y_view,
             x_view,
