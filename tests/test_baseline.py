@@ -506,3 +506,14 @@ def test_inv_baseline_materialize_without_the_wheel_is_one_line_exit_2(task_dir:
     result = run_inv("check", "--task", "t", cwd=tmp_path, env=env)  # a run materializes first, and fails the same
     assert result.returncode == 2 and "cannot download fakepkg==1.0" in result.stderr
     assert "smoke" not in result.stdout  # nothing ran
+
+
+def test_the_sync_carries_the_git_ignored_upstream_files(task_dir: Path, cache: Path, tmp_path: Path) -> None:
+    """baseline/.gitignore keeps them out of commits, not out of what `inv sync` sends (and the agent checks)."""
+    from kpremote.agent.provenance import walk_task
+
+    baseline.pin_release(task_dir, str(make_wheel(tmp_path)), [WHEEL_KERNEL, WHEEL_HELPER])
+    warnings: list[str] = []
+    synced = {rel for rel, _ in walk_task(task_dir, warnings)}
+    assert {f"baseline/upstream/{rel}" for rel in WHEEL_FILES} <= synced and "baseline/.gitignore" in synced
+    assert warnings == []
