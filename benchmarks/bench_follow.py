@@ -173,7 +173,7 @@ def start_detached(work: Path, env: dict[str, str], hosts_toml: Path, host: str)
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise RuntimeError(f"inv run --detach exited {done.returncode}: {done.stderr[-2000:]}")
-    [outcome] = json.loads(done.stdout)
+    [outcome] = json.loads(done.stdout)["runs"]
     return outcome["run_id"]
 
 

@@ -80,7 +80,7 @@ class Bench:
         seconds, done = timed(inv_argv("run", "--hosts", str(self.hosts_toml), "--host", self.linked.name,
                                        "--task", TASK, "--workloads", WORKLOAD, "--json"),
                               cwd=self.work, env=quiet_env(KPREMOTE_CACHE=str(self.work / ".cache")))
-        [outcome] = json.loads(done.stdout)
+        [outcome] = json.loads(done.stdout)["runs"]
         if outcome["status"] != "passed":
             raise RuntimeError(f"inv run did not pass: {outcome}")
         return Sample(seconds, outcome["agent_seconds"], outcome["seconds"], outcome["channels"],

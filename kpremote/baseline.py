@@ -126,6 +126,7 @@ def split_file_list(text: str) -> list[str]:
 
 class ReleasePin(BaseModel):
     repo: str
+    ref: str = "release"  # what task.toml [baseline] ref says for a release pin
     release: str          # "<distribution> <version>", e.g. "sglang 0.5.23"
     wheel: str            # the wheel's file name; its tags say which platform build pip chose
     wheel_sha256: str

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any, Callable
 
-from invoke import task
+from invoke import Task, task
 from invoke.exceptions import Exit
 
 from .errors import KpremoteError
@@ -18,8 +18,23 @@ EXIT_USAGE = 2       # bad input: hosts.toml, an unknown host/task, a refused ke
 EXIT_INTERRUPTED = 130
 
 
-def command(help: dict[str, str] | None = None, **task_kwargs: Any) -> Callable:
-    """@task with kpremote's error contract: KpremoteError → one line on stderr, exit 2; Ctrl-C → exit 130."""
+class FlagTask(Task):
+    """A task whose chosen flags also have a one-letter form (gpu-status -p -u -a, as gpustat has)."""
+
+    def __init__(self, *args: Any, short_flags: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.short_flags = short_flags or {}
+
+    def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
+        opts = super().arg_opts(name, default, taken_names)
+        if name in self.short_flags:
+            opts["names"].append(self.short_flags[name])
+        return opts
+
+
+def command(help: dict[str, str] | None = None, short: dict[str, str] | None = None, **task_kwargs: Any) -> Callable:
+    """@task with kpremote's error contract: KpremoteError → one line on stderr, exit 2; Ctrl-C → exit 130.
+    short: {parameter: letter} for the flags that also have a one-letter form."""
 
     def decorate(fn: Callable) -> Any:
         @functools.wraps(fn)
@@ -33,7 +48,7 @@ def command(help: dict[str, str] | None = None, **task_kwargs: Any) -> Callable:
                 error_line("interrupted")
                 raise Exit(code=EXIT_INTERRUPTED) from None
 
-        return task(wrapper, help=help or {}, auto_shortflags=False, **task_kwargs)
+        return task(wrapper, help=help or {}, auto_shortflags=False, klass=FlagTask, short_flags=short, **task_kwargs)
 
     return decorate
 

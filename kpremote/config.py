@@ -141,12 +141,14 @@ def _suggestion(word: str, choices: Iterable[str]) -> str:
 
 
 def find_hosts_file(explicit: Optional[str] = None) -> Path:
-    """--hosts FILE, else $KPREMOTE_HOSTS, else ./hosts.toml."""
+    """--hosts FILE, else $KPREMOTE_HOSTS, else the project's hosts.toml (project.py), else the user's."""
+    from .project import default_hosts_file
+
     if explicit:
         return Path(explicit)
     if os.environ.get(HOSTS_ENV):
         return Path(os.environ[HOSTS_ENV])
-    return Path("hosts.toml")
+    return default_hosts_file()
 
 
 def load_inventory(path: Optional[str | Path] = None) -> Inventory:
@@ -154,7 +156,8 @@ def load_inventory(path: Optional[str | Path] = None) -> Inventory:
     try:
         data = tomllib.loads(file.read_text())
     except FileNotFoundError:
-        raise ConfigError(f"{file}: no such hosts file (use --hosts FILE or set {HOSTS_ENV})") from None
+        raise ConfigError(f"{file}: no such hosts file (use --hosts FILE or set {HOSTS_ENV}, run inside a project "
+                          "with a hosts.toml, or write ~/.config/kpremote/hosts.toml)") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from None
     return parse_inventory(data, file)

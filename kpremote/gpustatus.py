@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
@@ -14,7 +14,9 @@ from .config import Host
 from .errors import KpremoteError
 from .transport import open_transport
 
-GPU_STATUS_SCHEMA = "kpremote.gpu-status/1"
+# Where a host's GPU readings came from (README, gpu-status): NVML, the test fixture, or none at all (`error` says why:
+# no NVML there, or the host could not be asked).
+SOURCES = ("nvml", "fixture", "none")
 T = TypeVar("T")
 
 
@@ -70,18 +72,30 @@ class HostInfo(BaseModel):
     seconds: float = 0.0
 
 
-def on_every_host(hosts: list[Host], ask: Callable[[Host, Agent], T]) -> list[T]:
-    """Run ask(host, agent) on all hosts in parallel, one connection each; results in host order."""
+def on_every_host(hosts: list[Host], ask: Callable[[Host, Agent], T],
+                  waiting_for: Optional[Callable[[list[str]], None]] = None) -> list[T]:
+    """Run ask(host, agent) on all hosts in parallel, one connection each; results in host order.
+    waiting_for(names) hears which hosts have not answered yet, at the start and after each answer."""
+    pending = [h.name for h in hosts]
+    lock = threading.Lock()
 
     def one(host: Host) -> T:
-        transport = open_transport(host)
         try:
-            return ask(host, Agent(host, transport))
+            transport = open_transport(host)
+            try:
+                return ask(host, Agent(host, transport))
+            finally:
+                transport.close()
         finally:
-            transport.close()
+            if waiting_for is not None:
+                with lock:
+                    pending.remove(host.name)
+                    waiting_for(list(pending))
 
     if not hosts:
         return []
+    if waiting_for is not None:
+        waiting_for(list(pending))
     with ThreadPoolExecutor(max_workers=min(32, len(hosts))) as pool:
         return list(pool.map(one, hosts))
 
@@ -91,7 +105,7 @@ def probe_host(host: Host, agent: Agent) -> HostReport:
     try:
         answer = agent.call_json("probe", "--idle", host.idle.model_dump_json(), "--arch", host.arch)
     except KpremoteError as exc:
-        return HostReport(host=host.name, ok=False, error=str(exc), seconds=time.monotonic() - started)
+        return HostReport(host=host.name, ok=False, error=str(exc), source="none", seconds=time.monotonic() - started)
     error = answer.get("error")
     return HostReport(
         host=host.name,
@@ -99,7 +113,7 @@ def probe_host(host: Host, agent: Agent) -> HostReport:
         error=error,
         hostname=answer.get("hostname"),
         driver=answer.get("driver"),
-        source=answer.get("source"),
+        source=answer.get("source") if answer.get("source") in SOURCES else "none",
         gpus=[GpuReport.model_validate(gpu) for gpu in answer.get("gpus", [])],
         seconds=time.monotonic() - started,
     )
@@ -115,12 +129,10 @@ def info_host(host: Host, agent: Agent) -> HostInfo:
     return HostInfo(host=host.name, ok=True, seconds=time.monotonic() - started, **fields)
 
 
-def gpu_status(hosts: list[Host]) -> list[HostReport]:
-    return on_every_host(hosts, probe_host)
+def gpu_status(hosts: list[Host], waiting_for: Optional[Callable[[list[str]], None]] = None) -> list[HostReport]:
+    return on_every_host(hosts, probe_host, waiting_for)
 
 
-def gpu_status_json(reports: list[HostReport]) -> str:
-    """The documented, stable --json shape (README: gpu-status)."""
-    return json.dumps(
-        {"schema": GPU_STATUS_SCHEMA, "hosts": [r.model_dump(exclude={"seconds"}) for r in reports]}, indent=1
-    )
+def gpu_status_body(reports: list[HostReport]) -> dict[str, Any]:
+    """The documented, stable --json fields (README: gpu-status; docs/schemas/gpu-status.json)."""
+    return {"hosts": [r.model_dump(exclude={"seconds"}) for r in reports]}

@@ -1,11 +1,8 @@
-"""`inv run`, `inv logs`, `inv check`: runs placed on hosts, followed live, summaries brought home."""
+"""`inv run` and `inv logs`: runs placed on hosts, followed live, summaries brought home."""
 
 from __future__ import annotations
 
 import difflib
-import json
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -18,6 +15,7 @@ from . import view
 from .config import Host
 from .errors import HostError, KpremoteError
 from .fetch import SummaryReceiver, fetch_run
+from .jsonout import print_document
 from .runs import (NoIdleGpu, RunOptions, RunSession, StartedRun, cancel_run, find_task_of_run, follow_run,
                    reattach_hint, start_run)
 
@@ -170,7 +168,7 @@ def _cancel_all(started: dict, lock: threading.Lock) -> None:
 
 def _report(outcomes: list[Outcome], kernels_dir: Path, as_json: bool, detach: bool) -> None:
     if as_json:
-        sys.stdout.write(json.dumps([o.model_dump() for o in outcomes], indent=1) + "\n")
+        print_document("run", {"runs": [o.model_dump() for o in outcomes]})
         return
     for outcome in outcomes:
         if detach and outcome.run_id:
@@ -202,21 +200,3 @@ def show_logs(host: Host, run_id: str, task: Optional[str], follow: bool) -> boo
         session.close()
     view.console.print(f"run {run_id}: {state.get('status', '?')}")
     return state.get("status") not in ("failed", "error")
-
-
-def smoke_check(kernels_dir: Path, task: str, workloads: Optional[str]) -> bool:
-    """Run the agent right here on the CPU (Triton interpreter): the task's contract and correctness, not speed."""
-    require_tasks(kernels_dir, [task])
-    run_dir = kernels_dir / task / "results" / "check" / time.strftime("%Y%m%d-%H%M%S")
-    argv = [sys.executable, "-m", "kpremote.agent.runner", "--task-dir", str(kernels_dir / task),
-            "--run-dir", str(run_dir), "--device", "cpu"]
-    if workloads:
-        argv += ["--workloads", workloads]
-    view.console.print(f"[bold yellow]smoke: timings are not meaningful[/] — {task} on the CPU through Triton's "
-                       "interpreter")
-    code = subprocess.call(argv)
-    results = run_dir / "summary" / "results.md"
-    if results.exists():
-        view.console.print(view.summary_markdown(results))
-    view.console.print(f"summary: {run_dir / 'summary'}")
-    return code == 0

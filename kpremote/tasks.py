@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from pathlib import Path
 from typing import Optional
 
 from invoke import Collection
 
 from . import view
-from .cli import EXIT_FAILED, EXIT_USAGE, command, finish, print_json
+from .cli import EXIT_FAILED, EXIT_USAGE, command, finish
 from .config import load_inventory
+from .jsonout import print_document
+from .project import kernels_dir
 
-HOSTS_HELP = "hosts file (default: $KPREMOTE_HOSTS, else ./hosts.toml)"
+HOSTS_HELP = "hosts file (default: $KPREMOTE_HOSTS, else the project's hosts.toml, else ~/.config/kpremote/hosts.toml)"
 
 
 @command(help={"check": "also connect to each host (in parallel): hostname, python, torch, triton, nvidia-ml-py",
@@ -26,47 +27,72 @@ def hosts(c, check=False, hosts=None, json=False):
     selected = inventory.select(None)
     infos = None
     if check:
-        infos = {info.host: info for info in gpustatus.on_every_host(selected, gpustatus.info_host)}
+        with view.Waiting("hosts --check") as waiting:
+            answers = gpustatus.on_every_host(selected, gpustatus.info_host, waiting.hosts(len(selected)))
+        infos = {info.host: info for info in answers}
     if json:
-        print_json([
+        print_document("hosts", {"hosts": [
             {"name": h.name, "address": h.address, "arch": h.arch, "container": h.container, "groups": list(h.groups),
              **({"check": infos[h.name].model_dump()} if infos else {})}
             for h in selected
-        ])
+        ]})
     else:
-        view.console.print(view.hosts_table(selected, infos))
+        view.show(view.hosts_view(selected, infos))
     finish(infos is None or all(info.ok for info in infos.values()))
 
 
 @command(help={"host": "a host name or a group (default: every host)", "hosts": HOSTS_HELP,
-               "json": "print the kpremote.gpu-status/1 JSON document (see README)",
-               "watch": "refresh every SECONDS until Ctrl-C"})
-def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = None):
-    """Every GPU of every host, queried in parallel through NVML: memory, util, clocks, processes, lease, idle verdict."""
+               "json": "print the kpremote.gpu-status/1 JSON document (docs/schemas/gpu-status.json); with --watch, "
+                       "one document per line per refresh",
+               "watch": "refresh every SECONDS until Ctrl-C",
+               "pids": "show each process's pid (name/pid(MiB))", "uuid": "show each GPU's UUID",
+               "show_all": "show everything: UUID, pids, power, SM clock, clock events, why a GPU is busy",
+               "no_color": "no colors (NO_COLOR in the environment does the same)"},
+         short={"pids": "p", "uuid": "u", "show_all": "a"})
+def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = None, pids=False, uuid=False,
+               show_all=False, no_color=False):
+    """Every GPU of every host, queried in parallel through NVML: one line per GPU, like gpustat."""
     from . import gpustatus
 
+    if no_color:
+        view.plain_output()
     selected = load_inventory(hosts).select(host)
+    options = view.GpuViewOptions(pids=pids, uuid=uuid, all=show_all)
     if watch:
-        _watch_gpus(selected, float(watch))
+        _watch_gpus(selected, float(watch), options, json)
         return
-    reports = gpustatus.gpu_status(selected)
+    with view.Waiting("gpu-status") as waiting:
+        reports = gpustatus.gpu_status(selected, waiting.hosts(len(selected)))
     if json:
-        print_json(gpustatus.gpu_status_json(reports))
+        print_document("gpu-status", gpustatus.gpu_status_body(reports))
     else:
-        view.console.print(view.gpu_table(reports))
+        view.show(view.gpu_view(reports, options))
     finish(all(r.ok for r in reports))
 
 
-def _watch_gpus(selected, seconds: float) -> None:
+def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
+    """Refresh every SECONDS: the view redrawn in place under an "updated at" line (printed in turn when stdout is
+    not a terminal), or one JSON document per line."""
     from rich.live import Live
 
     from . import gpustatus
 
+    def frame():
+        return view.gpu_view(gpustatus.gpu_status(selected), options, header=view.watch_header(seconds))
+
     try:
-        with Live(view.gpu_table(gpustatus.gpu_status(selected)), console=view.console, auto_refresh=False) as live:
+        if as_json or not view.console.is_terminal:  # piped: each refresh in turn, as a log of them
+            while True:
+                if as_json:
+                    print_document("gpu-status", gpustatus.gpu_status_body(gpustatus.gpu_status(selected)),
+                                   one_line=True)
+                else:
+                    view.show(frame())
+                time.sleep(seconds)
+        with Live(frame(), console=view.console, auto_refresh=False) as live:
             while True:
                 time.sleep(seconds)
-                live.update(view.gpu_table(gpustatus.gpu_status(selected)), refresh=True)
+                live.update(frame(), refresh=True)
     except KeyboardInterrupt:
         pass
 
@@ -82,7 +108,7 @@ def trust_host(c, host, fingerprint, hosts=None):
     view.console.print(f"added to {selected.known_hosts}: {line}")
 
 
-KERNELS = Path("kernels")
+KERNELS = kernels_dir()  # the project's kernels/, wherever in the project the command runs (project.py)
 TASK_HELP = "a task folder name under kernels/"
 
 
@@ -94,13 +120,16 @@ def sync(c, host, task, hosts=None, json=False):
 
     [selected] = load_inventory(hosts).select(host)
     _ensure_upstream([task])
-    session = RunSession(selected)
-    try:
-        report = sync_task(session.agent, task, KERNELS)
-    finally:
-        session.close()
+    with view.Waiting(f"sync {task} to {selected.name}") as waiting:
+        waiting.say("connecting")
+        session = RunSession(selected)
+        try:
+            waiting.say("sending the changed files")
+            report = sync_task(session.agent, task, KERNELS)
+        finally:
+            session.close()
     if json:
-        print_json(dataclasses.asdict(report))
+        print_document("sync", dataclasses.asdict(report))
     else:
         for warning in report.warnings:
             view.errors.print(f"warning: {warning}")
@@ -146,11 +175,13 @@ def status(c, host=None, hosts=None, json=False, task=None):
     from . import gpustatus
 
     selected = load_inventory(hosts).select(host)
-    answers = gpustatus.on_every_host(selected, lambda h, agent: _runs_or_error(h, agent, task))
+    with view.Waiting("status") as waiting:
+        answers = gpustatus.on_every_host(selected, lambda h, agent: _runs_or_error(h, agent, task),
+                                          waiting.hosts(len(selected)))
     if json:
-        print_json({"schema": "kpremote.status/1", "hosts": answers})
+        print_document("status", {"hosts": answers})
     else:
-        view.console.print(view.runs_table(answers))
+        view.show(view.runs_view(answers))
     finish(all(a["ok"] for a in answers))
 
 
@@ -164,23 +195,47 @@ def _runs_or_error(host, agent, task) -> dict:
         return {"host": host.name, "ok": False, "error": str(exc), "runs": []}
 
 
-@command(help={"host": "host name", "run": "run id", "task": "the run's task (found from the run id if omitted)",
+RUN_HELP = "a run id, a unique part of one (its last 6 characters will do), or latest"
+
+
+def _named_run(host, run: str, task: Optional[str]) -> tuple[str, Optional[str]]:
+    """The whole run id that `run` names on host (an id, a unique part of one, latest), and its task; a whole id is
+    taken as it is, without asking the host."""
+    from .runids import check_run_word, is_full_id, resolve_run_id
+    from .runs import RunSession, list_runs
+
+    check_run_word(run)
+    if is_full_id(run):
+        return run, task
+    session = RunSession(host)
+    try:
+        runs = sorted(list_runs(session, task), key=lambda r: str(r.get("run_id")))
+    finally:
+        session.close()
+    where = f"on {host.name}" + (f" of {task}" if task else "")
+    run_id = resolve_run_id(run, [str(r.get("run_id")) for r in runs], where)
+    return run_id, task or next(r.get("task") for r in runs if r.get("run_id") == run_id)
+
+
+@command(help={"host": "host name", "run": RUN_HELP, "task": "the run's task (found from the run id if omitted)",
                "follow": "keep following until the run ends", "hosts": HOSTS_HELP})
 def logs(c, host, run, task=None, follow=False, hosts=None):
-    """The run's event stream, rendered; re-attachable at any time."""
+    """The run's event stream, rendered as the live view shows it; re-attachable at any time."""
     from .launch import show_logs
 
     [selected] = load_inventory(hosts).select(host)
+    run, task = _named_run(selected, run, task)
     finish(show_logs(selected, run, task, follow))
 
 
-@command(help={"host": "host name", "run": "run id", "task": "the run's task (found from the run id if omitted)",
+@command(help={"host": "host name", "run": RUN_HELP, "task": "the run's task (found from the run id if omitted)",
                "hosts": HOSTS_HELP})
 def cancel(c, host, run, task=None, hosts=None):
     """Cancel a run: its whole process group is killed and its GPU lease released."""
     from .runs import RunSession, cancel_run, find_task_of_run
 
     [selected] = load_inventory(hosts).select(host)
+    run, task = _named_run(selected, run, task)
     session = RunSession(selected)
     try:
         answer = cancel_run(session, task or find_task_of_run(session, run), run)
@@ -191,7 +246,7 @@ def cancel(c, host, run, task=None, hosts=None):
                        + ("" if answer.get("cancelled") else " (it had already ended)"))
 
 
-@command(help={"host": "host name", "task": TASK_HELP, "run": "a run id, latest (default) or all",
+@command(help={"host": "host name", "task": TASK_HELP, "run": "a run id, a unique part of one, latest (default) or all",
                "hosts": HOSTS_HELP, "json": "print what was fetched as JSON",
                "raw_file": "instead: fetch this one file of the run's raw/ (e.g. ncu/baseline-W.ncu-rep); its size "
                            "is shown first",
@@ -202,6 +257,8 @@ def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=
     from .runs import RunSession
 
     [selected] = load_inventory(hosts).select(host)
+    if run not in ("latest", "all"):
+        run, _ = _named_run(selected, run, task)
     session = RunSession(selected)
     try:
         if raw_file:
@@ -211,7 +268,8 @@ def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=
     finally:
         session.close()
     if json:
-        print_json([dataclasses.asdict(r) for r in reports])
+        print_document("fetch-results", {"host": selected.name, "task": task,
+                                         "fetched": [dataclasses.asdict(r) for r in reports]})
     else:
         for report in reports:
             view.console.print(f"{selected.name}: {task} run {report.run_id} ({report.run_status}): "
@@ -228,7 +286,8 @@ def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
 
     fetched = fetch_raw_file(session.agent, task, run, name, KERNELS, session.host.name, force=force, on_stat=announce)
     if as_json:
-        print_json(dataclasses.asdict(fetched))
+        print_document("fetch-results", {"host": session.host.name, "task": task, "fetched": [],
+                                         "raw_file": dataclasses.asdict(fetched)})
     else:
         view.console.print(f"{fetched.outcome} → {fetched.path}", markup=False)
 
@@ -259,19 +318,23 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
     outcome = run_profile(selected[0], task, workload, request, KERNELS, wait=_wait_seconds(wait), detach=detach,
                           quiet=json or detach)
     if json:
-        print_json(outcome.model_dump())
+        print_document("profile", outcome.model_dump())
     else:
         show_profile(outcome)
     finish(outcome.ok)
 
 
-@command(help={"task": TASK_HELP, "workloads": "only these workload ids, comma-separated"})
-def check(c, task, workloads=None):
+@command(help={"task": TASK_HELP, "workloads": "only these workload ids, comma-separated",
+               "json": "print the kpremote.check/1 JSON document (docs/schemas/check.json) instead of the views"})
+def check(c, task, workloads=None, json=False):
     """Local CPU smoke run of a task through Triton's interpreter (timings are not meaningful)."""
-    from .launch import smoke_check
+    from .check import smoke_check
 
     _ensure_upstream([task])
-    finish(smoke_check(KERNELS, task, workloads))
+    outcome = smoke_check(KERNELS, task, workloads, quiet=json)
+    if json:
+        print_document("check", outcome)
+    finish(outcome["exit_code"] == 0)
 
 
 @command(help={"name": "the new task's folder name under kernels/"})
@@ -316,7 +379,7 @@ def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False
             raise pins.BaselineError("--pypi and --source are two different pins: give one")
         release = pins.pin_release(task_dir, pypi, pins.split_file_list(files), force=force, repo=repo)
         if json:
-            print_json(release.model_dump())
+            print_document("baseline", {"task": task, **release.model_dump()})
             return
         view.console.print(f"{task}: {release.release} → {release.wheel} (sha256 {release.wheel_sha256}); "
                            f"{len(release.files)} file(s) in kernels/{task}/baseline/upstream/ (git-ignored); "
@@ -326,7 +389,7 @@ def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False
         raise pins.BaselineError("--repo is required (or --pypi for a release, --materialize for an existing pin)")
     pin = pins.pin_baseline(task_dir, repo, ref, pins.split_file_list(files), force=force, source=source)
     if json:
-        print_json(pin.model_dump())
+        print_document("baseline", {"task": task, **pin.model_dump()})
         return
     view.console.print(f"{task}: {pin.repo} {pin.ref} → {pin.commit} ({len(pin.files)} file(s) in "
                        f"kernels/{task}/baseline/upstream/; docs/baseline_source.md and task.toml [baseline] updated)",
@@ -342,9 +405,72 @@ def _ensure_upstream(tasks: list[str]) -> None:
         # An invalid or unknown name is reported by the command itself.
         if is_name(task) and not (KERNELS / task).is_symlink() and (KERNELS / task / "task.toml").is_file():
             line = ensure_upstream(KERNELS / task)
-            if line:
-                view.console.print(line, markup=False)
+            if line:  # on stderr: stdout may be a --json document
+                view.errors.print(line, markup=False, soft_wrap=True)
+
+
+@command(help={"task": TASK_HELP,
+               "host": "only runs fetched from this host (default: any; the default base is on the new run's host)",
+               "new": "the new run: an id, a unique part of one, or latest (default)",
+               "base": "the base run (default: the run before the new one, on its host)",
+               "last": "compare the last N runs: each row's speedup in each, and the newest against the oldest",
+               "json": "print the kpremote.compare/1 JSON document (docs/schemas/compare.json)"})
+def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = None, json=False):
+    """Did it help? Two fetched runs row by row: medians, speedup change with its interval, FASTER / SAME / SLOWER."""
+    from .compare import compare as compare_runs
+    from .compareview import compare_view
+    from .errors import KpremoteError
+    from .runstore import fetched_runs, find_run
+
+    runs = fetched_runs(KERNELS, task, host)
+    where = f"of {task}" + (f" on {host}" if host else "")
+    if last is not None:
+        if int(last) < 2:
+            raise KpremoteError(f"--last {last}: compare needs at least 2 runs")
+        chosen = runs[-int(last):]
+        if len(chosen) < 2:
+            raise KpremoteError(f"--last {last}: only {len(chosen)} fetched run(s) {where}")
+        older, newer = chosen[0], chosen[-1]
+    else:
+        newer = find_run(runs, new, where)
+        if base:
+            older = find_run(runs, base, where)
+        else:
+            before = [r for r in runs[:runs.index(newer)] if r.host == newer.host]
+            if not before:
+                raise KpremoteError(f"run {newer.run_id} is the first fetched run {where} on {newer.host}: "
+                                    "give --base ID to compare it with another")
+            older = before[-1]
+    document = compare_runs(older, newer)
+    if last is not None:
+        document["series"] = [{"run_id": r.run_id, "host": r.host, "headline": r.headline.get("geomean"),
+                               "speedups": {w: row.get("speedup") for w, row in r.rows().items()}} for r in chosen]
+    if json:
+        print_document("compare", document)
+    else:
+        view.console.print(compare_view(document, view.console.width))
+
+
+@command(help={"task": TASK_HELP, "host": "only runs fetched from this host",
+               "plot": "where to draw the plot (default: kernels/TASK/results/history.png)",
+               "json": "print the kpremote.history/1 JSON document (docs/schemas/history.json)"})
+def history(c, task, host=None, plot=None, json=False):
+    """Every fetched run of a task, oldest first: commit, status, headline; and a plot of the headline over time."""
+    from pathlib import Path
+
+    from .compareview import history_view
+    from .history import draw_history_plot, history_entry
+    from .runstore import fetched_runs
+
+    entries = [history_entry(run) for run in fetched_runs(KERNELS, task, host)]
+    path = Path(plot) if plot else KERNELS / task / "results" / "history.png"
+    note = draw_history_plot(entries, path, task) if entries else "no plot: no fetched runs"
+    document = {"task": task, "host": host, "runs": entries, "plot": None if note else str(path), "plot_note": note}
+    if json:
+        print_document("history", document)
+    else:
+        view.console.print(history_view(document, view.console.width))
 
 
 ns = Collection(hosts, gpu_status, trust_host, sync, run, status, logs, cancel, fetch_results, check, new_task,
-                baseline, profile)
+                baseline, profile, compare, history)

@@ -1,14 +1,16 @@
-"""What people see: rich tables for hosts and GPUs, one-line errors on stderr."""
+"""What people see: hosts, GPUs (gpustat's layout), runs, a run's events live and afterwards; errors on stderr."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Generic, Iterable, Iterator, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Iterator, Optional, TypeVar, Union
 
 from rich.cells import cell_len
-from rich.console import Console, ConsoleOptions
+from rich.console import Console, ConsoleOptions, Group
 from rich.control import strip_control_codes
 from rich.segment import Segment
 from rich.style import Style
@@ -16,10 +18,10 @@ from rich.table import Table
 from rich.text import Text
 
 from .config import Host
+from .layout import Column, fitted_table
+from .resultsview import VERDICT_STYLE
 
 if TYPE_CHECKING:  # annotations only: `inv run` need not import the gpu-status models
-    from rich.markdown import Markdown
-
     from .gpustatus import GpuReport, HostInfo, HostReport
 
 console = Console()
@@ -32,69 +34,201 @@ def error_line(message: str) -> None:
     errors.print(Text(f"error: {message}", style="bold red"))
 
 
-def hosts_table(hosts: Iterable[Host], infos: Optional[dict[str, HostInfo]] = None) -> Table:
-    table = Table(title="hosts", title_justify="left")
-    for column in ("host", "address", "arch", "container", "groups"):
-        table.add_column(column)
+class Unbroken:
+    """A line printed whole, never wrapped or cut, however narrow the terminal (the terminal may fold it; a copy of it
+    is still one command): a `trust-host` command, for one. Print views holding one with show()."""
+
+    def __init__(self, text: str, style: Optional[str] = None) -> None:
+        self.text = strip_control_codes(text)
+        self.style = style
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        yield Segment(self.text, console.get_style(self.style) if self.style else None)
+        yield Segment.line()
+
+
+COMMAND_FOLLOWS = ": inv "  # "... accept it with: inv trust-host --host h --fingerprint SHA256:..."
+
+
+def error_lines(message: str, indent: str = "") -> list[Any]:
+    """An error on lines of its own: its words wrapped to the width, and a command it ends with on a line of its own,
+    whole."""
+    head, found, command = message.rpartition(COMMAND_FOLLOWS)
+    if not found:
+        return [Text.assemble(indent, (message, "red"))]
+    return [Text.assemble(indent, (head + ":", "red")), Unbroken(f"{indent}  inv {command}", "bold")]
+
+
+def show(renderable: Any) -> None:
+    """Print a view; its Unbroken lines stay whole (nothing is cropped at the width: everything else fits it)."""
+    console.print(renderable, crop=False)
+
+
+class Waiting:
+    """What a command waits for, on one transient line on stderr while it waits (only on a terminal: piped output and
+    logs stay clean): `gpu-status: waiting for ion8-h200, ion9-h200 (1 of 3 answered)`."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._status = None
+
+    def __enter__(self) -> "Waiting":
+        if errors.is_terminal:
+            self._status = errors.status(self.what)
+            self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._status is not None:
+            self._status.__exit__(*exc)
+
+    def say(self, text: str) -> None:
+        if self._status is not None:
+            self._status.update(f"{self.what}: {text}")
+
+    def hosts(self, total: int) -> Callable[[list[str]], None]:
+        """A waiting_for(names) for gpustatus.on_every_host."""
+        def update(pending: list[str]) -> None:
+            if pending:
+                self.say(f"waiting for {', '.join(pending)} ({total - len(pending)} of {total} answered)")
+        return update
+
+
+def plain_output() -> None:
+    """--no-color: plain text, no escape codes at all, on both consoles (NO_COLOR in the environment takes the colors
+    away and keeps bold and dim, as no-color.org asks)."""
+    global console, errors
+    console = Console(color_system=None)
+    errors = Console(stderr=True, color_system=None)
+
+
+def hosts_view(hosts: Iterable[Host], infos: Optional[dict[str, HostInfo]] = None) -> Group:
+    """The inventory as a compact table; with --check, each host's versions, and each failure on lines of its own
+    below the table (a refused host key's trust-host command is never squeezed into a column)."""
+    hosts = list(hosts)
+    columns = [Column("host", [h.name for h in hosts], whole=True),
+               Column("address", [h.address for h in hosts], whole=True),
+               Column("arch", [h.arch for h in hosts], whole=True),
+               Column("container", [h.container or "-" for h in hosts], drop=2),
+               Column("groups", [", ".join(h.groups) or "-" for h in hosts], drop=1)]
+    failures: list[Text] = []
     if infos is not None:
-        for column in ("reachable", "hostname", "python", "torch", "triton", "nvidia-ml-py", "tvm-ffi", "cutlass-dsl"):
-            table.add_column(column)
-    for host in hosts:
-        row = [host.name, host.address, host.arch, host.container or "-", ", ".join(host.groups) or "-"]
-        if infos is not None:
-            info = infos[host.name]
-            if info.ok:
-                row += [Text("yes", style="green"), info.hostname or "?", info.python or "?",
-                        info.torch or "missing", info.triton or "missing", info.pynvml or "missing",
-                        info.tvm_ffi or "missing", info.cutlass_dsl or "missing"]
-            else:
-                row += [Text(info.error or "no", style="red"), "", "", "", "", "", "", ""]
-        table.add_row(*row)
-    return table
+        checked = [infos[h.name] for h in hosts]
+        columns.append(Column("reachable", [Text("yes", style="green") if i.ok else Text("no", style="red")
+                                            for i in checked], whole=True))
+        for header, attribute, drop in (("hostname", "hostname", 3), ("python", "python", 4), ("torch", "torch", 7),
+                                        ("triton", "triton", 6), ("nvidia-ml-py", "pynvml", 5),
+                                        ("tvm-ffi", "tvm_ffi", 8), ("cutlass-dsl", "cutlass_dsl", 9)):
+            missing = "?" if attribute in ("hostname", "python") else "missing"
+            columns.append(Column(header, [(getattr(i, attribute) or missing) if i.ok else "" for i in checked],
+                                  drop=drop))
+        # The error names the host already ("gone: unreachable: ..."); a refused key's message carries its command.
+        failures = [line for i in checked if not i.ok for line in error_lines(i.error or f"{i.host}: failed")]
+    return Group(fitted_table(columns, console.width, title="hosts"), *failures)
+
+
+@dataclass
+class GpuViewOptions:
+    """What gpu-status shows besides each GPU's one line (gpustat's -p/-u/-a, adapted)."""
+
+    pids: bool = False   # -p: each process as name/pid(MiB)
+    uuid: bool = False   # -u: the GPU's UUID
+    all: bool = False    # -a: power, SM clock, clock events and the busy reason as well
 
 
 def _verdict(gpu: GpuReport) -> Text:
     if gpu.lease:
-        holder = gpu.lease.get("run_id") or gpu.lease.get("pid")
-        return Text(f"leased ({holder})", style="yellow")
+        holder = gpu.lease.get("run_id") or f"pid {gpu.lease.get('pid')}"
+        return Text(f"leased by {holder}", style="yellow")
     if not gpu.arch_ok:
         return Text("wrong arch", style="magenta")
     if gpu.idle:
         return Text("idle", style="green")
-    return Text(f"busy: {gpu.reason or ''}".strip(), style="red")
+    return Text("busy", style="red")
 
 
-def _processes(gpu: GpuReport) -> str:
-    return ", ".join(f"{p.pid} {p.name or '?'} {p.used_mib or '?'}MiB" for p in gpu.processes) or "-"
+def _processes(gpu: GpuReport, pids: bool) -> str:
+    return " ".join(f"{p.name or '?'}{'/' + str(p.pid) if pids else ''}({p.used_mib if p.used_mib is not None else '?'}M)"
+                    for p in gpu.processes)
 
 
-def gpu_table(reports: list[HostReport]) -> Table:
-    table = Table(title="gpu-status", title_justify="left")
-    for column in ("host", "gpu", "name", "cc", "memory", "util", "temp", "power", "sm clock", "events",
-                   "processes", "verdict"):
-        table.add_column(column, overflow="fold")
+def _details(gpu: GpuReport, options: GpuViewOptions) -> list[str]:
+    details = []
+    if options.uuid or options.all:
+        details.append(gpu.uuid)
+    if gpu.processes:
+        details.append(_processes(gpu, options.pids or options.all))
+    if options.all:
+        details.append("-" if gpu.power_w is None else f"{gpu.power_w:.0f} W")
+        if gpu.sm_clock_mhz is not None:
+            details.append(f"SM {gpu.sm_clock_mhz}/{gpu.sm_clock_max_mhz or '?'} MHz")
+        if gpu.clock_event_reasons:
+            details.append(",".join(gpu.clock_event_reasons))
+        if gpu.reason and not gpu.idle:
+            details.append(f"busy: {gpu.reason}")
+    return details
+
+
+def _host_header(report: HostReport) -> Text:
+    header = Text(report.host, style="bold")
+    if report.hostname and report.hostname != report.host:
+        header.append(f" ({report.hostname})")
+    if not report.ok:
+        return header.append("  unreachable" if "unreachable" in (report.error or "") else "  failed", style="red")
+    if report.driver:
+        header.append(f"  driver {report.driver}", style="dim")
+    if report.source and report.source != "nvml":
+        header.append(f"  {report.source}", style="dim")
+    idle = sum(1 for g in report.gpus if g.idle and not g.lease and g.arch_ok)
+    header.append(f"  {len(report.gpus)} GPU{'s' if len(report.gpus) != 1 else ''}, {idle} idle", style="dim")
+    return header
+
+
+def gpu_view(reports: list[HostReport], options: Optional[GpuViewOptions] = None, width: Optional[int] = None,
+             header: Optional[Text] = None) -> Group:
+    """gpustat's layout: a line per host, then one line per GPU; what does not fit the width (processes, UUID,
+    details) goes on one indented second line. A host that failed shows its error whole, on a line of its own."""
+    options = options or GpuViewOptions()
+    width = width or console.width
+    parts: list[Any] = [header] if header is not None else []
+    gpus = [g for r in reports for g in r.gpus]
+    name_w = max((cell_len(g.name) for g in gpus), default=0)
+    used_w = max((len(str(g.memory_used_mib)) for g in gpus), default=0)
+    total_w = max((len(str(g.memory_total_mib)) for g in gpus), default=0)
     for report in reports:
+        parts.append(_host_header(report))
         if not report.ok:
-            table.add_row(report.host, "-", Text(report.error or "failed", style="bold red"), *[""] * 9)
+            parts += error_lines(report.error or "failed", indent="  ")
             continue
         if not report.gpus:
-            table.add_row(report.host, "-", Text(f"no GPUs ({report.source})", style="dim"), *[""] * 9)
+            parts.append(Text(f"  no GPUs ({report.source or 'none'})", style="dim"))
         for gpu in report.gpus:
-            table.add_row(
-                f"{report.host} ({report.hostname})" if report.hostname and report.hostname != report.host else report.host,
-                f"{gpu.index}",
-                f"{gpu.name}\n{gpu.uuid}",
-                f"{gpu.cc[0]}.{gpu.cc[1]}",
-                f"{gpu.memory_used_mib}/{gpu.memory_total_mib} MiB",
-                f"{gpu.util_pct}%",
-                "-" if gpu.temperature_c is None else f"{gpu.temperature_c}C",
-                "-" if gpu.power_w is None else f"{gpu.power_w:.0f}W",
-                "-" if gpu.sm_clock_mhz is None else f"{gpu.sm_clock_mhz}/{gpu.sm_clock_max_mhz or '?'} MHz",
-                ", ".join(gpu.clock_event_reasons) or "-",
-                _processes(gpu),
-                _verdict(gpu),
-            )
-    return table
+            parts += _gpu_lines(gpu, options, width, (name_w, used_w, total_w))
+    return Group(*parts)
+
+
+def _gpu_lines(gpu: GpuReport, options: GpuViewOptions, width: int, widths: tuple[int, int, int]) -> list[Text]:
+    name_w, used_w, total_w = widths
+    temperature = "  -" if gpu.temperature_c is None else f"{gpu.temperature_c:>3}"
+    line = Text.assemble(
+        (f"[{gpu.index}] ", "cyan"), (gpu.name.ljust(name_w), "blue"), " │ ",
+        (f"{temperature}°C", "red" if (gpu.temperature_c or 0) >= 80 else ""),
+        (f" {gpu.util_pct:>3} %", "green" if gpu.util_pct < 5 else "yellow"), " │ ",
+        (f"{gpu.memory_used_mib:>{used_w}} / {gpu.memory_total_mib:>{total_w}} MiB", "yellow"), " │ ",
+        _verdict(gpu),
+    )
+    details = "  ".join(_details(gpu, options))
+    if not details:
+        return [line]
+    if cell_len(line.plain) + 2 + cell_len(details) <= width:
+        return [line.append(f"  {details}", style="dim")]
+    # The second line: cut with an ellipsis rather than wrapped, unless what is asked for (-u, -a) must stay whole.
+    more = Text(f"    {details}", style="dim", no_wrap=not (options.uuid or options.all), overflow="ellipsis")
+    return [line, more]
+
+
+def watch_header(seconds: float) -> Text:
+    return Text(f"updated at {time.strftime('%H:%M:%S')} · every {seconds:g} s · Ctrl-C stops", style="dim")
 
 
 STATUS_STYLE = {"PASSED": "green", "INCORRECT": "red", "ERROR": "red", "TIMEOUT": "red", "SKIPPED": "yellow",
@@ -160,12 +294,89 @@ class BatchedPrinter(Generic[Line]):
             self._print_batch(batch)
 
 
+def duration(seconds: float) -> str:
+    """12s, 3m05s, 1h02m: how long, as a person reads it."""
+    seconds = max(0, int(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds}s"
+
+
+def _number(value: Any, digits: int = 4) -> str:
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def row_pieces(event: dict) -> list[tuple[str, Optional[str]]]:
+    """A row's verdict as (text, style) pieces, the same in the live view and in `inv logs`:
+    `[3/14] prod_r8_c256: PASSED  speedup 1.024x  (smoke)  message`."""
+    status = str(event.get("status", "?"))
+    pieces: list[tuple[str, Optional[str]]] = [
+        (f"[{event.get('i', '?')}/{event.get('n', '?')}] {event.get('workload', '?')}: ", None),
+        (status, STATUS_STYLE.get(status))]
+    if event.get("verdict"):
+        pieces.append((f"  {event['verdict']}", VERDICT_STYLE.get(str(event["verdict"]))))
+    if event.get("speedup"):
+        pieces.append((f"  speedup {event['speedup']:.3f}x", None))
+    if event.get("label") or event.get("smoke"):
+        pieces.append(("  (smoke)", "yellow"))
+    for key in ("message", "invalid", "implausible"):
+        if event.get(key):
+            pieces.append((f"  {event[key]}", "dim"))
+    return pieces
+
+
+def headline_text(head: Optional[dict]) -> str:
+    """`1.024x (0.992-1.056) over 1 of 1 production rows (smoke)`, or why there is none."""
+    head = head or {}
+    smoke = " (smoke)" if head.get("label") else ""
+    if not head.get("geomean"):
+        return f"no headline ({head.get('note', 'no rows')}){smoke}"
+    interval = f" ({head['low']:.3f}–{head['high']:.3f})" if head.get("low") and head.get("high") else ""
+    over = f" over {head['n']} of {head['of']} production rows" if head.get("of") else ""
+    return f"{head['geomean']:.3f}x{interval}{over}{smoke}"
+
+
+def _event_body(event: dict) -> list[tuple[str, Optional[str]]]:
+    """What one event says, in words: the line `inv logs` prints after its time stamp."""
+    kind = event.get("event", "?")
+    if kind == "row":
+        return row_pieces(event)
+    if kind == "phase":
+        where = f" {event['workload']} ({event.get('i')}/{event.get('n')})" if event.get("workload") else ""
+        return [("phase ", None), (str(event.get("phase")), "cyan"), (where, None)]
+    if kind == "build":
+        ok = event.get("ok")
+        pieces = [(f"build {event.get('side')}: ", None), ("ok" if ok else "FAILED", "green" if ok else "red"),
+                  (f" in {_number(event.get('seconds'), 3)} s", None)]
+        return pieces + ([(f"  {event['error']}", "red")] if event.get("error") else [])
+    if kind == "headline":
+        return [("headline ", None), (headline_text(event), "bold")]
+    if kind == "done":
+        status = str(event.get("status"))
+        message = f"  {event['message']}" if event.get("message") else ""
+        return [("done: ", None), (status, STATUS_STYLE.get(status)), (f" (exit code {event.get('exit_code')}){message}",
+                                                                        None)]
+    if kind in ("error", "warning"):
+        return [(f"{kind}: ", "red" if kind == "error" else "yellow"), (str(event.get("message") or ""), None)]
+    if kind == "provenance":
+        return [("provenance recorded", "dim")]
+    fields = " ".join(f"{k}={_number(v)}" for k, v in event.items()
+                      if k not in ("t", "event") and v is not None and not isinstance(v, (dict, list)))
+    return [(f"{kind} {fields}".rstrip(), None)]
+
+
 class RunView:
     """The live view of one or more runs: a status line per run, and each row's verdict printed as it comes.
 
     Every print under rich's Live redraws the live table too, so verdicts are printed in batches (BatchedPrinter);
     the status lines are drawn by Live's own refresh (twice a second) from the current state. A run emitting hundreds
     of events a second then costs the client a few percent of a core, not most of one (benchmarks/bench_follow.py).
+    The status line reads `workload 3/14 · ETA 1m20s`: the ETA is the mean time of the rows done so far times the
+    rows left.
     """
 
     def __init__(self, quiet: bool = False) -> None:
@@ -200,7 +411,8 @@ class RunView:
 
     def _add(self, key: str, host: str, task: str, run_id: str, gpu_text: str) -> None:
         self.lines[key] = {"host": host, "task": task, "run_id": run_id, "gpu": gpu_text, "phase": "starting",
-                           "progress": "", "passed": 0, "failed": 0, "t0": time.monotonic()}
+                           "i": 0, "n": 0, "done": 0, "passed": 0, "failed": 0, "smoke": False,
+                           "t0": time.monotonic(), "rows_t0": None}
 
     def event(self, key: str, event: dict) -> None:
         with self._lock:
@@ -211,9 +423,15 @@ class RunView:
         kind = event.get("event")
         if kind == "phase":
             line["phase"] = event.get("phase", line["phase"])
+            if event.get("n"):
+                line["i"], line["n"] = event.get("i") or 0, event["n"]
+                if line["rows_t0"] is None:
+                    line["rows_t0"] = time.monotonic()
         elif kind == "row":
             status = event.get("status", "?")
-            line["progress"] = f"{event.get('i', '?')}/{event.get('n', '?')}"
+            line["i"], line["n"] = event.get("i") or line["i"], event.get("n") or line["n"]
+            line["done"] += 1
+            line["smoke"] = line["smoke"] or bool(event.get("label"))
             line["passed" if status == "PASSED" else "failed"] += 1
             if self._printer is not None:
                 self._printer.add(self._row_segments(line, event))
@@ -222,14 +440,7 @@ class RunView:
 
     def _row_segments(self, line: dict, event: dict) -> list[Segment]:
         """One verdict line as plain segments: rich's Text layout costs ~60 µs a line, segments ~10."""
-        status = str(event.get("status", "?"))
-        pieces = [(f"{line['host']} {line['task']} [{line['progress']}] {event.get('workload', '?')}: ", None),
-                  (status, STATUS_STYLE.get(status))]
-        speedup = event.get("speedup")
-        if speedup:
-            pieces.append((f"  speedup {speedup:.3f}x", None))
-        if event.get("message"):
-            pieces.append((f"  {event['message']}", "dim"))
+        pieces = [(f"{line['host']} {line['task']} ", None), *row_pieces(event)]
         return [Segment(strip_control_codes(text), Style.parse(style) if style else None) for text, style in pieces]
 
     def _current(self) -> Table:
@@ -240,10 +451,23 @@ class RunView:
         table = Table(box=None, show_header=False)
         for line in self.lines.values():
             elapsed = time.monotonic() - line["t0"]
-            table.add_row(line["host"], line["task"], line["run_id"], line["gpu"],
-                          Text(line["phase"], style=STATUS_STYLE.get(line["phase"], "cyan")), line["progress"],
-                          f"{line['passed']} passed, {line['failed']} not", f"{elapsed:.0f}s")
+            counts = f"{line['passed']} passed" + (f", {line['failed']} not" if line["failed"] else "")
+            table.add_row(line["host"], line["task"], Text(line["run_id"], no_wrap=True), line["gpu"],
+                          Text(line["phase"], style=STATUS_STYLE.get(line["phase"], "cyan")), progress_text(line),
+                          counts + (" (smoke)" if line["smoke"] else ""), duration(elapsed))
         return table
+
+
+def progress_text(line: dict) -> str:
+    """`workload 3/14 · ETA 1m20s`: rows done so far set the pace for the rows left."""
+    if not line.get("n"):
+        return ""
+    text = f"workload {line['i']}/{line['n']}"
+    done, rows_t0 = line.get("done", 0), line.get("rows_t0")
+    if done and rows_t0 is not None and line["n"] > done:
+        per_row = (time.monotonic() - rows_t0) / done
+        text += f" · ETA {duration(per_row * (line['n'] - done))}"
+    return text
 
 
 class _Lines:
@@ -258,8 +482,17 @@ class _Lines:
             yield Segment.line()
 
 
-def summary_markdown(path: Path) -> Markdown:
-    """A fetched results.md, rendered: the agent's report is the one table of a run, shown as it wrote it."""
+def summary_markdown(path: Path) -> Any:
+    """A fetched summary, shown: the results table from results.json (ids whole, columns dropped before anything is
+    cut), else results.md as the agent wrote it."""
+    results_json = path.with_name("results.json")
+    if path.name == "results.md" and results_json.is_file():
+        from .resultsview import results_view
+
+        try:
+            return results_view(json.loads(results_json.read_text()), console.width)
+        except (ValueError, KeyError, TypeError):
+            pass  # a summary we cannot read as results: the agent's own markdown below
     from rich.markdown import Markdown  # 40 ms of import (markdown_it) that every other command can skip
 
     return Markdown(path.read_text())
@@ -268,14 +501,8 @@ def summary_markdown(path: Path) -> Markdown:
 def _event_pieces(event: dict) -> list[tuple[str, str]]:
     """One event of a run's stream as (text, style) pieces, control codes removed: the line `inv logs` prints."""
     stamp = time.strftime("%H:%M:%S", time.localtime(event.get("t", 0)))
-    kind = event.get("event", "?")
-    status = event.get("status")
-    pieces = [(f"{stamp} {kind:<10} ", "")]
-    if status:
-        pieces.append((f"{status} ", STATUS_STYLE.get(status, "")))
-    pieces.append((" ".join(f"{k}={v}" for k, v in event.items()
-                            if k not in ("t", "event", "status") and not isinstance(v, (dict, list))), ""))
-    return [(strip_control_codes(text), style) for text, style in pieces]
+    pieces = [(f"{stamp}  ", "dim"), *_event_body(event)]
+    return [(strip_control_codes(text), style or "") for text, style in pieces]
 
 
 def event_line(event: dict) -> Text:
@@ -310,25 +537,49 @@ def print_events(events: list[dict]) -> None:
     console.print(_EventLines(events))
 
 
-def runs_table(answers: list[dict]) -> Table:
-    table = Table(title="runs", title_justify="left")
-    for column in ("host", "run", "task", "gpu", "status", "phase", "age", "headline"):
-        table.add_column(column)
+def runs_view(answers: list[dict]) -> Group:
+    """Runs by host and task: a line naming both, then a table whose run ids are whole; a host that could not be
+    asked shows its error on a line of its own."""
+    parts: list[Any] = []
     for answer in answers:
         if not answer["ok"]:
-            table.add_row(answer["host"], "", Text(answer.get("error", ""), style="red"), "", "", "", "", "")
+            parts += [Text.assemble((answer["host"], "bold"), ("  unreachable", "red")),
+                      *error_lines(answer.get("error") or "failed", indent="  ")]
             continue
+        if not answer["runs"]:
+            parts.append(Text.assemble((answer["host"], "bold"), ("  no runs", "dim")))
+        by_task: dict[str, list[dict]] = {}
         for run in answer["runs"]:
-            gpu = run.get("gpu") or {}
-            headline = run.get("headline") or {}
-            table.add_row(
-                answer["host"], run.get("run_id", "?"), run.get("task", "?"),
-                f"{gpu.get('index', '-')}" if gpu else "-",
-                Text(run.get("status", "?"), style=STATUS_STYLE.get(run.get("status", ""), "")),
-                run.get("phase", ""), _age(run.get("started")),
-                f"{headline['geomean']:.3f}x" if headline.get("geomean") else "-",
-            )
-    return table
+            by_task.setdefault(run.get("task", "?"), []).append(run)
+        for task, runs in by_task.items():
+            parts.append(Text.assemble((answer["host"], "bold"), " · ", (task, "bold")))
+            parts.append(_runs_table(runs))
+    return Group(*parts)
+
+
+def _runs_table(runs: list[dict]) -> Table:
+    def headline(run: dict) -> str:
+        head = run.get("headline") or {}
+        if not head.get("geomean"):
+            return "-"
+        return f"{head['geomean']:.3f}x" + (" (smoke)" if head.get("label") or run.get("smoke") else "")
+
+    def phase(run: dict) -> str:
+        workload = run.get("workload") or {}
+        if run.get("phase") == "workload" and workload.get("n") and run.get("status") == "running":
+            return f"workload {workload.get('i')}/{workload['n']}"
+        return run.get("phase") or ""
+
+    columns = [
+        Column("run", [run.get("run_id", "?") for run in runs], whole=True),
+        Column("gpu", [str((run.get("gpu") or {}).get("index", "-")) for run in runs], drop=2),
+        Column("status", [Text(run.get("status", "?"), style=STATUS_STYLE.get(run.get("status", ""), ""))
+                          for run in runs], whole=True),
+        Column("phase", [phase(run) for run in runs], drop=3),
+        Column("age", [_age(run.get("started")) for run in runs], drop=1, justify="right"),
+        Column("headline", [headline(run) for run in runs], whole=True),
+    ]
+    return fitted_table(columns, console.width - 2)
 
 
 def _age(started: Optional[str]) -> str:
@@ -340,7 +591,4 @@ def _age(started: Optional[str]) -> str:
         then = datetime.fromisoformat(str(started).replace("Z", "+00:00"))
     except ValueError:
         return "?"
-    seconds = int((datetime.now(timezone.utc) - then).total_seconds())
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 60}m{seconds % 60:02d}s"
+    return duration((datetime.now(timezone.utc) - then).total_seconds())

@@ -517,3 +517,20 @@ def test_the_sync_carries_the_git_ignored_upstream_files(task_dir: Path, cache: 
     synced = {rel for rel, _ in walk_task(task_dir, warnings)}
     assert {f"baseline/upstream/{rel}" for rel in WHEEL_FILES} <= synced and "baseline/.gitignore" in synced
     assert warnings == []
+
+
+def test_inv_baseline_pypi_json_is_a_baseline_document(task_dir: Path, cache: Path, tmp_path: Path) -> None:
+    import json
+
+    import jsonschema
+    from rig import REPO, run_inv
+
+    env = {"KPREMOTE_CACHE": str(cache.parent), "PIP_NO_INDEX": "1"}
+    result = run_inv("baseline", "--task", "t", "--pypi", str(make_wheel(tmp_path)), "--files", WHEEL_KERNEL, "--json",
+                     cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    schema = json.loads((REPO / "docs" / "schemas" / "baseline.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(document)
+    assert (document["schema"], document["task"], document["release"]) == ("kpremote.baseline/1", "t", "fakepkg 1.0")
+    assert [f["path"] for f in document["files"]] == [WHEEL_KERNEL]

@@ -89,7 +89,7 @@ def test_hosts_check_reports_versions_in_parallel(rig, fleet, tmp_path):
     hosts = rig.write_hosts_toml(tmp_path / "hosts.toml", [a, b, down])
     result = run_inv("hosts", "--hosts", str(hosts), "--check", "--json")
     assert result.returncode == 1  # fleet-down
-    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    rows = {row["name"]: row for row in json.loads(result.stdout)["hosts"]}
     assert rows["fleet-a"]["check"]["torch"] and rows["fleet-a"]["check"]["python"].startswith("3.")
     # the packages build kinds tvm-ffi and cutedsl need, as the host's python has them (None: not installed)
     assert rows["fleet-a"]["check"]["tvm_ffi"] == _installed("apache-tvm-ffi")

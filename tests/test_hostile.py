@@ -284,10 +284,10 @@ def test_words_passed_to_the_host_are_quoted_never_run(shell, tmp_path):
     assert not python["ok"] and f"remote python 'python3; touch {canary}' not found" in python["error"]
     [rooted] = json.loads(results["remote_root"].stdout)["hosts"]
     assert rooted["ok"] and (odd_root / "agent").is_dir()  # a folder with that very name: a word, not a command
-    [gpu] = json.loads(flags["--gpu"].stdout)
+    [gpu] = json.loads(flags["--gpu"].stdout)["runs"]
     assert gpu["status"] == "not started" and f"no GPU '0;touch {canary}'" in gpu["error"]
     assert flags["--run"].returncode == 2 and "bad run id" in flags["--run"].stderr
-    [rows] = json.loads(flags["--workloads"].stdout)
+    [rows] = json.loads(flags["--workloads"].stdout)["runs"]
     assert rows["status"] == "error" and f"no workload 'x;touch {canary}'" in rows["error"]
     for result in [*results.values(), *flags.values()]:
         assert "Traceback" not in result.stderr
@@ -303,7 +303,7 @@ def test_a_broken_task_toml_reaching_the_host_is_one_clean_line_per_task(shell):
         (kernels / name / "task.toml").write_bytes(text or toml.replace(b'arch = "any"', b"arch = 3"))
     result = shell.inv("run", "--hosts", str(shell.hosts), "--host", "hostile", "--task", ",".join(BROKEN_TASK_FILES),
                        "--wait", "60", "--json")
-    outcomes = {o["task"]: o for o in json.loads(result.stdout)}
+    outcomes = {o["task"]: o for o in json.loads(result.stdout)["runs"]}
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert {name: o["status"] for name, o in outcomes.items()} == dict.fromkeys(BROKEN_TASK_FILES, "error")
     for name, complaint in (("not-a-table", "[task] must be a table"), ("arch-a-number", "[task] arch = 3"),

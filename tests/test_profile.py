@@ -156,7 +156,7 @@ def test_profile_failures_are_one_line_and_leave_nothing_that_looks_valid(rig, w
     results = inv(workdir, "fetch-results", "--hosts", str(hosts), "--host", "profiler-b", "--task", "tiny_rmsnorm",
                   "--run", run_id, "--json")
     assert results.returncode == 0
-    assert not (Path(json.loads(results.stdout)[0]["path"]) / "profile.md").exists()
+    assert not (Path(json.loads(results.stdout)["fetched"][0]["path"]) / "profile.md").exists()
 
     # a row that fails the correctness gate is never profiled
     wrong = profile(workdir, hosts, "profiler-b", task="wrong_rmsnorm")
@@ -181,7 +181,7 @@ def test_one_raw_file_comes_home_on_request_only(rig, workdir):
                    "tiny_rmsnorm", *args)
 
     summary = fetch("--json")
-    assert summary.returncode == 0 and not list(Path(json.loads(summary.stdout)[0]["path"]).rglob("*.ncu-rep"))
+    assert summary.returncode == 0 and not list(Path(json.loads(summary.stdout)["fetched"][0]["path"]).rglob("*.ncu-rep"))
 
     # its size is shown first; it lands beside the summaries, hidden, checked against the host's sha256
     fetched = fetch("--run", run_id, "--raw-file", "ncu/baseline-w.ncu-rep")
@@ -191,9 +191,9 @@ def test_one_raw_file_comes_home_on_request_only(rig, workdir):
     local = workdir / "kernels" / "tiny_rmsnorm" / "results" / "profiler-c" / ".raw" / run_id / "ncu" / "baseline-w.ncu-rep"
     assert local.read_bytes() == b"R" * 300
     again = fetch("--raw-file", "raw/ncu/baseline-w.ncu-rep", "--json")
-    assert again.returncode == 0 and json.loads(again.stdout)["outcome"] == "unchanged"
+    assert again.returncode == 0 and json.loads(again.stdout)["raw_file"]["outcome"] == "unchanged"
     summary_again = fetch("--run", run_id, "--json")  # the raw file beside it does not disturb the summary
-    assert summary_again.returncode == 0 and json.loads(summary_again.stdout)[0]["outcome"] == "unchanged"
+    assert summary_again.returncode == 0 and json.loads(summary_again.stdout)["fetched"][0]["outcome"] == "unchanged"
 
     # over the host's max_summary_mb: refused unless --force; names that climb out: refused before any transfer
     small = rig.write_hosts_toml(workdir / "small.toml", [host], overrides={"profiler-c": {"max_summary_mb": 0.0001}})

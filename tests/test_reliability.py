@@ -183,8 +183,10 @@ def kill_sshd_and_sessions(host: SshHost) -> None:
 
 
 def outcomes_of(result: subprocess.CompletedProcess | tuple[str, str]) -> list[dict]:
+    """The list of a --json document: inv run's runs, inv fetch-results' fetched."""
     stdout = result[0] if isinstance(result, tuple) else result.stdout
-    return json.loads(stdout)
+    document = json.loads(stdout)
+    return document["runs"] if "runs" in document else document["fetched"]
 
 
 # ------------------------------------------------------------------------------------------ 1. concurrency

@@ -62,10 +62,11 @@ def test_run_end_to_end_then_a_cheap_repeat(rig, workdir):
     hosts = rig.write_hosts_toml(workdir / "hosts.toml", [host])
     first = inv(workdir, "run", "--hosts", str(hosts), "--host", "runner-a", "--task", "tiny_rmsnorm", "--json")
     assert first.returncode == 0, first.stderr
-    [outcome] = json.loads(first.stdout)
+    [outcome] = json.loads(first.stdout)["runs"]
     assert outcome["status"] == "passed" and outcome["headline"]["label"] == "smoke: timings are not meaningful"
     fetched = workdir / outcome["summary_dir"]
-    assert sorted(p.name for p in fetched.iterdir()) == ["results.json", "results.md", "run_log.md"]
+    # matplotlib is a declared dependency: every summary with a passed row carries its plot
+    assert sorted(p.name for p in fetched.iterdir()) == ["results.json", "results.md", "run_log.md", "speedup.png"]
     assert "SMOKE RUN" in (fetched / "results.md").read_text()
     docs = workdir / "kernels" / "tiny_rmsnorm" / "docs"
     assert outcome["run_id"] in (docs / "run_log.md").read_text()
@@ -76,7 +77,7 @@ def test_run_end_to_end_then_a_cheap_repeat(rig, workdir):
 
     again = inv(workdir, "run", "--hosts", str(hosts), "--host", "runner-a", "--task", "tiny_rmsnorm", "--json")
     assert again.returncode == 0, again.stderr
-    [repeat] = json.loads(again.stdout)
+    [repeat] = json.loads(again.stdout)["runs"]
     assert repeat["channels"] == 2, repeat            # start (with the sync), follow (with the summary after it)
     assert repeat["synced_files"] == 0                 # nothing changed: no file content travelled
 
@@ -85,7 +86,7 @@ def test_a_summary_over_the_hosts_cap_is_refused_and_nothing_is_written(rig, wor
     host = rig.add_host("runner-cap", gpus=[idle_gpu(0)])
     hosts = rig.write_hosts_toml(workdir / "hosts.toml", [host], overrides={"runner-cap": {"max_summary_mb": 0.0001}})
     done = inv(workdir, "run", "--hosts", str(hosts), "--host", "runner-cap", "--task", "tiny_rmsnorm", "--json")
-    [outcome] = json.loads(done.stdout)
+    [outcome] = json.loads(done.stdout)["runs"]
     assert done.returncode != 0 and "larger than 0.0001 MB" in outcome["error"], outcome
     assert outcome["summary_dir"] is None and not (workdir / "kernels" / "tiny_rmsnorm" / "results").exists()
     [run_dir] = runs_on(host, "tiny_rmsnorm")
@@ -152,7 +153,7 @@ def test_a_group_takes_two_tasks_in_parallel(rig, workdir):
     result = inv(workdir, "run", "--hosts", str(hosts), "--host", "pair", "--task", "tiny_rmsnorm,slow_rmsnorm",
                  "--workloads", "grid_r1_c33", "--json")
     assert result.returncode == 0, result.stderr
-    outcomes = json.loads(result.stdout)
+    outcomes = json.loads(result.stdout)["runs"]
     assert sorted(o["host"] for o in outcomes) == ["pair-1", "pair-2"]
     assert all(o["status"] == "passed" for o in outcomes)
 

@@ -28,7 +28,7 @@ def test_inv_check_passes_on_the_cpu(task: str, tmp_path: Path) -> None:
     shutil.copytree(REPO / "kernels" / task, kernels / task, ignore=shutil.ignore_patterns("results", "upstream"))
     result = run_inv("check", "--task", task, cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "baseline/upstream/ materialized from sglang-0.5.23-" in result.stdout.replace("\n", "")
+    assert "baseline/upstream/ materialized from sglang-0.5.23-" in result.stderr.replace("\n", "")
     assert "smoke: timings are not meaningful" in result.stdout
     [summary] = (kernels / task / "results" / "check").glob("*/summary/results.json")
     document = json.loads(summary.read_text())

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The two issue-17 tasks on the lent H200, standalone (no kpremote harness): install the GPU-side
+# wheels, build both sides of both tasks, check each row against the adapter's reference and time
+# both sides, print one compact table. For the integrator to debug the tasks in one call.
+#
+#   bash benchmarks/gpu/new_tasks.sh upstream   # HERE, before carrying: baseline/upstream/ of both
+#                                               # tasks from the pinned sglang wheel, sha256-checked
+#   bash benchmarks/gpu/new_tasks.sh stage      # GPU: keep the carried wheels/parts under /tmp
+#   bash benchmarks/gpu/new_tasks.sh all [ROWS] # GPU: stage + install + check (ROWS: all | prod | smoke)
+#   bash benchmarks/gpu/new_tasks.sh check [ROWS]
+#
+# The wheels live in /work/main/.whl (ignored through .git/info/exclude; never committed):
+#   .whl/*.whl                      python 3.12 manylinux x86_64 wheels
+#   .whl/parts/<cu13 wheel>.parta?  nvidia-cutlass-dsl-libs-cu13 (92 MB), `split -b 40000000`
+#   .whl/sglang/sglang-0.5.23-...   the pinned upstream release (only `upstream` reads it)
+# A call carries at most 64 MiB and 8 paths, so two calls to the same warm machine (/tmp survives
+# while it stays warm):
+#   1. carry [.whl/parts/W.partaa, .whl/apache_tvm_ffi-*.whl, .whl/nvidia_cutlass_dsl-*.whl,
+#             .whl/nvidia_cutlass_dsl_libs_base-*.whl, .whl/nvidia_cutlass_dsl_libs_core-*.whl,
+#             .whl/cuda_bindings-*.whl, .whl/cuda_pathfinder-*.whl, .whl/einops-*.whl]   (~60 MB)
+#      command: bash benchmarks/gpu/new_tasks.sh stage
+#   2. carry [.whl/parts/W.partab, .whl/parts/W.partac, .whl/protobuf-*.whl,
+#             kernels/h200_diffusion_qknorm_rope__multi_shape/baseline/upstream,
+#             kernels/h200_diffusion_cutedsl_norm_scale_shift__multi_shape/baseline/upstream] (~52 MB)
+#      command: bash benchmarks/gpu/new_tasks.sh all
+#   (W = nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl)
+# Reassembly and install (what `install` does):
+#   cat /tmp/kp-wheels/W.parta? > /tmp/kp-wheels/W; sha256sum -c (the sum below)
+#   python3 -m pip install --no-deps --target /tmp/site <each wheel>   (cuda-bindings, cuda-pathfinder,
+#     einops, protobuf only where python3 cannot import them already)
+#   export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
+#   (the cutlass-dsl wheel's .pth file is not read for a --target install, hence the second entry)
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+stage=/tmp/kp-wheels
+site=/tmp/site
+cu13=nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
+cu13_sha256=50191a381d8cc1393373ae0bc879b0aefa9a256c23c22d4fa1c2fe3dfe57bc90
+py=${PYTHON:-python3}
+
+upstream() {
+  local wheel
+  wheel=$(ls "${WHEEL_DIR:-/work/main/.whl}"/sglang/sglang-0.5.23-*.whl)
+  "$py" - "$wheel" "$repo" <<'EOP'
+"""Put each task's [baseline] files from the sglang wheel under baseline/upstream/, sha256-checked."""
+import hashlib, pathlib, sys, tomllib, zipfile
+wheel, repo = sys.argv[1], pathlib.Path(sys.argv[2])
+tasks = ["h200_diffusion_qknorm_rope__multi_shape", "h200_diffusion_cutedsl_norm_scale_shift__multi_shape"]
+with zipfile.ZipFile(wheel) as archive:
+    for task in tasks:
+        folder = repo / "kernels" / task
+        sums = tomllib.loads((folder / "task.toml").read_text())["baseline"]["sha256"]
+        for path, want in sums.items():
+            data = archive.read(path.removeprefix("python/"))  # the wheel holds sglang/... at its root
+            got = hashlib.sha256(data).hexdigest()
+            if got != want:
+                sys.exit(f"{task}: {path}: sha256 {got} in the wheel, task.toml pins {want}")
+            target = folder / "baseline" / "upstream" / path.removeprefix("python/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        print(f"{task}: {len(sums)} upstream files in baseline/upstream/, sha256 as pinned")
+EOP
+}
+
+stage_wheels() {
+  mkdir -p "$stage"
+  find "$repo/.whl" -type f \( -name '*.whl' -o -name '*.whl.part*' \) -exec cp -n {} "$stage/" \; 2>/dev/null || true
+  ls -la "$stage"
+}
+
+install() {
+  if [ ! -f "$stage/$cu13" ]; then
+    ls "$stage/$cu13".parta? > /dev/null 2>&1 || { echo "no $cu13 parts under $stage: carry them (see the header)"; exit 3; }
+    cat "$stage/$cu13".parta? > "$stage/$cu13"
+  fi
+  echo "$cu13_sha256  $stage/$cu13" | sha256sum -c - || { rm -f "$stage/$cu13"; echo "parts incomplete: carry all three"; exit 3; }
+  local wheels=(apache_tvm_ffi nvidia_cutlass_dsl-4 nvidia_cutlass_dsl_libs_base nvidia_cutlass_dsl_libs_core nvidia_cutlass_dsl_libs_cu13)
+  "$py" -c 'import cuda.bindings.driver' 2> /dev/null || wheels+=(cuda_bindings cuda_pathfinder)
+  "$py" -c 'import einops' 2> /dev/null || wheels+=(einops)
+  "$py" -c 'import google.protobuf' 2> /dev/null || wheels+=(protobuf)
+  mkdir -p "$site"
+  for name in "${wheels[@]}"; do
+    local file
+    file=$(ls "$stage/$name"*.whl | head -1)
+    "$py" -m pip install -q --no-deps --no-index --target "$site" --upgrade "$file"
+  done
+  echo "installed into $site: ${wheels[*]}"
+}
+
+check() {
+  export PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$repo:${PYTHONPATH:-}"
+  export TVM_FFI_CUDA_ARCH_LIST=${TVM_FFI_CUDA_ARCH_LIST:-9.0}
+  { nvidia-smi --query-gpu=index,name,memory.used,utilization.gpu --format=csv,noheader; nvcc --version | tail -1; } || true
+  "$py" "$repo/benchmarks/gpu/new_tasks_check.py" "${1:-all}"
+}
+
+case "${1:-all}" in
+  upstream) upstream ;;
+  stage) stage_wheels ;;
+  install) install ;;
+  check) check "${2:-all}" ;;
+  all) stage_wheels > /dev/null; install; check "${2:-all}" ;;
+  *) echo "usage: $0 upstream | stage | install | check [ROWS] | all [ROWS]"; exit 2 ;;
+esac

@@ -1,0 +1,122 @@
+"""`inv compare`: did the change help? Two fetched runs of a task, row by row: the candidate's median in each, the
+change of the row's speedup with its 95 % interval and a FASTER / SAME / SLOWER verdict, and the headline's change.
+
+The interval of a speedup change comes from the spread each run recorded: a speedup is a ratio of two medians, so in
+log space its standard error is sqrt(rse_baseline² + rse_candidate²) (each side's relative standard error of the
+median, as timing.py measured it), and a change of speedup between two independent runs adds the two in quadrature:
+change × exp(±1.96·se). Where a row carries its own speedup interval, that interval's width is used instead. A row is
+FASTER only when the whole interval lies above 1 and the change is at least MIN_CHANGE; SLOWER likewise below; else
+SAME: nothing is claimed inside the noise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from .agent.plot import row_interval
+from .runstore import FetchedRun
+
+Z95 = 1.959964
+MIN_CHANGE = 0.01  # a change under 1 % is SAME however tight its interval: run-to-run drift is about that size
+
+
+def side_rse(side: Optional[dict[str, Any]]) -> Optional[float]:
+    """The relative standard error of one side's median: as measured, else from its std and n (normal theory)."""
+    if not side or not side.get("n") or not side.get("median"):
+        return None
+    if side.get("rse") is not None:
+        return float(side["rse"])
+    if side.get("std") is not None and side["n"] > 1:
+        return 1.2533 * float(side["std"]) / math.sqrt(side["n"]) / float(side["median"])
+    return None
+
+
+def log_se_of_speedup(row: dict[str, Any]) -> Optional[float]:
+    interval = row_interval(row)
+    if interval and row.get("speedup"):
+        return (math.log(interval[1]) - math.log(interval[0])) / (2 * Z95)
+    timing = row.get("timing") or {}
+    parts = [side_rse(timing.get("baseline")), side_rse(timing.get("candidate"))]
+    if any(p is None for p in parts):
+        return None
+    return math.sqrt(sum(p * p for p in parts))
+
+
+def verdict(change: float, low: Optional[float], high: Optional[float]) -> str:
+    if low is not None and low > 1.0 and change >= 1.0 + MIN_CHANGE:
+        return "FASTER"
+    if high is not None and high < 1.0 and change <= 1.0 - MIN_CHANGE:
+        return "SLOWER"
+    return "SAME"
+
+
+def _side(row: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    if row is None:
+        return None
+    timing = row.get("timing") or {}
+    return {"status": row.get("status"), "speedup": row.get("speedup"),
+            "baseline_median_us": (timing.get("baseline") or {}).get("median"),
+            "candidate_median_us": (timing.get("candidate") or {}).get("median")}
+
+
+def compare_rows(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """One workload in both runs: the change of its speedup (new / base), its interval and verdict."""
+    entry: dict[str, Any] = {"base": _side(base), "new": _side(new), "change": None, "low": None, "high": None,
+                             "verdict": None}
+    if not (base.get("speedup") and new.get("speedup")):
+        entry["note"] = "no speedup in " + ("either run" if not base.get("speedup") and not new.get("speedup")
+                                            else "the base run" if not base.get("speedup") else "the new run")
+        return entry
+    change = new["speedup"] / base["speedup"]
+    ses = [log_se_of_speedup(base), log_se_of_speedup(new)]
+    low = high = None
+    if all(se is not None for se in ses):
+        spread = Z95 * math.sqrt(sum(se * se for se in ses))
+        low, high = change * math.exp(-spread), change * math.exp(spread)
+    entry.update(change=change, low=low, high=high, verdict=verdict(change, low, high))
+    if low is None:
+        entry["note"] = "no spread recorded: no interval, so no claim"
+    return entry
+
+
+def headline_change(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The geometric means' ratio (new / base) with an interval from the two bootstrap intervals."""
+    result: dict[str, Any] = {"base": base.get("geomean"), "new": new.get("geomean"), "change": None, "low": None,
+                              "high": None, "verdict": None}
+    if not (base.get("geomean") and new.get("geomean")):
+        return result
+    change = new["geomean"] / base["geomean"]
+    ses = []
+    for head in (base, new):
+        if head.get("low") and head.get("high"):
+            ses.append((math.log(head["high"]) - math.log(head["low"])) / (2 * Z95))
+    low = high = None
+    if len(ses) == 2:
+        spread = Z95 * math.sqrt(ses[0] ** 2 + ses[1] ** 2)
+        low, high = change * math.exp(-spread), change * math.exp(spread)
+    result.update(change=change, low=low, high=high, verdict=verdict(change, low, high))
+    return result
+
+
+def run_summary(run: FetchedRun) -> dict[str, Any]:
+    return {"host": run.host, "run_id": run.run_id, "started": run.started, "commit": run.commit, "dirty": run.dirty,
+            "status": run.results.get("status"), "smoke": run.smoke, "headline": run.headline.get("geomean"),
+            "path": str(run.path)}
+
+
+def compare(base: FetchedRun, new: FetchedRun) -> dict[str, Any]:
+    """The kpremote.compare/1 document's fields (docs/schemas/compare.json)."""
+    base_rows, new_rows = base.rows(), new.rows()
+    order = list(dict.fromkeys([*base_rows, *new_rows]))
+    rows = []
+    for workload in order:
+        if workload in base_rows and workload in new_rows:
+            rows.append({"workload": workload, **compare_rows(base_rows[workload], new_rows[workload])})
+        else:
+            only = "base" if workload in base_rows else "new"
+            rows.append({"workload": workload, "base": _side(base_rows.get(workload)),
+                         "new": _side(new_rows.get(workload)), "change": None, "low": None, "high": None,
+                         "verdict": None, "note": f"only in the {only} run"})
+    return {"task": new.task, "base": run_summary(base), "new": run_summary(new), "rows": rows,
+            "headline": headline_change(base.headline, new.headline), "smoke": base.smoke or new.smoke}

@@ -1,0 +1,112 @@
+"""`inv compare` and `inv history` on the terminal: workload and run ids whole, verdicts coloured, columns dropped
+before anything is cut, notes on lines of their own."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from rich.console import Group
+from rich.text import Text
+
+from .history import commit_label
+from .layout import Column, fitted_table
+from .resultsview import VERDICT_STYLE, number
+
+
+def _ratio(value: Optional[float]) -> str:
+    return f"{value:.3f}x" if value else "–"
+
+
+def _change(entry: dict[str, Any]) -> str:
+    if not entry.get("change"):
+        return "–"
+    text = f"{100 * (entry['change'] - 1):+.1f} %"
+    if entry.get("low") and entry.get("high"):
+        text += f" ({100 * (entry['low'] - 1):+.1f}…{100 * (entry['high'] - 1):+.1f})"
+    return text
+
+
+def _run_line(label: str, run: dict[str, Any]) -> Text:
+    commit = commit_label(run)
+    return Text.assemble((f"{label}: ", "bold"), (run["run_id"], "cyan"),
+                         f"  {run['host']}  {run['started'] or '?'}  {commit}  {run.get('status')}",
+                         ("  smoke" if run.get("smoke") else "", "yellow"))
+
+
+def _verdict(value: Optional[str]) -> Text:
+    return Text(value or "–", style=VERDICT_STYLE.get(value or "", ""))
+
+
+def compare_view(document: dict[str, Any], width: int) -> Group:
+    rows = document["rows"]
+    parts: list[Any] = [Text(f"{document['task']}: new run against base run, row by row", style="bold"),
+                        _run_line("base", document["base"]), _run_line("new ", document["new"])]
+    if document.get("smoke"):
+        parts.append(Text("smoke: timings are not meaningful, and neither are their changes", style="bold yellow"))
+
+    def side(entry: dict[str, Any], which: str, key: str) -> Any:
+        return (entry.get(which) or {}).get(key)
+
+    columns = [
+        Column("workload", [r["workload"] for r in rows], whole=True),
+        Column("base µs", [number(side(r, "base", "candidate_median_us")) for r in rows], whole=True, drop=2,
+               justify="right"),
+        Column("new µs", [number(side(r, "new", "candidate_median_us")) for r in rows], whole=True, drop=3,
+               justify="right"),
+        Column("base", [_ratio(side(r, "base", "speedup")) for r in rows], whole=True, drop=1, justify="right"),
+        Column("new", [_ratio(side(r, "new", "speedup")) for r in rows], whole=True, justify="right"),
+        Column("speedup change (95 %)", [_change(r) for r in rows], whole=True, justify="right"),
+        Column("verdict", [_verdict(r.get("verdict")) for r in rows], whole=True),
+    ]
+    parts.append(fitted_table(columns, width))
+    parts += [Text.assemble((f"{r['workload']}: ", "bold"), r["note"]) for r in rows if r.get("note")]
+    head = document["headline"]
+    if head.get("change"):
+        parts.append(Text.assemble(("headline: ", "bold"), f"{_ratio(head['base'])} → {_ratio(head['new'])}  ",
+                                   _change(head), "  ", _verdict(head.get("verdict"))))
+    else:
+        parts.append(Text(f"headline: {_ratio(head.get('base'))} → {_ratio(head.get('new'))} (no change to compute)",
+                          style="bold"))
+    if document.get("series"):
+        parts.append(series_table(document["series"], width))
+    return Group(*parts)
+
+
+def series_table(series: list[dict[str, Any]], width: int) -> Any:
+    """--last N: each workload's speedup in each of the runs, oldest left; the oldest columns go first when narrow
+    (the newest never)."""
+    workloads = list(dict.fromkeys(w for run in series for w in run["speedups"]))
+    columns = [Column("workload", workloads, whole=True)]
+    for age, run in enumerate(series):
+        columns.append(Column(run["run_id"], [_ratio(run["speedups"].get(w)) for w in workloads], whole=True,
+                              drop=age + 1 if age < len(series) - 1 else 0, justify="right"))
+    return fitted_table(columns, width, title=f"the last {len(series)} runs: speedup per row (older runs go first "
+                                              "when the terminal is narrow)")
+
+
+def history_view(document: dict[str, Any], width: int) -> Group:
+    runs = document["runs"]
+    parts: list[Any] = [Text(f"{document['task']}: {len(runs)} fetched run(s), oldest first", style="bold")]
+    if not runs:
+        return Group(*parts)
+
+    def headline(entry: dict[str, Any]) -> str:
+        if not entry.get("geomean"):
+            return "–"
+        interval = f" ({entry['low']:.3f}–{entry['high']:.3f})" if entry.get("low") and entry.get("high") else ""
+        return f"{entry['geomean']:.3f}x{interval}" + (" smoke" if entry.get("smoke") else "")
+
+    columns = [
+        Column("run", [e["run_id"] for e in runs], whole=True),
+        Column("host", [e["host"] for e in runs], whole=True, drop=2),
+        Column("started", [(e.get("started") or "?").replace("T", " ").rstrip("Z") for e in runs], whole=True, drop=1),
+        Column("commit", [commit_label(e) for e in runs], whole=True, drop=3),
+        Column("status", [str(e.get("status")) for e in runs], whole=True),
+        Column("headline", [headline(e) for e in runs], whole=True),
+    ]
+    parts.append(fitted_table(columns, width))
+    if document.get("plot"):
+        parts.append(Text(f"plot: {document['plot']}"))
+    elif document.get("plot_note"):
+        parts.append(Text(document["plot_note"], style="yellow"))
+    return Group(*parts)

@@ -1,0 +1,34 @@
+"""The one JSON envelope of every command's --json: {"schema": "kpremote.<command>/N", ...}, one schema file each.
+
+Every document is an object whose first key names its shape; docs/schemas/<command>.json describes it (validated in
+tests/test_json_schemas.py). A document printed once is indented; under --watch each refresh is one line (JSON lines),
+so `inv gpu-status --watch 2 --json | jq -c ...` reads one document per refresh.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+# The version of each command's document: raise it when a field changes meaning or goes away (adding one does not).
+VERSIONS = {
+    "hosts": 1, "gpu-status": 1, "sync": 1, "run": 1, "status": 1, "fetch-results": 1, "profile": 1, "check": 1,
+    "baseline": 1, "compare": 1, "history": 1,
+}
+
+
+def schema_name(command: str) -> str:
+    return f"kpremote.{command}/{VERSIONS[command]}"
+
+
+def document(command: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The envelope: the schema name first, then the command's own fields."""
+    return {"schema": schema_name(command), **{k: v for k, v in body.items() if k != "schema"}}
+
+
+def print_document(command: str, body: dict[str, Any], *, one_line: bool = False) -> None:
+    """Print the command's document: indented, or on one line (a --watch refresh, JSON lines)."""
+    text = json.dumps(document(command, body), default=str, indent=None if one_line else 1)
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,85 @@
+"""The runs of a task fetched so far, read from kernels/<task>/results/: <host>/<run-id>/results.json (inv run,
+inv fetch-results) and check/<stamp>/summary/results.json (inv check, host `check`), oldest first."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from .errors import KpremoteError
+from .runids import resolve_run_id
+
+CHECK_HOST = "check"
+
+
+@dataclass
+class FetchedRun:
+    task: str
+    host: str
+    run_id: str
+    path: Path  # its results.json
+    results: dict[str, Any]
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        return self.results.get("provenance") or {}
+
+    @property
+    def started(self) -> str:
+        return str(self.provenance.get("started") or "")
+
+    @property
+    def commit(self) -> Optional[str]:
+        return (self.provenance.get("source") or {}).get("git_commit")
+
+    @property
+    def dirty(self) -> bool:
+        return bool((self.provenance.get("source") or {}).get("git_dirty"))
+
+    @property
+    def smoke(self) -> bool:
+        return bool(self.results.get("smoke"))
+
+    @property
+    def headline(self) -> dict[str, Any]:
+        return self.results.get("headline") or {}
+
+    def rows(self) -> dict[str, dict[str, Any]]:
+        return {row.get("workload", "?"): row for row in self.results.get("rows") or []}
+
+
+def _read(task: str, host: str, run_id: str, path: Path) -> Optional[FetchedRun]:
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # a folder being written, or not a summary: not a run to compare
+    if not isinstance(results, dict) or not str(results.get("schema", "")).startswith("kpremote.results/"):
+        return None
+    return FetchedRun(task=task, host=host, run_id=run_id, path=path, results=results)
+
+
+def fetched_runs(kernels_dir: Path, task: str, host: Optional[str] = None) -> list[FetchedRun]:
+    """Every readable run of the task (on host, if given), oldest first (by start time, then id)."""
+    from .sync import resolve_task_dir
+
+    results = resolve_task_dir(kernels_dir, task) / "results"
+    runs = []
+    for folder in sorted(results.glob("*/*")) if results.is_dir() else []:
+        where = folder.parent.name
+        if host is not None and where != host:
+            continue
+        path = folder / "summary" / "results.json" if where == CHECK_HOST else folder / "results.json"
+        run = _read(task, where, folder.name, path)
+        if run is not None:
+            runs.append(run)
+    return sorted(runs, key=lambda r: (r.started, r.run_id))
+
+
+def find_run(runs: list[FetchedRun], wanted: str, where: str) -> FetchedRun:
+    """The run that `wanted` names (an id, a unique part of one, or latest) among runs."""
+    if not runs:
+        raise KpremoteError(f"no fetched runs {where} (bring one home: inv fetch-results)")
+    run_id = resolve_run_id(wanted, [r.run_id for r in runs], where)
+    return next(r for r in runs if r.run_id == run_id)

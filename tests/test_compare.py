@@ -1,0 +1,135 @@
+"""`inv compare` and `inv history` on fetched results: row by row changes with their intervals and verdicts, run ids
+as people type them, every run of a task in a table and a plot."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from kpremote.compare import compare_rows, verdict
+from localproject import kp
+from rig import REPO
+
+TASK = "t"
+
+
+def side(median: float, rse: float = 0.002) -> dict:
+    return {"n": 100, "median": median, "p10": median * 0.98, "p90": median * 1.02, "rse": rse}
+
+
+def row(workload: str, baseline_us: float, candidate_us: float, rse: float = 0.002) -> dict:
+    return {"workload": workload, "status": "PASSED", "production": True, "speedup": baseline_us / candidate_us,
+            "timing": {"baseline": side(baseline_us, rse), "candidate": side(candidate_us, rse)}}
+
+
+def write_run(project: Path, host: str, run_id: str, started: str, rows: list[dict], commit: str,
+              geomean: float, smoke: bool = False) -> None:
+    folder = project / "kernels" / TASK / "results" / host / run_id
+    folder.mkdir(parents=True)
+    results = {"schema": "kpremote.results/1", "status": "passed", "exit_code": 0, "smoke": smoke,
+               "provenance": {"run_id": run_id, "started": started, "source": {"git_commit": commit, "git_dirty": False}},
+               "rows": rows, "headline": {"geomean": geomean, "low": geomean * 0.99, "high": geomean * 1.01, "n": 3,
+                                          "of": 3, "level": 0.95}}
+    (folder / "results.json").write_text(json.dumps(results))
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("compare")
+    (root / "hosts.toml").write_text('[hosts.box]\ntransport = "local"\n')
+    (root / "kernels" / TASK).mkdir(parents=True)
+    (root / "kernels" / TASK / "task.toml").write_text("")
+    write_run(root, "box", "20261120-100000-aaaaaa", "2026-11-20T10:00:00Z",
+              [row("rows_a", 100, 100), row("rows_b", 100, 100), row("rows_c", 100, 100)], "1" * 40, 1.0)
+    write_run(root, "box", "20261121-100000-bbbbbb", "2026-11-21T10:00:00Z",
+              [row("rows_a", 100, 80), row("rows_b", 100, 100.1), row("rows_c", 100, 120), row("rows_new", 50, 40)],
+              "2" * 40, 1.05)
+    write_run(root, "box", "20261122-100000-cccccc", "2026-11-22T10:00:00Z",
+              [row("rows_a", 100, 79.5), row("rows_b", 100, 99), row("rows_c", 100, 119)], "3" * 40, 1.06)
+    return root
+
+
+def test_verdicts_need_the_whole_interval_beyond_one():
+    assert verdict(1.2, 1.1, 1.3) == "FASTER" and verdict(0.8, 0.7, 0.9) == "SLOWER"
+    assert verdict(1.2, 0.95, 1.4) == "SAME"          # the interval holds 1: no claim
+    assert verdict(1.005, 1.001, 1.009) == "SAME"     # a tight interval, but under 1 %: drift, not a win
+    same = compare_rows(row("w", 100, 100), row("w", 100, 100))
+    assert same["change"] == pytest.approx(1.0) and same["low"] < 1 < same["high"] and same["verdict"] == "SAME"
+    noisy = compare_rows(row("w", 100, 100, rse=0.2), row("w", 100, 80, rse=0.2))
+    assert noisy["change"] == pytest.approx(1.25) and noisy["verdict"] == "SAME"  # 25 % inside a wide noise band
+
+
+def test_compare_latest_with_the_run_before(project):
+    result = kp(project, "compare", "--task", TASK, "--json", program="kpremote")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    jsonschema.Draft202012Validator(json.loads((REPO / "docs/schemas/compare.json").read_text())).validate(document)
+    assert document["base"]["run_id"].endswith("bbbbbb") and document["new"]["run_id"].endswith("cccccc")
+    rows = {r["workload"]: r for r in document["rows"]}
+    assert rows["rows_a"]["verdict"] == "SAME"  # 80 -> 79.5 µs: 0.6 %, under the 1 % a claim needs
+    assert rows["rows_new"]["note"] == "only in the base run" and rows["rows_new"]["verdict"] is None
+    assert document["headline"]["change"] == pytest.approx(1.06 / 1.05)
+
+
+def test_compare_two_runs_by_short_ids_row_by_row(project):
+    result = kp(project, "compare", "--task", TASK, "--base", "aaaaaa", "--new", "20261121", "--json",
+                program="kpremote")
+    assert result.returncode == 0, result.stderr
+    rows = {r["workload"]: r for r in json.loads(result.stdout)["rows"]}
+    assert rows["rows_a"]["verdict"] == "FASTER" and rows["rows_a"]["change"] == pytest.approx(1.25)
+    assert rows["rows_b"]["verdict"] == "SAME"
+    assert rows["rows_c"]["verdict"] == "SLOWER" and rows["rows_c"]["high"] < 1
+    assert rows["rows_a"]["base"]["candidate_median_us"] == 100 and rows["rows_a"]["new"]["candidate_median_us"] == 80
+    assert rows["rows_new"]["note"] == "only in the new run"
+
+
+@pytest.mark.parametrize("columns", [80, 100, 140])
+def test_compare_table_keeps_ids_whole_and_shows_verdicts(project, columns):
+    result = kp(project, "compare", "--task", TASK, "--base", "aaaaaa", "--new", "bbbbbb", columns=columns,
+                program="kpremote")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= columns for line in lines)
+    assert "20261120-100000-aaaaaa" in result.stdout and "20261121-100000-bbbbbb" in result.stdout
+    verdicts = {line.split()[0]: line.split()[-1] for line in lines if re.match(r"rows_\w+ ", line)}
+    assert verdicts == {"rows_a": "FASTER", "rows_b": "SAME", "rows_c": "SLOWER", "rows_new": "–"}
+    assert any(line.startswith("headline: 1.000x → 1.050x") for line in lines)
+
+
+def test_compare_last_n_shows_each_run(project):
+    result = kp(project, "compare", "--task", TASK, "--last", "3", "--json", program="kpremote")
+    document = json.loads(result.stdout)
+    assert [s["run_id"][-6:] for s in document["series"]] == ["aaaaaa", "bbbbbb", "cccccc"]
+    assert document["base"]["run_id"].endswith("aaaaaa") and document["new"]["run_id"].endswith("cccccc")
+    text = kp(project, "compare", "--task", TASK, "--last", "3", columns=140, program="kpremote").stdout
+    assert "20261122-100000-cccccc" in text
+
+
+def test_bad_run_ids_are_one_line(project):
+    unknown = kp(project, "compare", "--task", TASK, "--new", "0ff", program="kpremote")
+    assert unknown.returncode == 2 and "no run '0ff' of t" in unknown.stderr and "Traceback" not in unknown.stderr
+    several = kp(project, "compare", "--task", TASK, "--new", "2026112", program="kpremote")
+    hostile = kp(project, "compare", "--task", TASK, "--new", "$(touch x)", program="kpremote")
+    assert hostile.returncode == 2 and "bad run id" in hostile.stderr
+    assert several.returncode == 2 and "names 3 runs" in several.stderr
+    first = kp(project, "compare", "--task", TASK, "--new", "aaaaaa", program="kpremote")
+    assert first.returncode == 2 and "is the first fetched run" in first.stderr
+
+
+def test_history_table_and_plot(project):
+    result = kp(project, "history", "--task", TASK, "--json", program="kpremote")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    jsonschema.Draft202012Validator(json.loads((REPO / "docs/schemas/history.json").read_text())).validate(document)
+    assert [e["commit"][0] for e in document["runs"]] == ["1", "2", "3"]
+    plot = Path(document["plot"])
+    assert plot.read_bytes().startswith(b"\x89PNG") and plot.stat().st_size > 5000
+    text = kp(project, "history", "--task", TASK, columns=80, program="kpremote").stdout
+    for run_id in ("20261120-100000-aaaaaa", "20261121-100000-bbbbbb", "20261122-100000-cccccc"):
+        [line] = [line for line in text.splitlines() if run_id in line]
+        assert "passed" in line
+    assert "1111111111" in text and "1.060x" in text

@@ -1,0 +1,126 @@
+"""Every command's --json is one envelope, {"schema": "kpremote.<command>/N", ...}, valid against its schema file
+under docs/schemas/ — checked on the documents the real commands print."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from kpremote.jsonout import VERSIONS
+from kpremote.launch import Outcome
+from localproject import TASK, kp, make_project, watch_for
+from rig import REPO
+
+SCHEMAS = REPO / "docs" / "schemas"
+
+
+def validate(document: dict, command: str) -> dict:
+    schema = json.loads((SCHEMAS / f"{command}.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(document)
+    assert document["schema"] == f"kpremote.{command}/{VERSIONS[command]}"
+    assert next(iter(document)) == "schema"  # the first key names the shape
+    return document
+
+
+def document_of(result: subprocess.CompletedProcess, command: str) -> dict:
+    return validate(json.loads(result.stdout), command)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    return make_project(tmp_path_factory.mktemp("schemas") / "proj")
+
+
+def test_every_schema_file_is_a_valid_schema_of_its_own_name():
+    files = sorted(p.stem for p in SCHEMAS.glob("*.json"))
+    assert files == sorted(VERSIONS)
+    for name in files:
+        schema = json.loads((SCHEMAS / f"{name}.json").read_text())
+        jsonschema.Draft202012Validator.check_schema(schema)
+        assert schema["properties"]["schema"]["const"] == f"kpremote.{name}/{VERSIONS[name]}"
+
+
+def test_every_command_with_json_has_a_schema():
+    from kpremote.tasks import ns
+
+    with_json = {name.replace("_", "-") for name, task in ns.tasks.items()
+                 if "json" in task.help or "json" in __import__("inspect").signature(task.body).parameters}
+    assert with_json <= set(VERSIONS), with_json - set(VERSIONS)
+    assert "check" in with_json
+
+
+def test_gpu_status_json_and_an_unreachable_host_source(project):
+    result = kp(project, "gpu-status", "--json")
+    assert result.returncode == 1, result.stderr  # `gone` did not answer
+    document = document_of(result, "gpu-status")
+    by_host = {h["host"]: h for h in document["hosts"]}
+    assert by_host["local"]["source"] == "fixture" and [g["idle"] for g in by_host["local"]["gpus"]] == [True, False]
+    assert by_host["gone"]["ok"] is False and by_host["gone"]["source"] == "none"
+    assert by_host["gone"]["error"].startswith("gone: unreachable")
+
+
+def test_gpu_status_watch_json_prints_one_document_per_line(project):
+    result = watch_for(project, 3, "gpu-status", "--host", "local", "--watch", "0.5", "--json")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) >= 2
+    for line in lines:
+        document = validate(json.loads(line), "gpu-status")
+        assert [h["host"] for h in document["hosts"]] == ["local"]
+
+
+def test_hosts_json_with_and_without_check(project):
+    plain = document_of(kp(project, "hosts", "--json"), "hosts")
+    assert [h["name"] for h in plain["hosts"]] == ["local", "gone"] and "check" not in plain["hosts"][0]
+    result = kp(project, "hosts", "--check", "--json")
+    assert result.returncode == 1
+    checked = {h["name"]: h["check"] for h in document_of(result, "hosts")["hosts"]}
+    assert checked["local"]["ok"] is True and checked["gone"]["ok"] is False
+
+
+def test_sync_run_status_fetch_results_json(project):
+    synced = document_of(kp(project, "sync", "--host", "local", "--task", TASK, "--json"), "sync")
+    assert synced["task"] == TASK and synced["files_sent"] > 0
+    result = kp(project, "run", "--host", "local", "--task", TASK, "--device", "cpu", "--json")
+    assert result.returncode == 0, result.stderr
+    [outcome] = document_of(result, "run")["runs"]
+    assert outcome["status"] == "passed" and outcome["run_id"]
+    status = document_of(kp(project, "status", "--host", "local", "--json"), "status")
+    assert outcome["run_id"] in [r["run_id"] for r in status["hosts"][0]["runs"]]
+    fetched = document_of(kp(project, "fetch-results", "--host", "local", "--task", TASK, "--json"), "fetch-results")
+    assert [f["run_id"] for f in fetched["fetched"]] == [outcome["run_id"]]
+    assert fetched["fetched"][0]["outcome"] == "unchanged"  # inv run brought it home already
+
+
+def test_check_json_is_one_document_and_nothing_else(project):
+    result = kp(project, "check", "--task", TASK, "--json")
+    assert result.returncode == 0, result.stderr
+    document = document_of(result, "check")  # the whole stdout is the one document: no progress mixed in
+    assert document["status"] == "passed" and document["results"]["schema"] == "kpremote.results/1"
+    assert Path(document["summary_dir"], "results.json").is_file()
+
+
+def test_profile_outcome_matches_its_schema():
+    # inv profile needs ncu (tests/test_profile.py runs it); its document is the run outcome, validated here.
+    from kpremote.jsonout import document
+
+    validate(document("profile", Outcome(host="h", task="t", run_id="r", status="passed").model_dump()), "profile")
+    with pytest.raises(jsonschema.ValidationError):
+        validate(document("profile", {"host": "h"}), "profile")
+
+
+def test_baseline_json(project, tmp_path):
+    upstream = tmp_path / "upstream"
+    upstream.mkdir()
+    (upstream / "k.py").write_text("x = 1\n")
+    for argv in (["init", "-q", "-b", "main"], ["add", "k.py"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "k"]):
+        subprocess.run(["git", *argv], cwd=upstream, check=True)
+    result = kp(project, "baseline", "--task", TASK, "--repo", str(upstream), "--files", "k.py", "--json")
+    assert result.returncode == 0, result.stderr
+    pin = document_of(result, "baseline")
+    assert pin["task"] == TASK and [f["path"] for f in pin["files"]] == ["k.py"]

@@ -1,0 +1,50 @@
+"""The run's plot (kpremote/agent/plot.py): drawn when it can be, with each row's interval and share of the copy
+bandwidth; when it cannot be, a sentence that says why."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from kpremote.agent.plot import copy_share, draw_speedup_plot, row_interval
+from rig import REPO
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def results(rows: list[dict]) -> dict:
+    return {"smoke": False, "provenance": {"copy_bandwidth": {"gbps": 4000.0}}, "rows": rows,
+            "headline": {"geomean": 1.1}}
+
+
+def row(workload: str, speedup: float, **more) -> dict:
+    return {"workload": workload, "status": "PASSED", "speedup": speedup, "gbps": {"candidate": 2000.0}, **more}
+
+
+def test_the_plot_is_drawn_with_intervals_and_copy_share(tmp_path):
+    path = tmp_path / "speedup.png"
+    rows = [row("a_long_workload_id", 1.2, speedup_interval={"low": 1.1, "high": 1.3}), row("b", 0.9)]
+    assert draw_speedup_plot(results(rows), path) is None
+    assert path.read_bytes().startswith(PNG) and path.stat().st_size > 5000
+
+
+def test_intervals_and_shares_are_read_from_the_row():
+    assert row_interval(row("a", 1.2, speedup_interval={"low": 1.1, "high": 1.3})) == (1.1, 1.3)
+    assert row_interval(row("a", 1.2, speedup_low=1.0, speedup_high=1.4)) == (1.0, 1.4)
+    assert row_interval(row("a", 1.2, timing={"speedup_interval": [0.9, 1.5]})) == (0.9, 1.5)
+    assert row_interval(row("a", 1.2)) is None
+    assert copy_share(row("a", 1.2), 4000.0) == 50.0 and copy_share(row("a", 1.2), None) is None
+
+
+def test_no_plot_says_why(tmp_path):
+    failed = [{"workload": "a", "status": "INCORRECT", "speedup": None}]
+    assert draw_speedup_plot(results(failed), tmp_path / "p.png") == "no plot: no row passed with a speedup to show"
+    assert not (tmp_path / "p.png").exists()
+    # a host without matplotlib: the agent runs on, and the reason names what is missing
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from kpremote.agent.plot import draw_speedup_plot\n"
+            "print(draw_speedup_plot({'rows': [{'workload': 'a', 'status': 'PASSED', 'speedup': 1.1}]}, 'x.png'))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(REPO)},
+                         capture_output=True, text=True)
+    assert out.stdout.strip().startswith("no plot: matplotlib is not installed"), out.stderr
+    assert not (tmp_path / "x.png").exists()

@@ -1,0 +1,256 @@
+"""What people read, at 80, 100 and 140 columns (COLUMNS, as a terminal sets it): gpu-status one line per GPU at
+100 and at most two at 80, errors whole on lines of their own, run ids and workload ids never cut, colors only when
+wanted."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from kpremote.resultsview import results_view
+from localproject import TASK, kp, make_project, watch_for
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+COLOR = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-9]|9[0-7]|4[0-9])(?:;[0-9;]*)?m")  # an SGR sequence that sets a color
+RUN_ID = re.compile(r"\b\d{8}-\d{6}-[0-9a-f]{6}\b")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    return make_project(tmp_path_factory.mktemp("views") / "proj")
+
+
+def gpu_lines(stdout: str) -> dict[int, list[str]]:
+    """GPU index -> its lines (its own and the indented ones under it)."""
+    by_gpu: dict[int, list[str]] = {}
+    current = None
+    for line in stdout.splitlines():
+        match = re.match(r"\[(\d+)\] ", line)
+        if match:
+            current = int(match.group(1))
+            by_gpu[current] = [line]
+        elif line.startswith("    ") and current is not None:
+            by_gpu[current].append(line)
+        else:
+            current = None
+    return by_gpu
+
+
+@pytest.mark.parametrize("columns", [80, 100, 140])
+def test_gpu_status_is_one_line_per_gpu_and_no_wider_than_the_terminal(project, columns):
+    result = kp(project, "gpu-status", columns=columns)
+    assert result.returncode == 1  # `gone` is down
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= columns for line in lines), lines
+    by_gpu = gpu_lines(result.stdout)
+    assert sorted(by_gpu) == [0, 1]
+    assert all(len(gpu) == 1 for gpu in by_gpu.values()), by_gpu
+    assert by_gpu[0][0].rstrip().endswith("idle") and "busy" in by_gpu[1][0]
+    assert "python3(65900M)" in by_gpu[1][0]  # the process that makes it busy, gpustat's way
+    # the unreachable host: its error whole, on a line of its own, not squeezed into a column
+    [error] = [line for line in lines if "unreachable:" in line]
+    assert error.strip().startswith("gone: unreachable: 127.0.0.1:9")
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_gpu_status_details_take_at_most_a_second_line(project, columns):
+    result = kp(project, "gpu-status", "--host", "local", "-p", "-u", columns=columns)
+    by_gpu = gpu_lines(result.stdout)
+    assert all(1 <= len(gpu) <= 2 for gpu in by_gpu.values()), by_gpu
+    text = "\n".join(by_gpu[1])
+    assert "GPU-00000001-fixture-h200" in text and "python3/4242(65900M)" in text  # -u and -p, whole
+    plain = kp(project, "gpu-status", "--host", "local", columns=columns)
+    assert "fixture-h200" not in plain.stdout and "4242" not in plain.stdout
+
+
+def test_gpu_status_show_all_says_why_a_gpu_is_busy(project):
+    result = kp(project, "gpu-status", "--host", "local", "--show-all", columns=140)
+    assert "busy: 1 compute process" in result.stdout and "SM 345/1980 MHz" in result.stdout
+
+
+def test_colors_only_when_wanted(project):
+    forced = {"FORCE_COLOR": "1", "NO_COLOR": ""}
+    colored = kp(project, "gpu-status", "--host", "local", env=forced)
+    assert ANSI.search(colored.stdout)
+    assert not ANSI.search(kp(project, "gpu-status", "--host", "local", "--no-color", env=forced).stdout)
+    assert COLOR.search(colored.stdout)
+    assert not COLOR.search(kp(project, "gpu-status", "--host", "local", env={"FORCE_COLOR": "1", "NO_COLOR": "1"}).stdout)
+
+
+def test_watch_shows_when_it_was_updated(project):
+    result = watch_for(project, 8, "gpu-status", "--host", "local", "--watch", "0.5")  # room for a loaded 2-core machine
+    assert result.returncode == 0, result.stderr  # Ctrl-C ends a watch; it is not an error
+    stamps = re.findall(r"^updated at \d\d:\d\d:\d\d · every 0.5 s", result.stdout, re.M)
+    assert len(stamps) >= 2  # piped, each refresh is printed in turn under its own header
+    assert result.stdout.count("[0] NVIDIA H200") == len(stamps)
+
+
+@pytest.mark.parametrize("columns", [80, 100, 140])
+def test_status_and_check_keep_ids_whole(project, columns):
+    done = kp(project, "run", "--host", "local", "--task", TASK, "--device", "cpu", columns=columns)
+    assert done.returncode == 0, done.stderr
+    run_id = RUN_ID.findall(done.stdout)[0]
+    assert re.search(r"\[1/2\] prod_r8_c256: PASSED  speedup [\d.]+x  \(smoke\)", done.stdout)  # smoke label
+    status = kp(project, "status", "--host", "local", columns=columns)
+    assert status.returncode == 0, status.stderr
+    assert all(len(line) <= columns for line in status.stdout.splitlines())
+    [line] = [line for line in status.stdout.splitlines() if run_id in line]  # the id whole, on one line
+    assert "passed" in line and "(smoke)" in line  # the smoke label in the headline
+    assert f"local · {TASK}" in status.stdout
+
+
+def test_check_prints_rows_on_stdout_and_no_raw_runner_line(project):
+    result = kp(project, "check", "--task", TASK, columns=80)
+    assert result.returncode == 0, result.stderr
+    assert '{"run_dir"' not in result.stdout + result.stderr
+    assert re.search(r"^\[1/2\] prod_r8_c256: PASSED .*\(smoke\)$", result.stdout, re.M)
+    assert "[1/2]" not in result.stderr
+    assert "headline:" in result.stdout and "prod_r8_c256" in result.stdout and "grid_r3_c100" in result.stdout
+
+
+# ---------------------------------------------------------------------------------------- the results table
+
+LONG_IDS = ["qwen_sdpa_bf16_b1_s4096_h32_d128", "qwen_sdpa_bf16_b1_s4096_h32_d64",
+            "grid_bf16_r1_c33_odd", "grid_bf16_r1_c33_odd_strided"]
+
+
+def results(verdicts: bool = True) -> dict:
+    rows = []
+    for number, workload in enumerate(LONG_IDS):
+        timing = {side: {"n": 50, "median": 100.0 + number + (10 if side == "baseline" else 0), "p10": 99.0,
+                         "p90": 120.0} for side in ("baseline", "candidate")}
+        rows.append({"workload": workload, "production": number < 2, "status": "PASSED", "speedup": 1.1 - 0.1 * number,
+                     "timing": timing, "gbps": {"candidate": 1234.5}, "smoke": False,
+                     "params": {"seq": 4096 if number < 2 else 33, "head_dim": 128 - 64 * (number % 2), "smoke": True,
+                                "dtype": "bf16"},
+                     **({"verdict": ["FASTER", "SAME", "SAME", "SLOWER"][number]} if verdicts else {}),
+                     "message": "the candidate read past the row end" if number == 3 else None})
+    return {"schema": "kpremote.results/1", "status": "passed", "exit_code": 0, "smoke": False,
+            "provenance": {"task": {"name": "t"}, "copy_bandwidth": {"gbps": 4000.0}, "gpu": {"name": "NVIDIA H200"}},
+            "rows": rows, "headline": {"geomean": 1.05, "low": 1.0, "high": 1.1, "n": 2, "of": 2, "level": 0.95}}
+
+
+def render(document: dict, width: int) -> str:
+    console = Console(width=width, record=True, no_color=True, file=open("/dev/null", "w"))
+    console.print(results_view(document, width))
+    return console.export_text()
+
+
+@pytest.mark.parametrize("width", [80, 100, 140])
+def test_results_table_keeps_workload_ids_whole_and_shows_the_verdict(width):
+    text = render(results(), width)
+    lines = text.splitlines()
+    assert all(len(line) <= width for line in lines)
+    for workload, verdict in zip(LONG_IDS, ["FASTER", "SAME", "SAME", "SLOWER"]):
+        [line] = [line for line in lines if re.search(rf"^{workload}\s", line)]  # whole, and its row tells it apart
+        assert verdict in line
+    assert "1.100x" in text  # the speedup is never the column that goes
+    # the note is on a line of its own
+    assert any(line.startswith("grid_bf16_r1_c33_odd_strided: the candidate read past") for line in lines)
+
+
+def test_results_table_drops_columns_before_cutting_and_shows_only_the_keys_that_differ():
+    wide, narrow = render(results(), 140), render(results(), 80)
+    assert "% copy BW" in wide and "shape" in wide
+    assert "seq=4096 head_dim=128" in wide and "smoke=True" not in wide and "dtype" not in wide
+
+    def header(text: str) -> list[str]:
+        return next(line for line in text.splitlines() if line.startswith("workload")).split()
+
+    assert "prod" in header(wide) and "prod" not in header(narrow)  # a whole column went, nothing was cut
+    assert len(header(narrow)) < len(header(wide))
+
+
+def test_results_table_without_verdicts_has_no_verdict_column():
+    assert "verdict" not in render(results(verdicts=False), 140)
+
+
+def test_logs_render_events_like_the_live_view_and_take_short_ids(project):
+    done = kp(project, "run", "--host", "local", "--task", TASK, "--device", "cpu", "--json")
+    assert done.returncode == 0, done.stderr
+    run_id = __import__("json").loads(done.stdout)["runs"][0]["run_id"]
+    for named in (run_id[-6:], "latest", run_id):
+        logs = kp(project, "logs", "--host", "local", "--run", named, columns=100)
+        assert logs.returncode == 0, logs.stderr
+        assert re.search(r"^\d\d:\d\d:\d\d  \[1/2\] prod_r8_c256: PASSED  speedup \d\.\d{3}x  \(smoke\)$",
+                         logs.stdout, re.M), logs.stdout
+        assert "speedup=" not in logs.stdout and "message=None" not in logs.stdout  # no raw dumps
+        assert re.search(r"^\d\d:\d\d:\d\d  headline \d\.\d{3}x \(", logs.stdout, re.M)
+        assert logs.stdout.rstrip().endswith(f"run {run_id}: passed")
+    fetched = kp(project, "fetch-results", "--host", "local", "--task", TASK, "--run", run_id[-6:], "--json")
+    assert fetched.returncode == 0, fetched.stderr
+    assert __import__("json").loads(fetched.stdout)["fetched"][0]["run_id"] == run_id
+    log = (project / "kernels" / TASK / "docs" / "run_log.md").read_text()
+    [line] = [line for line in log.splitlines() if run_id in line]
+    assert re.search(r" · passed · headline \d\.\d{3}x \([\d.–]+\) over 1 of 1 production rows \(smoke\) · fetched ",
+                     line) and "{" not in line, line  # a sentence, not a JSON object
+
+
+def test_the_live_line_counts_rows_and_estimates_the_rest(monkeypatch):
+    from kpremote import view
+
+    clock = [100.0]
+    monkeypatch.setattr(view.time, "monotonic", lambda: clock[0])
+    live = view.RunView(quiet=True)
+    live.add("k", "box", "t", "20261123-101010-abcdef", None)
+    live.event("k", {"event": "phase", "phase": "workload", "workload": "a", "i": 1, "n": 4})
+    assert view.progress_text(live.lines["k"]) == "workload 1/4"  # no row done yet: no pace to go by
+    clock[0] += 30.0
+    live.event("k", {"event": "row", "workload": "a", "i": 1, "n": 4, "status": "PASSED", "label": "smoke: x"})
+    live.event("k", {"event": "phase", "phase": "workload", "workload": "b", "i": 2, "n": 4})
+    assert view.progress_text(live.lines["k"]) == "workload 2/4 · ETA 1m30s"  # 30 s a row, 3 rows left
+    assert live.lines["k"]["smoke"] is True
+
+
+@pytest.mark.ssh
+def test_a_refused_host_key_shows_its_trust_command_whole_at_80_columns(rig, tmp_path):
+    from rig import run_inv
+
+    stranger = rig.add_host("stranger-view", trusted=False)
+    hosts = rig.write_hosts_toml(tmp_path / "hosts.toml", [stranger], local=False)
+    for command in (["hosts", "--check"], ["gpu-status"]):
+        result = run_inv(*command, "--hosts", str(hosts), env={"COLUMNS": "80"})
+        assert result.returncode == 1, result.stderr
+        [line] = [line for line in result.stdout.splitlines() if "trust-host" in line]
+        assert re.fullmatch(r"\s*inv trust-host --host stranger-view --fingerprint SHA256:\S{43}", line), line
+
+
+def in_a_terminal(project: Path, *args: str) -> str:
+    """Run `kpremote ARGS` on a pseudo-terminal, as in a shell: everything it drew, escape codes and all."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from rig import REPO
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KPREMOTE_NVML_FIXTURE": str(project / "nvml.json"),
+           "COLUMNS": "100", "TERM": "xterm"}
+    env.pop("NO_COLOR", None)
+    process = subprocess.Popen([sys.executable, "-m", "kpremote.program", *args], stdout=slave, stderr=slave,
+                               env=env, cwd=project)
+    os.close(slave)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the other end closed: the program ended
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    process.wait(timeout=60)
+    os.close(master)
+    return drawn.decode(errors="replace")
+
+
+def test_waiting_for_hosts_is_shown_on_a_terminal_only(project):
+    drawn = in_a_terminal(project, "gpu-status")
+    assert "gpu-status: waiting for local, gone (0 of 2 answered)" in drawn
+    assert "[0] " in drawn and "NVIDIA H200" in drawn
+    piped = kp(project, "gpu-status")
+    assert "waiting for" not in piped.stdout + piped.stderr
