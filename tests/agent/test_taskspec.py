@@ -235,3 +235,22 @@ def test_a_pinned_digest_must_be_a_sha256(task: Path) -> None:
     text = (task / "task.toml").read_text()
     (task / "task.toml").write_text(text.replace('"pkg/kern.py" = "', '"pkg/kern.py" = "z', 1))
     assert "64 lowercase hex digits" in refusal(task)
+
+
+def test_the_agent_refuses_a_run_over_a_changed_upstream_file_in_one_line(task: Path, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    pin_upstream_file(task).write_bytes(b"edited\n")
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "kpremote.agent.runner", "--task-dir", str(task), "--run-dir",
+                           str(tmp_path / "run"), "--device", "cpu"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(repo)})
+    assert done.returncode == 2, done.stderr
+    import json
+
+    state = json.loads((tmp_path / "run" / "state.json").read_text())  # what inv run / inv logs show
+    assert state["message"].startswith("refused: tiny_rmsnorm/baseline/upstream/pkg/kern.py: sha256 ")
+    assert "\n" not in state["message"] and "Traceback" not in done.stderr
+    assert not (tmp_path / "run" / "raw" / "build").exists()  # refused before anything was built
