@@ -1,18 +1,24 @@
-"""`inv baseline`: pin a task's upstream baseline to one commit and copy exactly the listed files from it.
+"""`inv baseline`: pin a task's upstream baseline and copy exactly the listed files from it.
 
-The ref is resolved with `git ls-remote` (a branch, a tag, or a full SHA given directly; anything else through a
-shallow fetch), that one commit is fetched shallowly into a scratch repository, and the files are read out of git's
-object store, never from a checkout, so nothing from the upstream is ever run. Everything is written into a staging
-folder under the task's `.kpremote/` (same filesystem, never synced) and moved into place only once all of it is ready;
-a failure while moving puts back what was there.
+Two kinds of pin:
+- a git commit (`--repo`, `--ref`, `--source`): the ref is resolved with `git ls-remote` (a branch, a tag, or a full
+  SHA given directly; anything else through a shallow fetch), that one commit is fetched shallowly into a scratch
+  repository, and the files are read out of git's object store, never from a checkout, so nothing from the upstream
+  is ever run. The upstream may also be read from a local git snapshot (`source`: a git directory or a checkout):
+  the ref is resolved there, and the public `repo` URL is what the pin records, with the snapshot named as where the
+  bytes were read.
+- a release wheel (`--pypi sglang==0.5.23`, or a path to a .whl): pip fetches the one wheel into kpremote's cache
+  (wheels.py), the files are read out of the zip by name, and task.toml records the release, the wheel's name and
+  sha256 and, in `[baseline.sha256]`, each file's sha256. Such files are not committed (baseline/.gitignore):
+  `materialize` re-creates baseline/upstream/ from the pinned wheel, refusing any byte that differs, and
+  `ensure_upstream` does so before `inv run` / `inv check` / `inv sync` when files are missing.
 
-The upstream may also be read from a local git snapshot (`source`: a git directory or a checkout, e.g. what a
-mirror tool brought): the ref is resolved there, and the public `repo` URL is what the pin records, with the snapshot
-named as where the bytes were read.
+Everything is written into a staging folder under the task's `.kpremote/` (same filesystem, never synced) and moved
+into place only once all of it is ready; a failure while moving puts back what was there.
 
 Provenance lands in three places: `baseline/upstream/<path>` (the bytes), `docs/baseline_source.md` (a marked block,
 so text a person wrote around it survives) and task.toml's `[baseline]` table (edited line by line; every other byte of
-the file is kept, and the result is re-parsed to prove only repo/ref/commit/files changed).
+the file is kept, and the result is re-parsed to prove only the pinned keys changed).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from . import wheels
 from .errors import KpremoteError
 
 try:
@@ -53,6 +60,8 @@ LOCAL_GIT_TIMEOUT_S = 60.0
 BLOCK_BEGIN = "<!-- kpremote:baseline begin (written by `inv baseline`; edit outside these markers) -->"
 BLOCK_END = "<!-- kpremote:baseline end -->"
 PINNED_KEYS = ("repo", "ref", "commit", "files")
+GITIGNORE = Path("baseline") / ".gitignore"
+UPSTREAM_IGNORE = "/upstream/"
 
 
 class BaselineError(KpremoteError):
@@ -111,6 +120,115 @@ def pin_baseline(task_dir: Path, repo: str, ref: str, files: list[str], force: b
 def split_file_list(text: str) -> list[str]:
     """The --files flag: comma-separated paths, blanks dropped."""
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+# ------------------------------------------------------------------------------------------------ release wheels
+
+class ReleasePin(BaseModel):
+    repo: str
+    ref: str = "release"  # what task.toml [baseline] ref says for a release pin
+    release: str          # "<distribution> <version>", e.g. "sglang 0.5.23"
+    wheel: str            # the wheel's file name; its tags say which platform build pip chose
+    wheel_sha256: str
+    resolved_at: str      # UTC, ISO 8601: when pip resolved the release
+    files: list[BaselineFile]
+
+
+class Materialized(BaseModel):
+    wheel: str
+    files: int
+
+
+def pin_release(task_dir: Path, pypi: str, files: list[str], force: bool = False,
+                repo: str | None = None) -> ReleasePin:
+    """Pin `files` of a release wheel (`pypi`: sglang==0.5.23, or a .whl path) as the task's baseline: copy them into
+    baseline/upstream/ (git-ignored), record the release, the wheel and every sha256 in task.toml and
+    docs/baseline_source.md. Refuses to replace an earlier pin unless force."""
+    task_dir = Path(task_dir)
+    paths = checked_paths(files)
+    toml_path = task_dir / "task.toml"
+    toml_text = read_task_toml(toml_path)
+    table = parse_toml(toml_text, toml_path).get("baseline")
+    known_repo = table.get("repo") if isinstance(table, dict) else None
+    if not repo and not isinstance(known_repo, str):
+        raise BaselineError(f"{toml_path}: [baseline] has no repo — give --repo URL (the upstream's repository)")
+    repo = checked_repo(repo or known_repo)
+    refuse_overwrite(task_dir, toml_text, force)
+    wheel = wheels.fetch_requirement(pypi)
+    contents = wheels.read_members(wheel, paths)
+    digests = {p: hashlib.sha256(contents[p]).hexdigest() for p in paths}
+    pin = ReleasePin(repo=repo, release=wheel.release, wheel=wheel.name, wheel_sha256=wheel.sha256,
+                     resolved_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                     files=[BaselineFile(path=p, sha256=digests[p], size=len(contents[p])) for p in paths])
+    values = {"repo": repo, "ref": "release", "commit": "unresolved", "release": pin.release, "wheel": pin.wheel,
+              "wheel_sha256": pin.wheel_sha256, "files": paths}
+    new_toml = edit_sha256_table(edit_baseline_table(toml_text, values, toml_path), digests, toml_path)
+    doc_path = task_dir / SOURCE_DOC
+    old_doc = doc_path.read_text(encoding="utf-8") if doc_path.is_file() else None
+    write_pin(task_dir, contents, with_source_block(old_doc, render_release_block(pin)), new_toml,
+              gitignore=with_upstream_ignored(task_dir / GITIGNORE))
+    return pin
+
+
+def wheel_pin(task_dir: Path) -> tuple[str | None, str | None, dict[str, str]]:
+    """(wheel, wheel_sha256, {path: sha256}) as task.toml [baseline] records them; Nones and {} where absent."""
+    toml_path = Path(task_dir) / "task.toml"
+    table = parse_toml(read_task_toml(toml_path), toml_path).get("baseline")
+    table = table if isinstance(table, dict) else {}
+    digests = table.get("sha256", {})
+    if not isinstance(digests, dict) or not all(isinstance(v, str) for v in digests.values()):
+        raise BaselineError(f"{toml_path}: [baseline.sha256] must map each file to its sha256 (a string)")
+    for path in digests:
+        problem = path_problem(path)
+        if problem:
+            raise BaselineError(f"{toml_path}: [baseline.sha256] {path!r}: {problem}")
+    wheel, wheel_sha256 = table.get("wheel"), table.get("wheel_sha256")
+    return (wheel if isinstance(wheel, str) else None, wheel_sha256 if isinstance(wheel_sha256, str) else None,
+            dict(digests))
+
+
+def materialize(task_dir: Path) -> Materialized:
+    """Re-create baseline/upstream/ from the pinned wheel (cache, else pip), every file's sha256 checked first."""
+    task_dir = Path(task_dir)
+    wheel_name, wheel_sha256, digests = wheel_pin(task_dir)
+    if not (wheel_name and wheel_sha256 and digests):
+        raise BaselineError(f"{task_dir / 'task.toml'}: [baseline] pins no wheel (wheel, wheel_sha256 and "
+                            "[baseline.sha256]) — pin one with: inv baseline --task T --pypi DIST==VERSION --files ...")
+    if (task_dir / UPSTREAM).is_symlink() or (task_dir / "baseline").is_symlink():
+        raise BaselineError(f"{task_dir / UPSTREAM} is a symlink: refused (the baseline is written only inside the task)")
+    wheel = wheels.obtain(wheel_name, wheel_sha256)
+    contents = wheels.read_members(wheel, sorted(digests))
+    for path, data in contents.items():
+        got = hashlib.sha256(data).hexdigest()
+        if got != digests[path]:
+            raise BaselineError(f"{path} in {wheel_name}: sha256 {got} differs from task.toml [baseline.sha256] "
+                                f"{digests[path]} — refused")
+    write_upstream(task_dir, contents)
+    return Materialized(wheel=wheel_name, files=len(contents))
+
+
+def ensure_upstream(task_dir: Path) -> str | None:
+    """Before a run, check or sync: baseline/upstream/ as [baseline.sha256] pins it. Missing files are materialized
+    from the pinned wheel (the returned line says so); a file that differs is refused. None: nothing to do."""
+    task_dir = Path(task_dir)
+    wheel_name, _, digests = wheel_pin(task_dir)
+    missing = []
+    for path, want in sorted(digests.items()):
+        local = task_dir / UPSTREAM / path
+        if not local.is_file() or local.is_symlink():
+            missing.append(path)
+        elif wheels.file_sha256(local) != want:
+            raise BaselineError(f"{local}: sha256 {wheels.file_sha256(local)} differs from task.toml "
+                                f"[baseline.sha256] {want} — refused; restore it with: inv baseline --task "
+                                f"{task_dir.name} --materialize")
+    if not missing:
+        return None
+    if not wheel_name:
+        raise BaselineError(f"{task_dir / UPSTREAM / missing[0]}: missing, and task.toml pins no wheel to re-create "
+                            f"it from — pin the baseline again with inv baseline")
+    done = materialize(task_dir)
+    return (f"{task_dir}: baseline/upstream/ materialized from {done.wheel} ({done.files} file(s), sha256 as "
+            f"task.toml pins them)")
 
 
 # ------------------------------------------------------------------------------------------------ checking inputs
@@ -204,6 +322,9 @@ def refuse_overwrite(task_dir: Path, toml_text: str, force: bool) -> None:
     commit = table.get("commit") if isinstance(table, dict) else None
     if isinstance(commit, str) and FULL_SHA.fullmatch(commit):
         existing.append(f"{task_dir / 'task.toml'} [baseline] commit = {commit}")
+    wheel_sha256 = table.get("wheel_sha256") if isinstance(table, dict) else None
+    if isinstance(wheel_sha256, str) and wheel_sha256:
+        existing.append(f"{task_dir / 'task.toml'} [baseline] wheel_sha256 = {wheel_sha256}")
     if existing:
         raise BaselineError(f"the baseline is already pinned: {'; '.join(existing)} — "
                             "rerun with --force to replace them with the new pin")
@@ -429,6 +550,40 @@ def check_only_pin_changed(old_text: str, new_text: str, values: dict[str, Any],
                             + ", ".join(f"{k} = {toml_value(v)}" for k, v in values.items()))
 
 
+SHA256_HEADER = re.compile(r"\s*\[\s*baseline\s*\.\s*sha256\s*\]\s*(#.*)?")
+
+
+def edit_sha256_table(text: str, digests: dict[str, str], path: Path) -> str:
+    """text with the [baseline.sha256] table's body replaced by digests (its header line and comment kept), or the
+    table added right after [baseline]; re-parsed to prove nothing else changed."""
+    lines = text.splitlines(keepends=True)
+    newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
+    body = [f"{toml_value(rel)} = {toml_value(digest)}{newline}" for rel, digest in digests.items()]
+    header = next((i for i, line in enumerate(lines) if SHA256_HEADER.fullmatch(line.rstrip("\r\n"))), None)
+    if header is not None:
+        end = next((i for i in range(header + 1, len(lines)) if HEADER.match(lines[i])), len(lines))
+        while end > header + 1 and not lines[end - 1].strip():
+            end -= 1  # keep the blank lines before the next table
+        edited = lines[: header + 1] + body + lines[end:]
+    else:
+        start = next(i for i, line in enumerate(lines) if BASELINE_HEADER.fullmatch(line.rstrip("\r\n")))
+        end = next((i for i in range(start + 1, len(lines)) if HEADER.match(lines[i])), len(lines))
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += newline
+        table = [f"[baseline.sha256]        # each file as the wheel holds it; it lies at baseline/upstream/<path>"
+                 f"{newline}", *body, newline]
+        if end == len(lines):
+            table = [newline, *table[:-1]]
+        edited = lines[:end] + table + lines[end:]
+    result = "".join(edited)
+    expected = copy.deepcopy(parse_toml(text, path))
+    expected.setdefault("baseline", {})["sha256"] = dict(digests)
+    if parses(result) and tomllib.loads(result) == expected:
+        return result
+    raise BaselineError(f"{path}: could not edit [baseline.sha256] safely; set it by hand to: "
+                        + ", ".join(f"{toml_value(k)} = {toml_value(v)}" for k, v in digests.items()))
+
+
 # ------------------------------------------------------------------------------------------------ docs
 
 def render_source_block(pin: BaselinePin) -> str:
@@ -449,6 +604,35 @@ def render_source_block(pin: BaselinePin) -> str:
             f"{BLOCK_END}\n")
 
 
+def render_release_block(pin: ReleasePin) -> str:
+    rows = "\n".join(f"| `{f.path.replace('|', chr(92) + '|')}` | `{f.sha256}` | {f.size} |" for f in pin.files)
+    return (f"{BLOCK_BEGIN}\n"
+            "## Upstream baseline\n\n"
+            f"- Repository: {pin.repo}\n"
+            f"- Release: {pin.release} (the release's wheel on PyPI; a wheel records no git commit)\n"
+            f"- Wheel: `{pin.wheel}` (build tags `{wheels.Wheel(Path(pin.wheel), pin.wheel, '').tags}`)\n"
+            f"- Wheel sha256: `{pin.wheel_sha256}`\n"
+            f"- Resolved at: {pin.resolved_at} (UTC)\n"
+            f"- Copied, byte for byte, from the wheel into `{UPSTREAM.as_posix()}/` (same paths as in the wheel). "
+            "They are not committed (`baseline/.gitignore`): `inv baseline --task <task> --materialize`, and "
+            "`inv run` / `inv check` / `inv sync` when they are missing, re-create them from the pinned wheel, and "
+            "refuse any file whose sha256 differs from task.toml `[baseline.sha256]`; so does the agent.\n\n"
+            "| file | sha256 | bytes |\n"
+            "|---|---|---|\n"
+            f"{rows}\n"
+            f"{BLOCK_END}\n")
+
+
+def with_upstream_ignored(path: Path) -> str | None:
+    """baseline/.gitignore's text with /upstream/ listed, or None when it already is."""
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if UPSTREAM_IGNORE in old.split():
+        return None
+    head = old if not old or old.endswith("\n") else old + "\n"
+    return (head + "# The pinned upstream files (task.toml [baseline.sha256]): re-created from the pinned wheel by "
+            "`inv baseline --materialize`, never committed.\n" + UPSTREAM_IGNORE + "\n")
+
+
 def with_source_block(old: str | None, block: str) -> str:
     """The doc with the generated block replaced, or appended after a person's text, or a new doc."""
     if old is None:
@@ -462,23 +646,48 @@ def with_source_block(old: str | None, block: str) -> str:
 
 # ------------------------------------------------------------------------------------------------ writing
 
-def write_pin(task_dir: Path, contents: dict[str, bytes], doc: str, toml_text: str) -> None:
-    """Stage upstream/, the doc and task.toml, then move each into place; a failure undoes the moves done so far."""
+def write_pin(task_dir: Path, contents: dict[str, bytes], doc: str, toml_text: str,
+              gitignore: str | None = None) -> None:
+    """Stage upstream/, the doc and task.toml (and baseline/.gitignore when given), then move each into place; a
+    failure undoes the moves done so far."""
+    with staging_folder(task_dir) as staging:
+        upstream = stage_upstream(staging, contents)
+        (staging / "baseline_source.md").write_text(doc, encoding="utf-8")
+        (staging / "task.toml").write_text(toml_text, encoding="utf-8", newline="")
+        shutil.copymode(task_dir / "task.toml", staging / "task.toml")
+        moves = [(upstream, task_dir / UPSTREAM), (staging / "baseline_source.md", task_dir / SOURCE_DOC),
+                 (staging / "task.toml", task_dir / "task.toml")]
+        if gitignore is not None:
+            (staging / "gitignore").write_text(gitignore, encoding="utf-8")
+            moves.append((staging / "gitignore", task_dir / GITIGNORE))
+        move_into_place(moves, staging / "replaced")
+
+
+def write_upstream(task_dir: Path, contents: dict[str, bytes]) -> None:
+    """baseline/upstream/ replaced, as one move, by exactly these files."""
+    with staging_folder(task_dir) as staging:
+        move_into_place([(stage_upstream(staging, contents), task_dir / UPSTREAM)], staging / "replaced")
+
+
+def stage_upstream(staging: Path, contents: dict[str, bytes]) -> Path:
+    upstream = staging / "upstream"
+    upstream.mkdir()
+    for rel, data in contents.items():
+        target = upstream / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        target.chmod(0o644)  # provenance, never executed
+    return upstream
+
+
+@contextlib.contextmanager
+def staging_folder(task_dir: Path):
+    """A scratch folder under the task's .kpremote/ (same filesystem: the final moves are renames), removed after."""
     staging_parent = task_dir / STAGING_PARENT
     staging_parent.mkdir(exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="baseline-", dir=staging_parent))
     try:
-        upstream = staging / "upstream"
-        for rel, data in contents.items():
-            target = upstream / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-            target.chmod(0o644)  # provenance, never executed
-        (staging / "baseline_source.md").write_text(doc, encoding="utf-8")
-        (staging / "task.toml").write_text(toml_text, encoding="utf-8", newline="")
-        shutil.copymode(task_dir / "task.toml", staging / "task.toml")
-        move_into_place([(upstream, task_dir / UPSTREAM), (staging / "baseline_source.md", task_dir / SOURCE_DOC),
-                         (staging / "task.toml", task_dir / "task.toml")], staging / "replaced")
+        yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         try:

@@ -124,6 +124,7 @@ def sync(c, host, task, hosts=None, json=False):
     from .sync import sync_task
 
     [selected] = load_inventory(hosts).select(host)
+    _ensure_upstream([task])
     with view.Waiting(f"sync {task} to {selected.name}") as waiting:
         waiting.say("connecting")
         session = RunSession(selected)
@@ -157,6 +158,7 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
     from .runs import RunOptions
 
     tasks, mode, ids = checks.task_names(task), checks.mode(mode), checks.workload_ids(workloads)
+    _ensure_upstream(tasks)
     checks.check_tasks(KERNELS, tasks, timing_mode=mode, workloads=ids)
     run_options = RunOptions(gpu=checks.gpu(gpu), wait=checks.wait_seconds(wait),
                              workloads=",".join(ids) if ids else None, mode=mode, device=checks.device(device))
@@ -332,6 +334,7 @@ def check(c, task, workloads=None, json=False):
     """Local CPU smoke run of a task through Triton's interpreter (timings are not meaningful)."""
     from .check import smoke_check
 
+    _ensure_upstream([task])
     outcome = smoke_check(KERNELS, task, workloads, quiet=json)
     if json:
         print_document("check", outcome)
@@ -347,25 +350,67 @@ def new_task(c, name):
     view.console.print(f"created {path}; try: inv check --task {name}")
 
 
-@command(help={"task": TASK_HELP, "repo": "the upstream repository: a URL git can fetch (or a local path)",
+@command(help={"task": TASK_HELP, "repo": "the upstream repository: a URL git can fetch (or a local path); with "
+                                         "--pypi, the repository the release comes from (default: task.toml's)",
                "ref": "a branch, a tag or a 40-hex commit (default: main)",
-               "files": "the upstream files to copy, comma-separated, relative to the repository root",
-               "force": "replace an existing baseline/upstream/ and an already pinned [baseline] commit",
+               "files": "the upstream files to copy, comma-separated, relative to the repository root (with --pypi: "
+                        "as the wheel holds them, e.g. sglang/kernels/ops/...)",
+               "force": "replace an existing baseline/upstream/ and an already pinned [baseline] commit or wheel",
                "source": "read the upstream from this local git snapshot of REPO (a git folder or a checkout); "
                          "REPO is what the pin records",
+               "pypi": "pin a release instead of a commit: DIST==VERSION (pip downloads that one wheel into the "
+                       "cache, $KPREMOTE_CACHE or ~/.cache/kpremote) or a path to a .whl file",
+               "materialize": "re-create baseline/upstream/ from the wheel task.toml pins (every sha256 checked)",
                "json": "print the pin as JSON"})
-def baseline(c, task, repo, files, ref="main", force=False, json=False, source=None):
-    """Pin the upstream baseline: resolve REF to a commit, copy FILES at it into baseline/upstream/, record where from."""
-    from .baseline import pin_baseline, split_file_list
+def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False, source=None, pypi=None,
+             materialize=False):
+    """Pin the upstream baseline (a commit, or a release wheel with --pypi) and copy FILES into baseline/upstream/."""
+    from . import baseline as pins
     from .sync import resolve_task_dir
 
-    pin = pin_baseline(resolve_task_dir(KERNELS, task), repo, ref, split_file_list(files), force=force, source=source)
+    task_dir = resolve_task_dir(KERNELS, task)
+    if materialize:
+        if repo or files or pypi or source:
+            raise pins.BaselineError("--materialize takes only --task: it re-creates what task.toml already pins")
+        done = pins.materialize(task_dir)
+        view.console.print(f"{task}: {done.files} file(s) from {done.wheel} in kernels/{task}/baseline/upstream/, "
+                           "sha256 as task.toml pins them", markup=False)
+        return
+    if not files:
+        raise pins.BaselineError("--files is required: the upstream files to copy, comma-separated")
+    if pypi:
+        if source:
+            raise pins.BaselineError("--pypi and --source are two different pins: give one")
+        release = pins.pin_release(task_dir, pypi, pins.split_file_list(files), force=force, repo=repo)
+        if json:
+            print_document("baseline", {"task": task, **release.model_dump()})
+            return
+        view.console.print(f"{task}: {release.release} → {release.wheel} (sha256 {release.wheel_sha256}); "
+                           f"{len(release.files)} file(s) in kernels/{task}/baseline/upstream/ (git-ignored); "
+                           "docs/baseline_source.md and task.toml [baseline] updated", markup=False)
+        return
+    if not repo:
+        raise pins.BaselineError("--repo is required (or --pypi for a release, --materialize for an existing pin)")
+    pin = pins.pin_baseline(task_dir, repo, ref, pins.split_file_list(files), force=force, source=source)
     if json:
         print_document("baseline", {"task": task, **pin.model_dump()})
         return
     view.console.print(f"{task}: {pin.repo} {pin.ref} → {pin.commit} ({len(pin.files)} file(s) in "
                        f"kernels/{task}/baseline/upstream/; docs/baseline_source.md and task.toml [baseline] updated)",
                        markup=False)
+
+
+def _ensure_upstream(tasks: list[str]) -> None:
+    """Pinned upstream files a task lacks are materialized from their wheel before it is synced or run."""
+    from .agent.protocol import is_name
+    from .baseline import ensure_upstream
+
+    for task in tasks:
+        # An invalid or unknown name is reported by the command itself.
+        if is_name(task) and not (KERNELS / task).is_symlink() and (KERNELS / task / "task.toml").is_file():
+            line = ensure_upstream(KERNELS / task)
+            if line:  # on stderr: stdout may be a --json document
+                view.errors.print(line, markup=False, soft_wrap=True)
 
 
 @command(help={"task": TASK_HELP,

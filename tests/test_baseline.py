@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kpremote import baseline
+from kpremote.errors import KpremoteError
 from kpremote.baseline import BaselineError, edit_baseline_table, pin_baseline, split_file_list, with_source_block
 
 KERNEL = "python/pkg/kernel.py"
@@ -344,3 +346,191 @@ def test_inv_baseline_takes_a_local_snapshot(bare_snapshot: Path, upstream: Upst
     assert (pin["commit"], pin["source"], pin["repo"]) == (upstream.second, str(bare_snapshot.resolve()),
                                                            "https://github.com/sgl-project/sglang")
     assert upstream_file(task, KERNEL) == "def kernel():\n    return 2\n"
+
+
+# ------------------------------------------------------------------------------------------------ release wheels
+
+WHEEL_KERNEL = "fakepkg/kernels/kern.py"
+WHEEL_HELPER = "fakepkg/common/helper.py"
+WHEEL_FILES = {WHEEL_KERNEL: b"def kern():\n    return 'upstream'\n", WHEEL_HELPER: b"HELPER = 1\n"}
+
+
+def make_wheel(folder: Path, name: str = "fakepkg-1.0-py3-none-any.whl", files: dict[str, bytes] = WHEEL_FILES,
+               link: bool = True) -> Path:
+    """A tiny wheel: the listed files, a folder entry, and (link=True) a member that is a symlink."""
+    import stat
+    import zipfile
+
+    path = folder / name
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("fakepkg/", b"")
+        for rel, data in files.items():
+            archive.writestr(rel, data)
+        if link:
+            info = zipfile.ZipInfo("fakepkg/link.py")
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+            archive.writestr(info, WHEEL_KERNEL)
+        archive.writestr("fakepkg-1.0.dist-info/METADATA", b"Name: fakepkg\nVersion: 1.0\n")
+    return path
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private kpremote cache, and a pip that cannot reach any index (nothing here needs the network)."""
+    monkeypatch.setenv("KPREMOTE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
+    return tmp_path / "cache" / "wheels"
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_a_release_pin_copies_the_files_and_records_every_sha256(task_dir: Path, cache: Path, tmp_path: Path) -> None:
+    import tomllib
+
+    wheel = make_wheel(tmp_path)
+    pin = baseline.pin_release(task_dir, str(wheel), [WHEEL_KERNEL, WHEEL_HELPER],
+                               repo="https://example.invalid/fakepkg")
+    assert (pin.release, pin.wheel, pin.wheel_sha256) == ("fakepkg 1.0", wheel.name, sha(wheel.read_bytes()))
+    for rel, data in WHEEL_FILES.items():
+        assert (task_dir / "baseline" / "upstream" / rel).read_bytes() == data
+    assert (cache / wheel.name).read_bytes() == wheel.read_bytes()  # kept for later materializations
+    toml_text = (task_dir / "task.toml").read_text()
+    table = tomllib.loads(toml_text)["baseline"]
+    assert table["sha256"] == {rel: sha(data) for rel, data in WHEEL_FILES.items()}
+    assert (table["repo"], table["ref"], table["release"], table["wheel"], table["wheel_sha256"], table["files"]) == (
+        "https://example.invalid/fakepkg", "release", "fakepkg 1.0", wheel.name, pin.wheel_sha256,
+        [WHEEL_KERNEL, WHEEL_HELPER])
+    assert 'follows = "fuse_scale_shift_kernel in scale_shift.py"   # optional free text' in toml_text
+    assert toml_text.index("[baseline.sha256]") < toml_text.index("[build]")  # right after its table
+    assert "/upstream/" in (task_dir / "baseline" / ".gitignore").read_text().split()
+    doc = (task_dir / "docs" / "baseline_source.md").read_text()
+    assert f"- Wheel sha256: `{pin.wheel_sha256}`" in doc and "- Release: fakepkg 1.0" in doc
+    assert all(sha(data) in doc for data in WHEEL_FILES.values())
+    assert not (task_dir / ".kpremote").exists()
+
+
+def test_a_second_release_pin_replaces_the_sha256_table_only_with_force(task_dir: Path, cache: Path,
+                                                                        tmp_path: Path) -> None:
+    import tomllib
+
+    wheel = make_wheel(tmp_path)
+    baseline.pin_release(task_dir, str(wheel), [WHEEL_KERNEL, WHEEL_HELPER])
+    with pytest.raises(BaselineError, match="already pinned.*wheel_sha256"):
+        baseline.pin_release(task_dir, str(wheel), [WHEEL_KERNEL])
+    baseline.pin_release(task_dir, str(wheel), [WHEEL_KERNEL], force=True)
+    text = (task_dir / "task.toml").read_text()
+    assert tomllib.loads(text)["baseline"]["sha256"] == {WHEEL_KERNEL: sha(WHEEL_FILES[WHEEL_KERNEL])}
+    assert text.count("[baseline.sha256]") == 1
+    assert not (task_dir / "baseline" / "upstream" / WHEEL_HELPER).exists()
+
+
+@pytest.mark.parametrize(("path", "reason"), [
+    ("../escape.py", "'..' would leave"), ("/etc/passwd", "absolute path"), ("fakepkg/./kernels/kern.py", "'.' path"),
+    ("fakepkg/", "empty or '.'"), ("fakepkg/link.py", "not a regular file"), ("fakepkg/absent.py", "not in"),
+])
+def test_a_release_pin_refuses_paths_that_escape_or_are_not_files(task_dir: Path, cache: Path, tmp_path: Path,
+                                                                   path: str, reason: str) -> None:
+    before = snapshot(task_dir)
+    with pytest.raises(KpremoteError, match=re.escape(reason)):
+        baseline.pin_release(task_dir, str(make_wheel(tmp_path)), [path])
+    assert snapshot(task_dir) == before
+
+
+def test_materialize_recreates_upstream_from_the_cached_wheel(task_dir: Path, cache: Path, tmp_path: Path) -> None:
+    baseline.pin_release(task_dir, str(make_wheel(tmp_path)), [WHEEL_KERNEL, WHEEL_HELPER])
+    upstream = task_dir / "baseline" / "upstream"
+    shutil.rmtree(upstream)
+    (tmp_path / make_wheel(tmp_path).name).unlink()  # only the cache has it now
+    assert baseline.materialize(task_dir).files == 2
+    assert {rel: (upstream / rel).read_bytes() for rel in WHEEL_FILES} == WHEEL_FILES
+
+
+def test_ensure_upstream_materializes_missing_files_and_refuses_changed_ones(task_dir: Path, cache: Path,
+                                                                             tmp_path: Path) -> None:
+    baseline.pin_release(task_dir, str(make_wheel(tmp_path)), [WHEEL_KERNEL, WHEEL_HELPER])
+    local = task_dir / "baseline" / "upstream" / WHEEL_KERNEL
+    assert baseline.ensure_upstream(task_dir) is None  # all there: nothing to do
+    local.unlink()
+    line = baseline.ensure_upstream(task_dir)
+    assert line and "materialized from fakepkg-1.0-py3-none-any.whl (2 file(s)" in line
+    assert local.read_bytes() == WHEEL_FILES[WHEEL_KERNEL]
+    local.write_bytes(b"edited by hand\n")
+    with pytest.raises(BaselineError, match="differs from task.toml .baseline.sha256.*--materialize"):
+        baseline.ensure_upstream(task_dir)
+    assert local.read_bytes() == b"edited by hand\n"  # refused, never overwritten silently
+
+
+def test_a_wheel_whose_file_differs_from_the_pin_is_refused(task_dir: Path, cache: Path, tmp_path: Path) -> None:
+    baseline.pin_release(task_dir, str(make_wheel(tmp_path)), [WHEEL_KERNEL])
+    text = (task_dir / "task.toml").read_text()
+    (task_dir / "task.toml").write_text(text.replace(sha(WHEEL_FILES[WHEEL_KERNEL]), "0" * 64))
+    shutil.rmtree(task_dir / "baseline" / "upstream")
+    with pytest.raises(BaselineError, match=f"{WHEEL_KERNEL} in fakepkg-1.0-py3-none-any.whl: sha256 .* differs"):
+        baseline.materialize(task_dir)
+    assert not (task_dir / "baseline" / "upstream").exists()
+
+
+def test_a_cached_wheel_with_other_bytes_is_not_used(task_dir: Path, cache: Path, tmp_path: Path) -> None:
+    baseline.pin_release(task_dir, str(make_wheel(tmp_path)), [WHEEL_KERNEL])
+    make_wheel(cache, files={WHEEL_KERNEL: b"tampered\n"})  # same name, other bytes
+    with pytest.raises(KpremoteError, match="cannot download fakepkg==1.0 with pip"):
+        baseline.materialize(task_dir)
+
+
+def test_the_pinned_tags_select_the_same_wheel_whatever_python_runs_pip() -> None:
+    from kpremote import wheels
+
+    fields = wheels.parse_name("sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl")
+    assert wheels.tag_options(fields) == ["--implementation", "cp", "--python-version", "311", "--abi", "cp311",
+                                          "--platform", "manylinux_2_34_x86_64"]
+    assert wheels.tag_options(wheels.parse_name("x-1.0-py3-none-any.whl")) == []
+    with pytest.raises(wheels.WheelError, match="not a wheel file name"):
+        wheels.parse_name("x.tar.gz")
+
+
+def test_inv_baseline_materialize_without_the_wheel_is_one_line_exit_2(task_dir: Path, cache: Path,
+                                                                       tmp_path: Path) -> None:
+    from rig import run_inv
+
+    baseline.pin_release(task_dir, str(make_wheel(tmp_path)), [WHEEL_KERNEL])
+    shutil.rmtree(cache)
+    shutil.rmtree(task_dir / "baseline" / "upstream")
+    env = {"KPREMOTE_CACHE": str(cache.parent), "PIP_NO_INDEX": "1"}
+    result = run_inv("baseline", "--task", "t", "--materialize", cwd=tmp_path, env=env)
+    assert result.returncode == 2, result.stderr
+    assert "cannot download fakepkg==1.0 with pip" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    result = run_inv("check", "--task", "t", cwd=tmp_path, env=env)  # a run materializes first, and fails the same
+    assert result.returncode == 2 and "cannot download fakepkg==1.0" in result.stderr
+    assert "smoke" not in result.stdout  # nothing ran
+
+
+def test_the_sync_carries_the_git_ignored_upstream_files(task_dir: Path, cache: Path, tmp_path: Path) -> None:
+    """baseline/.gitignore keeps them out of commits, not out of what `inv sync` sends (and the agent checks)."""
+    from kpremote.agent.provenance import walk_task
+
+    baseline.pin_release(task_dir, str(make_wheel(tmp_path)), [WHEEL_KERNEL, WHEEL_HELPER])
+    warnings: list[str] = []
+    synced = {rel for rel, _ in walk_task(task_dir, warnings)}
+    assert {f"baseline/upstream/{rel}" for rel in WHEEL_FILES} <= synced and "baseline/.gitignore" in synced
+    assert warnings == []
+
+
+def test_inv_baseline_pypi_json_is_a_baseline_document(task_dir: Path, cache: Path, tmp_path: Path) -> None:
+    import json
+
+    import jsonschema
+    from rig import REPO, run_inv
+
+    env = {"KPREMOTE_CACHE": str(cache.parent), "PIP_NO_INDEX": "1"}
+    result = run_inv("baseline", "--task", "t", "--pypi", str(make_wheel(tmp_path)), "--files", WHEEL_KERNEL, "--json",
+                     cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    schema = json.loads((REPO / "docs" / "schemas" / "baseline.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(document)
+    assert (document["schema"], document["task"], document["release"]) == ("kpremote.baseline/1", "t", "fakepkg 1.0")
+    assert [f["path"] for f in document["files"]] == [WHEEL_KERNEL]

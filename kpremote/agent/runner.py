@@ -778,7 +778,9 @@ def _row_event(row: dict[str, Any], number: int, total: int) -> dict[str, Any]:
 
 def _baseline_upstream(spec: TaskSpec) -> dict[str, Any]:
     b = spec.baseline
-    return {"repo": b.repo, "ref": b.ref, "commit": b.commit, "files": list(b.files), "follows": b.follows}
+    release = {"release": b.release, "wheel": b.wheel, "wheel_sha256": b.wheel_sha256,
+               "sha256": dict(b.sha256)} if b.wheel else {}
+    return {"repo": b.repo, "ref": b.ref, "commit": b.commit, "files": list(b.files), "follows": b.follows, **release}
 
 
 def _exit_description(returncode: int) -> str:

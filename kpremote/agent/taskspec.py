@@ -62,6 +62,10 @@ class BaselineInfo:
     commit: str
     files: tuple[str, ...]
     follows: str | None = None
+    release: str | None = None  # a release pin: "sglang 0.5.23", its wheel's file name and sha256
+    wheel: str | None = None
+    wheel_sha256: str | None = None
+    sha256: tuple[tuple[str, str], ...] = ()  # [baseline.sha256]: (path under baseline/upstream/, sha256)
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,7 @@ def load_task(task_dir: Path, *, timing_mode: str | None = None, packages: bool 
         timing = replace(timing, mode=timing_mode)
     spec = TaskSpec(root, task, baseline, build, timing, tuple(load_workloads(root / "bench" / "workloads.toml")))
     check_sides_symmetric(spec)
+    check_upstream_files(spec)
     check_adapter(spec.adapter_path)
     return spec
 
@@ -285,18 +290,55 @@ def _task_info(path: Path, values: dict[str, Any], root: Path) -> TaskInfo:
 
 
 def _baseline_info(path: Path, values: dict[str, Any]) -> BaselineInfo:
-    _check_keys(path, "baseline", values, ("repo", "ref", "commit", "files", "follows"))
+    _check_keys(path, "baseline", values,
+                ("repo", "ref", "commit", "files", "follows", "release", "wheel", "wheel_sha256", "sha256"))
     files = _string_list(path, "baseline", "files", values.get("files", []))
-    follows = values.get("follows")
-    if follows is not None and not isinstance(follows, str):
-        raise TaskSpecError(f"{_shown(path)}: [baseline] follows = {follows!r} — allowed: a string")
+    for key in ("follows", "release", "wheel", "wheel_sha256"):
+        if values.get(key) is not None and not isinstance(values[key], str):
+            raise TaskSpecError(f"{_shown(path)}: [baseline] {key} = {values[key]!r} — allowed: a string")
     return BaselineInfo(
         repo=_string(path, "baseline", "repo", values),
         ref=str(values.get("ref", "")),
         commit=str(values.get("commit", "unresolved")),
         files=tuple(files),
-        follows=follows,
+        follows=values.get("follows"),
+        release=values.get("release"),
+        wheel=values.get("wheel"),
+        wheel_sha256=values.get("wheel_sha256"),
+        sha256=_pinned_digests(path, values.get("sha256", {})),
     )
+
+
+def _pinned_digests(path: Path, table: Any) -> tuple[tuple[str, str], ...]:
+    """[baseline.sha256]: relative paths (nothing outside baseline/upstream/) to 64-hex sha256s."""
+    if not isinstance(table, dict):
+        raise TaskSpecError(f"{_shown(path)}: [baseline] sha256 must be a table: [baseline.sha256] \"path\" = \"<sha256>\"")
+    for rel, digest in table.items():
+        parts = rel.split("/")
+        if not rel or rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in parts):
+            raise TaskSpecError(f"{_shown(path)}: [baseline.sha256] {json.dumps(rel)} — allowed: a path relative to "
+                                "baseline/upstream/ (no '..', no leading '/')")
+        if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise TaskSpecError(f"{_shown(path)}: [baseline.sha256] {json.dumps(rel)} = {digest!r} — allowed: a sha256 "
+                                "(64 lowercase hex digits)")
+    return tuple(sorted(table.items()))
+
+
+def check_upstream_files(spec: TaskSpec) -> None:
+    """Each file [baseline.sha256] pins is in baseline/upstream/ with exactly that sha256: the baseline that runs
+    is the pinned upstream code, byte for byte."""
+    import hashlib
+
+    upstream = spec.side_dir("baseline") / "upstream"
+    for rel, want in spec.baseline.sha256:
+        local = upstream / rel
+        if local.is_symlink() or not local.is_file():
+            raise TaskSpecError(f"{_shown(local)}: missing — task.toml [baseline.sha256] pins it (the client puts it "
+                                "there: inv baseline --materialize, inv run, inv sync)")
+        got = hashlib.sha256(local.read_bytes()).hexdigest()
+        if got != want:
+            raise TaskSpecError(f"{_shown(local)}: sha256 {got} differs from task.toml [baseline.sha256] {want} — "
+                                "refused: the baseline must be the pinned upstream file")
 
 
 def _build_spec(path: Path, values: dict[str, Any]) -> BuildSpec:

@@ -197,3 +197,75 @@ def test_missing_and_broken_files_are_named(task: Path) -> None:
     assert refusal(task).startswith("tiny_rmsnorm/bench/workloads.toml: not valid TOML")
     (task / "bench" / "workloads.toml").unlink()
     assert refusal(task) == "tiny_rmsnorm/bench/workloads.toml: missing (see docs/task-contract.md)"
+
+
+# ------------------------------------------------------------------------------------------------ pinned upstream files
+
+UPSTREAM_TEXT = b"def upstream_kernel():\n    return 1\n"
+
+
+def pin_upstream_file(task: Path, rel: str = "pkg/kern.py", data: bytes = UPSTREAM_TEXT) -> Path:
+    """What `inv baseline --pypi` leaves: the file under baseline/upstream/ and its sha256 in task.toml."""
+    import hashlib
+
+    local = task / "baseline" / "upstream" / rel
+    local.parent.mkdir(parents=True, exist_ok=True)
+    local.write_bytes(data)
+    text = (task / "task.toml").read_text()
+    text = text.replace("[build]", 'release = "pkg 1.0"\nwheel = "pkg-1.0-py3-none-any.whl"\nwheel_sha256 = "'
+                        + "0" * 64 + f'"\n\n[baseline.sha256]\n"{rel}" = "{hashlib.sha256(data).hexdigest()}"\n\n[build]', 1)
+    (task / "task.toml").write_text(text)
+    return local
+
+
+def test_a_release_pin_is_read_and_its_files_are_checked(task: Path) -> None:
+    pin_upstream_file(task)
+    spec = load_task(task)
+    assert (spec.baseline.release, spec.baseline.wheel) == ("pkg 1.0", "pkg-1.0-py3-none-any.whl")
+    assert [rel for rel, _ in spec.baseline.sha256] == ["pkg/kern.py"]
+
+
+def test_an_upstream_file_that_differs_from_its_pin_is_refused(task: Path) -> None:
+    local = pin_upstream_file(task)
+    local.write_bytes(UPSTREAM_TEXT.replace(b"1", b"2"))
+    message = refusal(task)
+    assert message.startswith("tiny_rmsnorm/baseline/upstream/pkg/kern.py: sha256 ")
+    assert "differs from task.toml [baseline.sha256]" in message and "\n" not in message
+
+
+def test_a_missing_upstream_file_is_refused(task: Path) -> None:
+    pin_upstream_file(task).unlink()
+    assert refusal(task).startswith("tiny_rmsnorm/baseline/upstream/pkg/kern.py: missing — task.toml [baseline.sha256]")
+
+
+@pytest.mark.parametrize("rel", ["../../escape.py", "/etc/passwd", "pkg/../../x.py", "a//b.py"])
+def test_a_pinned_path_outside_upstream_is_refused(task: Path, rel: str) -> None:
+    pin_upstream_file(task)
+    edit(task / "task.toml", '"pkg/kern.py" =', f'"{rel}" =')
+    assert "[baseline.sha256]" in refusal(task) and "no '..'" in refusal(task)
+
+
+def test_a_pinned_digest_must_be_a_sha256(task: Path) -> None:
+    pin_upstream_file(task)
+    text = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(text.replace('"pkg/kern.py" = "', '"pkg/kern.py" = "z', 1))
+    assert "64 lowercase hex digits" in refusal(task)
+
+
+def test_the_agent_refuses_a_run_over_a_changed_upstream_file_in_one_line(task: Path, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    pin_upstream_file(task).write_bytes(b"edited\n")
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "kpremote.agent.runner", "--task-dir", str(task), "--run-dir",
+                           str(tmp_path / "run"), "--device", "cpu"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(repo)})
+    assert done.returncode == 2, done.stderr
+    import json
+
+    state = json.loads((tmp_path / "run" / "state.json").read_text())  # what inv run / inv logs show
+    assert state["message"].startswith("refused: tiny_rmsnorm/baseline/upstream/pkg/kern.py: sha256 ")
+    assert "\n" not in state["message"] and "Traceback" not in done.stderr
+    assert not (tmp_path / "run" / "raw" / "build").exists()  # refused before anything was built

@@ -1,11 +1,12 @@
 """Adapter for the fuse_scale_shift task (docs/task-contract.md).
 
 A row's keys (bench/workloads.toml):
-  function        "fuse_scale_shift" (default) | "gate_select01"
+  function        "fuse_scale_shift" (the only one: sglang 0.5.23 has no standalone gate_select01 scale/shift
+                  kernel any more, docs/baseline_source.md)
   shape           [B, L, C] of x (contiguous, as upstream asserts)
   dtype           x and output dtype
-  mod_dtype       scale/shift (and gate) dtype; default = dtype
-  layout          fuse_scale_shift only, how scale and shift are laid out:
+  mod_dtype       scale/shift dtype; default = dtype
+  layout          how scale and shift are laid out:
                     bcast11     [1, 1, C]            (production qwen / wan)
                     b1c         [B, 1, C]
                     bc          [B, C]               (2-D layout)
@@ -17,8 +18,6 @@ A row's keys (bench/workloads.toml):
   num_frames      F for bf1c
   scale_constant  0 or 1: out = x * (scale_constant + scale) + shift
   atol, rtol      tolerance against the float64 reference
-gate_select01: scale0/shift0/gate0/scale1/shift1/gate1 are [B, C]; index [B, L] int32 of 0/1;
-outputs out and gate_out, both [B, L, C] of dtype.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ from kpremote.agent.contract import Case
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 _TOLERANCE = {torch.float16: 5e-2, torch.bfloat16: 5e-2, torch.float32: 1e-5}  # correctness contract
-_GATE_NAMES = ("scale0", "shift0", "gate0", "scale1", "shift1", "gate1")
 _sides: dict[str, ModuleType] = {}
 
 
@@ -41,8 +39,11 @@ def bind(*, baseline: ModuleType, candidate: ModuleType) -> None:
     _sides["candidate"] = candidate
 
 
-def _is_gated(workload: dict) -> bool:
-    return workload.get("function", "fuse_scale_shift") == "gate_select01"
+def _check_function(workload: dict) -> None:
+    function = workload.get("function", "fuse_scale_shift")
+    if function != "fuse_scale_shift":
+        raise ValueError(f"function = {function!r}: this task times fuse_scale_shift only (SGLang 0.5.23 has no "
+                         "standalone gate_select01 kernel; docs/baseline_source.md)")
 
 
 def _dims(workload: dict) -> tuple[int, int, int]:
@@ -82,11 +83,6 @@ def _make_inputs(workload: dict, device: str, gen: torch.Generator) -> dict[str,
     B, L, C = _dims(workload)
     inputs = {"x": _randn((B, L, C), _dtype(workload), gen, device)}
     mod = _mod_dtype(workload)
-    if _is_gated(workload):
-        for name in _GATE_NAMES:
-            inputs[name] = _randn((B, C), mod, gen, device, std=0.5)
-        inputs["index"] = torch.randint(0, 2, (B, L), generator=gen, device=device, dtype=torch.int32)
-        return inputs
     scale_shape, shift_shape, chunked_from = _modulation_shapes(workload)
     if chunked_from is not None:
         inputs["scale"], inputs["shift"] = _randn(chunked_from, mod, gen, device, std=0.5).chunk(2, dim=-1)
@@ -97,13 +93,11 @@ def _make_inputs(workload: dict, device: str, gen: torch.Generator) -> dict[str,
 
 
 def _empty_outputs(workload: dict, x: torch.Tensor) -> dict[str, torch.Tensor]:
-    outputs = {"out": torch.empty_like(x)}
-    if _is_gated(workload):
-        outputs["gate_out"] = torch.empty_like(x)
-    return outputs
+    return {"out": torch.empty_like(x)}
 
 
 def make_case(workload: dict, *, device: str, seed: int) -> Case:
+    _check_function(workload)
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     inputs = _make_inputs(workload, device, gen)
@@ -122,12 +116,7 @@ def _call(side: str, workload: dict, inputs: dict[str, Any], outputs: dict[str, 
     module = _sides.get(side)
     if module is None:
         raise RuntimeError("bench/adapter.py: bind(baseline=..., candidate=...) was not called")
-    if _is_gated(workload):
-        module.fuse_scale_shift_gate_select01(
-            inputs["x"], *(inputs[n] for n in _GATE_NAMES), inputs["index"], outputs["out"], outputs["gate_out"]
-        )
-    else:
-        module.fuse_scale_shift(inputs["x"], inputs["scale"], inputs["shift"], workload["scale_constant"], outputs["out"])
+    module.fuse_scale_shift(inputs["x"], inputs["scale"], inputs["shift"], workload["scale_constant"], outputs["out"])
 
 
 def call_baseline(workload: dict, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
@@ -154,13 +143,6 @@ def reference(workload: dict, inputs: dict[str, Any]) -> dict[str, torch.Tensor]
     """Exact result in float64."""
     B, L, C = _dims(workload)
     x = inputs["x"].double()
-    if _is_gated(workload):
-        second = (inputs["index"] != 0)[:, :, None]
-        picked = {
-            name: torch.where(second, _broadcast_blc(inputs[name + "1"], B, L, C), _broadcast_blc(inputs[name + "0"], B, L, C))
-            for name in ("scale", "shift", "gate")
-        }
-        return {"out": x * (1.0 + picked["scale"]) + picked["shift"], "gate_out": picked["gate"]}
     scale = _broadcast_blc(inputs["scale"], B, L, C)
     shift = _broadcast_blc(inputs["shift"], B, L, C)
     return {"out": x * (float(workload["scale_constant"]) + scale) + shift}
@@ -178,8 +160,5 @@ def bytes_moved(workload: dict) -> int:
     B, L, C = _dims(workload)
     x_bytes = B * L * C * _dtype(workload).itemsize
     mod_size = _mod_dtype(workload).itemsize
-    if _is_gated(workload):
-        index_bytes = B * L * 4
-        return 3 * x_bytes + 6 * B * C * mod_size + index_bytes  # x in, out and gate_out
     scale_shape, shift_shape, _ = _modulation_shapes(workload)
     return 2 * x_bytes + (_numel(scale_shape) + _numel(shift_shape)) * mod_size
