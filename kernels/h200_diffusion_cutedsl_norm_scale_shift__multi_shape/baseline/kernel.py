@@ -1,14 +1,14 @@
 """Baseline side: SGLang's CuTe DSL fused_norm_scale_shift behind the task's destination-passing ABI.
 
-The kernel code is upstream's, unchanged, under ./upstream (sglang 0.5.23, sha256-pinned in
-task.toml). This file is the local adapter the rule sheet asks for: it runs the same steps as
+The kernel code is upstream's, unchanged, under ./upstream/python (sglang 0.5.23, each file
+sha256-pinned in docs/baseline_source.md). This file is the local adapter the rule sheet asks for: it runs the same steps as
 upstream's `fused_norm_scale_shift` after its Blackwell-only KDA pre-dispatch (validate, broadcast
 scale/shift to the BSFD view, scalar placeholders for absent weight/bias, compile once per
 ScaleResidualNormScaleShift.make_hash_key, call on torch's current stream), except that the output
 is the caller's `out` instead of a torch.empty_like inside the call, as on the candidate side.
 
 The upstream modules import each other as `sglang.kernels.ops.diffusion.norm....`; the packages
-above them are registered here as bare namespace packages over ./upstream, so no SGLang package
+above them are registered here as bare namespace packages over ./upstream/python, so no SGLang package
 __init__ runs (and an installed sglang is never used).
 """
 
@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch
 
-_UPSTREAM = Path(__file__).resolve().parent / "upstream"
+_UPSTREAM = Path(__file__).resolve().parent / "upstream" / "python"
 _PACKAGES = (
     "sglang",
     "sglang.kernels",
