@@ -14,7 +14,8 @@
 # Folders (environment): KP_WHEELS (default /tmp/kp-wheels) holds the wheels and the cu13 parts that
 # `install` reads, so they may be staged there by any earlier call to the same warm machine, e.g. the
 # integrator's own `cp`; KP_SITE (default /tmp/site) is where they are installed; SGLANG_WHEEL_DIR
-# (default /work/main/.whl/sglang) holds the sglang wheel that `upstream` reads.
+# (default /work/main/.whl/sglang) holds the sglang wheel that `upstream` reads, KP_KERNELS (default
+# this checkout's kernels/) the task folders it writes into.
 #
 # The wheels live in /work/main/.whl (ignored through .git/info/exclude; never committed):
 #   .whl/*.whl                      python 3.12 manylinux x86_64 wheels
@@ -49,16 +50,16 @@ py=${PYTHON:-python3}
 upstream() {
   local wheel
   wheel=$(ls "${SGLANG_WHEEL_DIR:-/work/main/.whl/sglang}"/sglang-0.5.23-*.whl)
-  "$py" - "$wheel" "$repo" <<'EOP'
+  "$py" - "$wheel" "${KP_KERNELS:-$repo/kernels}" <<'EOP'
 """Put each task's upstream files from the sglang wheel at baseline/upstream/<path> (the layout
 `inv baseline` uses), each checked against the sha256 in the task's docs/baseline_source.md."""
 import hashlib, pathlib, re, sys, tomllib, zipfile
-wheel, repo = sys.argv[1], pathlib.Path(sys.argv[2])
+wheel, kernels = sys.argv[1], pathlib.Path(sys.argv[2])
 tasks = ["h200_diffusion_qknorm_rope__multi_shape", "h200_diffusion_cutedsl_norm_scale_shift__multi_shape"]
 row = re.compile(r"^\| `([^`]+)` \| `([0-9a-f]{64})` \|", re.M)
 with zipfile.ZipFile(wheel) as archive:
     for task in tasks:
-        folder = repo / "kernels" / task
+        folder = kernels / task
         files = tomllib.loads((folder / "task.toml").read_text())["baseline"]["files"]
         sums = dict(row.findall((folder / "docs" / "baseline_source.md").read_text()))
         if sorted(sums) != sorted(files):
