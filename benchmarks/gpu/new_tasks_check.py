@@ -24,8 +24,8 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from kpremote.agent import build  # noqa: E402 - after the repository is on the path
-from kpremote.agent.taskspec import SIDES, load_task  # noqa: E402
+from kpremote.agent import build  # after the repository is on the path
+from kpremote.agent.taskspec import SIDES, load_task
 
 TASKS = ("h200_diffusion_qknorm_rope__multi_shape", "h200_diffusion_cutedsl_norm_scale_shift__multi_shape")
 BUILD_ROOT = Path("/tmp/kp-check")
