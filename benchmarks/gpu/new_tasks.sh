@@ -3,11 +3,19 @@
 # wheels, build both sides of both tasks, check each row against the adapter's reference and time
 # both sides, print one compact table. For the integrator to debug the tasks in one call.
 #
-#   bash benchmarks/gpu/new_tasks.sh upstream   # HERE, before carrying: baseline/upstream/ of both
-#                                               # tasks from the pinned sglang wheel, sha256-checked
-#   bash benchmarks/gpu/new_tasks.sh stage      # GPU: keep the carried wheels/parts under /tmp
+#   bash benchmarks/gpu/new_tasks.sh upstream   # HERE, before carrying: baseline/upstream/<path> of both
+#                                               # tasks from the pinned sglang wheel, each file checked
+#                                               # against the sha256 in the task's docs/baseline_source.md
+#   bash benchmarks/gpu/new_tasks.sh stage      # GPU: copy the carried wheels/parts into $KP_WHEELS
+#   bash benchmarks/gpu/new_tasks.sh install    # GPU: install from $KP_WHEELS into $KP_SITE
 #   bash benchmarks/gpu/new_tasks.sh all [ROWS] # GPU: stage + install + check (ROWS: all | prod | smoke)
 #   bash benchmarks/gpu/new_tasks.sh check [ROWS]
+#
+# Folders (environment): KP_WHEELS (default /tmp/kp-wheels) holds the wheels and the cu13 parts that
+# `install` reads, so they may be staged there by any earlier call to the same warm machine, e.g. the
+# integrator's own `cp`; KP_SITE (default /tmp/site) is where they are installed; SGLANG_WHEEL_DIR
+# (default /work/main/.whl/sglang) holds the sglang wheel that `upstream` reads, KP_KERNELS (default
+# this checkout's kernels/) the task folders it writes into.
 #
 # The wheels live in /work/main/.whl (ignored through .git/info/exclude; never committed):
 #   .whl/*.whl                      python 3.12 manylinux x86_64 wheels
@@ -33,45 +41,51 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-stage=/tmp/kp-wheels
-site=/tmp/site
+stage=${KP_WHEELS:-/tmp/kp-wheels}
+site=${KP_SITE:-/tmp/site}
 cu13=nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
 cu13_sha256=50191a381d8cc1393373ae0bc879b0aefa9a256c23c22d4fa1c2fe3dfe57bc90
 py=${PYTHON:-python3}
 
 upstream() {
   local wheel
-  wheel=$(ls "${WHEEL_DIR:-/work/main/.whl}"/sglang/sglang-0.5.23-*.whl)
-  "$py" - "$wheel" "$repo" <<'EOP'
-"""Put each task's [baseline] files from the sglang wheel under baseline/upstream/, sha256-checked."""
-import hashlib, pathlib, sys, tomllib, zipfile
-wheel, repo = sys.argv[1], pathlib.Path(sys.argv[2])
+  wheel=$(ls "${SGLANG_WHEEL_DIR:-/work/main/.whl/sglang}"/sglang-0.5.23-*.whl)
+  "$py" - "$wheel" "${KP_KERNELS:-$repo/kernels}" <<'EOP'
+"""Put each task's upstream files from the sglang wheel at baseline/upstream/<path> (the layout
+`inv baseline` uses), each checked against the sha256 in the task's docs/baseline_source.md."""
+import hashlib, pathlib, re, sys, tomllib, zipfile
+wheel, kernels = sys.argv[1], pathlib.Path(sys.argv[2])
 tasks = ["h200_diffusion_qknorm_rope__multi_shape", "h200_diffusion_cutedsl_norm_scale_shift__multi_shape"]
+row = re.compile(r"^\| `([^`]+)` \| `([0-9a-f]{64})` \|", re.M)
 with zipfile.ZipFile(wheel) as archive:
     for task in tasks:
-        folder = repo / "kernels" / task
-        sums = tomllib.loads((folder / "task.toml").read_text())["baseline"]["sha256"]
-        for path, want in sums.items():
+        folder = kernels / task
+        files = tomllib.loads((folder / "task.toml").read_text())["baseline"]["files"]
+        sums = dict(row.findall((folder / "docs" / "baseline_source.md").read_text()))
+        if sorted(sums) != sorted(files):
+            sys.exit(f"{task}: docs/baseline_source.md pins {sorted(sums)}, task.toml [baseline] files lists {sorted(files)}")
+        for path in files:
             data = archive.read(path.removeprefix("python/"))  # the wheel holds sglang/... at its root
             got = hashlib.sha256(data).hexdigest()
-            if got != want:
-                sys.exit(f"{task}: {path}: sha256 {got} in the wheel, task.toml pins {want}")
-            target = folder / "baseline" / "upstream" / path.removeprefix("python/")
+            if got != sums[path]:
+                sys.exit(f"{task}: {path}: sha256 {got} in the wheel, docs/baseline_source.md pins {sums[path]}")
+            target = folder / "baseline" / "upstream" / path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-        print(f"{task}: {len(sums)} upstream files in baseline/upstream/, sha256 as pinned")
+        print(f"{task}: {len(files)} upstream files in baseline/upstream/, sha256 as pinned")
 EOP
 }
 
 stage_wheels() {
   mkdir -p "$stage"
+  [ "$stage" -ef "$repo/.whl" ] && return 0
   find "$repo/.whl" -type f \( -name '*.whl' -o -name '*.whl.part*' \) -exec cp -n {} "$stage/" \; 2>/dev/null || true
   ls -la "$stage"
 }
 
 install() {
   if [ ! -f "$stage/$cu13" ]; then
-    ls "$stage/$cu13".parta? > /dev/null 2>&1 || { echo "no $cu13 parts under $stage: carry them (see the header)"; exit 3; }
+    ls "$stage/$cu13".parta? > /dev/null 2>&1 || { echo "no $cu13 (or its parts) in $stage (KP_WHEELS): carry them (see the header)"; exit 3; }
     cat "$stage/$cu13".parta? > "$stage/$cu13"
   fi
   echo "$cu13_sha256  $stage/$cu13" | sha256sum -c - || { rm -f "$stage/$cu13"; echo "parts incomplete: carry all three"; exit 3; }
@@ -82,7 +96,8 @@ install() {
   mkdir -p "$site"
   for name in "${wheels[@]}"; do
     local file
-    file=$(ls "$stage/$name"*.whl | head -1)
+    file=$(ls "$stage/$name"*.whl 2> /dev/null | head -1 || true)
+    [ -n "$file" ] || { echo "no $name*.whl in $stage (KP_WHEELS)"; exit 3; }
     "$py" -m pip install -q --no-deps --no-index --target "$site" --upgrade "$file"
   done
   echo "installed into $site: ${wheels[*]}"

@@ -1,74 +1,49 @@
 """Standalone GPU check of the two issue-17 tasks (run by new_tasks.sh, not by the harness).
 
-For each task: build both sides the way the task.toml assumes the build kinds will (tvm-ffi:
-tvm_ffi.cpp.load of <side>/export.cu with the one flag list, the row's template arguments in a
-generated kp_template_args.h; cutedsl/triton: import <side>/kernel.py), then per row: fresh case,
-each side once on fresh copies (in-place inputs cloned, outputs NaN-poisoned), compare against the
-adapter's reference, check untouched inputs, then time both sides (CUDA events over N
-back-to-back calls, N doubled until a sample takes >= 1 ms, 15 samples, median). One table.
+For each task: load task.toml with kpremote's own validation (kpremote.agent.taskspec) and build both
+sides with kpremote's own builders (kpremote.agent.build / buildkinds: tvm-ffi through the generated
+unit and `exports`, the row's template arguments from the adapter; cutedsl / triton: <side>/kernel.py
+imported by the one loader), exactly as a harness run would; then per row: fresh case, each side once
+on fresh copies (in-place inputs cloned, outputs NaN-poisoned), compare against the adapter's
+reference, check untouched inputs, then time both sides (CUDA events over N back-to-back calls, N
+doubled until a sample takes >= 1 ms, 15 samples, median). One table. This is a debugging aid for the
+tasks, not the harness's numbers.
 
 usage: python new_tasks_check.py [all | prod | smoke]
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import statistics
 import sys
-import time
-import tomllib
 import traceback
 from pathlib import Path
 
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from kpremote.agent import build  # after the repository is on the path
+from kpremote.agent.taskspec import SIDES, load_task
+
 TASKS = ("h200_diffusion_qknorm_rope__multi_shape", "h200_diffusion_cutedsl_norm_scale_shift__multi_shape")
-CPP_NAMES = {"bfloat16": "bf16_t", "float16": "fp16_t", "float32": "fp32_t"}
+BUILD_ROOT = Path("/tmp/kp-check")
 
 
-def load_file(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def template_args(build: dict, row: dict) -> str:
-    def cpp(value):
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        return CPP_NAMES.get(value, str(value))
-
-    return ", ".join(cpp(row[key]) for key in build["template"])
-
-
-_built: dict[tuple[str, str, str], object] = {}
-
-
-def build_tvm_ffi(task: Path, build: dict, side: str, row: dict):
-    import tvm_ffi.cpp
-
-    args = template_args(build, row)
-    key = (task.name, side, args)
-    if key not in _built:
-        tag = hashlib.sha256(f"{task.name}|{side}|{args}".encode()).hexdigest()[:12]
-        out = Path("/tmp/kp-build") / tag
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "kp_template_args.h").write_text(f"#define KP_TEMPLATE_ARGS {args}\n")
-        folder = task / ("baseline" if side == "baseline" else "solution")
-        started = time.time()
-        _built[key] = tvm_ffi.cpp.load(
-            f"kp_{side}_{tag}",
-            cuda_files=[str(folder / src) for src in build["sources"]],
-            extra_cuda_cflags=list(build["flags"]),
-            extra_include_paths=[str(out), str(folder)] + [str(folder / inc) for inc in build.get("include_dirs", [])],
-            build_directory=str(out),
-        )
-        print(f"  built {side} <{args}> in {time.time() - started:.1f} s", flush=True)
-    return _built[key]
+def built_sides(task: Path) -> dict:
+    """Both sides through kpremote's builders on the GPU; the build log of a side that failed is printed."""
+    spec = load_task(task)
+    run_dir = BUILD_ROOT / task.name
+    record = build.build_sides(spec, run_dir, "cuda")
+    for side, result in record.sides.items():
+        print(f"  {side}: {result.kind} via {result.builder}: {'ok' if result.ok else result.error} "
+              f"({result.seconds:.1f} s)", flush=True)
+        if not result.ok:
+            print((run_dir / result.log).read_text()[-4000:], flush=True)
+    if not record.ok:
+        raise RuntimeError(f"{task.name}: build failed")
+    return {side: build.import_side(spec, side, record.sides[side].module) for side in SIDES}
 
 
 def fresh(case, side: str, mutates: list[str]):
@@ -122,26 +97,18 @@ def time_side(call) -> float:
 
 
 def run_task(task: Path, which: str) -> list[tuple]:
-    spec = tomllib.loads((task / "task.toml").read_text())
-    build = spec["build"]
-    adapter = load_file(f"kp_adapter_{task.name}", task / "bench" / "adapter.py")
-    data = tomllib.loads((task / "bench" / "workloads.toml").read_text())
-    rows = [{**data.get("defaults", {}), **row} for row in data["workload"]]
+    spec = load_task(task)
+    adapter = build.import_adapter(spec)
+    rows = [{**w.params, "id": w.id, "production": w.production} for w in spec.workloads]
     if which == "prod":
         rows = [row for row in rows if row.get("production")]
     elif which == "smoke":
         rows = [row for row in rows if row.get("smoke") or row.get("production")]
-    if build["kind"] == "cutedsl":
-        sides = {
-            "baseline": load_file(f"kp_baseline_{task.name}", task / "baseline" / f"{build['entry']}.py"),
-            "candidate": load_file(f"kp_candidate_{task.name}", task / "solution" / f"{build['entry']}.py"),
-        }
+    sides = built_sides(task)
+    adapter.bind(baseline=sides["baseline"], candidate=sides["candidate"])
     table = []
     for row in rows:
         try:
-            if build["kind"] == "tvm-ffi":
-                sides = {side: build_tvm_ffi(task, build, side, row) for side in ("baseline", "candidate")}
-            adapter.bind(baseline=sides["baseline"], candidate=sides["candidate"])
             mutates = list(row.get("mutates", []))
             case = adapter.make_case(row, device="cuda", seed=int(row.get("seed", 0)))
             pristine = {k: v.clone() for k, v in case.inputs.items() if isinstance(v, torch.Tensor)}

@@ -5,14 +5,16 @@ Kinds, by the users' rule sheet:
   cuda     each side's `sources` through torch.utils.cpp_extension.load (PYBIND11_MODULE registration)
   tvm-ffi  each side's `sources` included into one generated unit with a TVM_FFI_DLL_EXPORT_TYPED_FUNC per
            `[build] exports` entry, built by apache-tvm-ffi (tvm_ffi.cpp), once per set of compile-time template
-           arguments that the adapter takes from the row (outputs passed last, as SGLang's load_jit does)
+           arguments that the adapter takes from the row (outputs passed last, as SGLang's load_jit does); the
+           builder writes every registration, so a source that registers its own is refused
   cutedsl  each side's <entry>.py imported by the one loader; nvidia-cutlass-dsl JIT-compiles it on first call
   python   each side's <entry>.py imported by the one loader (plain Python / torch)
 
 Sides may differ in kind only where the rule sheet allows it: a triton, cutedsl or python baseline may face a
 candidate of any kind (both behind the same adapter signature); a cuda or tvm-ffi baseline needs the candidate
 built by the same builder with the same registration style. `flags` is one list for every compiled side, and a
-flag that makes math fast (or flushes denormals) is refused unless both sides are compiled with it.
+flag that makes math fast (or flushes denormals) is refused unless both sides are compiled with it. `include_dirs`
+is one list of header folders, each relative to each compiled side's folder (where a side has it).
 
 Standard library at import time (taskspec validates with these rules without importing torch); torch, tvm_ffi and
 the builders' other packages are imported only when a side is built.
@@ -58,6 +60,9 @@ def default_standard(flags) -> list[str]:
     return [] if any(flag.startswith("-std=") for flag in flags) else ["-std=c++17"]
 MISSING_HEADER = re.compile(r"fatal error: ([^\s:]+): No such file or directory")
 EXPORT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SELF_REGISTRATION = re.compile(r"TVM_FFI_DLL_EXPORT_TYPED_FUNC")
+# What tvm_ffi.cpp.load_inline puts before the source; the generated unit starts with them too.
+TVM_FFI_HEADERS = ("container/tensor.h", "dtype.h", "error.h", "extra/c_env_api.h", "function.h")
 ARCH_LISTS = {"h200": "9.0", "h100": "9.0", "b200": "10.0"}  # TVM_FFI_CUDA_ARCH_LIST when unset: both sides alike
 # SGLang's make_cpp_args names for torch dtypes (the typedefs its headers define).
 CPP_DTYPES = {"float32": "fp32_t", "float16": "fp16_t", "bfloat16": "bf16_t", "float64": "double",
@@ -74,6 +79,7 @@ def parse_build(path: Path, values: dict[str, Any]) -> BuildSpec:
     compiled = [k for k in kinds if k in COMPILED_KINDS]
     flags = tuple(_string_list(path, "build", "flags", values.get("flags", [])))
     sources = tuple(_string_list(path, "build", "sources", values.get("sources", [])))
+    include_dirs = tuple(_string_list(path, "build", "include_dirs", values.get("include_dirs", [])))
     kind = kinds[0] if kinds[0] == kinds[1] else f"{kinds[0]}+{kinds[1]}"
     if flags and not compiled:
         raise TaskSpecError(
@@ -87,11 +93,13 @@ def parse_build(path: Path, values: dict[str, Any]) -> BuildSpec:
             f"so fast math would change one side's numerics (rule sheet: no fast math unless both sides use it)"
         )
     _check_sources(path, sources, compiled, kinds)
+    _check_include_dirs(path, include_dirs, compiled, kinds)
     entry = values.get("entry", "kernel")
     if not isinstance(entry, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", entry):
         raise TaskSpecError(f"{_shown(path)}: [build] entry = {entry!r} — allowed: a Python module name, e.g. \"kernel\"")
     exports = _exports(path, values.get("exports"), kinds)
-    return BuildSpec(kind=kind, flags=flags, sources=sources, entry=entry, kinds=kinds, exports=exports)
+    return BuildSpec(kind=kind, flags=flags, sources=sources, entry=entry, kinds=kinds, exports=exports,
+                     include_dirs=include_dirs)
 
 
 def side_kinds(path: Path, value: Any) -> tuple[str, str]:
@@ -142,6 +150,22 @@ def _check_sources(path: Path, sources: tuple[str, ...], compiled: list[str], ki
             raise TaskSpecError(f"{_shown(path)}: [build] sources {source!r} — must be relative to each side's folder")
     if len(set(sources)) != len(sources):
         raise TaskSpecError(f"{_shown(path)}: [build] sources = {list(sources)!r} — lists a file twice")
+
+
+def _check_include_dirs(path: Path, folders: tuple[str, ...], compiled: list[str], kinds: tuple[str, str]) -> None:
+    if folders and not compiled:
+        raise TaskSpecError(
+            f"{_shown(path)}: [build] include_dirs — only for a compiled side ({_listed(COMPILED_KINDS)}); "
+            f"kind = {_kind_text(kinds)} compiles nothing"
+        )
+    for folder in folders:
+        if not folder or Path(folder).is_absolute() or ".." in Path(folder).parts:
+            raise TaskSpecError(
+                f"{_shown(path)}: [build] include_dirs {folder!r} — must be a folder relative to each side's folder, "
+                f"e.g. \"upstream/include\" (baseline/upstream/include on the baseline side)"
+            )
+    if len(set(folders)) != len(folders):
+        raise TaskSpecError(f"{_shown(path)}: [build] include_dirs = {list(folders)!r} — lists a folder twice")
 
 
 def _exports(path: Path, value: Any, kinds: tuple[str, str]) -> tuple[tuple[str, str], ...]:
@@ -200,16 +224,27 @@ def needed_field(build: BuildSpec, side: str) -> str:
 
 
 def check_packages(path: Path, build: BuildSpec) -> None:
-    """Refuse, before anything runs, a task whose kind needs a package this Python lacks (named, with pip's name)."""
+    """Refuse, before anything runs, a task whose kind needs a package this Python lacks (named, with pip's name).
+
+    On a machine without an NVIDIA driver a cutedsl or tvm-ffi side cannot run: its rows are NOT CHECKED there,
+    so its package is not needed (tvm-ffi's compile-only check is skipped, with a note, when the package is absent).
+    """
     for side in SIDES:
         kind = kind_of(build, side)
         module, distribution = PACKAGES.get(kind, (None, None))
+        if kind not in CPU_KINDS and not gpu_driver_here():
+            continue
         if module and importlib.util.find_spec(module) is None:
             raise TaskSpecError(
                 f"{_shown(path)}: [build] kind = {_kind_text(tuple(kind_of(build, s) for s in SIDES))} — the {side} side "
                 f"needs the package {distribution} (import {module}), which this host's Python ({sys.executable}) "
                 f"lacks; install it there (pip install {distribution})"
             )
+
+
+def gpu_driver_here() -> bool:
+    """Whether this machine has the NVIDIA kernel driver, i.e. could run a CUDA side at all."""
+    return Path("/proc/driver/nvidia/version").exists() or Path("/dev/nvidiactl").exists()
 
 
 def package_versions(build: BuildSpec) -> dict[str, str | None]:
@@ -240,6 +275,21 @@ def not_checked_here(build: BuildSpec, device: str) -> dict[str, str]:
 def needs_triton_interpreter(build: BuildSpec, device: str) -> bool:
     """On a machine without a GPU a triton side runs through Triton's interpreter (TRITON_INTERPRET=1)."""
     return not device.startswith("cuda") and any(kind_of(build, s) == "triton" for s in SIDES)
+
+
+def include_paths(spec: TaskSpec, side: str) -> list[str]:
+    """The side's folder, then each `include_dirs` folder under it that the side has (as a compiler skips a missing
+    -I); a folder that no compiled side has is an error: a typo, or upstream files not materialized."""
+    folders = [spec.side_dir(side)]
+    for name in spec.build.include_dirs:
+        found = [s for s in SIDES if kind_of(spec.build, s) in COMPILED_KINDS and (spec.side_dir(s) / name).is_dir()]
+        if not found:
+            where = " or ".join(f"{spec.side_dir(s).name}/" for s in SIDES if kind_of(spec.build, s) in COMPILED_KINDS)
+            raise RuntimeError(f"{_shown(spec.root / 'task.toml')}: [build] include_dirs {name!r} — no such folder "
+                               f"in {where}")
+        if side in found:
+            folders.append(spec.side_dir(side) / name)
+    return [str(folder) for folder in folders]
 
 
 def host_flags(flags: list[str] | tuple[str, ...]) -> list[str]:
@@ -334,6 +384,7 @@ class CudaBuilder(Builder):
             sources=[str(spec.side_dir(side) / source) for source in spec.build.sources],
             extra_cflags=host_flags(spec.build.flags),
             extra_cuda_cflags=list(spec.build.flags),
+            extra_include_paths=include_paths(spec, side),
             build_directory=str(folder),
             verbose=True,
         )
@@ -347,7 +398,7 @@ class CudaBuilder(Builder):
         nvcc = find_nvcc()
         if nvcc is None:
             return Built(note="compile-only check skipped: nvcc not found on PATH or in CUDA_HOME")
-        includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
+        includes = [*include_paths(spec, side), *cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
         folder.mkdir(parents=True, exist_ok=True)
         for source in spec.build.sources:
             command = [nvcc, *default_standard(spec.build.flags), *spec.build.flags, *cpu_torch_defines(includes[0]),
@@ -385,7 +436,7 @@ class TvmFfiBuilder(Builder):
             cpp.build_inline(
                 f"{module_name(side)}_check", cuda_sources=generated_unit(spec, side, None),
                 extra_cflags=host_flags(spec.build.flags), extra_cuda_cflags=list(spec.build.flags),
-                extra_include_paths=[str(spec.side_dir(side))], build_directory=str(folder / "check"),
+                extra_include_paths=include_paths(spec, side), build_directory=str(folder / "check"),
             )
         else:
             TvmFfiSide(spec, side, folder).load()
@@ -394,18 +445,20 @@ class TvmFfiBuilder(Builder):
     def check(self, spec: TaskSpec, side: str, folder: Path) -> Built:
         """nvcc -c the generated unit (the side's sources and every export that needs no template argument) with
         tvm-ffi's headers and the same flags: no linking, as a machine without a GPU may lack the CUDA runtime."""
-        from tvm_ffi import libinfo
-
         nvcc = find_nvcc()
         if nvcc is None:
             return Built(note="compile-only check skipped: nvcc not found on PATH or in CUDA_HOME")
+        if importlib.util.find_spec("tvm_ffi") is None:
+            return Built(note="compile-only check skipped: apache-tvm-ffi (its headers) is not installed here")
+        from tvm_ffi import libinfo
+
         _arch_list_for(spec)
         folder.mkdir(parents=True, exist_ok=True)
         unit = folder / "generated.cu"
         unit.write_text(generated_unit(spec, side, None))
         arch = [f"-gencode=arch=compute_{a.replace('.', '')},code=sm_{a.replace('.', '')}"
                 for a in os.environ.get("TVM_FFI_CUDA_ARCH_LIST", "").split()]
-        includes = [libinfo.find_include_path(), libinfo.find_dlpack_include_path(), str(spec.side_dir(side))]
+        includes = [*include_paths(spec, side), libinfo.find_include_path(), libinfo.find_dlpack_include_path()]
         command = [nvcc, *default_standard(spec.build.flags), "-O2", *arch, *spec.build.flags,
                    *(f"-I{p}" for p in includes),
                    "-c", str(unit), "-o", str(folder / "generated.o")]
@@ -440,20 +493,39 @@ class TvmFfiSide:
             self._modules[key] = cpp.load_inline(
                 name, cuda_sources=generated_unit(self.spec, self.side, key),
                 extra_cflags=host_flags(self.spec.build.flags), extra_cuda_cflags=list(self.spec.build.flags),
-                extra_include_paths=[str(self.spec.side_dir(self.side))], build_directory=str(self.folder / name),
+                extra_include_paths=include_paths(self.spec, self.side), build_directory=str(self.folder / name),
             )
         return self._modules[key]
 
 
 def generated_unit(spec: TaskSpec, side: str, args: str | None) -> str:
-    """The one translation unit: the side's sources, then its exports (with args None: only those without {args})."""
-    lines = [f"// generated by kpremote for the {side} side: its sources, then its exports"]
-    lines += [f'#include "{(spec.side_dir(side) / source).resolve()}"' for source in spec.build.sources]
+    """The one translation unit: tvm-ffi's headers (those load_inline puts first, so the compile-only check compiles
+    what the build does), the side's sources, then its exports (with args None: only those without {args})."""
+    lines = [f"// generated by kpremote for the {side} side: tvm-ffi's headers, its sources, then its exports"]
+    lines += [f"#include <tvm/ffi/{header}>" for header in TVM_FFI_HEADERS]
+    for source in spec.build.sources:
+        path = (spec.side_dir(side) / source).resolve()
+        _refuse_own_registration(spec, side, source, path)
+        lines.append(f'#include "{path}"')
     for name, target in spec.build.exports:
         if "{args}" in target and args is None:
             continue
         lines.append(f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({name}, ({target.replace('{args}', args or '')}));")
     return "\n".join(lines) + "\n"
+
+
+def _refuse_own_registration(spec: TaskSpec, side: str, source: str, path: Path) -> None:
+    """Both sides register exactly what `exports` says, written by the builder: a source may not register its own."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return  # the compiler names it
+    if SELF_REGISTRATION.search(text):
+        raise RuntimeError(
+            f"{_shown(spec.side_dir(side) / source)}: registers its own {SELF_REGISTRATION.pattern} — refused: the "
+            f"builder writes one registration per [build] exports entry for both sides (rule sheet: the same "
+            f"registration style on both sides); remove it and name the callable in exports"
+        )
 
 
 def cpp_args(values: tuple[Any, ...]) -> list[str]:

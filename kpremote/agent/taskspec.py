@@ -76,6 +76,7 @@ class BuildSpec:
     entry: str = "kernel"
     kinds: tuple[str, ...] = ()  # (baseline kind, candidate kind); empty: both are `kind`
     exports: tuple[tuple[str, str], ...] = ()  # tvm-ffi: (export name, C++ callable with {args})
+    include_dirs: tuple[str, ...] = ()  # compiled sides: header folders, relative to each side's folder
 
 
 @dataclass(frozen=True)
@@ -344,7 +345,7 @@ def check_upstream_files(spec: TaskSpec) -> None:
 def _build_spec(path: Path, values: dict[str, Any]) -> BuildSpec:
     from .buildkinds import parse_build
 
-    _check_keys(path, "build", values, ("kind", "flags", "sources", "entry", "exports"))
+    _check_keys(path, "build", values, ("kind", "flags", "sources", "include_dirs", "entry", "exports"))
     return parse_build(path, values)
 
 

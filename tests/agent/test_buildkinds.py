@@ -116,6 +116,36 @@ def test_tvm_ffi_needs_exports_each_one_callable() -> None:
     assert "allowed: a C identifier" in refused({**minimal("tvm-ffi", "tvm-ffi"), "exports": {"bad name": "f"}})
 
 
+def test_include_dirs_are_folders_relative_to_each_compiled_side() -> None:
+    spec = parse_build(TOML, {**minimal("tvm-ffi", "tvm-ffi"), "include_dirs": ["upstream/include", "inc"]})
+    assert spec.include_dirs == ("upstream/include", "inc")
+    assert parse_build(TOML, minimal("cuda", "cuda")).include_dirs == ()
+    for bad in ("/usr/include", "../baseline/upstream"):
+        assert refused({**minimal("cuda", "cuda"), "include_dirs": [bad]}) == (
+            f"tiny_rmsnorm/task.toml: [build] include_dirs {bad!r} — must be a folder relative to each side's folder, "
+            'e.g. "upstream/include" (baseline/upstream/include on the baseline side)')
+    assert "lists a folder twice" in refused({**minimal("cuda", "cuda"), "include_dirs": ["a", "a"]})
+    assert "allowed: a list of non-empty strings" in refused({**minimal("cuda", "cuda"), "include_dirs": [""]})
+    assert "[build] include_dirs — only for a compiled side" in refused({"kind": "triton", "include_dirs": ["a"]})
+    assert "[build] include_dirs = 'a' — allowed: a list of non-empty strings" in refused(
+        {**minimal("cuda", "cuda"), "include_dirs": "a"})
+
+
+def test_an_include_dir_is_searched_on_each_side_that_has_it_and_must_exist_on_one(task: Path) -> None:
+    set_build(task, 'kind = "tvm-ffi"\nflags = []\nsources = ["k.cuh"]\ninclude_dirs = ["upstream/include"]\n'
+                    'exports = {f = "f"}')
+    for side in ("baseline", "solution"):
+        (task / side / "k.cuh").write_text("// kernel\n")
+    spec = load_task(task)
+    with pytest.raises(RuntimeError) as caught:
+        buildkinds.include_paths(spec, "baseline")
+    assert str(caught.value) == ("tiny_rmsnorm/task.toml: [build] include_dirs 'upstream/include' — no such folder in "
+                                 "baseline/ or solution/")
+    (task / "baseline" / "upstream" / "include").mkdir(parents=True)
+    assert buildkinds.include_paths(spec, "baseline") == [str(task / "baseline"), str(task / "baseline" / "upstream" / "include")]
+    assert buildkinds.include_paths(spec, "candidate") == [str(task / "solution")]  # the candidate lacks it: skipped
+
+
 def test_the_generated_unit_registers_each_export_with_the_rows_template_arguments(task: Path) -> None:
     torch = pytest.importorskip("torch")
     set_build(task, 'kind = "tvm-ffi"\nflags = ["-O3"]\nsources = ["k.cuh"]\n'
@@ -126,12 +156,26 @@ def test_the_generated_unit_registers_each_export_with_the_rows_template_argumen
     args = ", ".join(buildkinds.cpp_args((128, True, torch.bfloat16, "kFoo")))
     unit = buildkinds.generated_unit(spec, "candidate", args)
     assert f'#include "{(task / "solution" / "k.cuh").resolve()}"' in unit
+    assert unit.index("#include <tvm/ffi/function.h>") < unit.index("k.cuh")  # what load_inline puts first
     assert "TVM_FFI_DLL_EXPORT_TYPED_FUNC(scale, (Scale<128, true, bf16_t, kFoo>::run));" in unit
     assert "TVM_FFI_DLL_EXPORT_TYPED_FUNC(plain, (plain));" in unit
     without_args = buildkinds.generated_unit(spec, "baseline", None)
     assert "Scale<" not in without_args and "(plain, (plain))" in without_args
     with pytest.raises(TypeError, match="allowed bool, int, float, str or a torch dtype"):
         buildkinds.cpp_args(([1],))
+
+
+def test_a_source_that_registers_its_own_export_is_refused(task: Path) -> None:
+    set_build(task, 'kind = "tvm-ffi"\nflags = []\nsources = ["k.cuh"]\nexports = {scale = "Scale<{args}>::run"}')
+    (task / "baseline" / "k.cuh").write_text("// kernel\n")
+    (task / "solution" / "k.cuh").write_text("TVM_FFI_DLL_EXPORT_TYPED_FUNC(scale, (Scale<1>::run));\n")
+    spec = load_task(task)
+    assert "TVM_FFI_DLL_EXPORT_TYPED_FUNC(scale, (Scale<2>::run));" in buildkinds.generated_unit(spec, "baseline", "2")
+    with pytest.raises(RuntimeError) as caught:
+        buildkinds.generated_unit(spec, "candidate", "2")
+    assert str(caught.value).startswith(
+        "tiny_rmsnorm/solution/k.cuh: registers its own TVM_FFI_DLL_EXPORT_TYPED_FUNC — refused: the builder writes "
+        "one registration per [build] exports entry for both sides (rule sheet: the same registration style on both sides)")
 
 
 # ------------------------------------------------------------------------------------------------ packages
@@ -141,12 +185,25 @@ def test_a_kind_whose_package_the_host_lacks_is_refused_naming_it(task: Path, mo
     set_build(task, 'kind = {baseline = "triton", candidate = "cutedsl"}')
     (task / "solution" / "kernel.py").write_text("")
     monkeypatch.setitem(buildkinds.PACKAGES, "cutedsl", ("kp_not_installed_anywhere", "nvidia-cutlass-dsl"))
+    monkeypatch.setattr(buildkinds, "gpu_driver_here", lambda: True)  # a GPU host, where the side would run
     with pytest.raises(TaskSpecError) as caught:
         load_task(task)
     message = str(caught.value)
     assert message.startswith('tiny_rmsnorm/task.toml: [build] kind = {baseline = "triton", candidate = "cutedsl"} — '
                               "the candidate side needs the package nvidia-cutlass-dsl (import kp_not_installed_anywhere)")
     assert "pip install nvidia-cutlass-dsl" in message
+
+
+def test_without_the_gpu_driver_only_the_packages_of_sides_that_run_there_are_needed(
+        task: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    set_build(task, 'kind = {baseline = "triton", candidate = "cutedsl"}')
+    (task / "solution" / "kernel.py").write_text("")
+    monkeypatch.setitem(buildkinds.PACKAGES, "cutedsl", ("kp_not_installed_anywhere", "nvidia-cutlass-dsl"))
+    monkeypatch.setattr(buildkinds, "gpu_driver_here", lambda: False)
+    assert load_task(task).build.kinds == ("triton", "cutedsl")  # its rows will be NOT CHECKED, not refused
+    monkeypatch.setitem(buildkinds.PACKAGES, "triton", ("kp_not_installed_anywhere", "triton"))
+    with pytest.raises(TaskSpecError, match=r"the baseline side needs the package triton"):
+        load_task(task)  # a triton side runs here (the interpreter): its package is needed
 
 
 def test_package_versions_are_those_the_kinds_use() -> None:
@@ -285,6 +342,43 @@ def test_a_tvm_ffi_side_that_does_not_compile_fails_the_build(
     assert record.sides["baseline"].ok
     assert not record.sides["candidate"].ok and not record.ok
     assert record.sides["candidate"].error.startswith("RuntimeError: nvcc failed on the generated tvm-ffi unit")
+
+
+@needs_nvcc
+def test_an_include_dir_of_one_side_reaches_its_compile_check(
+        task: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("tvm_ffi")
+    monkeypatch.setenv("TVM_FFI_CUDA_ARCH_LIST", "9.0")
+    set_build(task, 'kind = "tvm-ffi"\nflags = ["-O3"]\nsources = ["scale.cuh"]\ninclude_dirs = ["upstream/include"]\n'
+                    'exports = {scale = "Scale<{args}>::run"}')
+    header = task / "baseline" / "upstream" / "include" / "up" / "kernel.cuh"
+    header.parent.mkdir(parents=True)
+    header.write_text(TVM_KERNEL)
+    (task / "baseline" / "scale.cuh").write_text("#include <up/kernel.cuh>\n")  # found through include_dirs only
+    (task / "solution" / "scale.cuh").write_text(TVM_KERNEL)
+    record = build.build_sides(load_task(task), tmp_path / "run", "cpu")
+    assert record.ok, {s: r.error for s, r in record.sides.items()}
+    log = (tmp_path / "run" / record.sides["baseline"].log).read_text()
+    assert f"-I{task / 'baseline' / 'upstream' / 'include'}" in log
+    assert "upstream" not in (tmp_path / "run" / record.sides["candidate"].log).read_text()
+    shutil.rmtree(task / "baseline" / "upstream")  # e.g. upstream files not materialized: the build says so
+    record = build.build_sides(load_task(task), tmp_path / "run2", "cpu")
+    assert not record.ok and not record.sides["baseline"].ok
+    assert record.sides["baseline"].error == ("RuntimeError: tiny_rmsnorm/task.toml: [build] include_dirs "
+                                              "'upstream/include' — no such folder in baseline/ or solution/")
+
+
+def test_a_tvm_ffi_check_without_the_package_is_skipped_with_a_note(
+        task: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tvm_ffi_task(task, TVM_KERNEL)
+    spec = load_task(task)
+    monkeypatch.setattr(buildkinds, "find_nvcc", lambda: "/usr/bin/true")
+    real_find_spec = buildkinds.importlib.util.find_spec
+    monkeypatch.setattr(buildkinds.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "tvm_ffi" else real_find_spec(name, *a))
+    built = buildkinds.BUILDERS["tvm-ffi"].check(spec, "baseline", tmp_path / "b")
+    assert built.error is None
+    assert built.note == "compile-only check skipped: apache-tvm-ffi (its headers) is not installed here"
 
 
 def test_a_side_may_not_build_tvm_ffi_itself(task: Path) -> None:

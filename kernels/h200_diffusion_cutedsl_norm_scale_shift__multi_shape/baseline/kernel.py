@@ -1,7 +1,7 @@
 """Baseline side: SGLang's CuTe DSL fused_norm_scale_shift behind the task's destination-passing ABI.
 
-The kernel code is upstream's, unchanged, under ./upstream (sglang 0.5.23, sha256-pinned in
-task.toml). This file is the local adapter the rule sheet asks for: it runs the same steps as
+The kernel code is upstream's, unchanged, under ./upstream (sglang 0.5.23, each file
+sha256-pinned in docs/baseline_source.md). This file is the local adapter the rule sheet asks for: it runs the same steps as
 upstream's `fused_norm_scale_shift` after its Blackwell-only KDA pre-dispatch (validate, broadcast
 scale/shift to the BSFD view, scalar placeholders for absent weight/bias, compile once per
 ScaleResidualNormScaleShift.make_hash_key, call on torch's current stream), except that the output

@@ -13,15 +13,15 @@ A row's keys (bench/workloads.toml):
   dtype, cache_dtype, position_dtype               activations/weights, cos_sin_cache, positions
   is_neox, round_norm_before_rope, cache_has_full_width, use_pdl    upstream template arguments
   eps, atol, rtol
-Both sides' modules export qknorm_rope(q, k, q_weight, k_weight, cos_sin_cache, positions, eps),
-built from <side>/export.cu with the row's template arguments (task.toml [build] template).
+Both sides are tvm-ffi (task.toml [build]): each side's `load(*template_args(row))` is the module built
+for that row's compile-time arguments, exporting qknorm_rope(q, k, q_weight, k_weight, cos_sin_cache,
+positions, eps) = QKNormRopeKernel<args>::run, as SGLang's load_jit builds it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -36,10 +36,10 @@ _DTYPES = {
     "int32": torch.int32,
     "int64": torch.int64,
 }
-_sides: dict[str, ModuleType] = {}
+_sides: dict[str, Any] = {}
 
 
-def bind(*, baseline: ModuleType, candidate: ModuleType) -> None:
+def bind(*, baseline: Any, candidate: Any) -> None:
     _sides["baseline"] = baseline
     _sides["candidate"] = candidate
 
@@ -103,11 +103,28 @@ def make_case(workload: dict, *, device: str, seed: int) -> Case:
     return case
 
 
+def template_args(workload: dict) -> tuple:
+    """QKNormRopeKernel's template arguments, in the order _jit_qknorm_rope_module passes them to
+    make_cpp_args (qknorm_rope_jit.py): use_pdl is is_arch_support_pdl() there (true on CC 9.0), and
+    half_warp its default, true."""
+    return (
+        int(workload["head_dim"]),
+        int(workload["rope_dim"]),
+        bool(workload["is_neox"]),
+        bool(workload["use_pdl"]),
+        _dtype(workload, "dtype"),
+        _dtype(workload, "cache_dtype"),
+        bool(workload["round_norm_before_rope"]),
+        bool(workload["cache_has_full_width"]),
+        True,
+    )
+
+
 def _call(side: str, workload: dict, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
-    module = _sides.get(side)
-    if module is None:
+    loader = _sides.get(side)
+    if loader is None:
         raise RuntimeError("bench/adapter.py: bind(baseline=..., candidate=...) was not called")
-    module.qknorm_rope(
+    loader.load(*template_args(workload)).qknorm_rope(
         inputs["q"],
         inputs["k"],
         inputs["q_weight"],

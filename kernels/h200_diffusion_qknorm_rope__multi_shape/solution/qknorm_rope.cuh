@@ -1,7 +1,7 @@
 // Candidate: fused in-place QK RMSNorm + RoPE for diffusion attention.
 //
 // Same entry point and template parameters as SGLang's QKNormRopeKernel<...>::run, so the one
-// export line in export.cu serves both sides. What differs is the work split:
+// registration in task.toml's [build] exports serves both sides. What differs is the work split:
 //   - one row (one head of one token) is head_dim / 8 lanes, each lane one 16-byte vector;
 //   - a group of those lanes takes kRowsPerGroup heads of ONE token: the token's position and
 //     its cos/sin are loaded once and reused for every head, and the group's row loads are all

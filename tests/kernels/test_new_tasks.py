@@ -1,0 +1,183 @@
+"""The two issue-17 tasks (qknorm_rope: tvm-ffi both sides; norm_scale_shift: CuTe DSL baseline, Triton candidate) on
+a machine without a GPU: `inv check` runs, says NOT CHECKED for every row and exits non-zero, never PASSED; what
+can be checked here is (both tvm-ffi sides compile for every production row; the Triton candidate matches the
+reference in Triton's interpreter).
+
+The upstream files are git-ignored: each test works on a copy of the task whose baseline/upstream/ comes from the
+pinned sglang wheel through `benchmarks/gpu/new_tasks.sh upstream` (sha256-checked), or from this checkout where it
+was already materialized.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from kpremote.agent import build, buildkinds
+from kpremote.agent.taskspec import load_task
+from rig import REPO, run_inv
+
+QKNORM = "h200_diffusion_qknorm_rope__multi_shape"
+CUTEDSL = "h200_diffusion_cutedsl_norm_scale_shift__multi_shape"
+NOT_RUNNABLE_HERE = {QKNORM: {"baseline", "candidate"}, CUTEDSL: {"baseline"}}  # sides that need a GPU
+SCRIPT = REPO / "benchmarks" / "gpu" / "new_tasks.sh"
+WHEEL_DIR = Path(os.environ.get("SGLANG_WHEEL_DIR", "/work/main/.whl/sglang"))
+
+
+def materialize(kernels: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KP_KERNELS": str(kernels), "SGLANG_WHEEL_DIR": str(WHEEL_DIR), "PYTHON": sys.executable}
+    return subprocess.run(["bash", str(SCRIPT), "upstream"], env=env, capture_output=True, text=True, timeout=300)
+
+
+def task_copy(tmp_path: Path, *tasks: str) -> Path:
+    """kernels/<task> copies under tmp_path with their upstream files; returns the kernels folder."""
+    kernels = tmp_path / "kernels"
+    for task in tasks:
+        shutil.copytree(REPO / "kernels" / task, kernels / task, ignore=shutil.ignore_patterns("results", "upstream"))
+    if list(WHEEL_DIR.glob("sglang-0.5.23-*.whl")):
+        done = materialize(kernels)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return kernels
+    for task in tasks:
+        upstream = REPO / "kernels" / task / "baseline" / "upstream"
+        if not upstream.is_dir():
+            pytest.skip(f"no sglang 0.5.23 wheel in {WHEEL_DIR} (SGLANG_WHEEL_DIR) and {upstream} not materialized")
+        shutil.copytree(upstream, kernels / task / "baseline" / "upstream")
+    return kernels
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return task_copy(tmp_path_factory.mktemp("new_tasks"), QKNORM, CUTEDSL)
+
+
+# ------------------------------------------------------------------------------------------------ inv check
+
+
+@pytest.mark.parametrize("task", [QKNORM, CUTEDSL])
+def test_inv_check_says_not_checked_for_every_row_and_fails(task: str, kernels: Path) -> None:
+    result = run_inv("check", "--task", task, cwd=kernels.parent, timeout=900)
+    output = result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 1, output  # a check that did not run is not a pass (and not a refusal: 2)
+    [summary] = (kernels / task / "results" / "check").glob("*/summary/results.json")
+    results = json.loads(summary.read_text())
+    rows = results["rows"]
+    assert rows and all(row["smoke"] for row in rows)
+    assert {row["status"] for row in rows} == {buildkinds.NOT_CHECKED}, [(r["workload"], r["status"]) for r in rows]
+    record = results["provenance"]["build"]
+    assert record["ok"] and record["compile_only"]
+    assert set(record["not_checked"]) == NOT_RUNNABLE_HERE[task]
+    assert all("cannot run without a GPU" in why for why in record["not_checked"].values())
+    if task == QKNORM and buildkinds.find_nvcc() is None:
+        assert record["note"].startswith("compile-only check skipped: nvcc not found")
+    elif task == QKNORM:  # both tvm-ffi sides got the compile-only check, with the one flag list
+        assert record["exports"] == [["qknorm_rope", "QKNormRopeKernel<{args}>::run"]] and record["note"] is None
+        logs = {side: (summary.parents[1] / record["sides"][side]["log"]).read_text() for side in ("baseline", "candidate")}
+        include = kernels / task / "baseline" / "upstream" / "python" / "sglang" / "kernels" / "jit" / "include"
+        assert f"-I{include}" in logs["baseline"] and "upstream" not in logs["candidate"]
+        for log in logs.values():
+            assert "generated.cu" in log and "-DSGL_CUDA_ARCH=900 -std=c++20 -O3 --expt-relaxed-constexpr" in log
+
+
+# ------------------------------------------------------------------------------------------------ what runs here
+
+
+def test_both_qknorm_sides_compile_for_every_production_rows_template_arguments(kernels: Path, tmp_path: Path) -> None:
+    """One unit per side with an export per distinct production instantiation, for sm_90 (the H200), no link."""
+    pytest.importorskip("tvm_ffi")
+    from tvm_ffi import libinfo
+
+    nvcc = buildkinds.find_nvcc()
+    if nvcc is None:
+        pytest.fail("nvcc not found: the compile check of the production instantiations needs a CUDA toolkit")
+    spec = load_task(kernels / QKNORM)
+    adapter = build.import_adapter(spec)
+    instances = sorted({", ".join(buildkinds.cpp_args(adapter.template_args(w.params)))
+                        for w in spec.workloads if w.production})
+    assert instances, "no production row"
+    (target,) = [t for _, t in spec.build.exports]
+
+    def compile_side(side: str) -> subprocess.CompletedProcess:
+        unit = tmp_path / f"{side}.cu"
+        unit.write_text(buildkinds.generated_unit(spec, side, None) + "".join(
+            f"TVM_FFI_DLL_EXPORT_TYPED_FUNC(row_{i}, ({target.replace('{args}', args)}));\n"
+            for i, args in enumerate(instances)))
+        includes = [*buildkinds.include_paths(spec, side), libinfo.find_include_path(), libinfo.find_dlpack_include_path()]
+        command = [nvcc, "-std=c++17", "-O2", "-gencode=arch=compute_90,code=sm_90", *spec.build.flags,
+                   *(f"-I{p}" for p in includes), "-c", str(unit), "-o", str(tmp_path / f"{side}.o")]
+        return subprocess.run(command, capture_output=True, text=True, timeout=900)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = dict(zip(("baseline", "candidate"), pool.map(compile_side, ("baseline", "candidate"))))
+    for side, result in done.items():
+        errors = [line for line in (result.stdout + result.stderr).splitlines() if "error" in line][:3]
+        assert result.returncode == 0, f"{side}: {errors}"
+
+
+_CANDIDATE_ON_THE_INTERPRETER = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])
+    import torch
+    from kpremote.agent import build
+    from kpremote.agent.taskspec import load_task
+
+    class NotHere:
+        def __getattr__(self, name):
+            raise RuntimeError("the CuTe DSL baseline cannot run without a GPU")
+
+    spec = load_task(Path(sys.argv[2]))
+    adapter = build.import_adapter(spec)
+    adapter.bind(baseline=NotHere(), candidate=build.import_side(spec, "candidate"))
+    report = []
+    for w in spec.smoke_rows():
+        case = adapter.make_case(w.params, device="cpu", seed=0)
+        expected = adapter.reference(w.params, case.inputs)
+        for t in case.outputs_candidate.values():
+            t.fill_(float("nan"))
+        adapter.call_candidate(w.params, case.inputs, case.outputs_candidate)
+        for key, out in case.outputs_candidate.items():
+            got, want = out.double(), expected[key].double()
+            ok = bool(torch.isfinite(got).all() and torch.isclose(got, want, atol=case.atol, rtol=case.rtol).all())
+            report.append([w.id, key, ok, (got - want).abs().max().item()])
+    print(json.dumps(report))
+    """
+)
+
+
+def test_the_triton_candidate_matches_the_reference_on_the_interpreter(kernels: Path) -> None:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-c", _CANDIDATE_ON_THE_INTERPRETER, str(REPO), str(kernels / CUTEDSL)],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report and len({row for row, *_ in report}) == len(load_task(kernels / CUTEDSL).smoke_rows())
+    assert [r for r in report if not r[2]] == []
+
+
+# ------------------------------------------------------------------------------------------------ the pins
+
+
+def test_new_tasks_sh_refuses_an_upstream_file_whose_sha256_differs_from_the_pin(tmp_path: Path) -> None:
+    if not list(WHEEL_DIR.glob("sglang-0.5.23-*.whl")):
+        pytest.skip(f"no sglang 0.5.23 wheel in {WHEEL_DIR} (SGLANG_WHEEL_DIR): nothing to check the pins against")
+    kernels = tmp_path / "kernels"
+    for task in (QKNORM, CUTEDSL):
+        shutil.copytree(REPO / "kernels" / task, kernels / task, ignore=shutil.ignore_patterns("results", "upstream"))
+    doc = kernels / CUTEDSL / "docs" / "baseline_source.md"
+    pinned = "6ab4c5c6009a4ff23eef74a399617e4075dcb6cc98019947e210ec21cd573f6b"
+    doc.write_text(doc.read_text().replace(pinned, "0" * 64))
+    done = materialize(kernels)
+    assert done.returncode != 0
+    assert (f"{CUTEDSL}: python/sglang/kernels/ops/diffusion/norm/scale_residual_norm_cutedsl.py: sha256 {pinned} "
+            f"in the wheel, docs/baseline_source.md pins {'0' * 64}") in done.stderr
+    assert not (kernels / CUTEDSL / "baseline" / "upstream").exists()
