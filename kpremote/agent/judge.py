@@ -492,6 +492,13 @@ class Sampler:
         value = reply.get("us")
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
             raise SideFailed(f"{side} side sent a sample time that is not a positive number: {value!r}")
+        persisting = reply.get("persisting_l2_bytes")
+        if isinstance(persisting, int) and not isinstance(persisting, bool) and persisting > 0:
+            raise Refused(Verdict(INCORRECT if side == "candidate" else ERROR,
+                                  f"{side}: {timing.IMPLAUSIBLE_PREFIX.split(':')[0]}: it reserved {persisting} bytes "
+                                  f"of persisting L2 (cudaLimitPersistingL2CacheSize): data kept in L2 across the "
+                                  f"flush makes its timing a fiction", f"timing, {side}",
+                                  {"kind": "persisting_l2", "bytes": persisting}))
         return float(value)
 
     def verify(self, side: str, case: SharedCase, when: str) -> None:

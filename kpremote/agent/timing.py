@@ -280,6 +280,19 @@ def reset_persisting_l2() -> str | None:
     return None
 
 
+def persisting_l2_limit() -> int | None:
+    """This context's persisting-L2 set-aside in bytes (a host-side query: no GPU work), or None if unreadable."""
+    lib = cudart()
+    if lib is None:
+        return None
+    import ctypes
+
+    size = ctypes.c_size_t(0)
+    if lib.cudaDeviceGetLimit(ctypes.byref(size), ctypes.c_int(CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE)):
+        return None
+    return int(size.value)
+
+
 def flush_probe(l2_bytes: int | None = None) -> dict[str, Any]:
     """Shows the flush really evicts: a re-read of an L2-sized buffer, warm vs after the flush."""
     import torch
