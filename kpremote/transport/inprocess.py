@@ -60,6 +60,9 @@ class InProcessTransport:
     def connect_soon(self) -> None:
         pass  # nothing to connect
 
+    def connect(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 

@@ -7,11 +7,18 @@ from typing import Any
 
 TASK = "demo"
 STANDIN_HOME = Path(__file__).resolve().parents[1] / "agent"
+# A task the agent accepts (it validates task.toml before it records a run); the stand-in runner never imports it.
+TASK_TOML = ("[task]\nname = 'demo'\narch = '{arch}'\nfamily = 'demo'\n"
+             "[baseline]\nrepo = 'https://example.invalid/demo'\nref = 'main'\ncommit = 'unresolved'\n"
+             "[build]\nkind = 'python'\n")
 FILES = {
-    "task.toml": "[task]\nname = 'demo'\n",
+    "task.toml": TASK_TOML.format(arch="any"),
     "baseline/kernel.py": "def kernel(): return 'baseline'\n",
     "solution/kernel.py": "def kernel(): return 'solution'\n",
-    "bench/adapter.py": "X = 1\n",
+    "bench/adapter.py": ("def make_case(workload, *, device, seed): ...\n"
+                         "def call_baseline(workload, inputs, outputs): ...\n"
+                         "def call_candidate(workload, inputs, outputs): ...\n"),
+    "bench/workloads.toml": "[[workload]]\nid = 'w1'\n",
 }
 
 

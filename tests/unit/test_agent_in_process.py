@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from unit.helpers import TASK, gpu, write
+from unit.helpers import TASK, TASK_TOML, gpu, write
 
 from kpremote.agent.protocol import ExitCode
 from kpremote.agentcall import Agent
@@ -64,7 +64,7 @@ def test_a_run_goes_to_the_idle_gpu_with_least_memory_used_and_leased_ones_are_s
 
 
 def test_a_task_for_another_arch_is_refused_with_what_the_host_has(agent, kernels, gpus, standin_runs):
-    write(kernels / TASK / "task.toml", "[task]\nname = 'demo'\narch = 'b200'\n")
+    write(kernels / TASK / "task.toml", TASK_TOML.format(arch="b200"))
     with pytest.raises(KpremoteError, match=r"task arch b200 needs compute capability 10.x; GPU 0 NVIDIA H200 is 9.0"):
         start_run(session_of(agent), TASK, kernels, RunOptions())
     assert not list((workspace(agent).parent / "runs").iterdir())  # the refused run left no folder
@@ -130,7 +130,7 @@ def test_sync_sends_only_what_changed_over_one_channel(agent, kernels):
     write(kernels / TASK / "solution" / "kernel.py", "def kernel(): return 'faster'\n")
     (kernels / TASK / "bench" / "adapter.py").unlink()
     second = sync_task(agent, TASK, kernels)
-    assert (first.files_sent, first.channels) == (4, 1)
+    assert (first.files_sent, first.channels) == (5, 1)
     assert (second.files_sent, second.deleted, second.channels) == (1, 1, 1)
     assert not (workspace(agent) / "bench" / "adapter.py").exists()
 
