@@ -57,9 +57,8 @@ def results_columns(rows: list[dict[str, Any]], copy_gbps: Optional[float]) -> l
         Column("status", [Text(row.get("status", "?") + (" (invalid)" if row.get("invalid") else ""),
                                style=STATUS_STYLE.get(row.get("status", ""), "")) for row in rows], whole=True),
     ]
-    if any(row.get("verdict") for row in rows):
-        columns.append(Column("verdict", [Text(str(row.get("verdict") or "–"),
-                                               style=VERDICT_STYLE.get(str(row.get("verdict")), ""))
+    if any(row_verdict(row) for row in rows):
+        columns.append(Column("verdict", [Text(row_verdict(row) or "–", style=VERDICT_STYLE.get(row_verdict(row), ""))
                                           for row in rows], whole=True))
     columns += [
         Column("speedup", [_speedup_cell(row) for row in rows], whole=True, justify="right"),
@@ -124,3 +123,11 @@ def results_view(results: dict[str, Any], width: int) -> Group:
         parts += _notes(rows)
     parts.append(headline_line(results.get("headline") or {}))
     return Group(*parts)
+
+
+def row_verdict(row: dict) -> Optional[str]:
+    """FASTER / SAME / SLOWER: the agent writes {"verdict", "speedup", "low", "high", ...} (results.json rows)."""
+    verdict = row.get("verdict")
+    if isinstance(verdict, dict):
+        verdict = verdict.get("verdict")
+    return str(verdict) if verdict else None

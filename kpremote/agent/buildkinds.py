@@ -600,9 +600,11 @@ def _run_compiler(command: list[str], spec: TaskSpec, source: str) -> str | None
     os.write(1, done.stdout.encode() + b"\n")
     if done.returncode == 0:
         return None
+    errors = [line for line in done.stdout.splitlines() if "error" in line]
+    own = [line for line in errors if not MISSING_HEADER.search(line)]  # the source's own errors, not a lack here
     header = MISSING_HEADER.search(done.stdout)
-    if header and not any(spec.root.rglob(Path(header.group(1)).name)):
+    if header and not own and not any(spec.root.rglob(Path(header.group(1)).name)):
         # A CPU machine's torch and CUDA toolkit often lack headers a GPU host has (cusparse.h, ...).
         return f"inconclusive: compile-only check could not run here ({header.group(1)} is not installed)"
-    last = [line for line in done.stdout.splitlines() if "error" in line][:1]
-    raise RuntimeError(f"nvcc failed on {source}: {last[0] if last else f'exit code {done.returncode}'}")
+    first = (own or errors)[:1]
+    raise RuntimeError(f"nvcc failed on {source}: {first[0] if first else f'exit code {done.returncode}'}")

@@ -12,11 +12,13 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-HARNESS_VERSION = "2.0"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors
+HARNESS_VERSION = "2.1"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+# 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked
 AGENT_DIR = Path(__file__).resolve().parent
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 HARNESS_FILES = (
-    "build.py", "channel.py", "contract.py", "correctness.py", "guard.py", "harness.py", "judge.py", "report.py",
+    "audit.py", "build.py", "buildkinds.py", "channel.py", "contract.py", "correctness.py", "guard.py", "harness.py",
+    "judge.py", "report.py",
     "runner.py", "side.py", "stats.py", "taskspec.py", "timing.py", "worker.py",
 )
 

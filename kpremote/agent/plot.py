@@ -15,6 +15,9 @@ PASSED = "PASSED"
 def row_interval(row: dict[str, Any]) -> Optional[tuple[float, float]]:
     """A row's speedup interval, where the agent gave one: {"speedup_interval": {"low", "high"}} or [low, high],
     or "speedup_low" / "speedup_high", on the row or in its timing."""
+    verdict = row.get("verdict")
+    if isinstance(verdict, dict) and verdict.get("low") and verdict.get("high"):  # what the judge writes
+        return float(verdict["low"]), float(verdict["high"])
     for where in (row, row.get("timing") or {}):
         interval = where.get("speedup_interval") or where.get("interval")
         if isinstance(interval, dict) and interval.get("low") and interval.get("high"):

@@ -118,20 +118,25 @@ def build_results(
 def write_summary(run_dir: Path, results: dict[str, Any], events: list[dict[str, Any]]) -> list[Path]:
     summary = Path(run_dir) / "summary"
     summary.mkdir(parents=True, exist_ok=True)
+    from .plot import draw_speedup_plot
+
+    plot = summary / "speedup.png"
+    why_not = draw_speedup_plot(results, plot)  # None: drawn
     written = [
         _write(summary / "results.json", json.dumps(results, indent=1, default=str) + "\n"),
-        _write(summary / "results.md", render_results_md(results)),
+        _write(summary / "results.md", render_results_md(results, plot_missing=why_not)),
         _write(summary / "run_log.md", render_run_log(results, events)),
     ]
-    if plot_speedups(results, summary / "speedup.png"):
-        written.append(summary / "speedup.png")
+    if why_not is None:
+        written.append(plot)
     return written
 
 
 # --------------------------------------------------------------------------------------------- results.md
 
 
-def render_results_md(results: dict[str, Any]) -> str:
+def render_results_md(results: dict[str, Any], plot_missing: str | None = "not drawn") -> str:
+    """plot_missing: why there is no speedup.png beside results.md, or None when there is one (then it is embedded)."""
     prov = results.get("provenance", {})
     task = prov.get("task", {}).get("name", "?")
     lines = [f"# {task}: results", ""]
@@ -149,6 +154,8 @@ def render_results_md(results: dict[str, Any]) -> str:
         if notes:
             lines += ["Notes:", "", *notes, ""]
     lines += [_headline_line(results.get("headline") or {}), ""]
+    lines += ["![speedup per row, with its 95 % interval and % of copy bandwidth](speedup.png)" if plot_missing is None
+              else f"No plot: {plot_missing}", ""]
     return "\n".join(lines)
 
 
@@ -351,37 +358,3 @@ def _event_text(event: dict[str, Any]) -> str | None:
     if name in ("error", "warning", "provenance"):
         return f"{name}: {event.get('message') or 'recorded'}"
     return None
-
-
-# --------------------------------------------------------------------------------------------- plot
-
-
-def plot_speedups(results: dict[str, Any], path: Path) -> bool:
-    """speedup.png when matplotlib is importable; False (no file) otherwise."""
-    rows = [r for r in results.get("rows", []) if r.get("speedup") and r.get("status") == PASSED]
-    if not rows:
-        return False
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except Exception:  # noqa: BLE001 - no matplotlib, no plot
-        return False
-    # Horizontal bars: workload ids are long, and a row per workload stays readable at any count.
-    figure, axes = plt.subplots(figsize=(7.0, 1.2 + 0.35 * len(rows)))
-    values = [r["speedup"] for r in rows]
-    positions = range(len(rows))
-    axes.barh(positions, values, color=["tab:green" if v >= 1 else "tab:red" for v in values])
-    axes.axvline(1.0, color="black", linewidth=0.8)
-    axes.set_yticks(positions, [r["workload"] for r in rows], fontsize=7)
-    axes.invert_yaxis()
-    axes.set_xlabel("speedup (baseline median / candidate median)")
-    head = results.get("headline") or {}
-    title = f"geomean {head['geomean']:.3f}×" if head.get("geomean") else "speedup per workload"
-    axes.set_title(title + (" — SMOKE, meaningless" if results.get("smoke") else ""), fontsize=9)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return True
-

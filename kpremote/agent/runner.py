@@ -450,7 +450,9 @@ class Runner:
         if build.get("note"):
             self.events.emit("warning", message=build["note"])
         if build.get("not_checked"):
-            self.events.emit("warning", message=f"{NOT_CHECKED}: {build['not_checked']}")
+            why = build["not_checked"]
+            self.events.emit("warning", message=f"{NOT_CHECKED}: " + ("; ".join(why.values()) if isinstance(why, dict)
+                                                                         else str(why)))
         if not build["ok"]:
             failed = [f"{s}: {r['error']}" for s, r in build["sides"].items() if not r["ok"]]
             raise Abort(f"build failed — {'; '.join(failed)} (logs in raw/build/)")

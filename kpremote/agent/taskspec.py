@@ -394,16 +394,19 @@ def check_sides_symmetric(spec: TaskSpec) -> None:
                     f"{'in the ' + side + ' side' if spec.build.kinds[:1] != spec.build.kinds[1:] else 'on both sides'}; "
                     f"missing in {_shown(spec.side_dir(side))}"
                 )
-    for python_file in [*_python_files(spec.side_dir("baseline")), *_python_files(spec.side_dir("candidate")),
-                        spec.adapter_path]:
-        _refuse_self_build(python_file)
+    for python_file in [*_python_files(spec.side_dir("baseline")), spec.adapter_path]:
+        _refuse_self_build(python_file, dynamic_code=False)  # trusted and pinned (docs/trust.md): symmetry only
+    for python_file in _python_files(spec.side_dir("candidate")):
+        _refuse_self_build(python_file, dynamic_code=True)
 
 
 def _python_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def _refuse_self_build(path: Path) -> None:
+def _refuse_self_build(path: Path, *, dynamic_code: bool) -> None:
+    """A side that builds or loads its own binary breaks the one-builder rule; in the untrusted candidate, code
+    imported or run by a computed name is refused too, since it could hide exactly that."""
     try:
         tree = ast.parse(path.read_text(errors="replace"), filename=str(path))
     except (FileNotFoundError, SyntaxError):
@@ -415,7 +418,7 @@ def _refuse_self_build(path: Path) -> None:
                 f"{_shown(path)}:{node.lineno}: builds or loads its own binary ({name}) — refused: both sides are "
                 f"built by the agent with the same builder and flags; use [build] kind = \"cuda\" and sources"
             )
-        name = _dynamic_code_name(node)
+        name = _dynamic_code_name(node) if dynamic_code else None
         if name:
             raise TaskSpecError(
                 f"{_shown(path)}:{node.lineno}: imports or runs code by a computed name ({name}) — refused: it would "
