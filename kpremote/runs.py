@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from .agentcall import Agent, error_message
 from .config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
+from .slurm import agent_subcommand  # Slurm clusters: the agent's slurm-* twins (issue 15)
 from .sync import build_sync_request, have_listing, plan_sync, record_synced, scan_task, sync_task
 from .transport import open_transport
 
@@ -39,6 +40,7 @@ class StartedRun(BaseModel):
     run_id: str
     gpu: Optional[dict[str, Any]] = None
     synced_files: Optional[int] = None
+    job_id: Optional[str] = None  # a Slurm cluster's job
 
 
 class NoIdleGpu(KpremoteError):
@@ -65,6 +67,10 @@ class RunSession:
 
 def start_run(session: RunSession, task: str, kernels_dir: Path, options: RunOptions) -> StartedRun:
     """Sync the task and start its run in one channel; a second only when the host's workspace was not as expected."""
+    if session.host.is_cluster:  # Slurm: the same sync, then sbatch instead of a lease (kpremote/slurm.py)
+        from .slurm import submit_run
+
+        return submit_run(session, task, kernels_dir, options)
     args = _start_args(session.host, task, options)
     session.agent.transport.connect_soon()  # the handshake's round trips pass while the task is scanned
     plan = plan_sync(session.host, scan_task(kernels_dir, task))
@@ -141,7 +147,7 @@ def follow_run(session: RunSession, task: str, run_id: str, on_event: Callable[[
 
     with_summary = ["--with-summary"] if summary_sink is not None else []
     result = session.agent.call(
-        "follow", "--task", task, "--run", run_id, "--from", str(offset), *(["--once"] if once else []),
+        agent_subcommand(session.host, "follow"), "--task", task, "--run", run_id, "--from", str(offset), *(["--once"] if once else []),
         *with_summary, on_stdout=feed, idle_timeout=session.host.connect_timeout + HEARTBEAT_GRACE_S,
     )
     if not result.ok and (not final or tar_follows):
@@ -152,12 +158,12 @@ def follow_run(session: RunSession, task: str, run_id: str, on_event: Callable[[
 
 
 def cancel_run(session: RunSession, task: str, run_id: str) -> dict[str, Any]:
-    return session.agent.call_json("cancel", "--task", task, "--run", run_id)
+    return session.agent.call_json(agent_subcommand(session.host, "cancel"), "--task", task, "--run", run_id)
 
 
 def list_runs(session: RunSession, task: Optional[str] = None) -> list[dict[str, Any]]:
     args = ["--task", task] if task else []
-    return session.agent.call_json("status", *args).get("runs", [])
+    return session.agent.call_json(agent_subcommand(session.host, "status"), *args).get("runs", [])
 
 
 def find_task_of_run(session: RunSession, run_id: str) -> str:

@@ -53,7 +53,10 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
     if json:
         print_json(gpustatus.gpu_status_json(reports))
     else:
-        view.console.print(view.gpu_table(reports))
+        from .slurm import gpu_tables  # GPU hosts in the usual table, Slurm clusters per node
+
+        for table in gpu_tables(reports):
+            view.console.print(table)
     finish(all(r.ok for r in reports))
 
 
@@ -156,8 +159,11 @@ def _runs_or_error(host, agent, task) -> dict:
     from .errors import KpremoteError
 
     try:
+        from .slurm import agent_subcommand
+
         args = ["--task", task] if task else []
-        return {"host": host.name, "ok": True, "runs": agent.call_json("status", *args).get("runs", [])}
+        runs = agent.call_json(agent_subcommand(host, "status"), *args).get("runs", [])
+        return {"host": host.name, "ok": True, "runs": runs}
     except KpremoteError as exc:
         return {"host": host.name, "ok": False, "error": str(exc), "runs": []}
 
