@@ -183,7 +183,8 @@ class SlurmRig:
 
     def resume_node(self) -> None:
         """Back to service after a test set it down (ReturnToService=2 also does it when slurmd registers)."""
-        self.set_node("resume")
+        if self.node_state().rstrip("*") not in ("idle", "mix", "alloc"):
+            self.set_node("resume")
         self._wait(lambda: self.node_state() in ("idle", "mix", "alloc"), "the node is back")
 
     def cancel_all(self) -> None:
