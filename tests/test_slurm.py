@@ -306,7 +306,7 @@ def test_a_bad_sbatch_setting_is_refused_before_anything_is_submitted(cluster, s
     assert "Traceback" not in done.stderr
     refused = make_cluster(tmp_path / "refused", slurm, login, rig, partition="nosuch")
     done = refused.inv("run", "--host", "cluster", "--task", "tiny_rmsnorm", "--json")
-    assert done.returncode != 0 and "invalid partition" in done.stdout + done.stderr, done.stdout + done.stderr
+    assert done.returncode != 0 and "Invalid partition name" in done.stdout + done.stderr, done.stdout + done.stderr
     assert slurm.client("squeue", "-h", "-t", "all", "-o", "%i").stdout.split() == before  # nothing submitted
 
 

@@ -85,6 +85,7 @@ def slurm(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
         raise SlurmError(f"{argv[0]} did not answer within {COMMAND_TIMEOUT_S:g} s") from None
     if check and done.returncode != 0:
         why = (done.stderr.strip() or done.stdout.strip() or f"exit code {done.returncode}").splitlines()[-1]
+        why = re.sub(r"^\w+: error: ", "", why)
         raise SlurmError(f"{argv[0]} failed: {why}")
     return done
 
@@ -305,6 +306,27 @@ def _record_refusal(run_dir: Path, job_id: Optional[str], node: str, message: st
 # ------------------------------------------------------------------------------------------ reconciling
 
 
+STEPD_MARKER = re.compile(rb"\*\*\* JOB (\d+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))? \*\*\*")
+STEPD_CAUSES = {b"TIME LIMIT": "TIMEOUT", b"PREEMPTION": "PREEMPTED", b"NODE FAILURE": "NODE_FAIL"}
+
+
+def stepd_verdict(run_dir: Path, job_id: Optional[str]) -> Optional[str]:
+    """Why slurmstepd signalled the job, from the line it writes to the job's output before it does:
+    `*** JOB 12 ON node CANCELLED AT ... DUE TO TIME LIMIT ***`. Slurm's own state says so only once the job
+    has finished COMPLETING, which waits for this very step."""
+    try:
+        with open(run_dir / "raw" / f"slurm-{job_id}.out", "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
+            tail = f.read()
+    except OSError:
+        return None
+    found = [m for m in STEPD_MARKER.finditer(tail) if m.group(1).decode() == str(job_id)]
+    if not found:
+        return None
+    cause = found[-1].group(2)
+    return STEPD_CAUSES.get(cause.strip(), "CANCELLED") if cause else "CANCELLED"
+
+
 def settle(run_dir: Path, state: dict[str, Any], job: Optional[dict[str, Any]], in_job: bool = False
            ) -> dict[str, Any]:
     """state.json brought in line with what Slurm says of the job, written back when that changes it."""
@@ -312,6 +334,9 @@ def settle(run_dir: Path, state: dict[str, Any], job: Optional[dict[str, Any]], 
         return state
     if job is None:
         return state
+    if job["state"] not in ENDED and state.get("status") == "cancelled":
+        verdict = stepd_verdict(run_dir, job.get("job_id"))
+        job = {**job, "state": verdict} if verdict else job
     slurm_state = job["state"]
     status = state.get("status")
     record = {**(state.get("slurm") or {}), **{k: v for k, v in job.items() if v is not None}}
@@ -342,8 +367,8 @@ def _killed_by_slurm(run_dir: Path, state: dict[str, Any], record: dict[str, Any
     slurm_state = record["state"]
     why = ENDED.get(slurm_state, slurm_state)
     reason = f" ({record['reason']})" if record.get("reason") else ""
-    if slurm_state == "CANCELLED":
-        message = f"Slurm job {record.get('job_id')}: {why}{reason}"
+    if slurm_state not in KILLED_BY_SLURM:  # scancel by hand, or a signal from outside Slurm: still a cancel
+        message = f"Slurm job {record.get('job_id')} {slurm_state}: {why}{reason}"
         return update_state(run_dir, message=message, slurm=record, slurm_settled=True)
     message = f"Slurm job {record.get('job_id')} {slurm_state}: {why}{reason}; what the run wrote is kept"
     _append_event(run_dir, "slurm", state=slurm_state, reason=record.get("reason"), message=message)
@@ -469,8 +494,16 @@ def status(root: Path, task: Optional[str] = None) -> dict[str, Any]:
     tasks = [task_dir(root, task)] if task else sorted(Path(root, "tasks").glob("*"))
     run_dirs = sorted((run for t in tasks for run in (t / "runs").glob("*") if (run / "state.json").is_file()),
                       key=lambda run: run.name)
-    shown = [with_queue(state) for state in look_all(run_dirs)]
-    return {"runs": [{**s, "phase": queued_phase(s)} if s.get("queue") else s for s in shown]}
+    return {"runs": [_shown(with_queue(state)) for state in look_all(run_dirs)]}
+
+
+def _shown(state: dict[str, Any]) -> dict[str, Any]:
+    """How `inv status` shows a run: the queue while pending; a job Slurm is still ending is not over yet."""
+    if state.get("queue"):
+        return {**state, "phase": queued_phase(state)}
+    if state.get("status") == "cancelled" and _needs_slurm(state) and not state.get("cancel_requested"):
+        return {**state, "status": "running", "phase": f"stopping: Slurm is ending job {state.get('job_id')}"}
+    return state
 
 
 def cancel(root: Path, task: str, run_id: str, wait_s: float = CANCEL_WAIT_S) -> dict[str, Any]:
