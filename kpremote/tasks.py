@@ -259,6 +259,10 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
         from .errors import KpremoteError
 
         raise KpremoteError(f"--host {host} names {len(selected)} hosts; a profile runs on one: name that host")
+    if selected[0].is_cluster:  # issue 15 covers inv run; a profile job needs ncu on the node (docs/slurm.md)
+        from .errors import KpremoteError
+
+        raise KpremoteError(f"{host}: inv profile does not submit to a Slurm cluster yet; profile on a GPU host")
     request = ProfileRequest(side=side, section_set=set, kernel=kernel, warmup=int(warmup), calls=int(calls))
     outcome = run_profile(selected[0], task, workload, request, KERNELS, wait=_wait_seconds(wait), detach=detach,
                           quiet=json or detach)

@@ -229,6 +229,18 @@ def test_detached_run_status_logs_follow_and_gpu_status(cluster):
     assert (cluster.path / "kernels" / "gated" / "results" / "cluster" / outcome["run_id"] / "results.json").is_file()
 
 
+def test_a_task_for_another_arch_is_refused_on_the_node(cluster):
+    task = cluster.path / "kernels" / "b200_only"
+    shutil.copytree(TINY, task)
+    (task / "task.toml").write_text((task / "task.toml").read_text().replace('name = "tiny_rmsnorm"', 'name = '
+                                    '"b200_only"').replace('arch = "any"', 'arch = "b200"'))
+    done = cluster.inv("run", "--host", "cluster", "--task", "b200_only", "--workloads", SMALL, "--json")
+    [outcome] = json.loads(done.stdout)
+    assert done.returncode != 0 and outcome["status"] == "error", outcome
+    assert "b200" in outcome["error"] and outcome["job_id"], outcome  # the node's (fixture) GPUs are H200s
+    assert not (cluster.run_dir(outcome["run_id"], "b200_only") / "raw" / "prepare.log").exists()  # nothing ran
+
+
 def test_cancel_is_scancel_and_the_run_reads_cancelled(cluster):
     cluster.gate.write_text("closed")
     [outcome] = cluster.detach()

@@ -219,13 +219,38 @@ def allocated_gpu_keys(env: Optional[dict[str, str]] = None) -> Optional[list[st
 
 
 def allocated_only(snap: Any, keys: Optional[list[str]]) -> Any:
-    """The NVML snapshot restricted to the GPUs Slurm allocated (every GPU when Slurm named none)."""
+    """The NVML snapshot restricted to the GPUs Slurm allocated (none when Slurm allocated none).
+
+    Slurm names GPUs by device minor number (/dev/nvidiaN of gres.conf); NVML numbers them in PCI order, and in a
+    job whose cgroup hides the other GPUs (ConstrainDevices=yes) it shows only the job's, numbered from 0.
+    """
     from dataclasses import replace
 
     if keys is None:
         return replace(snap, gpus=[])
     wanted = set(keys)
-    return replace(snap, gpus=[g for g in snap.gpus if str(g.index) in wanted or g.uuid in wanted])
+    if snap.source == "nvml" and len(snap.gpus) == len(wanted) and not any(k.startswith("GPU-") for k in wanted):
+        return snap  # NVML already sees exactly the job's GPUs: the cgroup hides the others
+    minors = _minor_numbers(snap)
+    return replace(snap, gpus=[g for g in snap.gpus
+                               if str(minors.get(g.uuid, g.index)) in wanted or g.uuid in wanted])
+
+
+def _minor_numbers(snap: Any) -> dict[str, int]:
+    """GPU UUID -> /dev/nvidiaN minor number, from NVML (empty for the fixture: there index stands for it)."""
+    if snap.source != "nvml":
+        return {}
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return {g.uuid: int(pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByUUID(g.uuid)))
+                    for g in snap.gpus}
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - an NVML without minor numbers: the index is the best guess left
+        return {}
 
 
 def step(root: Path, task: str, run_id: str) -> int:
