@@ -338,3 +338,11 @@ def test_a_time_limit_kill_reads_as_such_and_keeps_what_the_run_wrote(time_limit
     assert made.job(outcome["job_id"])["JobState"] == "TIMEOUT"
     events = (run_dir / "raw" / "events.jsonl").read_text()
     assert '"phase": "workload"' in events and '"event": "slurm"' in events
+
+
+def test_the_slurm_benchmark_runs_at_its_smallest_size():
+    """benchmarks/bench_slurm.py keeps working (its own Slurm and login node; no timing assertion)."""
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_slurm.py"), "--repeats", "1",
+                           "--parallel", "2"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "kpremote overhead" in done.stdout and "| 2 |" in done.stdout and "yes (" in done.stdout, done.stdout
