@@ -542,7 +542,7 @@ def cancel(root: Path, task: str, run_id: str, wait_s: float = CANCEL_WAIT_S) ->
     update_state(run_dir, cancel_requested=True)
     if state.get("job_id"):
         slurm("scancel", state["job_id"])
-    deadline = time.monotonic() + wait_s
+    deadline, job = time.monotonic() + wait_s, None
     while time.monotonic() < deadline:
         state = read_state(run_dir)
         job = jobs([state["job_id"]]).get(state["job_id"]) if state.get("job_id") else None
