@@ -4,7 +4,8 @@ Run: python benchmarks/bench_slurm.py [--repeats 5] [--parallel 8]
 
 A real one-node Slurm (tests/slurm_rig.py: munged, slurmctld, slurmd, 8 fake GPUs as gres) on this machine; its
 login node is an OpenSSH host on loopback (tests/rig.py) whose fixture NVML shows the node's 8 GPUs. The tiny task
-(one workload, grid_r1_c33) in CPU smoke mode. The first run (agent shipped, everything synced) is not counted.
+(one workload, grid_r1_c33) in CPU smoke mode. The parallel runs come first: they ship the agent and sync the task, so
+every overhead run is a repeat with nothing changed.
 
 1. Overhead per run, for a repeat `inv run --json` with nothing changed:
        overhead = in-command time - Slurm's wait (submit -> start, from Slurm's own records) - the agent's own time
@@ -95,7 +96,6 @@ class Bench:
         return self.login.root / "tasks" / TASK / "runs" / run_id
 
     def overhead(self, repeats: int) -> list[dict[str, float]]:
-        self.run([TASK])  # ships the agent and syncs everything: not counted
         rows = []
         for _ in range(repeats):
             t0 = time.time()
@@ -175,8 +175,8 @@ def main(argv: list[str]) -> int:
     base.chmod(0o755)
     bench = Bench(base)
     try:
+        parallel = bench.parallel(args.parallel)  # also the first run: the agent shipped, everything synced
         rows = bench.overhead(args.repeats)
-        parallel = bench.parallel(args.parallel)
     finally:
         bench.close()
         shutil.rmtree(base, ignore_errors=True)

@@ -57,6 +57,7 @@ class SlurmRig:
     base: Path
     node: str = field(default_factory=socket.gethostname)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    kept: set[str] = field(default_factory=set)  # job ids cancel_all leaves alone
 
     @property
     def conf(self) -> Path:
@@ -188,8 +189,14 @@ class SlurmRig:
         self._wait(lambda: self.node_state() in ("idle", "mix", "alloc"), "the node is back")
 
     def cancel_all(self) -> None:
-        self.client("scancel", "--full", "-u", pwd.getpwuid(os.getuid()).pw_name)
-        self._wait(lambda: not self.client("squeue", "-h").stdout.strip(), "the queue is empty", timeout=60)
+        """Cancel every job but the kept ones (a test's job that outlives it on purpose), and wait until gone."""
+        def others() -> list[str]:
+            return [job for job in self.client("squeue", "-h", "-o", "%i").stdout.decode().split()
+                    if job not in self.kept]
+
+        if others():
+            self.client("scancel", "--full", *others())
+        self._wait(lambda: not others(), "the queue is empty", timeout=60)
 
     def stop(self) -> None:
         for name in ("slurmd", "slurmctld", "munged"):
