@@ -25,6 +25,7 @@ from typing import Optional
 
 GPUS = 8
 PARTITION = "debug"
+URGENT = "urgent"
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 DAEMONS = {"munged": "/usr/sbin/munged", "slurmctld": "/usr/sbin/slurmctld", "slurmd": "/usr/sbin/slurmd"}
 
@@ -137,7 +138,12 @@ class SlurmRig:
             f"SlurmdLogFile={self.base / 'log' / 'slurmd.log'}",
             "SlurmdParameters=config_overrides",
             f"NodeName={self.node} CPUs=16 RealMemory=20000 Gres=gpu:{GPUS} State=UNKNOWN",
-            f"PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO",
+            # jobs of the `urgent` partition preempt (cancel) those of `debug`: preemption, tried for real
+            "PreemptType=preempt/partition_prio",
+            "PreemptMode=CANCEL",
+            f"PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO "
+            "PriorityTier=1",
+            f"PartitionName={URGENT} Nodes={self.node} MaxTime=INFINITE State=UP OverSubscribe=NO PriorityTier=2",
         ]
         self.conf.write_text("\n".join(lines) + "\n")
         (self.base / "gres.conf").write_text(
@@ -173,7 +179,7 @@ class SlurmRig:
         return self.client("scontrol", *args)
 
     def node_state(self) -> str:
-        done = self.client("sinfo", "-h", "-N", "-o", "%t")
+        done = self.client("sinfo", "-h", "-N", "-p", PARTITION, "-o", "%t")  # one line per partition otherwise
         return done.stdout.decode().strip()
 
     def set_node(self, state: str, reason: Optional[str] = None) -> None:
