@@ -70,6 +70,14 @@ class SlurmRig:
         return {"SLURM_CONF": str(self.conf)}
 
     def start(self) -> "SlurmRig":
+        """Bring the cluster up; if any part fails, what did start is stopped again before the error goes on."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> "SlurmRig":
         self.base.mkdir(parents=True, exist_ok=True)
         for sub in ("state", "spool", "munge", "log"):
             (self.base / sub).mkdir(exist_ok=True)

@@ -157,8 +157,9 @@ def submit(root: Path, request: dict[str, Any], settings: dict[str, Any]) -> dic
     (run_dir / "summary").mkdir()
     script = run_dir / "raw" / "job.sh"
     script.write_text(batch_script(root, request["task"], run_id))
+    now = utc_now_iso()  # `started` is the submit time until the job's step starts the run
     update_state(run_dir, run_id=run_id, task=request["task"], status="pending", phase="queued",
-                 scheduler=SCHEDULER, job_id=None, submitted=utc_now_iso(), host_alias=request.get("host_alias"),
+                 scheduler=SCHEDULER, job_id=None, submitted=now, started=now, host_alias=request.get("host_alias"),
                  device=request.get("device"), workloads=request.get("workloads"), mode=request.get("mode"),
                  request=request, settings=settings)
     argv = ["sbatch", "--parsable", f"--job-name=kp-{request['task']}"[:120], f"--output={run_dir / 'raw' / 'slurm-%j.out'}",
@@ -515,6 +516,12 @@ def follow(root: Path, task: str, run_id: str, offset: int = 0, out: Optional[Bi
                 last_phase = queued_phase(state)
                 send(json.dumps({"t": round(time.time(), 6), "event": "phase", "phase": last_phase,
                                  "queue": state.get("queue"), "job_id": state.get("job_id")}).encode() + b"\n")
+            elif last_phase and state.get("status") != "pending":  # out of the queue: say where it went
+                job = state.get("slurm") or {}
+                last_phase = None
+                send(json.dumps({"t": round(time.time(), 6), "event": "phase", "phase": "started on "
+                                 f"{job.get('node') or state.get('node') or '?'} (Slurm job {state.get('job_id')})",
+                                 "job_id": state.get("job_id")}).encode() + b"\n")
         else:
             state = read_state(run_dir)
         chunk, offset = _complete_lines(events, offset)
