@@ -76,6 +76,54 @@ def test_bad_slurm_settings_name_file_table_and_field(text, expected):
     assert str(caught.value).startswith("hosts.toml: [hosts.c]") and expected in str(caught.value), str(caught.value)
 
 
+# ------------------------------------------------------------------------------------------ the agent's own checks
+
+
+def test_the_agent_refuses_sbatch_settings_the_client_would_not_send():
+    from kpremote.agent.lease import BadRequest
+    from kpremote.agent.slurm import sbatch_options
+
+    assert sbatch_options({"partition": "gpu", "gres": "gpu:h200:1", "sbatch_args": ["--mem=4G"]}) == [
+        "--partition=gpu", "--gres=gpu:h200:1", "--mem=4G"]
+    for bad in ({"partition": "gpu --wrap=x"}, {"sbatch_args": ["--output=/etc/x"]}, {"sbatch_args": ["--mem=4G\n"]},
+                {"script": "x"}):
+        with pytest.raises(BadRequest):
+            sbatch_options(bad)
+
+
+def test_allocated_gpus_are_matched_the_way_slurm_names_them():
+    from kpremote.agent.nvml import GpuState, Snapshot
+    from kpremote.agent.slurm import allocated_gpu_keys, allocated_only
+
+    gpus = [GpuState.from_json(idle_gpu(i)) for i in range(4)]
+    fixture = Snapshot("node", "580", "fixture", gpus)
+    assert allocated_gpu_keys({"SLURM_JOB_GPUS": "1,3", "CUDA_VISIBLE_DEVICES": "0,1"}) == ["1", "3"]
+    assert allocated_gpu_keys({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}) is None
+    assert [g.index for g in allocated_only(fixture, ["1", "3"]).gpus] == [1, 3]
+    assert allocated_only(fixture, None).gpus == []  # no gres asked for: no GPU, whatever NVML shows
+    confined = Snapshot("node", "580", "nvml", gpus[:1])  # a cgroup shows the job only its own GPU, as index 0
+    assert [g.uuid for g in allocated_only(confined, ["5"]).gpus] == [gpus[0].uuid]
+
+
+def test_slurmstepd_says_why_it_signalled_the_job(tmp_path):
+    from kpremote.agent.slurm import _gpu_count, stepd_verdict
+
+    (tmp_path / "raw").mkdir()
+    out = tmp_path / "raw" / "slurm-12.out"
+    assert stepd_verdict(tmp_path, "12") is None
+    for line, verdict in (("slurmstepd-vm: error: *** JOB 12 ON vm CANCELLED AT 2026-11-23T13:15:53 ***", "CANCELLED"),
+                          ("slurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2026-11-23T13:28:09 DUE TO TIME LIMIT ***",
+                           "TIMEOUT"),
+                          ("*** JOB 12 ON n1 CANCELLED AT 2026-11-23T13:28:09 DUE TO PREEMPTION ***", "PREEMPTED"),
+                          ("*** JOB 12 ON n1 CANCELLED AT 2026-11-23T13:28:09 DUE TO NODE FAILURE ***", "NODE_FAIL")):
+        out.write_text("some output\n" + line + "\n")
+        assert stepd_verdict(tmp_path, "12") == verdict
+    out.write_text("*** JOB 120 ON n1 CANCELLED AT 2026-11-23T13:28:09 DUE TO TIME LIMIT ***\n")
+    assert stepd_verdict(tmp_path, "12") is None  # another job's line is not ours
+    assert [_gpu_count(g) for g in ("gpu:8", "gpu:h200:4(S:0-1)", "gpu:(null):2(IDX:0-1)", "gpu:a:1,gpu:b:2", "")] == [
+        8, 4, 2, 3, 0]
+
+
 # ------------------------------------------------------------------------------------------ the cluster
 
 

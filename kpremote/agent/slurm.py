@@ -638,7 +638,7 @@ def _gpu_count(gres: str) -> int:
     """GPUs in a gres string: "gpu:8", "gpu:h200:4(S:0-1)", "gpu:(null):2(IDX:0-1)", several comma-separated."""
     total = 0
     for item in re.split(r",(?![^()]*\))", gres or ""):
-        match = re.match(r"gpu(?::[^:(]+)?:(\d+)", item.strip())
+        match = re.match(r"gpu(?::[^:]+)?:(\d+)", item.strip())
         if match:
             total += int(match.group(1))
     return total
