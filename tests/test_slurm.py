@@ -390,6 +390,24 @@ def test_a_node_set_down_mid_run_reads_as_such(cluster):
     assert (run_dir / "raw" / "events.jsonl").stat().st_size > 0
 
 
+def test_a_job_slurm_no_longer_knows_ends_its_run_with_that_said(cluster):
+    """A run whose job ended without a record (its node lost, squeue's memory gone, no accounting) is not left
+    running forever: once Slurm has said for a few seconds that it knows nothing of the job, the run reads error."""
+    run_dir = cluster.login.root / "tasks" / "ghost" / "runs" / "20261123-000000-abcdef"
+    (run_dir / "raw").mkdir(parents=True)
+    (run_dir / "state.json").write_text(json.dumps({"run_id": run_dir.name, "task": "ghost", "status": "running",
+                                                    "phase": "workload", "scheduler": "slurm", "job_id": "999999"}))
+
+    def ghost() -> dict:
+        [answer] = json.loads(cluster.inv("status", "--host", "cluster", "--task", "ghost", "--json").stdout)["hosts"]
+        return answer["runs"][0]
+
+    assert ghost()["status"] == "running"  # the first look only notes that Slurm does not know the job
+    run = wait_for(lambda: (r := ghost())["status"] != "running" and r, 30, "the run ends", poll=1)
+    assert run["status"] == "error" and run["ended_by"] == "UNKNOWN", run
+    assert "Slurm no longer knows the job" in run["message"] and "without recording an end" in run["message"]
+
+
 def test_a_bad_sbatch_setting_is_refused_before_anything_is_submitted(cluster, slurm, login, rig, tmp_path):
     before = slurm.client("squeue", "-h", "-t", "all", "-o", "%i").stdout.split()
     bad = make_cluster(tmp_path / "bad", slurm, login, rig, sbatch_args=["--output=/tmp/elsewhere"])
