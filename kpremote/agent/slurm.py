@@ -256,44 +256,22 @@ def _minor_numbers(snap: Any) -> dict[str, int]:
 
 def step(root: Path, task: str, run_id: str) -> int:
     """Inside the job: lease an allocated GPU, run the runner in the job's own process group, wait for it."""
-    from .nvml import snapshot
     from .runner import EXIT_INFRA
-    from .state import AGENT_HOME, _task_arch, existing_run_dir, refuse_unusable_python
+    from .state import existing_run_dir
 
     run_dir = existing_run_dir(root, task, run_id)
     state = read_state(run_dir)
     if state.get("status") in TERMINAL:  # cancelled while it was pending
         return 0
-    request = state.get("request") or {}
+    request = {**(state.get("request") or {}), "task": task, "run_id": run_id}
     job_id = os.environ.get("SLURM_JOB_ID", state.get("job_id"))
     node = socket.gethostname()
-    workspace = run_dir.parent.parent / "workspace"
     try:
-        snap = allocated_only(snapshot(), allocated_gpu_keys())
-        device = request.get("device") or "auto"
-        if device == "auto":
-            device = "cuda" if snap.source == "nvml" and snap.gpus else "cpu"
-        if device == "cuda" and not snap.gpus:
-            raise Refused(f"job {job_id} on {node} was allocated no GPU NVML can see: set gres (e.g. \"gpu:1\") "
-                          "for this host in hosts.toml")
-        refuse_unusable_python(device)
-        arch = _task_arch(workspace) or request.get("arch") or "any"
-        lease = acquire(root, policy=IdlePolicy.from_json(request.get("idle")), arch=arch, run_id=run_id, task=task,
-                        snapshot_fn=lambda: snap) if snap.gpus else None
+        device, lease = _lease_allocated(root, run_dir, request, f"job {job_id} on {node}")
     except AgentError as exc:
         _record_refusal(run_dir, job_id, node, str(exc))
         return exc.exit_code if exc.exit_code else EXIT_INFRA
     gpu = lease.gpu if lease else None
-    argv = ["--task-dir", str(workspace), "--run-dir", str(run_dir), "--device", device, "--root", str(root)]
-    for flag, value in (("--gpu", gpu.uuid if gpu else None), ("--lease-fd", str(lease.fd) if lease else None),
-                        ("--workloads", request.get("workloads")), ("--mode", request.get("mode")),
-                        ("--host-alias", request.get("host_alias"))):
-        if value is not None:
-            argv += [flag, value]
-    env = {**os.environ, "KPREMOTE_ROOT": str(root),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(AGENT_HOME), os.environ.get("PYTHONPATH")]))}
-    if device == "cuda" and gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = gpu.uuid  # one of Slurm's: the lease above chose among those only
     # Slurm signals every process of the job (scancel, time limit, preemption): the runner records why it stops;
     # this step outlives it to settle the record with Slurm's reason.
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -301,7 +279,8 @@ def step(root: Path, task: str, run_id: str) -> int:
     update_state(run_dir, status="running", phase="starting", hostname=node, node=node, gpu=gpu.to_json() if gpu
                  else None, device=device, started=utc_now_iso(),
                  slurm={"job_id": job_id, "state": "RUNNING", "node": node, "allocated_gpus": allocated_gpu_keys()})
-    runner_pid = _fork_runner(argv, env, run_dir / "raw" / "agent.log")
+    runner_pid = _fork_runner(_runner_argv(root, run_dir, request, device, lease),
+                              _runner_env(root, device, gpu), run_dir / "raw" / "agent.log")
     if lease:
         lease.write_record({**lease.record(), "pid": runner_pid, "job_id": job_id, "node": node})
         lease.hand_over()
@@ -311,6 +290,48 @@ def step(root: Path, task: str, run_id: str) -> int:
         update_state(run_dir, slurm={**(state.get("slurm") or {}), "state": "COMPLETED" if code == 0 else "FAILED",
                                      "exit_code": code})
     return code
+
+
+def _lease_allocated(root: Path, run_dir: Path, request: dict[str, Any], where: str) -> tuple[str, Any]:
+    """(device, lease): one of the GPUs Slurm allocated, checked against the task's arch and the idle rule; no
+    lease when the job has no GPU (a CPU smoke run)."""
+    from .nvml import snapshot
+    from .state import _task_arch, refuse_unusable_python
+
+    snap = allocated_only(snapshot(), allocated_gpu_keys())
+    device = request.get("device") or "auto"
+    if device == "auto":
+        device = "cuda" if snap.source == "nvml" and snap.gpus else "cpu"
+    if device == "cuda" and not snap.gpus:
+        raise Refused(f"{where} was allocated no GPU NVML can see: set gres (e.g. \"gpu:1\") for this host in "
+                      "hosts.toml")
+    refuse_unusable_python(device)
+    if not snap.gpus:
+        return device, None
+    arch = _task_arch(run_dir.parent.parent / "workspace") or request.get("arch") or "any"
+    return device, acquire(root, policy=IdlePolicy.from_json(request.get("idle")), arch=arch,
+                           run_id=request["run_id"], task=request["task"], snapshot_fn=lambda: snap)
+
+
+def _runner_argv(root: Path, run_dir: Path, request: dict[str, Any], device: str, lease: Any) -> list[str]:
+    argv = ["--task-dir", str(run_dir.parent.parent / "workspace"), "--run-dir", str(run_dir), "--device", device,
+            "--root", str(root)]
+    for flag, value in (("--gpu", lease.gpu.uuid if lease else None), ("--lease-fd", str(lease.fd) if lease else None),
+                        ("--workloads", request.get("workloads")), ("--mode", request.get("mode")),
+                        ("--host-alias", request.get("host_alias"))):
+        if value is not None:
+            argv += [flag, value]
+    return argv
+
+
+def _runner_env(root: Path, device: str, gpu: Any) -> dict[str, str]:
+    from .state import AGENT_HOME
+
+    env = {**os.environ, "KPREMOTE_ROOT": str(root),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(AGENT_HOME), os.environ.get("PYTHONPATH")]))}
+    if device == "cuda" and gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu.uuid  # one of Slurm's: the lease chose among those only
+    return env
 
 
 def _fork_runner(argv: list[str], env: dict[str, str], log_path: Path) -> int:
