@@ -304,6 +304,22 @@ def test_cancel_is_scancel_and_the_run_reads_cancelled(cluster):
     assert (run_dir / "raw" / "events.jsonl").stat().st_size > 0  # what it wrote is kept
 
 
+def test_ctrl_c_in_inv_run_cancels_the_job(cluster):
+    import signal
+
+    cluster.gate.write_text("closed")
+    client = cluster.inv_background("run", "--host", "cluster", "--task", "gated", "--workloads", SMALL)
+    run_dir = wait_for(lambda: cluster.run_dirs(), 60, "the run is submitted")[-1]
+    wait_for(lambda: state_of(run_dir).get("phase") == "workload", 120, "the run reaches its workload")
+    client.send_signal(signal.SIGINT)
+    out, err = client.communicate(timeout=120)
+    assert client.returncode == 130, err
+    assert f"cancelled run {run_dir.name} on cluster" in err, err
+    state = state_of(run_dir)
+    assert state["status"] == "cancelled" and state["cancel_requested"], state
+    wait_for(lambda: cluster.job(state["job_id"])["JobState"] == "CANCELLED", 30, "Slurm says CANCELLED")
+
+
 def test_pending_shows_slurms_reason_and_place_then_runs(cluster):
     blocker = cluster.slurm.client("sbatch", "--parsable", "--gres=gpu:8", "-o", "/dev/null", "--wrap", "sleep 300",
                                    check=True).stdout.decode().strip()
