@@ -308,8 +308,9 @@ def test_ctrl_c_in_inv_run_cancels_the_job(cluster):
     import signal
 
     cluster.gate.write_text("closed")
+    before = set(cluster.run_dirs())  # the login node is shared by every test of the session
     client = cluster.inv_background("run", "--host", "cluster", "--task", "gated", "--workloads", SMALL)
-    run_dir = wait_for(lambda: cluster.run_dirs(), 60, "the run is submitted")[-1]
+    [run_dir] = wait_for(lambda: [d for d in cluster.run_dirs() if d not in before], 60, "the run is submitted")
     wait_for(lambda: state_of(run_dir).get("phase") == "workload", 120, "the run reaches its workload")
     client.send_signal(signal.SIGINT)
     out, err = client.communicate(timeout=120)
@@ -403,6 +404,7 @@ def test_a_node_set_down_mid_run_reads_as_such(cluster):
         cluster.slurm.resume_node()
     assert run["status"] == "failed" and run["ended_by"] == "NODE_FAIL", run
     assert "NODE_FAIL" in run["message"] and "what the run wrote is kept" in run["message"]
+    assert "node vm: kp-test-maintenance" in run["message"].replace(cluster.slurm.node, "vm"), run["message"]
     assert (run_dir / "raw" / "events.jsonl").stat().st_size > 0
 
 

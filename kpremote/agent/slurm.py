@@ -439,7 +439,7 @@ def _ended_long_enough(state: dict[str, Any], job: dict[str, Any]) -> bool:
 def _killed_by_slurm(run_dir: Path, state: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
     slurm_state = record["state"]
     why = ENDED.get(slurm_state, slurm_state)
-    reason = f" ({record['reason']})" if record.get("reason") else ""
+    reason = _reason_text(record)
     if slurm_state not in KILLED_BY_SLURM:  # scancel by hand, or a signal from outside Slurm: still a cancel
         message = f"Slurm job {record.get('job_id')} {slurm_state}: {why}{reason}"
         return update_state(run_dir, message=message, slurm=record, slurm_settled=True)
@@ -449,10 +449,21 @@ def _killed_by_slurm(run_dir: Path, state: dict[str, Any], record: dict[str, Any
                         ended_by=slurm_state)
 
 
+def _reason_text(record: dict[str, Any]) -> str:
+    """Slurm's reason for the job, and for a node failure the node's own (`scontrol update ... reason=...`)."""
+    reasons = [record["reason"]] if record.get("reason") else []
+    if record.get("state") == "NODE_FAIL" and record.get("node"):
+        done = slurm("sinfo", "-h", "-N", "-n", record["node"], "-o", "%E", check=False)
+        node_reason = (done.stdout.strip().splitlines() or [""])[0].strip()
+        if node_reason and node_reason != "none":
+            reasons.append(f"node {record['node']}: {node_reason}")
+    return f" ({'; '.join(reasons)})" if reasons else ""
+
+
 def _died_without_record(run_dir: Path, state: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
     slurm_state = record["state"]
     why = ENDED.get(slurm_state, slurm_state)
-    reason = f" ({record['reason']})" if record.get("reason") else ""
+    reason = _reason_text(record)
     was = "before it started" if state.get("status") == "pending" else "without recording an end"
     message = f"Slurm job {record.get('job_id')} {slurm_state}: {why}{reason}, {was}; see raw/slurm-*.out"
     status = "cancelled" if slurm_state == "CANCELLED" else "failed" if slurm_state in KILLED_BY_SLURM else "error"
