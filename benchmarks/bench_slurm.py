@@ -133,6 +133,7 @@ class Bench:
     def close(self) -> None:
         self.rig.stop_all()
         self.slurm.stop()
+        shutil.rmtree(self.rig.base, ignore_errors=True)
 
 
 def report(rows: list[dict[str, float]], parallel: dict[str, Any]) -> str:
