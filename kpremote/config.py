@@ -24,6 +24,45 @@ NAME_PATTERN = f"^{protocol.NAME_PATTERN}$"
 ARCHES = ("b200", "h200", "h100", "auto", "any")
 HOSTS_ENV = "KPREMOTE_HOSTS"
 
+# Slurm settings (issue 15). They reach sbatch as separate argv words, never through a shell; the patterns keep
+# them to what Slurm itself accepts, so a typo is refused here and not by a job that fails later.
+SLURM_KEYS = ("partition", "account", "qos", "gres", "time_limit", "constraint", "sbatch_args")
+SLURM_NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+SLURM_LIST_PATTERN = r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$"
+SLURM_GRES_PATTERN = r"^[a-z][a-z0-9_]*(:[A-Za-z0-9_.-]+)?(:[0-9]+)?(,[a-z][a-z0-9_]*(:[A-Za-z0-9_.-]+)?(:[0-9]+)?)*$"
+SLURM_TIME_PATTERN = r"^([0-9]+-)?[0-9]+(:[0-9]{1,2}){0,2}$|^(UNLIMITED|INFINITE)$"
+SLURM_CONSTRAINT_PATTERN = r"^[A-Za-z0-9_.&|*:,()\[\]!-]+$"
+SLURM_FORMS = {
+    "partition": (SLURM_LIST_PATTERN, "a partition name, or several separated by commas (e.g. \"gpu\")"),
+    "account": (SLURM_NAME_PATTERN, "an account name (letters, digits, '_', '.', '-')"),
+    "qos": (SLURM_NAME_PATTERN, "a QOS name (letters, digits, '_', '.', '-')"),
+    "gres": (SLURM_GRES_PATTERN, "NAME[:TYPE][:COUNT], comma-separated (e.g. \"gpu:h200:1\")"),
+    "time_limit": (SLURM_TIME_PATTERN, "Slurm's time form: MINUTES, HH:MM:SS or D-HH:MM:SS (e.g. \"0:30:00\")"),
+    "constraint": (SLURM_CONSTRAINT_PATTERN, "a feature expression without spaces (e.g. \"h200&ib\")"),
+}
+# Extra sbatch options a hosts.toml may add. The ones kpremote sets itself (output, chdir, job-name, requeue,
+# export, wrap, ...) are not here: a run's record and folder depend on them.
+SBATCH_ALLOWED = ("mem", "mem-per-cpu", "mem-per-gpu", "cpus-per-task", "cpus-per-gpu", "gpus", "gpus-per-node",
+                  "gpu-bind", "nodelist", "exclude", "reservation", "nice", "comment", "wckey", "licenses",
+                  "tmp", "hint", "exclusive", "mail-type", "mail-user", "clusters", "begin", "deadline",
+                  "priority", "distribution", "ntasks", "nodes")
+SBATCH_OWN = {"partition": "partition", "p": "partition", "account": "account", "A": "account", "qos": "qos",
+              "q": "qos", "gres": "gres", "time": "time_limit", "t": "time_limit", "constraint": "constraint",
+              "C": "constraint"}
+
+
+def check_sbatch_arg(arg: str) -> None:
+    """One extra sbatch option: `--key=value` with key on the allow-list and a value without control characters."""
+    if not isinstance(arg, str) or not arg.startswith("--") or "=" not in arg:
+        raise ValueError(f"{arg!r}: write each option as '--key=value'")
+    key, value = arg[2:].split("=", 1)
+    if key in SBATCH_OWN:
+        raise ValueError(f"{arg!r}: use the host's {SBATCH_OWN[key]} field instead")
+    if key not in SBATCH_ALLOWED:
+        raise ValueError(f"{arg!r}: --{key} is not allowed{_suggestion(key, SBATCH_ALLOWED)}")
+    if not value or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise ValueError(f"{arg!r}: the value must be non-empty, without control characters")
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -69,6 +108,30 @@ class HostModel(_Common):
     arch: Literal["b200", "h200", "h100", "auto", "any"] = "auto"
     container: Optional[str] = Field(None, pattern=NAME_PATTERN)
     groups: list[str] = []
+    # --- Slurm (issue 15): `ssh` is then the login node; the other keys become sbatch options (docs/slurm.md)
+    scheduler: Optional[Literal["slurm"]] = None
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    gres: Optional[str] = None
+    time_limit: Optional[str] = None
+    constraint: Optional[str] = None
+    sbatch_args: Optional[list[str]] = None
+
+    @field_validator("partition", "account", "qos", "gres", "time_limit", "constraint")
+    @classmethod
+    def _slurm_value_has_slurms_form(cls, value: Optional[str], info: Any) -> Optional[str]:
+        pattern, form = SLURM_FORMS[info.field_name]
+        if value is not None and not re.fullmatch(pattern, value):
+            raise ValueError(f"expected {form}")
+        return value
+
+    @field_validator("sbatch_args")
+    @classmethod
+    def _sbatch_args_are_allowed_options(cls, value: Optional[list[str]]) -> Optional[list[str]]:
+        for arg in value or []:
+            check_sbatch_arg(arg)
+        return value
 
     @field_validator("ssh")
     @classmethod
@@ -109,6 +172,12 @@ class Host:
     known_hosts: str
     ssh_config: Optional[str]
     max_summary_mb: float
+    scheduler: Optional[str] = None
+    slurm: Optional[dict[str, Any]] = None  # partition, account, ... sbatch_args as in hosts.toml (None: unset)
+
+    @property
+    def is_cluster(self) -> bool:
+        return self.scheduler == "slurm"
 
     @property
     def address(self) -> str:
@@ -174,6 +243,10 @@ def parse_inventory(data: dict[str, Any], file: Path) -> Inventory:
             raise ConfigError(f"{file}: [hosts.{name}]: host names may use letters, digits, '.', '_' and '-' only")
         if spec.transport == "ssh" and not spec.ssh:
             raise ConfigError(f"{file}: [hosts.{name}] ssh is missing: an ~/.ssh/config alias or user@host[:port]")
+        stray = [key for key in SLURM_KEYS if getattr(spec, key) is not None] if spec.scheduler is None else []
+        if stray:
+            raise ConfigError(f"{file}: [hosts.{name}] {stray[0]}: a Slurm setting, but the host has no "
+                              'scheduler = "slurm"')
         hosts[name] = _resolve(name, spec, model.defaults)
     return Inventory(path=file, hosts=hosts)
 
@@ -217,6 +290,8 @@ def _resolve(name: str, spec: HostModel, defaults: DefaultsModel) -> Host:
         known_hosts=pick("known_hosts", "~/.ssh/known_hosts"),
         ssh_config=pick("ssh_config", None),
         max_summary_mb=float(pick("max_summary_mb", 20)),
+        scheduler=spec.scheduler,
+        slurm={key: getattr(spec, key) for key in SLURM_KEYS} if spec.scheduler else None,
     )
 
 

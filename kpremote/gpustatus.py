@@ -101,6 +101,10 @@ def on_every_host(hosts: list[Host], ask: Callable[[Host, Agent], T],
 
 
 def probe_host(host: Host, agent: Agent) -> HostReport:
+    if host.is_cluster:  # a Slurm cluster: its nodes, from sinfo / squeue (kpremote/slurm.py)
+        from .slurm import probe_cluster
+
+        return probe_cluster(host, agent)
     started = time.monotonic()
     try:
         answer = agent.call_json("probe", "--idle", host.idle.model_dump_json(), "--arch", host.arch)

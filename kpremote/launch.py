@@ -25,6 +25,7 @@ class Outcome(BaseModel):
     host: str
     task: str
     run_id: Optional[str] = None
+    job_id: Optional[str] = None  # Slurm's, on a cluster
     status: str = "not started"
     exit_code: Optional[int] = None
     headline: Optional[dict[str, Any]] = None
@@ -105,7 +106,7 @@ def _one_run(hosts: list[Host], task: str, kernels_dir: Path, options: RunOption
     key = f"{run.host}/{run.run_id}"
     live.add(key, run.host, task, run.run_id, run.gpu)
     outcome = Outcome(host=run.host, task=task, run_id=run.run_id, status="detached" if detach else "running",
-                      synced_files=run.synced_files)
+                      synced_files=run.synced_files, job_id=run.job_id)
     try:
         if not detach:
             seen: list[float] = []

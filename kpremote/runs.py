@@ -21,6 +21,7 @@ from .agentcall import Agent, error_message
 from .config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
 from .interrupt import REGISTRY
+from .slurm import agent_subcommand  # Slurm clusters: the agent's slurm-* twins (issue 15)
 from .sync import build_sync_request, have_listing, plan_sync, record_synced, scan_task, sync_task
 from .transport import Completed, open_transport
 
@@ -47,6 +48,7 @@ class StartedRun(BaseModel):
     run_id: str
     gpu: Optional[dict[str, Any]] = None
     synced_files: Optional[int] = None
+    job_id: Optional[str] = None  # a Slurm cluster's job
 
 
 class NoIdleGpu(KpremoteError):
@@ -95,6 +97,10 @@ def start_run(session: RunSession, task: str, kernels_dir: Path, options: RunOpt
     run_id (default: a new one) is the id the run gets: whoever holds it can cancel the run from now on, even
     while the start is still syncing or waiting. on_waiting(host, event) hears what a --wait start waits for.
     """
+    if session.host.is_cluster:  # Slurm: the same sync, then sbatch instead of a lease (kpremote/slurm.py)
+        from .slurm import submit_run
+
+        return submit_run(session, task, kernels_dir, options)
     run_id = run_id or new_run_id()
     args = [*_start_args(session.host, task, options), "--run-id", run_id, "--progress"]
     session.agent.transport.connect_soon()  # the handshake's round trips pass while the task is scanned
@@ -212,7 +218,7 @@ def follow_run(session: RunSession, task: str, run_id: str, on_event: Callable[[
 
     with_summary = ["--with-summary"] if summary_sink is not None else []
     result = session.agent.call(
-        "follow", "--task", task, "--run", run_id, "--from", str(offset), *(["--once"] if once else []),
+        agent_subcommand(session.host, "follow"), "--task", task, "--run", run_id, "--from", str(offset), *(["--once"] if once else []),
         *with_summary, on_stdout=feed, idle_timeout=session.host.connect_timeout + HEARTBEAT_GRACE_S,
     )
     if not result.ok and (not final or tar_follows):
@@ -227,6 +233,8 @@ def follow_run(session: RunSession, task: str, run_id: str, on_event: Callable[[
 def cancel_run(session: RunSession, task: str, run_id: str, *, pending: bool = False,
                grace_s: Optional[float] = None) -> dict[str, Any]:
     """Cancel a run; with pending, also one whose start has not reached the host yet (it will refuse to begin)."""
+    if session.host.is_cluster:  # scancel through the agent's slurm-cancel (kpremote/slurm.py)
+        return session.agent.call_json(agent_subcommand(session.host, "cancel"), "--task", task, "--run", run_id)
     args = ["--task", task, "--run", run_id, *(["--pending"] if pending else [])]
     args += ["--grace", str(grace_s)] if grace_s is not None else []
     return session.agent.call_json("cancel", *args)
@@ -234,7 +242,7 @@ def cancel_run(session: RunSession, task: str, run_id: str, *, pending: bool = F
 
 def list_runs(session: RunSession, task: Optional[str] = None) -> list[dict[str, Any]]:
     args = ["--task", task] if task else []
-    return session.agent.call_json("status", *args).get("runs", [])
+    return session.agent.call_json(agent_subcommand(session.host, "status"), *args).get("runs", [])
 
 
 def find_task_of_run(session: RunSession, run_id: str) -> str:

@@ -72,7 +72,10 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
     if json:
         print_document("gpu-status", gpustatus.gpu_status_body(reports))
     else:
-        view.show(view.gpu_view(reports, options))
+        from .slurm import gpu_tables  # GPU hosts in the usual view, Slurm clusters per node
+
+        for table in gpu_tables(reports, options):
+            view.show(table)
     finish(all(r.ok for r in reports))
 
 
@@ -188,8 +191,11 @@ def _runs_or_error(host, agent, task) -> dict:
     from .errors import KpremoteError
 
     try:
+        from .slurm import agent_subcommand
+
         args = ["--task", task] if task else []
-        return {"host": host.name, "ok": True, "runs": agent.call_json("status", *args).get("runs", [])}
+        runs = agent.call_json(agent_subcommand(host, "status"), *args).get("runs", [])
+        return {"host": host.name, "ok": True, "runs": runs}
     except KpremoteError as exc:
         return {"host": host.name, "ok": False, "error": str(exc), "runs": []}
 
@@ -313,6 +319,10 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
         from .errors import KpremoteError
 
         raise KpremoteError(f"--host {host} names {len(selected)} hosts; a profile runs on one: name that host")
+    if selected[0].is_cluster:  # issue 15 covers inv run; a profile job needs ncu on the node (docs/slurm.md)
+        from .errors import KpremoteError
+
+        raise KpremoteError(f"{host}: inv profile does not submit to a Slurm cluster yet; profile on a GPU host")
     request = ProfileRequest(side=side, section_set=set, kernel=kernel,
                              warmup=checks.whole_number("--warmup", 3 if warmup is None else warmup, minimum=0,
                                                          maximum=100),

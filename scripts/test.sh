@@ -6,8 +6,11 @@ need=()
 command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v rsync >/dev/null || need+=(rsync)
 command -v ip >/dev/null || need+=(iproute2)
+# tests/slurm_rig.py: a one-node Slurm with munge (tests/test_slurm.py)
+for daemon in slurmctld slurmd munged; do [ -x /usr/sbin/$daemon ] || need+=("${daemon/munged/munge}"); done
+command -v sbatch >/dev/null || need+=(slurm-client)
 if [ ${#need[@]} -gt 0 ]; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 bash scripts/setup.sh
 exec .venv/bin/python -m pytest "$@"

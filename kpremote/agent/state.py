@@ -505,6 +505,8 @@ def current_state(run_dir: Path) -> dict[str, Any]:
     state = read_state(run_dir)
     if not state or state.get("status") in TERMINAL or not state.get("pid"):
         return state
+    if state.get("scheduler") == "slurm":  # its pid is on a compute node: Slurm judges it (agent/slurm.py)
+        return state
     run_id = state.get("run_id") or Path(run_dir).name
     if _looks_like_run(int(state["pid"]), run_id):
         return state

@@ -1,0 +1,140 @@
+"""Slurm clusters behind the same commands: the client's side of a host with scheduler = "slurm" (docs/slurm.md).
+
+The host's `ssh` is the login node and its remote_root is on the shared filesystem. `inv run` syncs to the login
+node and submits one batch job per task in the same channel (agent `slurm-submit`); follow, status and cancel use
+the agent's slurm-* twins of the usual subcommands (same arguments, same answers), which read Slurm's view of the
+job; gpu-status asks `slurm-nodes` for the cluster's nodes instead of NVML.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .config import Host
+from .errors import KpremoteError, RemoteCommandError
+
+if TYPE_CHECKING:
+    from .gpustatus import HostReport
+    from .runs import RunOptions, RunSession, StartedRun
+
+AGENT_SUBCOMMANDS = {"follow": "slurm-follow", "status": "slurm-status", "cancel": "slurm-cancel"}
+BAD_REQUEST = 2
+NEED_FULL_SYNC = 7
+
+
+def agent_subcommand(host: Host, name: str) -> str:
+    """The agent subcommand that does `name` on this host: its slurm-* twin on a cluster."""
+    return AGENT_SUBCOMMANDS.get(name, name) if host.is_cluster else name
+
+
+def submit_run(session: "RunSession", task: str, kernels_dir: Path, options: "RunOptions") -> "StartedRun":
+    """Sync the task to the login node and submit its job in one channel; a second only for a full re-sync."""
+    from .agentcall import error_message
+    from .runs import StartedRun
+    from .sync import build_sync_request, have_listing, plan_sync, record_synced, scan_task, sync_task
+
+    host = session.host
+    if options.gpu:
+        raise KpremoteError(f"{host.name}: --gpu does not apply to a Slurm cluster: Slurm picks the GPU (set gres "
+                            "or constraint for this host in hosts.toml)")
+    args = submit_args(host, task, options)
+    session.agent.transport.connect_soon()
+    plan = plan_sync(host, scan_task(kernels_dir, task))
+    result = session.agent.call("slurm-submit", *args, "--sync", stdin=build_sync_request(plan))
+    synced_files = None
+    if result.exit_code == NEED_FULL_SYNC:
+        report = sync_task(session.agent, task, kernels_dir, have=have_listing(host, json.loads(result.stdout)))
+        result = session.agent.call("slurm-submit", *args)
+        synced_files = report.files_sent
+    if result.exit_code == BAD_REQUEST:
+        raise KpremoteError(f"{host.name}: {error_message(result)}")
+    if not result.ok:
+        raise RemoteCommandError(host.name, f"could not submit the run: {error_message(result)}", result.exit_code,
+                                 result.stderr_tail())
+    answer = json.loads(result.stdout)
+    if answer.get("sync") is not None:
+        record_synced(host, plan, answer["sync"])
+        synced_files = answer["sync"].get("received_files")
+    return StartedRun(host=host.name, task=task, run_id=answer["run_id"], job_id=answer["job_id"],
+                      gpu={"index": "-", "name": f"Slurm job {answer['job_id']}"}, synced_files=synced_files)
+
+
+def submit_args(host: Host, task: str, options: "RunOptions") -> list[str]:
+    request = {"device": options.device, "workloads": options.workloads, "mode": options.mode,
+               "host_alias": host.name, "arch": host.arch, "idle": host.idle.model_dump()}
+    settings = {key: value for key, value in (host.slurm or {}).items() if value is not None}
+    return ["--task", task, "--request", json.dumps(request), "--settings", json.dumps(settings)]
+
+
+# ------------------------------------------------------------------------------------------ gpu-status
+
+
+def probe_cluster(host: Host, agent: Any) -> "HostReport":
+    """gpu-status for a cluster: its nodes from sinfo / squeue, in a HostReport with a `nodes` list added."""
+    import time
+
+    ClusterReport = _cluster_report()
+    started = time.monotonic()
+    try:
+        answer = agent.call_json("slurm-nodes")
+    except KpremoteError as exc:
+        return ClusterReport(host=host.name, ok=False, error=str(exc), source="slurm",
+                             seconds=time.monotonic() - started)
+    return ClusterReport(host=host.name, ok=True, hostname=answer.get("hostname"), source="slurm",
+                         nodes=answer.get("nodes", []), pending_jobs=answer.get("pending_jobs", 0),
+                         pending_ours=answer.get("pending_ours", []), seconds=time.monotonic() - started)
+
+
+@functools.lru_cache(maxsize=1)
+def _cluster_report() -> type:
+    """HostReport plus the cluster's nodes and queue (gpu-status is imported only when asked for)."""
+    from .gpustatus import HostReport
+
+    class ClusterReport(HostReport):
+        nodes: list[dict[str, Any]] = []
+        pending_jobs: int = 0
+        pending_ours: list[dict[str, Any]] = []
+
+    return ClusterReport
+
+
+def gpu_tables(reports: list["HostReport"], options: Any = None) -> list[Any]:
+    """The usual GPU view for GPU hosts, and one row per node for each cluster."""
+    from . import view
+
+    hosts = [r for r in reports if r.source != "slurm"]
+    clusters = [r for r in reports if r.source == "slurm"]
+    tables = [view.gpu_view(hosts, options)] if hosts or not clusters else []
+    if clusters:
+        tables.append(nodes_table(clusters))
+    return tables
+
+
+def nodes_table(reports: list["HostReport"]) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="gpu-status (Slurm)", title_justify="left")
+    for column in ("cluster", "node", "partitions", "state", "gpus", "kpremote runs", "other jobs"):
+        table.add_column(column, overflow="fold")
+    for report in reports:
+        if not report.ok:
+            table.add_row(report.host, "-", Text(report.error or "failed", style="bold red"), "", "", "", "")
+            continue
+        for node in getattr(report, "nodes", []):
+            ours = [f"{j['run_id']} {j['task']} (job {j['job_id']})" for j in node["jobs"] if j.get("run_id")]
+            others = [j for j in node["jobs"] if not j.get("run_id")]
+            state = node["state"] + (f": {node['reason']}" if node.get("reason") else "")
+            style = "green" if node["state"] == "idle" else "red" if node["state"] in ("down", "drained") else ""
+            table.add_row(report.host, node["node"], ",".join(node["partitions"]), Text(state, style=style),
+                          f"{node['gpus_allocated']}/{node['gpus_total']} allocated", "\n".join(ours) or "-",
+                          str(len(others)) if others else "-")
+        pending = getattr(report, "pending_jobs", 0)
+        if pending:
+            ours = ", ".join(f"{j['run_id']} {j['task']}" for j in getattr(report, "pending_ours", []))
+            table.add_row(report.host, "(queue)", "", f"{pending} pending", "", ours or "-", "")
+    return table
+
