@@ -393,10 +393,10 @@ class Judge:
         return None
 
     def _floor(self, mode: str, bytes_moved: int) -> tuple[float | None, str]:
-        l2 = self.job.get("l2_bytes") or 0
-        if mode == "graph" and self.job.get("l2_copy_gbps") and bytes_moved <= l2:
-            return self.job["l2_copy_gbps"], "L2-resident copy bandwidth (graph mode, working set fits in the L2)"
-        return self.job.get("copy_gbps"), "device-to-device copy bandwidth"
+        l2, dram, warm = self.job.get("l2_bytes") or 0, self.job.get("copy_gbps"), self.job.get("l2_copy_gbps")
+        if mode == "graph" and warm and dram and warm > dram and bytes_moved <= l2:
+            return warm, "L2-resident copy bandwidth (graph mode, working set fits in the L2)"
+        return dram, "device-to-device copy bandwidth"
 
     # ---------------------------------------------------------------- one row
 
