@@ -44,6 +44,7 @@ TIMING_CASES_GPU = 4  # fresh cases at distinct addresses the timed samples rota
 TIMING_CASES_CPU = 2  # the interpreter is slow: fewer on a smoke run, the same boundary
 CHECK_FRACTION = 0.25  # samples whose outputs are compared afterwards (plus each side's last one)
 MAX_REFRESHES = 2  # times a case's inputs are rewritten in place (same addresses) before a checked sample
+REFRESH_CHANCE = 0.5  # of a checked candidate sample, while refreshes are left
 SIDE_START_LIMIT_S = 300.0
 SEED_BITS = 63
 
@@ -132,6 +133,7 @@ class SharedCase:
     pristine: dict[str, Any]
     keep: list[Any] = field(default_factory=list)  # (shared tensor, memfd handle) pairs of CPU tensors
     expected: dict[str, Any] | None = None
+    generation: int = 0  # bumped by each in-place refresh of the inputs
 
     def close(self) -> None:
         for _tensor, handle in self.keep:
@@ -391,10 +393,10 @@ class Judge:
         return None
 
     def _floor(self, mode: str, bytes_moved: int) -> tuple[float | None, str]:
-        l2 = self.job.get("l2_bytes") or 0
-        if mode == "graph" and self.job.get("l2_copy_gbps") and bytes_moved <= l2:
-            return self.job["l2_copy_gbps"], "L2-resident copy bandwidth (graph mode, working set fits in the L2)"
-        return self.job.get("copy_gbps"), "device-to-device copy bandwidth"
+        l2, dram, warm = self.job.get("l2_bytes") or 0, self.job.get("copy_gbps"), self.job.get("l2_copy_gbps")
+        if mode == "graph" and warm and dram and warm > dram and bytes_moved <= l2:
+            return warm, "L2-resident copy bandwidth (graph mode, working set fits in the L2)"
+        return dram, "device-to-device copy bandwidth"
 
     # ---------------------------------------------------------------- one row
 
@@ -434,7 +436,7 @@ class Sampler:
         self.cases = cases
         self.mode = mode
         self.turn = {side: 0 for side in SIDES}
-        self.last: dict[str, SharedCase] = {}
+        self.last: dict[str, tuple[SharedCase, int]] = {}  # each side's last sampled case, and its generation
         self.last_checked: dict[str, bool] = {}
         self.calls_per_sample = 1
         self.flusher = timing.L2Flusher(judge.job.get("l2_bytes")) if judge.device == "cuda" else None
@@ -466,10 +468,10 @@ class Sampler:
         case = self.cases[self.turn[side] % len(self.cases)]
         self.turn[side] += 1
         checked = self.judge.rng.random() < CHECK_FRACTION
-        if checked and side == "candidate" and self.judge.refreshes < MAX_REFRESHES and self.judge.rng.random() < 0.5:
+        if checked and side == "candidate" and self.judge.refreshes < MAX_REFRESHES and self.judge.rng.random() < REFRESH_CHANCE:
             self.refresh(case)
         elapsed = self._timed(side, case) / self.calls_per_sample
-        self.last[side], self.last_checked[side] = case, checked
+        self.last[side], self.last_checked[side] = (case, case.generation), checked
         if checked:
             self.verify(side, case, "during timing")
         return elapsed
@@ -518,8 +520,9 @@ class Sampler:
 
     def final_checks(self) -> None:
         """Each side's last timed call is always compared."""
-        for side, case in self.last.items():
-            if not self.last_checked.get(side):
+        for side, (case, generation) in self.last.items():
+            # (a refresh after a side's last sample left outputs of the old inputs: nothing to compare them with)
+            if not self.last_checked.get(side) and generation == case.generation:
                 self.verify(side, case, "during timing (last sample)")
 
     def refresh(self, case: SharedCase) -> None:
@@ -535,6 +538,7 @@ class Sampler:
         if not same_layout:
             return
         judge.refreshes += 1
+        case.generation += 1
         judge.seeds["refresh"].append(seed)
         for name, value in fresh.inputs.items():
             if _is_tensor(value):

@@ -651,7 +651,7 @@ class Runner:
             return "unaudited: audit module missing"
         from . import ncu
 
-        if ncu.find_ncu(self._worker_env()) is None:
+        if ncu.find_ncu(dict(os.environ)) is None:
             return "unaudited: ncu not found"
         return "on"
 

@@ -40,7 +40,7 @@ FLOOR_FACTOR = 1.1
 STREAM_CHECK_REPEATS = 11
 STREAM_CHECK_DELAY_US = 2000.0
 PROBE_REPEATS = 5
-FLUSH_PROBE_MIN_RATIO = 1.5  # a flushed re-read must be at least this much slower than a warm one
+FLUSH_PROBE_MIN_RATIO = 1.3  # a flushed re-read must be this much slower than a warm one (PLACEHOLDER: confirm on GPU)
 
 Call = Callable[[], None]
 
@@ -298,7 +298,7 @@ def flush_probe(l2_bytes: int | None = None) -> dict[str, Any]:
     import torch
 
     l2 = l2_bytes or l2_bytes_of_device()
-    buffer = torch.ones(max(1, l2 // 4), dtype=torch.uint8, device="cuda")
+    buffer = torch.ones(max(1, l2 // 2), dtype=torch.uint8, device="cuda")
     flusher = L2Flusher(l2)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
@@ -437,8 +437,12 @@ def achieved_gbps(bytes_moved: int | None, median_us: float | None) -> float | N
 # --------------------------------------------------------------------------------------------- copy bandwidth
 
 
-def measure_copy_bandwidth(device: str, *, max_bytes: int = 1 << 30, repeats: int = 10) -> dict[str, Any]:
-    """Device-to-device copy bandwidth (bytes read + written per second): the roofline for memory-bound rows."""
+def measure_copy_bandwidth(device: str, *, max_bytes: int = 1 << 30, repeats: int = 10, copies: int = 1) -> dict[str, Any]:
+    """Device-to-device copy bandwidth (bytes read + written per second): the roofline for memory-bound rows.
+
+    `copies` back-to-back copies per event pair: a buffer that fits in the L2 copies in a few microseconds,
+    too short for one event pair to time without its own overhead dominating.
+    """
     import torch
 
     if device.startswith("cuda"):
@@ -453,10 +457,11 @@ def measure_copy_bandwidth(device: str, *, max_bytes: int = 1 << 30, repeats: in
         spent_us = []
         for _ in range(repeats):
             start.record()
-            dst.copy_(src)
+            for _ in range(copies):
+                dst.copy_(src)
             end.record()
             torch.cuda.synchronize()
-            spent_us.append(start.elapsed_time(end) * 1000.0)
+            spent_us.append(start.elapsed_time(end) * 1000.0 / copies)
     else:
         nbytes = 32 * 1024 * 1024
         src = torch.ones(nbytes, dtype=torch.uint8)

@@ -93,7 +93,8 @@ def probe_device(device: str) -> dict[str, Any]:
     info["copy_bandwidth"] = timing.measure_copy_bandwidth(device)
     if device.startswith("cuda"):
         # Back-to-back copies of a working set a quarter of the L2: the floor for graph-mode rows that fit there.
-        info["l2_copy_bandwidth"] = timing.measure_copy_bandwidth(device, max_bytes=max(1, info["l2_bytes"] // 8))
+        info["l2_copy_bandwidth"] = timing.measure_copy_bandwidth(device, max_bytes=max(1, info["l2_bytes"] // 8),
+                                                                  copies=20)
         info["l2_flush_probe"] = timing.flush_probe(info["l2_bytes"])
     return info
 

@@ -94,3 +94,57 @@ def test_seeds_need_the_secret() -> None:
 def test_the_thread_count_is_read_from_outside() -> None:
     assert guard.thread_count(os.getpid()) == len(os.listdir("/proc/self/task"))
     assert guard.thread_count(2**22 + 12345) is None
+
+
+def test_every_sample_checked_and_refreshed_inputs_still_pass_an_honest_candidate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent.test_runner import REPO, copy_fixture
+    from kpremote.agent import judge
+
+    monkeypatch.setattr(judge, "CHECK_FRACTION", 1.0)
+    monkeypatch.setattr(judge, "REFRESH_CHANCE", 1.0)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    task = copy_fixture(tmp_path)
+    job = {"task_dir": str(task), "run_dir": str(tmp_path), "device": "cpu", "workload": "grid_r1_c33", "mode": None}
+    ready: list[bool] = []
+    result = judge.run_row(job, os.urandom(32), lambda: ready.append(True))
+    assert ready == [True] and result["status"] == "PASSED", result.get("message")
+    checks = result["checks"]
+    assert checks["refreshes"] == judge.MAX_REFRESHES and len(result["seeds"]["refresh"]) == judge.MAX_REFRESHES
+    samples = len(result["samples"]["candidate"])
+    assert checks["checked_samples"] == {"baseline": samples, "candidate": samples}
+
+
+CACHES_BY_ADDRESS = '''
+from .honest import rmsnorm as honest_rmsnorm
+
+_cache = {}
+
+
+def rmsnorm(x, weight, out, eps):
+    """Computes once per input address, then replays its cached result."""
+    if x.data_ptr() not in _cache:
+        honest_rmsnorm(x, weight, out, eps)
+        _cache[x.data_ptr()] = out.clone()
+    else:
+        out.copy_(_cache[x.data_ptr()])
+'''
+
+
+def test_an_output_cache_keyed_by_address_goes_stale_on_a_refresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.test_runner import REPO, copy_fixture
+    from kpremote.agent import judge
+
+    monkeypatch.setattr(judge, "CHECK_FRACTION", 1.0)
+    monkeypatch.setattr(judge, "REFRESH_CHANCE", 1.0)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    task = copy_fixture(tmp_path)
+    (task / "solution" / "kernel.py").rename(task / "solution" / "honest.py")
+    (task / "solution" / "kernel.py").write_text(CACHES_BY_ADDRESS)
+    job = {"task_dir": str(task), "run_dir": str(tmp_path), "device": "cpu", "workload": "grid_r1_c33", "mode": None}
+    result = judge.run_row(job, os.urandom(32), lambda: None)
+    assert result["status"] == "INCORRECT" and "candidate" in result["message"], result["message"]

@@ -277,3 +277,15 @@ def test_no_headline_while_any_production_row_failed_or_is_in_doubt() -> None:
     assert "- `c`: foreign process" in markdown
     assert "**Headline:** none (withheld: c invalid, d implausible, f TIMEOUT)" in markdown
     assert "geometric-mean" not in markdown
+
+
+def test_the_audit_state_says_why_a_run_is_unaudited(tmp_path: Path) -> None:
+    def status(device: str, audit: str | None) -> str:
+        run = runner.Runner(runner.Options(task_dir=tmp_path, run_dir=tmp_path / "run", audit=audit), [])
+        run.ctx.device = device
+        return run._audit_status()
+
+    assert status("cpu", None) == "unaudited: CPU run"
+    assert status("cuda", "off") == "unaudited: --no-audit"
+    has_audit = importlib.util.find_spec("kpremote.agent.audit") is not None
+    assert status("cuda", None) == ("unaudited: audit module missing" if not has_audit else status("cuda", "on"))
