@@ -8,7 +8,11 @@ from typing import Any
 
 @dataclass
 class Case:
-    """One workload instance for one seed: fresh inputs and one output dict per side."""
+    """One workload instance for one seed: fresh inputs and one output dict per side.
+
+    `mutates` names the inputs a call rewrites in place (added to the row's `mutates` key): each call gets fresh
+    copies of them and they are compared like outputs; every other input must stay bit-identical.
+    """
 
     inputs: dict[str, Any]
     outputs_baseline: dict[str, Any]
@@ -17,3 +21,4 @@ class Case:
     rtol: float
     bytes_moved: int | None = None
     flops: int | None = None
+    mutates: tuple[str, ...] = ()

@@ -3,6 +3,8 @@
 A row is timed only if it PASSED here. The reference is the adapter's `reference` when it has one, else the
 baseline's outputs; either way the reference must itself be finite, and with an adapter reference the
 baseline must agree with it too (a baseline outside the tolerance makes the comparison meaningless).
+An in-place call's mutated inputs (the row's `mutates`, Case.mutates) are restored from the pristine copy before
+each call and then judged like outputs; every other input must come back bit-identical.
 torch is imported lazily: the runner reads the status names without it.
 """
 
@@ -100,6 +102,37 @@ class CaseView:
     call: Callable[[str], dict[str, Any] | None]
     atol: float
     rtol: float
+    mutates: tuple[str, ...] = ()  # inputs a call rewrites in place: restored before it, judged like outputs
+
+    def results(self, side: str) -> dict[str, Any]:
+        """What a side's call produced: its outputs and its mutated inputs, by name."""
+        return results_of(self.outputs[side], self.inputs[side], self.mutates)
+
+
+def results_of(outputs: dict[str, Any], inputs: dict[str, Any], mutates: tuple[str, ...]) -> dict[str, Any]:
+    return {**outputs, **{name: inputs[name] for name in mutates}}
+
+
+def mutated_inputs(declared: Any, case: Any, label: str) -> tuple[str, ...]:
+    """The inputs a call rewrites in place: the row's `mutates` and the Case's, each a tensor input of the case."""
+    import torch
+
+    names = tuple(dict.fromkeys([*(declared or ()), *(getattr(case, "mutates", None) or ())]))
+    tensors = [name for name, value in case.inputs.items() if torch.is_tensor(value)]
+    outputs = {*case.outputs_baseline, *case.outputs_candidate}
+    for name in names:
+        if name not in tensors or name in outputs:
+            why = "is also an output name" if name in outputs else "is no tensor input of the case"
+            _fail(ERROR, f"mutates {name!r} (bench/workloads.toml `mutates` or Case.mutates): {why} — tensor inputs: "
+                         f"{', '.join(tensors) or 'none'}", f"{label}, make_case",
+                  {"output": name, "kind": "unknown_mutated_input"})
+    return names
+
+
+def restore_mutated(pristine: dict[str, Any], inputs: dict[str, Any], mutates: tuple[str, ...]) -> None:
+    """Fresh copies of the mutated inputs, written into the side's own tensors (same addresses)."""
+    for name in mutates:
+        inputs[name].copy_(pristine[name])
 
 
 def check_workload(
@@ -113,13 +146,15 @@ def check_workload(
 ) -> Verdict:
     """In one process: run both sides on `seeds` fresh cases and compare (the judge uses check_case directly)."""
     base_seed = int(workload.get("seed", 0))
+    mutates = workload.get("mutates")
     largest: dict[str, float] = {}
     for k in range(seeds):
         seed = base_seed + k
         try:
             case = _guarded(f"seed {seed}, make_case", lambda: adapter.make_case(workload, device=device, seed=seed))
-            check_case(adapter, workload, in_process_view(adapter, workload, case, f"seed {seed}", atol, rtol),
-                       device=device, largest=largest)
+            view = in_process_view(adapter, workload, case, f"seed {seed}", atol, rtol,
+                                   mutated_inputs(mutates, case, f"seed {seed}"))
+            check_case(adapter, workload, view, device=device, largest=largest)
         except Refused as refused:
             refused.verdict.seeds_checked = k
             return refused.verdict
@@ -127,28 +162,33 @@ def check_workload(
 
 
 def in_process_view(adapter: Any, workload: dict[str, Any], case: Any, label: str, atol: float | None,
-                    rtol: float | None) -> CaseView:
+                    rtol: float | None, mutates: tuple[str, ...] = ()) -> CaseView:
+    """Both sides share the case's inputs, except the mutated ones: each side has its own copy of those."""
     outputs = {"baseline": case.outputs_baseline, "candidate": case.outputs_candidate}
     functions = {"baseline": adapter.call_baseline, "candidate": adapter.call_candidate}
+    inputs = {side: {**case.inputs, **{name: case.inputs[name].clone() for name in mutates}} for side in outputs}
 
     def call(side: str) -> dict[str, Any] | None:
         before = {name: layout_of(t) for name, t in outputs[side].items()}
         held = dict(outputs[side])
-        functions[side](workload, case.inputs, outputs[side])
+        functions[side](workload, dict(inputs[side]), outputs[side])  # a rebound input is not what gets judged
         return changed_output(before, held, outputs[side])
 
-    return CaseView(label, {"baseline": case.inputs, "candidate": case.inputs}, outputs, clone_tensors(case.inputs),
-                    call, float(case.atol if atol is None else atol), float(case.rtol if rtol is None else rtol))
+    return CaseView(label, inputs, outputs, clone_tensors(case.inputs), call,
+                    float(case.atol if atol is None else atol), float(case.rtol if rtol is None else rtol), mutates)
 
 
 def check_case(adapter: Any, workload: dict[str, Any], view: CaseView, *, device: str,
                largest: dict[str, float]) -> dict[str, Any]:
-    """Both sides on one case, poisoned first, inputs checked after; returns the expected outputs (detached)."""
+    """Both sides on one case, poisoned first, inputs checked after; returns the expected results (detached).
+
+    The results are the outputs and the mutated inputs (restored from the pristine copy before each call)."""
     label = view.label
     for side in ("baseline", "candidate"):
+        restore_mutated(view.pristine, view.inputs[side], view.mutates)
         run_side(view, side, device)
-        require_inputs_untouched(side, label, view.pristine, view.inputs[side])
-    baseline_out, candidate_out = view.outputs["baseline"], view.outputs["candidate"]
+        require_inputs_untouched(side, label, view.pristine, view.inputs[side], skip=view.mutates)
+    baseline_out, candidate_out = view.results("baseline"), view.results("candidate")
     if callable(getattr(adapter, "reference", None)):
         expected = _guarded(f"{label}, reference",
                             lambda: adapter.reference(workload, reference_inputs(view.inputs["baseline"], view.pristine)))
@@ -215,12 +255,15 @@ def changed_output(before: dict[str, Any], held: dict[str, Any], outputs: dict[s
     return None
 
 
-def require_inputs_untouched(side: str, label: str, pristine: dict[str, Any], inputs: dict[str, Any]) -> None:
+def require_inputs_untouched(side: str, label: str, pristine: dict[str, Any], inputs: dict[str, Any],
+                             skip: tuple[str, ...] = ()) -> None:
+    """Every input but the declared mutated ones (`skip`) is bit-identical to the pristine copy."""
     for name, original in pristine.items():
-        if not same_bits(original, inputs[name]):
+        if name not in skip and not same_bits(original, inputs[name]):
             _fail(
                 INCORRECT if side == "candidate" else ERROR,
-                f"{side} modified input {name!r}: calls may write only their outputs",
+                f"{side} modified input {name!r}: calls may write only their outputs"
+                f"{' and the inputs the row declares in `mutates`' if skip else ''}",
                 f"{label}, {side} input {name!r}",
                 {"output": name, "kind": "input_modified"},
             )

@@ -7,8 +7,8 @@ calls adapter.bind. It starts one side process per side (side.py), each holding 
 module, and drives them over a socket: "here is case k", "call case k", "time a sample on case k". Every case
 is built here by adapter.make_case with seeds derived from the run's secret (which no side sees); each side
 gets its own copy of the inputs (CUDA IPC from a memory pool of its own, or memfd shared memory on the CPU)
-and its own outputs. The judge poisons outputs before every call and every timed sample, compares them
-itself, recomputes every statistic, verdict and speedup from the raw sample times, and checks them against
+and its own outputs. The judge poisons outputs before every call and every timed sample (and writes fresh
+copies of the inputs a call mutates in place, which it then judges like outputs), compares them itself, recomputes every statistic, verdict and speedup from the raw sample times, and checks them against
 physical floors. A side sends back only JSON: acknowledgements and raw times.
 
 The result goes to the runner through the inherited pipe N (a "ready" line once both sides are up, then
@@ -37,7 +37,8 @@ from typing import Any, Iterator
 from . import guard, stats, timing
 from .channel import BadReply, Channel, ChannelClosed, encode_values, share_cpu_tensor
 from .correctness import (ERROR, INCORRECT, PASSED, CaseView, Refused, SideFailed, Verdict, check_case, clone_tensors,
-                          compare_output, describe, poison_outputs, reference_inputs, require_inputs_untouched)
+                          compare_output, describe, mutated_inputs, poison_outputs, reference_inputs,
+                          require_inputs_untouched, restore_mutated, results_of)
 from .taskspec import SIDES, TaskSpec, Workload, load_task
 
 TIMING_CASES_GPU = 4  # fresh cases at distinct addresses the timed samples rotate over
@@ -134,6 +135,13 @@ class SharedCase:
     keep: list[Any] = field(default_factory=list)  # (shared tensor, memfd handle) pairs of CPU tensors
     expected: dict[str, Any] | None = None
     generation: int = 0  # bumped by each in-place refresh of the inputs
+    mutates: tuple[str, ...] = ()  # inputs a call rewrites in place: restored from `pristine` before every call
+
+    def results(self, side: str) -> dict[str, Any]:
+        return results_of(self.outputs[side], self.inputs[side], self.mutates)
+
+    def restore(self, side: str) -> None:
+        restore_mutated(self.pristine, self.inputs[side], self.mutates)
 
     def close(self) -> None:
         for _tensor, handle in self.keep:
@@ -269,11 +277,13 @@ class Judge:
 
     def new_case(self, label: str, seed: int) -> SharedCase:
         case = _guarded_make_case(self.adapter, self.params, self.device, seed, label)
+        mutates = mutated_inputs(self.workload.mutates, case, label)
         shared = self.sharing.share(case, self.next_id, label, seed)
+        shared.mutates = mutates
         self.next_id += 1
         for side in SIDES:
             fds: list[int] = []
-            command = {"op": "case", "id": shared.id,
+            command = {"op": "case", "id": shared.id, "mutates": list(mutates),
                        "inputs": encode_values(shared.inputs[side], fds, shared.keep),
                        "outputs": encode_values(shared.outputs[side], fds, shared.keep)}
             _guarded_request(self.sides[side], command, f"{label}, handing the case to the {side}", fds)
@@ -294,7 +304,7 @@ class Judge:
         def call(side: str) -> dict[str, Any] | None:
             return self.sides[side].request({"op": "call", "id": shared.id}).get("problem")
 
-        return CaseView(shared.label, shared.inputs, shared.outputs, shared.pristine, call, atol, rtol)
+        return CaseView(shared.label, shared.inputs, shared.outputs, shared.pristine, call, atol, rtol, shared.mutates)
 
     # ---------------------------------------------------------------- correctness
 
@@ -361,7 +371,8 @@ class Judge:
         sampler.final_checks()
         for case in cases:
             for side in SIDES:
-                require_inputs_untouched(side, f"{case.label}, after timing", case.pristine, case.inputs[side])
+                require_inputs_untouched(side, f"{case.label}, after timing", case.pristine, case.inputs[side],
+                                         skip=case.mutates)
         medians = {side: stats.median(getattr(pair, side).times_us) for side in SIDES}
         result.update(
             timing=pair.to_json(),
@@ -446,7 +457,9 @@ class Sampler:
         for side in SIDES:
             single = [self._timed(side, self.cases[0], graph=False) for _ in range(3)]
             singles.append(stats.median(single))
-        self.calls_per_sample = timing.calls_per_graph(min(singles))
+        # A graph of n in-place calls would apply the call n times to one restored input: one call per graph.
+        mutating = any(case.mutates for case in self.cases)
+        self.calls_per_sample = 1 if mutating else timing.calls_per_graph(min(singles))
         for side in SIDES:
             for case in self.cases:
                 _guarded_request(self.judge.sides[side], {"op": "capture", "id": case.id, "n": self.calls_per_sample},
@@ -485,6 +498,7 @@ class Sampler:
     def _timed(self, side: str, case: SharedCase, *, graph: bool | None = None) -> float:
         graph = self.mode == "graph" if graph is None else graph
         poison_outputs(case.outputs[side])
+        case.restore(side)  # fresh copies of the mutated inputs, outside the timed window like the poison
         if self.flusher is not None:
             import torch
 
@@ -504,14 +518,14 @@ class Sampler:
         return float(value)
 
     def verify(self, side: str, case: SharedCase, when: str) -> None:
-        """The outputs of the sample just taken against the case's expected result."""
+        """The outputs (and mutated inputs) of the sample just taken against the case's expected result."""
         self.judge.checked[side] += 1
         view = self.judge.view(case)
         status = INCORRECT if side == "candidate" else ERROR
+        got_all, layout = case.results(side), case.results("baseline")
         for name, expected in case.expected.items():
-            got = case.outputs[side][name]
-            mismatch = compare_output(expected, got, case.outputs["baseline"][name], atol=view.atol, rtol=view.rtol,
-                                      name=name)
+            got = got_all[name]
+            mismatch = compare_output(expected, got, layout[name], atol=view.atol, rtol=view.rtol, name=name)
             if mismatch is not None:
                 where = f"{case.label}, {side} output {name!r} {when}"
                 raise Refused(Verdict(status, f"{side} changed behaviour {when}: output {name!r} of a timed call is "
@@ -548,12 +562,13 @@ class Sampler:
         view = judge.view(case)
         if callable(getattr(judge.adapter, "reference", None)):
             expected = judge.adapter.reference(judge.params, reference_inputs(case.inputs["baseline"], case.pristine))
-            case.expected = {name: expected[name].detach().clone() for name in case.outputs["baseline"]}
+            case.expected = {name: expected[name].detach().clone() for name in case.results("baseline")}
         else:
             from .correctness import run_side
 
+            case.restore("baseline")
             run_side(view, "baseline", judge.device)
-            case.expected = {name: t.detach().clone() for name, t in case.outputs["baseline"].items()}
+            case.expected = {name: t.detach().clone() for name, t in case.results("baseline").items()}
         if judge.device == "cuda":
             import torch
 

@@ -44,6 +44,7 @@ class Side:
         self.device = "cpu"
         self.cases: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         self.graphs: dict[int, Any] = {}
+        self.mutates: dict[int, tuple[str, ...]] = {}  # per case: the inputs its calls rewrite in place
         self.graph_calls = 1
         self.sleep_cycles = 0
 
@@ -74,12 +75,14 @@ class Side:
         inputs = decode_values(command["inputs"], fds)
         outputs = decode_values(command["outputs"], fds)
         self.cases[command["id"]] = (inputs, outputs)
+        self.mutates[command["id"]] = tuple(command.get("mutates") or ())
         self.graphs.pop(command["id"], None)
         return {"ok": True}
 
     def drop(self, command: dict[str, Any]) -> dict[str, Any]:
         self.cases.pop(command["id"], None)
         self.graphs.pop(command["id"], None)
+        self.mutates.pop(command["id"], None)
         return {"ok": True}
 
     def call(self, command: dict[str, Any]) -> dict[str, Any]:
@@ -97,7 +100,10 @@ class Side:
         from . import correctness, timing
 
         inputs, outputs = self.cases[command["id"]]
-        reason = timing.stream_check(lambda: self._call(inputs, outputs), outputs, correctness.poison_outputs)
+        # The mutated inputs are watched like outputs (a late in-place write shows) but not poisoned: they are inputs.
+        written = correctness.results_of(outputs, inputs, self.mutates.get(command["id"], ()))
+        reason = timing.stream_check(lambda: self._call(inputs, outputs), written,
+                                     lambda _: correctness.poison_outputs(outputs))
         return {"ok": True, "reason": reason}
 
     def warm_up(self, command: dict[str, Any]) -> dict[str, Any]:

@@ -106,6 +106,7 @@ class Workload:
     params: dict[str, Any]  # the row merged over [defaults]: what the adapter receives
     atol: float | None = None  # per-row override of the adapter's Case tolerance
     rtol: float | None = None
+    mutates: tuple[str, ...] = ()  # inputs a call rewrites in place (the row's `mutates`)
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,13 @@ def _workload(path: Path, number: int, merged: dict[str, Any]) -> Workload:
         if value is not None and (not _finite_number(value) or value < 0):
             raise TaskSpecError(f"{where} ({wid}) {key} = {value!r} — allowed: a number >= 0")
         tolerances[key] = float(value) if value is not None else None
-    return Workload(id=wid, production=production, params={**merged, "production": production}, **tolerances)
+    mutates = merged.get("mutates", [])
+    if (not isinstance(mutates, list) or not all(isinstance(m, str) and m for m in mutates)
+            or len(set(mutates)) != len(mutates)):
+        raise TaskSpecError(f"{where} ({wid}) mutates = {mutates!r} — allowed: a list of distinct input names "
+                            f"(strings), the inputs a call rewrites in place")
+    return Workload(id=wid, production=production, params={**merged, "production": production},
+                    mutates=tuple(mutates), **tolerances)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
