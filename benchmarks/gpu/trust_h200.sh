@@ -31,7 +31,7 @@ timed() { local name=$1 limit=$2; shift 2; local t0=$SECONDS
 
 step_refresh() {
   local task
-  for task in $fuse $rot $norm; do
+  for task in ${REFRESH_TASKS:-$fuse $rot $norm}; do
     timed "run-$task" "${REFRESH_S:-200}" python3 -m invoke run --hosts /tmp/hosts.toml --host h200-ssh --task $task \
       --workloads "$(prod kernels/$task)"
     local latest; latest=$(ls -d kernels/$task/results/h200-ssh/*/ 2>/dev/null | tail -1)

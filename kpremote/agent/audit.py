@@ -13,21 +13,22 @@ The runner calls audit_row after all rows, once per timed production row, with b
 call (µs), its worker environment (CUDA_VISIBLE_DEVICES, TRITON_CACHE_DIR, PYTHONPATH) and, for CUDA tasks, the
 built modules (default: read from raw/prepare.json); audit_rows is the same per side over a list of rows. agree
 False is what makes a row INVALID there, showing both numbers; agree None means the row could not be audited, and
-note says why. A graph-mode row is audited with `--cache-control none` (its replays run with a warm L2).
+note says why. ncu runs with `--cache-control none`: in cold mode the audited process reads 2 x L2 before each call
+(outside the profiled range), so a call starts cold and its kernels share the L2 as in the harness's samples; a
+graph-mode row is audited warm, as its replays run.
 
 Each row runs in a process of its own, started under
-    ncu --clock-control none --cache-control all --profile-from-start off --metrics gpu__time_duration.sum
+    ncu --clock-control none --cache-control none --profile-from-start off --metrics gpu__time_duration.sum
         --export raw/audit/<side>-<row>.ncu-rep --force-overwrite  python -m kpremote.agent.audit call --job ...
 so the audited side's code never runs in the caller's process, and one row's kernels can never be taken for
 another's. That process imports the audited side and the adapter only (the other side is bound as None), makes a
 case with fresh inputs from a seed drawn here, makes `warmup` calls outside the profiled region and `calls` calls
-inside cudaProfilerStart/Stop. Its report is read back with `ncu --import R --csv --page raw` (ncu.import_report),
+each call inside cudaProfilerStart/Stop. Its report is read back with `ncu --import R --csv --page raw` (ncu.import_report),
 never from the profiled process's stdout, which the side controls. The region's kernels, in launch order, are cut
 into `calls` equal groups (one call each), each group summed, and the median over the groups is ncu_us; a kernel
 count that is not a multiple of the calls falls back to the mean per call and says so.
 
-ncu serialises kernels and flushes the caches before each one, so a call of several kernels is measured colder and
-without the gaps between its launches: the tolerance (TOLERANCES, by the length ncu measured) allows for that:
+ncu serialises kernels, so a call of several kernels is measured without the gaps between its launches: the tolerance (TOLERANCES, by the length ncu measured) allows for that:
 2.5 µs + 8 % below 20 µs, 5 % from 20 µs — a starting point to be confirmed on the GPU and stated in docs/trust.md.
 """
 
@@ -166,7 +167,8 @@ def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], e
             report.rows.append(_unaudited(row, whole_side))
             continue
         job = {"task_dir": str(task_dir), "device": device, "side": side, "workload": row.workload,
-               "warmup": warmup, "calls": calls, "seed": secrets.randbelow(2**31), "modules": modules}
+               "warmup": warmup, "calls": calls, "seed": secrets.randbelow(2**31), "modules": modules,
+               "flush_per_call": cache_control == "call"}
         try:
             report.rows.append(_audit_one(found, folder, row, job, env, cache_control, row_limit_s))
         except ncu.NcuError as exc:
@@ -185,7 +187,10 @@ def audit_row(request: dict[str, Any]) -> dict[str, Any]:
     disagrees, None if a side could not be audited and none disagrees), and harness_us / ncu_us / tolerance / note
     of the side that decides it (the candidate when both agree), plus every side's RowAudit under "sides".
     """
-    cache_control = "none" if request.get("mode") == "graph" else "all"
+    # Cold mode: the audited process flushes the L2 itself before each call and ncu leaves the caches alone, so the
+    # kernels of one call share the L2 as they do in the harness (ncu's own per-kernel flush measured a two-kernel
+    # call of SGLang's rotary 1.3-1.9x slower than the harness on the H200). Graph mode: warm, as replays run.
+    cache_control = "none" if request.get("mode") == "graph" else "call"
     sides: dict[str, RowAudit] = {}
     status: dict[str, str] = {}
     for side in ncu.SIDES:
@@ -229,7 +234,8 @@ def _audit_one(found: str, folder: Path, row: AuditRow, job: dict[str, Any], env
         stale.unlink(missing_ok=True)
     job_path.write_text(json.dumps(job, indent=1))
     target = [sys.executable, "-m", "kpremote.agent.audit", "call", "--job", str(job_path), "--out", str(done)]
-    command = ncu.audit_command(found, report=report, target=target, cache_control=cache_control)
+    command = ncu.audit_command(found, report=report, target=target,
+                                cache_control="none" if cache_control == "call" else cache_control)
     returncode = _run(command, log_path, env, Path(job["task_dir"]), limit_s)
     try:
         ncu.check_profile(log_path.read_text(errors="replace"), returncode, report, target_finished=done.is_file(),
@@ -310,14 +316,27 @@ def call_row(job: dict[str, Any]) -> dict[str, Any]:
     for _ in range(job["warmup"]):
         call(params, case.inputs, outputs)
     _synchronize(device)
-    _profiler(device, start=True)
-    try:
-        for _ in range(job["calls"]):
+    flush = _cold_l2(device) if job.get("flush_per_call") else None
+    for _ in range(job["calls"]):
+        if flush is not None:  # cold at the call's start, as in the harness's samples (outside the profiled range)
+            flush()
+            _synchronize(device)
+        _profiler(device, start=True)
+        try:
             call(params, case.inputs, outputs)
-        _synchronize(device)
-    finally:
-        _profiler(device, start=False)
+            _synchronize(device)
+        finally:
+            _profiler(device, start=False)
     return {"side": side, "workload": workload.id, "warmup": job["warmup"], "calls": job["calls"]}
+
+
+def _cold_l2(device: str) -> Any:
+    """A read of 2 x L2 (the harness's flush): the L2 holds none of the call's data afterwards."""
+    if device != "cuda":
+        return None
+    from .timing import L2Flusher
+
+    return L2Flusher(None).flush_buffer.max
 
 
 def call_main(argv: list[str]) -> int:

@@ -175,7 +175,7 @@ def test_the_runner_hook_audits_both_sides_and_names_the_one_that_disagrees(task
     report = json.loads((tmp_path / "run" / "audit" / "candidate-prod_r4_c64.ncu-rep").read_text())
     assert ("--cache-control", "none") in zip(report["argv"], report["argv"][1:])  # graph replays run warm
     honest = audit.audit_row({**request, "mode": "cold", "harness_us": {"baseline": 12.4, "candidate": 11.5}})
-    assert (honest["agree"], honest["side"], honest["cache_control"]) == (True, "candidate", "all")
+    assert (honest["agree"], honest["side"], honest["cache_control"]) == (True, "candidate", "call")  # flushed per call
 
 
 def test_a_side_is_named_or_refused(task: Path, tmp_path: Path) -> None:
