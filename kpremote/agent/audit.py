@@ -28,8 +28,8 @@ never from the profiled process's stdout, which the side controls. The region's 
 into `calls` equal groups (one call each), each group summed, and the median over the groups is ncu_us; a kernel
 count that is not a multiple of the calls falls back to the mean per call and says so.
 
-ncu serialises kernels, so a call of several kernels is measured without the gaps between its launches: the tolerance (TOLERANCES, by the length ncu measured) allows for that:
-2.5 µs + 8 % below 20 µs, 5 % from 20 µs — a starting point to be confirmed on the GPU and stated in docs/trust.md.
+ncu serialises kernels, so a call of several kernels is measured without the gaps between its launches: the tolerance (TOLERANCES, by the length ncu measured) allows for that and for the launch inside the harness's
+event pair: 2.5 µs + 8 % below 20 µs, 2.5 µs + 5 % from 20 µs (measured on the H200: docs/trust.md).
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ from typing import Any
 from . import ncu
 
 # (below this length in µs, absolute µs, relative): the first band the ncu length falls in gives the tolerance.
-TOLERANCES = ((20.0, 2.5, 0.08), (math.inf, 0.0, 0.05))
+# The absolute part is the launch the harness's event pair holds and ncu's gpu__time_duration does not: on the H200
+# honest rows read 1.2-2.2 µs above ncu at every length (docs/trust.md, "Audit tolerance").
+TOLERANCES = ((20.0, 2.5, 0.08), (math.inf, 2.5, 0.05))
 WARMUP_CALLS = 3
 AUDIT_CALLS = 5
 ROW_LIMIT_S = 600.0
