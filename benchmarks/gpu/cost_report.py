@@ -75,9 +75,10 @@ def main() -> None:
             wall = f"{statistics.fmean(old_s[workload]):.1f} → {statistics.fmean(new_s[workload]):.1f} ({ratio:.2f}×)"
         if diff is not None:
             worst_diff = max(worst_diff, abs(diff))
+        spread_cell = f"{sp * 100:.2f} %" if sp is not None else "– (one run)"
         print(f"| `{workload}` | {side} | {statistics.fmean(before):.2f} | {new_mean:.2f} | "
-              f"{diff * 100:+.2f} % | {sp * 100:.2f} % | {wall} |" if before else
-              f"| `{workload}` | {side} | – | {new_mean:.2f} | – | {(sp or 0) * 100:.2f} % | {wall} |")
+              f"{diff * 100:+.2f} % | {spread_cell} | {wall} |" if before else
+              f"| `{workload}` | {side} | – | {new_mean:.2f} | – | {spread_cell} | {wall} |")
     print(f"\nlargest |new - old| of a median: {worst_diff * 100:.2f} %; largest wall-time ratio per row: "
           f"{worst_ratio:.2f}×")
 
