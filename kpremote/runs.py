@@ -40,6 +40,7 @@ class RunOptions(BaseModel):
     workloads: Optional[str] = None
     mode: Optional[str] = None
     device: str = "auto"
+    audit: bool = True  # False: --no-audit, the run is labelled "unaudited: --no-audit"
 
 
 class StartedRun(BaseModel):
@@ -161,6 +162,8 @@ def _start_args(host: Host, task: str, options: RunOptions) -> list[str]:
             args += [flag, value]
     if options.wait:
         args += ["--wait", str(options.wait)]
+    if not options.audit:
+        args += ["--audit", "off"]
     return args
 
 

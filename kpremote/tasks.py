@@ -151,11 +151,12 @@ def sync(c, host, task, hosts=None, json=False):
           "wait": "wait for an idle GPU (optionally at most SECONDS) instead of failing",
           "workloads": "only these workload ids, comma-separated", "mode": "cold (L2 flushed per call) or graph",
           "device": "auto, cuda or cpu (cpu = smoke run through Triton's interpreter)",
+          "no_audit": "skip the Nsight Compute re-measurement of the production rows (the run reads unaudited)",
           "json": "print the outcome as JSON"},
     optional=["wait"],
 )
 def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, workloads=None, mode=None,
-        device="auto", json=False):
+        device="auto", no_audit=False, json=False):
     """Sync, lease an idle GPU, build both sides, gate on correctness, time, summarize, fetch the summary."""
     from .launch import launch
     from .runs import RunOptions
@@ -164,7 +165,8 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
     _ensure_upstream(tasks)
     checks.check_tasks(KERNELS, tasks, timing_mode=mode, workloads=ids)
     run_options = RunOptions(gpu=checks.gpu(gpu), wait=checks.wait_seconds(wait),
-                             workloads=",".join(ids) if ids else None, mode=mode, device=checks.device(device))
+                             workloads=",".join(ids) if ids else None, mode=mode, device=checks.device(device),
+                             audit=not no_audit)
     outcomes = launch(load_inventory(hosts).select(host), tasks, KERNELS, run_options, detach=detach, as_json=json)
     refused = any(o.status == "not started" for o in outcomes)  # the host refused a start: as before, exit 2
     finish(all(o.ok for o in outcomes), code=EXIT_USAGE if refused else EXIT_FAILED)

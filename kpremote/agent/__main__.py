@@ -114,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-lease", action="store_true")
     p.add_argument("--workloads", default=None)
     p.add_argument("--mode", default=None)
+    p.add_argument("--audit", choices=("on", "off"), default=None, help="the runner's Nsight Compute audit")
     p.add_argument("--host-alias", default=None)
     p.add_argument("--sync", action="store_true", help="apply a sync stream from stdin first")
     p.add_argument("--run-id", default=None, help="the run id the client chose (so it can cancel before it hears back)")
@@ -241,6 +242,7 @@ def _start(args: argparse.Namespace) -> int:
         host_alias=args.host_alias,
         runner_module=args.runner_module or runner_for(args.mode),
         run_id=args.run_id,
+        audit=args.audit,
     )
     synced = _apply_sync(args) if args.sync else None
     if synced is not None and "error" in synced:

@@ -123,6 +123,7 @@ class StartRequest:
     host_alias: str | None = None
     runner_module: str = DEFAULT_RUNNER
     run_id: str | None = None  # chosen by the client, so it can cancel the run before it hears back
+    audit: str | None = None  # "off": no Nsight Compute audit (the run reads "unaudited: --no-audit")
 
 
 def start(root: Path, request: StartRequest, snapshot_fn: Callable[[], Snapshot] = snapshot,
@@ -461,6 +462,7 @@ def _runner_command(
         "--workloads": request.workloads,
         "--mode": request.mode,
         "--host-alias": request.host_alias,
+        "--audit": request.audit,
     }
     for flag, value in optional.items():
         if value is not None:
