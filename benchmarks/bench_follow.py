@@ -177,6 +177,23 @@ def start_detached(work: Path, env: dict[str, str], hosts_toml: Path, host: str)
     return outcome["run_id"]
 
 
+def write_standin_task(task_dir: Path) -> None:
+    """A task the client's checks accept (it validates task.toml before connecting); the stand-in runner never
+    imports it."""
+    files = {
+        "task.toml": (f'[task]\nname = "{TASK}"\narch = "any"\nfamily = "bench"\n[baseline]\nrepo = '
+                      '"https://example.invalid/bench"\nref = "main"\ncommit = "unresolved"\n[build]\nkind = "python"\n'),
+        "bench/workloads.toml": '[[workload]]\nid = "w1"\n',
+        "bench/adapter.py": ("def make_case(workload, *, device, seed): ...\n"
+                             "def call_baseline(workload, inputs, outputs): ...\n"
+                             "def call_candidate(workload, inputs, outputs): ...\n"),
+        "baseline/kernel.py": "", "solution/kernel.py": "",
+    }
+    for name, text in files.items():
+        (task_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (task_dir / name).write_text(text)
+
+
 def measure(events: int, seconds: float, repeats: int, rtt_ms: float, profile: str | None = None,
             command: str = "run", attach_s: float = 3.0) -> list[dict[str, Any]]:
     from benchkit import fresh_rig, link_host, median, quiet_env
@@ -190,7 +207,7 @@ def measure(events: int, seconds: float, repeats: int, rtt_ms: float, profile: s
         work = rig.base / "work"
         task_dir = work / "kernels" / TASK
         task_dir.mkdir(parents=True)
-        (task_dir / "task.toml").write_text(f'[task]\nname = "{TASK}"\n')
+        write_standin_task(task_dir)
         delay_s = attach_s if command == "logs" else 0.0
         (task_dir / "standin.json").write_text(json.dumps({"events": events, "seconds": seconds, "delay_s": delay_s}))
         hosts_toml = linked.hosts_toml(work / "hosts.toml")

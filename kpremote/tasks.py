@@ -412,6 +412,16 @@ def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False
                        markup=False)
 
 
+def _readable_toml(path: Path) -> bool:
+    from .agent.taskspec import TaskSpecError, _read_toml
+
+    try:
+        _read_toml(path)
+    except TaskSpecError:
+        return False
+    return True
+
+
 def _ensure_upstream(tasks: list[str]) -> None:
     """Pinned upstream files a task lacks are materialized from their wheel before it is synced or run."""
     from .agent.protocol import is_name
@@ -420,6 +430,8 @@ def _ensure_upstream(tasks: list[str]) -> None:
     for task in tasks:
         # An invalid or unknown name is reported by the command itself.
         if is_name(task) and not (KERNELS / task).is_symlink() and (KERNELS / task / "task.toml").is_file():
+            if not _readable_toml(KERNELS / task / "task.toml"):
+                continue  # a task.toml that is not TOML is reported, one line, by the task checks that follow
             line = ensure_upstream(KERNELS / task)
             if line:  # on stderr: stdout may be a --json document
                 view.errors.print(line, markup=False, soft_wrap=True)

@@ -82,7 +82,7 @@ def test_colors_only_when_wanted(project):
 
 def test_watch_shows_when_it_was_updated(project):
     result = watch_for(project, 8, "gpu-status", "--host", "local", "--watch", "0.5")  # room for a loaded 2-core machine
-    assert result.returncode == 0, result.stderr  # Ctrl-C ends a watch; it is not an error
+    assert result.returncode == 130, result.stderr  # Ctrl-C ends a watch with 130, as the README says
     stamps = re.findall(r"^updated at \d\d:\d\d:\d\d · every 0.5 s", result.stdout, re.M)
     assert len(stamps) >= 2  # piped, each refresh is printed in turn under its own header
     assert result.stdout.count("[0] NVIDIA H200") == len(stamps)
@@ -250,7 +250,9 @@ def in_a_terminal(project: Path, *args: str) -> str:
 
 def test_waiting_for_hosts_is_shown_on_a_terminal_only(project):
     drawn = in_a_terminal(project, "gpu-status")
-    assert "gpu-status: waiting for local, gone (0 of 2 answered)" in drawn
+    # The local host may answer before the first frame is drawn; the unreachable one never does.
+    assert ("gpu-status: waiting for local, gone (0 of 2 answered)" in drawn
+            or "gpu-status: waiting for gone (1 of 2 answered)" in drawn), drawn
     assert "[0] " in drawn and "NVIDIA H200" in drawn
     piped = kp(project, "gpu-status")
     assert "waiting for" not in piped.stdout + piped.stderr
