@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Optional
 
 from .lease import AgentError, BadRequest, IdlePolicy, acquire, utc_now_iso
+from .protocol import ExitCode
 from .runstate import TERMINAL, read_state, update_state
 
 SCHEDULER = "slurm"
@@ -734,7 +735,7 @@ def _json_arg(text: str, what: str) -> dict[str, Any]:
 
 
 def _submit(args: Any) -> int:
-    from .__main__ import NEED_FULL_SYNC, _apply_sync
+    from .__main__ import _apply_sync
     from .state import validate_task_name
 
     request = {**_json_arg(args.request, "--request"), "task": validate_task_name(args.task)}
@@ -746,7 +747,7 @@ def _submit(args: Any) -> int:
         return int(synced.get("exit_code", 1))
     if synced is not None and synced.get("need_full"):
         _print(synced)
-        return NEED_FULL_SYNC
+        return ExitCode.NEED_FULL_SYNC
     result = submit(_root(args), request, settings)
     _print({**result, "sync": synced} if synced is not None else result)
     return 0
