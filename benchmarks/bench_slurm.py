@@ -88,7 +88,7 @@ class Bench:
         seconds, done = timed(inv_argv("run", "--hosts", str(self.hosts_toml), "--host", "login", "--task",
                                        ",".join(tasks), "--workloads", WORKLOAD, "--json"), cwd=self.work,
                               env=quiet_env(KPREMOTE_CACHE=str(self.work / ".cache")))
-        outcomes = json.loads(done.stdout)
+        outcomes = json.loads(done.stdout)["runs"]  # the --json envelope {schema, runs}
         assert all(o["status"] == "passed" for o in outcomes), outcomes
         return seconds, outcomes
 

@@ -168,7 +168,9 @@ def _cancel_one(entry: Registered, results: dict, budget_s: float) -> None:
     else on a fresh connection."""
     from .agentcall import Agent
     from .runs import RunSession
+    from .slurm import agent_subcommand
 
+    cancel = agent_subcommand(entry.host, "cancel")  # a Slurm cluster's run: slurm-cancel, i.e. scancel
     args = ["--task", entry.task, "--run", entry.run_id, "--pending", "--grace", str(HOST_GRACE_S)]
     session = None
     first_try = False
@@ -177,12 +179,12 @@ def _cancel_one(entry: Registered, results: dict, budget_s: float) -> None:
             if entry.transport is None:
                 raise KpremoteError("no connection to reuse")
             first_try = True
-            answer = Agent(entry.host, entry.transport).call_json("cancel", *args, timeout=budget_s)
+            answer = Agent(entry.host, entry.transport).call_json(cancel, *args, timeout=budget_s)
         except KpremoteError:
             # The run's own thread may close that connection once it sees the run end (our cancel did it): ask
             # again on a fresh one; "already ended (cancelled)" then is this cancel's doing.
             session = RunSession(entry.host)
-            answer = session.agent.call_json("cancel", *args, timeout=budget_s)
+            answer = session.agent.call_json(cancel, *args, timeout=budget_s)
             if first_try and (answer.get("state") or {}).get("status") == "cancelled":
                 answer = {**answer, "cancelled": True}
         results[entry] = _describe(entry, answer)
@@ -201,6 +203,8 @@ def _describe(entry: Registered, answer: dict) -> str:
         return f"{where} had already ended ({state.get('status', '?')})"
     if state.get("phase") == "never started":
         return f"cancelled {where} before it began: its start will not run"
+    if state.get("scheduler") == "slurm":
+        return f"cancelled {where}: Slurm job {state.get('job_id') or '(not submitted)'} is scancelled"
     if not state.get("pgid"):
         return f"cancelled {where} before its runner began: nothing runs, no GPU is leased"
     return f"cancelled {where}: its processes are gone and its GPU lease is released"

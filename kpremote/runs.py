@@ -98,11 +98,11 @@ def start_run(session: RunSession, task: str, kernels_dir: Path, options: RunOpt
     run_id (default: a new one) is the id the run gets: whoever holds it can cancel the run from now on, even
     while the start is still syncing or waiting. on_waiting(host, event) hears what a --wait start waits for.
     """
+    run_id = run_id or new_run_id()
     if session.host.is_cluster:  # Slurm: the same sync, then sbatch instead of a lease (kpremote/slurm.py)
         from .slurm import submit_run
 
-        return submit_run(session, task, kernels_dir, options)
-    run_id = run_id or new_run_id()
+        return submit_run(session, task, kernels_dir, options, run_id)
     args = [*_start_args(session.host, task, options), "--run-id", run_id, "--progress"]
     session.agent.transport.connect_soon()  # the handshake's round trips pass while the task is scanned
     plan = plan_sync(session.host, scan_task(kernels_dir, task))
@@ -236,11 +236,9 @@ def follow_run(session: RunSession, task: str, run_id: str, on_event: Callable[[
 def cancel_run(session: RunSession, task: str, run_id: str, *, pending: bool = False,
                grace_s: Optional[float] = None) -> dict[str, Any]:
     """Cancel a run; with pending, also one whose start has not reached the host yet (it will refuse to begin)."""
-    if session.host.is_cluster:  # scancel through the agent's slurm-cancel (kpremote/slurm.py)
-        return session.agent.call_json(agent_subcommand(session.host, "cancel"), "--task", task, "--run", run_id)
     args = ["--task", task, "--run", run_id, *(["--pending"] if pending else [])]
     args += ["--grace", str(grace_s)] if grace_s is not None else []
-    return session.agent.call_json("cancel", *args)
+    return session.agent.call_json(agent_subcommand(session.host, "cancel"), *args)  # a cluster's: scancel
 
 
 def list_runs(session: RunSession, task: Optional[str] = None) -> list[dict[str, Any]]:

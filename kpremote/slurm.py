@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .agent.protocol import ExitCode
 from .config import Host
 from .errors import KpremoteError, RemoteCommandError
 
@@ -21,8 +22,9 @@ if TYPE_CHECKING:
     from .runs import RunOptions, RunSession, StartedRun
 
 AGENT_SUBCOMMANDS = {"follow": "slurm-follow", "status": "slurm-status", "cancel": "slurm-cancel"}
-BAD_REQUEST = 2
-NEED_FULL_SYNC = 7
+BAD_REQUEST = ExitCode.BAD_REQUEST
+NEED_FULL_SYNC = ExitCode.NEED_FULL_SYNC
+START_CANCELLED = ExitCode.CANCELLED_BEFORE_START
 
 
 def agent_subcommand(host: Host, name: str) -> str:
@@ -30,9 +32,13 @@ def agent_subcommand(host: Host, name: str) -> str:
     return AGENT_SUBCOMMANDS.get(name, name) if host.is_cluster else name
 
 
-def submit_run(session: "RunSession", task: str, kernels_dir: Path, options: "RunOptions") -> "StartedRun":
-    """Sync the task to the login node and submit its job in one channel; a second only for a full re-sync."""
+def submit_run(session: "RunSession", task: str, kernels_dir: Path, options: "RunOptions", run_id: str) -> "StartedRun":
+    """Sync the task to the login node and submit its job in one channel; a second only for a full re-sync.
+
+    run_id is registered for Ctrl-C before the submit may reach the host (interrupt.py), as runs.start_run does.
+    """
     from .agentcall import error_message
+    from .interrupt import REGISTRY
     from .runs import StartedRun
     from .sync import build_sync_request, have_listing, plan_sync, record_synced, scan_task, sync_task
 
@@ -40,17 +46,25 @@ def submit_run(session: "RunSession", task: str, kernels_dir: Path, options: "Ru
     if options.gpu:
         raise KpremoteError(f"{host.name}: --gpu does not apply to a Slurm cluster: Slurm picks the GPU (set gres "
                             "or constraint for this host in hosts.toml)")
-    args = submit_args(host, task, options)
+    args = submit_args(host, task, options, run_id)
     session.agent.transport.connect_soon()
     plan = plan_sync(host, scan_task(kernels_dir, task))
+    session.agent.transport.connect()
+    REGISTRY.add(host, task, run_id, session.agent.transport)
     result = session.agent.call("slurm-submit", *args, "--sync", stdin=build_sync_request(plan))
     synced_files = None
     if result.exit_code == NEED_FULL_SYNC:
         report = sync_task(session.agent, task, kernels_dir, have=have_listing(host, json.loads(result.stdout)))
         result = session.agent.call("slurm-submit", *args)
         synced_files = report.files_sent
+    if not result.ok:
+        REGISTRY.discard(host.name, run_id)  # refused or failed before sbatch took it: no job exists
     if result.exit_code == BAD_REQUEST:
         raise KpremoteError(f"{host.name}: {error_message(result)}")
+    if result.exit_code == START_CANCELLED:
+        from .runs import StartStopped
+
+        raise StartStopped(f"{host.name}: {error_message(result)}")
     if not result.ok:
         raise RemoteCommandError(host.name, f"could not submit the run: {error_message(result)}", result.exit_code,
                                  result.stderr_tail())
@@ -62,9 +76,9 @@ def submit_run(session: "RunSession", task: str, kernels_dir: Path, options: "Ru
                       gpu={"index": "-", "name": f"Slurm job {answer['job_id']}"}, synced_files=synced_files)
 
 
-def submit_args(host: Host, task: str, options: "RunOptions") -> list[str]:
+def submit_args(host: Host, task: str, options: "RunOptions", run_id: str) -> list[str]:
     request = {"device": options.device, "workloads": options.workloads, "mode": options.mode,
-               "host_alias": host.name, "arch": host.arch, "idle": host.idle.model_dump()}
+               "host_alias": host.name, "arch": host.arch, "idle": host.idle.model_dump(), "run_id": run_id}
     settings = {key: value for key, value in (host.slurm or {}).items() if value is not None}
     return ["--task", task, "--request", json.dumps(request), "--settings", json.dumps(settings)]
 

@@ -179,8 +179,8 @@ class Cluster:
     def detach(self, task: str = "gated", host: str = "cluster", count: int = 1) -> list[dict[str, Any]]:
         done = self.inv("run", "--host", host, "--task", ",".join([task] * count), "--workloads", SMALL,
                         "--detach", "--json")
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
+        assert done.returncode == 0, done.stderr + done.stdout  # a run's error is in the JSON
+        return json.loads(done.stdout)["runs"]
 
     def job(self, job_id: str) -> dict[str, str]:
         out = self.slurm.client("scontrol", "show", "job", "-o", job_id).stdout.decode()
@@ -233,8 +233,8 @@ def by_run(cluster: Cluster, outcomes: list[dict]) -> list[dict]:
 
 def test_run_on_the_cluster_is_a_job_on_an_allocated_gpu(cluster, time_limited):
     done = cluster.inv("run", "--host", "cluster", "--task", "tiny_rmsnorm", "--workloads", SMALL, "--json")
-    assert done.returncode == 0, done.stderr
-    [outcome] = json.loads(done.stdout)
+    assert done.returncode == 0, done.stderr + done.stdout
+    [outcome] = json.loads(done.stdout)["runs"]
     assert outcome["status"] == "passed" and outcome["job_id"], outcome
     state = state_of(cluster.run_dir(outcome["run_id"], "tiny_rmsnorm"))
     assert state["job_id"] == outcome["job_id"] and state["scheduler"] == "slurm"
@@ -285,7 +285,7 @@ def test_a_task_for_another_arch_is_refused_on_the_node(cluster):
     (task / "task.toml").write_text((task / "task.toml").read_text().replace('name = "tiny_rmsnorm"', 'name = '
                                     '"b200_only"').replace('arch = "any"', 'arch = "b200"'))
     done = cluster.inv("run", "--host", "cluster", "--task", "b200_only", "--workloads", SMALL, "--json")
-    [outcome] = json.loads(done.stdout)
+    [outcome] = json.loads(done.stdout)["runs"]
     assert done.returncode != 0 and outcome["status"] == "error", outcome
     assert "b200" in outcome["error"] and outcome["job_id"], outcome  # the node's (fixture) GPUs are H200s
     assert not (cluster.run_dir(outcome["run_id"], "b200_only") / "raw" / "prepare.log").exists()  # nothing ran

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Optional
 
 from .lease import AgentError, BadRequest, IdlePolicy, acquire, utc_now_iso
+from .protocol import ExitCode
 from .runstate import TERMINAL, read_state, update_state
 
 SCHEDULER = "slurm"
@@ -146,13 +147,15 @@ def queue_position(job_id: str, partition: Optional[str]) -> tuple[Optional[int]
 
 def submit(root: Path, request: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """Create the run, write its batch script, sbatch it; the job id goes into state.json before we answer."""
-    from .state import new_run, task_dir
+    from .state import claim_run, task_dir
 
     sbatch_settings = sbatch_options(settings)  # refused before anything is written or submitted
     workspace = task_dir(root, request["task"]) / "workspace"
     if not workspace.is_dir():
         raise BadRequest(f"task {request['task']} has no workspace on this host ({workspace}); sync it first")
-    run_id, run_dir = new_run(workspace.parent / "runs")
+    # The client's run id (it may cancel the run before it hears back): a cancel that came first refuses it here.
+    run_id, run_dir = claim_run(workspace.parent / "runs", request.get("run_id"), task=request["task"],
+                                status="pending", phase="queued", scheduler=SCHEDULER)
     (run_dir / "raw").mkdir()
     (run_dir / "summary").mkdir()
     script = run_dir / "raw" / "job.sh"
@@ -596,10 +599,17 @@ def _shown(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
-def cancel(root: Path, task: str, run_id: str, wait_s: float = CANCEL_WAIT_S) -> dict[str, Any]:
-    """scancel the job; the runner records the cancel (SIGTERM), or we do when the job never started."""
-    from .state import existing_run_dir
+def cancel(root: Path, task: str, run_id: str, wait_s: float = CANCEL_WAIT_S, pending: bool = False
+           ) -> dict[str, Any]:
+    """scancel the job; the runner records the cancel (SIGTERM), or we do when the job never started.
 
+    With pending, a run not submitted yet gets a tombstone instead (state.cancel's), and its submit refuses it.
+    """
+    from .state import _check_run_id, _tombstoned, existing_run_dir, task_dir
+
+    if pending and _tombstoned(task_dir(root, task) / "runs", _check_run_id(run_id)):
+        return {"cancelled": True, "state": {"run_id": run_id, "task": task, "status": "cancelled",
+                                             "phase": "never started", "scheduler": SCHEDULER}}
     run_dir = existing_run_dir(root, task, run_id)
     state = look(run_dir)
     if state.get("status") in TERMINAL:
@@ -711,6 +721,10 @@ def add_commands(command: Callable[..., Any]) -> None:
     p = command("slurm-cancel", _cancel, "scancel a run's job and record it cancelled")
     p.add_argument("--task", required=True)
     p.add_argument("--run", required=True)
+    p.add_argument("--pending", action="store_true",
+                   help="if the run is not submitted yet, make sure its submit never submits it")
+    p.add_argument("--grace", type=float, default=None,
+                   help="seconds to wait for the job's runner to record the cancel (Slurm's KillWait still applies)")
     command("slurm-nodes", _nodes, "per node: partitions, state, GPUs total / allocated, kpremote's jobs")
 
 
@@ -734,7 +748,7 @@ def _json_arg(text: str, what: str) -> dict[str, Any]:
 
 
 def _submit(args: Any) -> int:
-    from .__main__ import NEED_FULL_SYNC, _apply_sync
+    from .__main__ import _apply_sync
     from .state import validate_task_name
 
     request = {**_json_arg(args.request, "--request"), "task": validate_task_name(args.task)}
@@ -746,7 +760,7 @@ def _submit(args: Any) -> int:
         return int(synced.get("exit_code", 1))
     if synced is not None and synced.get("need_full"):
         _print(synced)
-        return NEED_FULL_SYNC
+        return ExitCode.NEED_FULL_SYNC
     result = submit(_root(args), request, settings)
     _print({**result, "sync": synced} if synced is not None else result)
     return 0
@@ -766,7 +780,8 @@ def _status(args: Any) -> int:
 
 
 def _cancel(args: Any) -> int:
-    _print(cancel(_root(args), args.task, args.run))
+    wait = {} if args.grace is None else {"wait_s": max(0.0, args.grace)}
+    _print(cancel(_root(args), args.task, args.run, pending=args.pending, **wait))
     return 0
 
 
