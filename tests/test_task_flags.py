@@ -15,8 +15,16 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def side_kinds(build: dict) -> set[str]:
+    """Every side's kind: `kind` is one string for both sides, or a {baseline, candidate} table (build kinds)."""
+    kind = build["kind"]
+    return set(kind.values()) if isinstance(kind, dict) else {kind}
+
+
 CUDA_TASKS = sorted(p.parent for p in (REPO / "kernels").glob("*/task.toml")
-                    if tomllib.loads(p.read_text())["build"]["kind"] == "cuda")
+                    if "cuda" in side_kinds(tomllib.loads(p.read_text())["build"]))
 
 
 def torch_required_standard() -> int:

@@ -4,8 +4,9 @@
 # both sides, print one compact table. For the integrator to debug the tasks in one call.
 #
 #   bash benchmarks/gpu/new_tasks.sh upstream   # HERE, before carrying: baseline/upstream/<path> of both
-#                                               # tasks from the pinned sglang wheel, each file checked
-#                                               # against the sha256 in the task's docs/baseline_source.md
+#                                               # tasks from the pinned sglang wheel (<path> as the wheel
+#                                               # holds it: sglang/...), the wheel and each file checked
+#                                               # against the sha256 that the task's task.toml pins
 #   bash benchmarks/gpu/new_tasks.sh stage      # GPU: copy the carried wheels/parts into $KP_WHEELS
 #   bash benchmarks/gpu/new_tasks.sh install    # GPU: install from $KP_WHEELS into $KP_SITE
 #   bash benchmarks/gpu/new_tasks.sh all [ROWS] # GPU: stage + install + check (ROWS: all | prod | smoke)
@@ -51,28 +52,36 @@ upstream() {
   local wheel
   wheel=$(ls "${SGLANG_WHEEL_DIR:-/work/main/.whl/sglang}"/sglang-0.5.23-*.whl)
   "$py" - "$wheel" "${KP_KERNELS:-$repo/kernels}" <<'EOP'
-"""Put each task's upstream files from the sglang wheel at baseline/upstream/<path> (the layout
-`inv baseline` uses), each checked against the sha256 in the task's docs/baseline_source.md."""
-import hashlib, pathlib, re, sys, tomllib, zipfile
-wheel, kernels = sys.argv[1], pathlib.Path(sys.argv[2])
+"""Put each task's upstream files from the sglang wheel at baseline/upstream/<path>, <path> as the wheel
+holds it (sglang/..., no python/ prefix: the layout `inv baseline --materialize` writes), the wheel and
+each file checked against the sha256 that the task's task.toml pins ([baseline] wheel_sha256 and
+[baseline.sha256], as kpremote.baseline checks them)."""
+import hashlib, pathlib, sys, tomllib, zipfile
+wheel, kernels = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 tasks = ["h200_diffusion_qknorm_rope__multi_shape", "h200_diffusion_cutedsl_norm_scale_shift__multi_shape"]
-row = re.compile(r"^\| `([^`]+)` \| `([0-9a-f]{64})` \|", re.M)
+wheel_sum = hashlib.sha256(wheel.read_bytes()).hexdigest()
 with zipfile.ZipFile(wheel) as archive:
     for task in tasks:
         folder = kernels / task
-        files = tomllib.loads((folder / "task.toml").read_text())["baseline"]["files"]
-        sums = dict(row.findall((folder / "docs" / "baseline_source.md").read_text()))
+        pin = tomllib.loads((folder / "task.toml").read_text())["baseline"]
+        files, sums = pin["files"], pin.get("sha256", {})
+        if (pin.get("wheel"), pin.get("wheel_sha256")) != (wheel.name, wheel_sum):
+            sys.exit(f"{task}: task.toml pins {pin.get('wheel')} sha256 {pin.get('wheel_sha256')}, "
+                     f"{wheel} has sha256 {wheel_sum}")
         if sorted(sums) != sorted(files):
-            sys.exit(f"{task}: docs/baseline_source.md pins {sorted(sums)}, task.toml [baseline] files lists {sorted(files)}")
+            sys.exit(f"{task}: task.toml [baseline.sha256] pins {sorted(sums)}, [baseline] files lists {sorted(files)}")
+        contents = {}
         for path in files:
-            data = archive.read(path.removeprefix("python/"))  # the wheel holds sglang/... at its root
+            data = archive.read(path)  # the wheel holds sglang/... at its root
             got = hashlib.sha256(data).hexdigest()
             if got != sums[path]:
-                sys.exit(f"{task}: {path}: sha256 {got} in the wheel, docs/baseline_source.md pins {sums[path]}")
+                sys.exit(f"{task}: {path}: sha256 {got} in the wheel, task.toml [baseline.sha256] pins {sums[path]}")
+            contents[path] = data
+        for path, data in contents.items():  # written only once every file of the task matched its pin
             target = folder / "baseline" / "upstream" / path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-        print(f"{task}: {len(files)} upstream files in baseline/upstream/, sha256 as pinned")
+        print(f"{task}: {len(files)} upstream files in baseline/upstream/, sha256 as task.toml pins them")
 EOP
 }
 

@@ -1,4 +1,5 @@
-"""`inv check` (the CPU smoke run) passes for every shipped task, and an H200 host refuses the b200 copy."""
+"""`inv check` (the CPU smoke run) passes for every shipped task whose sides all run on the CPU, says NOT CHECKED and
+fails for the one whose CUDA candidate cannot (after compile-checking it), and an H200 host refuses the b200 copy."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kpremote.agent import buildkinds
 from rig import REPO, idle_gpu, run_inv
 
 H200_TASKS = [
@@ -20,26 +22,61 @@ H200_TASKS = [
 ]
 
 
-@pytest.mark.timeout(900)  # a CUDA task's compile-only check really compiles: two `nvcc -c` over torch's headers
-@pytest.mark.parametrize("task", H200_TASKS)
-def test_inv_check_passes_on_the_cpu(task: str, tmp_path: Path) -> None:
-    """The copy has no baseline/upstream/ (it is never committed): `inv check` materializes it from the pinned
-    sglang wheel first (downloaded once into the kpremote cache), then runs the smoke rows."""
+CPU_RUNNABLE_TASKS = [t for t in H200_TASKS if "norm_infer" not in t]  # every side Triton: runs in the interpreter
+NORM_INFER = "h200_diffusion_norm_infer__multi_shape"  # a Triton baseline against a CUDA candidate
+
+
+def inv_check_copy(task: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    """`inv check` on a copy without baseline/upstream/ (it is never committed): the check materializes it from
+    the pinned sglang wheel first (downloaded once into the kpremote cache), then runs the smoke rows. Returns the
+    run and its summary/results.json."""
     kernels = tmp_path / "kernels"
     shutil.copytree(REPO / "kernels" / task, kernels / task, ignore=shutil.ignore_patterns("results", "upstream"))
     result = run_inv("check", "--task", task, cwd=tmp_path, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "baseline/upstream/ materialized from sglang-0.5.23-" in result.stderr.replace("\n", "")
-    assert "smoke: timings are not meaningful" in result.stdout
+    output = result.stdout[-3000:] + result.stderr[-3000:]
+    assert "baseline/upstream/ materialized from sglang-0.5.23-" in result.stderr.replace("\n", ""), output
+    assert "smoke: timings are not meaningful" in result.stdout, output
     [summary] = (kernels / task / "results" / "check").glob("*/summary/results.json")
     document = json.loads(summary.read_text())
-    rows = document["rows"]
-    assert rows and all(r["smoke"] for r in rows)
+    assert document["rows"] and all(r["smoke"] for r in document["rows"])
     assert document["provenance"]["baseline_upstream"]["release"] == "sglang 0.5.23"
-    if "norm_infer" in task:  # a CUDA candidate cannot run on the CPU: its rows say so, never PASSED
-        assert {r["status"] for r in rows} <= {"SKIPPED", "NOT CHECKED"}
-    else:
-        assert {r["status"] for r in rows} == {"PASSED"}
+    return result, document
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("task", CPU_RUNNABLE_TASKS)
+def test_inv_check_passes_on_the_cpu(task: str, tmp_path: Path) -> None:
+    result, document = inv_check_copy(task, tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert {r["status"] for r in document["rows"]} == {"PASSED"}
+
+
+@pytest.mark.timeout(900)  # the CUDA candidate's compile-only check really compiles: `nvcc -c` over torch's headers
+def test_inv_check_says_not_checked_for_the_cuda_candidate_and_fails(tmp_path: Path) -> None:
+    """A CUDA candidate cannot run on the CPU: every row is NOT CHECKED (never PASSED) and the check exits 1; what
+    can be checked here was: the Triton baseline side built, the CUDA candidate compiled with nvcc -c (or a note
+    says why that check was skipped)."""
+    result, document = inv_check_copy(NORM_INFER, tmp_path)
+    output = result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 1, output  # a check that did not run is not a pass (and not a refusal: 2)
+    assert "Traceback" not in result.stderr, output
+    rows = document["rows"]
+    assert {r["status"] for r in rows} == {buildkinds.NOT_CHECKED}, [(r["workload"], r["status"]) for r in rows]
+    assert all("candidate side (cuda) cannot run without a GPU" in r["message"] for r in rows)
+    record = document["provenance"]["build"]
+    assert record["kinds"] == {"baseline": "triton", "candidate": "cuda"}
+    assert record["ok"] and record["compile_only"] and set(record["not_checked"]) == {"candidate"}
+    assert record["sides"]["baseline"]["ok"] and record["sides"]["baseline"]["error"] is None
+    assert record["sides"]["candidate"]["ok"] and record["sides"]["candidate"]["error"] is None
+    run_dir = next((tmp_path / "kernels" / NORM_INFER / "results" / "check").glob("*/summary")).parent
+    candidate_log = (run_dir / record["sides"]["candidate"]["log"]).read_text()
+    if buildkinds.find_nvcc() is None:
+        assert record["note"].startswith("compile-only check skipped: nvcc not found")
+    else:  # compiled, with the task's one flag list, into an object file and no further
+        assert record["note"] is None
+        assert " -c " in candidate_log and "solution/kernel.cu" in candidate_log
+        assert "-O3 -std=c++20 --generate-code=arch=compute_90,code=sm_90" in candidate_log
+        assert list((run_dir / "raw" / "build" / "candidate").glob("kernel.cu.o"))
 
 
 def test_the_norm_infer_baseline_runs_its_smoke_rows_on_the_cpu(tmp_path: Path) -> None:

@@ -3,9 +3,11 @@ a machine without a GPU: `inv check` runs, says NOT CHECKED for every row and ex
 can be checked here is (both tvm-ffi sides compile for every production row; the Triton candidate matches the
 reference in Triton's interpreter).
 
-The upstream files are git-ignored: each test works on a copy of the task whose baseline/upstream/ comes from the
-pinned sglang wheel through `benchmarks/gpu/new_tasks.sh upstream` (sha256-checked), or from this checkout where it
-was already materialized.
+The upstream files are git-ignored: each test works on a copy of the task whose baseline/upstream/ is materialized
+from the pinned sglang wheel by kpremote.baseline (what `inv baseline --task T --materialize` does: the wheel from
+kpremote's cache, else pip, and every file's sha256 checked against task.toml [baseline.sha256]), at the wheel's own
+paths (baseline/upstream/sglang/...). `benchmarks/gpu/new_tasks.sh upstream`, the standalone GPU script's copy of
+that step, is checked against the same pins.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from kpremote import baseline
 from kpremote.agent import build, buildkinds
 from kpremote.agent.taskspec import load_task
 from rig import REPO, run_inv
@@ -38,19 +42,15 @@ def materialize(kernels: Path) -> subprocess.CompletedProcess:
 
 
 def task_copy(tmp_path: Path, *tasks: str) -> Path:
-    """kernels/<task> copies under tmp_path with their upstream files; returns the kernels folder."""
+    """kernels/<task> copies under tmp_path with their upstream files, materialized from the pinned wheel as
+    `inv baseline --materialize` does; returns the kernels folder."""
     kernels = tmp_path / "kernels"
     for task in tasks:
         shutil.copytree(REPO / "kernels" / task, kernels / task, ignore=shutil.ignore_patterns("results", "upstream"))
-    if list(WHEEL_DIR.glob("sglang-0.5.23-*.whl")):
-        done = materialize(kernels)
-        assert done.returncode == 0, done.stdout + done.stderr
-        return kernels
-    for task in tasks:
-        upstream = REPO / "kernels" / task / "baseline" / "upstream"
-        if not upstream.is_dir():
-            pytest.skip(f"no sglang 0.5.23 wheel in {WHEEL_DIR} (SGLANG_WHEEL_DIR) and {upstream} not materialized")
-        shutil.copytree(upstream, kernels / task / "baseline" / "upstream")
+        done = baseline.materialize(kernels / task)
+        pinned = tomllib.loads((kernels / task / "task.toml").read_text())["baseline"]["sha256"]
+        assert done.files == len(pinned) > 0
+        assert all((kernels / task / "baseline" / "upstream" / path).is_file() for path in pinned)
     return kernels
 
 
@@ -81,7 +81,7 @@ def test_inv_check_says_not_checked_for_every_row_and_fails(task: str, kernels: 
     elif task == QKNORM:  # both tvm-ffi sides got the compile-only check, with the one flag list
         assert record["exports"] == [["qknorm_rope", "QKNormRopeKernel<{args}>::run"]] and record["note"] is None
         logs = {side: (summary.parents[1] / record["sides"][side]["log"]).read_text() for side in ("baseline", "candidate")}
-        include = kernels / task / "baseline" / "upstream" / "python" / "sglang" / "kernels" / "jit" / "include"
+        include = kernels / task / "baseline" / "upstream" / "sglang" / "kernels" / "jit" / "include"
         assert f"-I{include}" in logs["baseline"] and "upstream" not in logs["candidate"]
         for log in logs.values():
             assert "generated.cu" in log and "-DSGL_CUDA_ARCH=900 -std=c++20 -O3 --expt-relaxed-constexpr" in log
@@ -167,17 +167,34 @@ def test_the_triton_candidate_matches_the_reference_on_the_interpreter(kernels: 
 # ------------------------------------------------------------------------------------------------ the pins
 
 
+def test_new_tasks_sh_materializes_the_wheel_paths_as_task_toml_pins_them(tmp_path: Path) -> None:
+    """The standalone script writes baseline/upstream/<path> with <path> as the wheel holds it (no python/ prefix),
+    the same bytes kpremote.baseline materializes."""
+    if not list(WHEEL_DIR.glob("sglang-0.5.23-*.whl")):
+        pytest.skip(f"no sglang 0.5.23 wheel in {WHEEL_DIR} (SGLANG_WHEEL_DIR): nothing for the script to read")
+    kernels = tmp_path / "kernels"
+    for task in (QKNORM, CUTEDSL):
+        shutil.copytree(REPO / "kernels" / task, kernels / task, ignore=shutil.ignore_patterns("results", "upstream"))
+    done = materialize(kernels)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for task in (QKNORM, CUTEDSL):
+        assert f"{task}: " in done.stdout and "sha256 as task.toml pins them" in done.stdout
+        assert baseline.ensure_upstream(kernels / task) is None  # every pinned file there, with its pinned sha256
+        assert not (kernels / task / "baseline" / "upstream" / "python").exists()
+
+
 def test_new_tasks_sh_refuses_an_upstream_file_whose_sha256_differs_from_the_pin(tmp_path: Path) -> None:
     if not list(WHEEL_DIR.glob("sglang-0.5.23-*.whl")):
         pytest.skip(f"no sglang 0.5.23 wheel in {WHEEL_DIR} (SGLANG_WHEEL_DIR): nothing to check the pins against")
     kernels = tmp_path / "kernels"
     for task in (QKNORM, CUTEDSL):
         shutil.copytree(REPO / "kernels" / task, kernels / task, ignore=shutil.ignore_patterns("results", "upstream"))
-    doc = kernels / CUTEDSL / "docs" / "baseline_source.md"
+    toml = kernels / CUTEDSL / "task.toml"
     pinned = "6ab4c5c6009a4ff23eef74a399617e4075dcb6cc98019947e210ec21cd573f6b"
-    doc.write_text(doc.read_text().replace(pinned, "0" * 64))
+    assert toml.read_text().count(pinned) == 1
+    toml.write_text(toml.read_text().replace(pinned, "0" * 64))
     done = materialize(kernels)
     assert done.returncode != 0
-    assert (f"{CUTEDSL}: python/sglang/kernels/ops/diffusion/norm/scale_residual_norm_cutedsl.py: sha256 {pinned} "
-            f"in the wheel, docs/baseline_source.md pins {'0' * 64}") in done.stderr
+    assert (f"{CUTEDSL}: sglang/kernels/ops/diffusion/norm/scale_residual_norm_cutedsl.py: sha256 {pinned} "
+            f"in the wheel, task.toml [baseline.sha256] pins {'0' * 64}") in done.stderr
     assert not (kernels / CUTEDSL / "baseline" / "upstream").exists()

@@ -45,7 +45,8 @@ def _adapter(spec: TaskSpec) -> ModuleType:
 def _elements(params: dict) -> int:
     if "shape" in params:
         return math.prod(params["shape"])
-    return params["tokens"] * (params["heads"] + params.get("k_heads", params["heads"])) * params["head_dim"]
+    q_heads = params["q_heads"] if "q_heads" in params else params["heads"]  # qknorm_rope names q's heads q_heads
+    return params["tokens"] * (q_heads + params.get("k_heads", q_heads)) * params["head_dim"]
 
 
 def _smallest(spec: TaskSpec, count: int) -> list[str]:
@@ -82,13 +83,24 @@ def test_the_b200_copy_differs_from_its_h200_task_only_in_name_and_arch() -> Non
 
 @pytest.mark.parametrize("name", TASKS)
 def test_make_case_gives_each_side_its_own_outputs_and_a_matching_reference(name: str) -> None:
+    """Each side gets its own output tensors, and the reference names exactly what is judged: the outputs and, for
+    an in-place kernel, the inputs the call rewrites (the row's `mutates` plus Case.mutates, judged like outputs)."""
     torch = pytest.importorskip("torch")
     spec = _spec(name)
     adapter = _adapter(spec)
-    workload = next(w for w in spec.workloads if w.id == _smallest(spec, 1)[0]).params
+    row = next(w for w in spec.workloads if w.id == _smallest(spec, 1)[0])
+    workload = row.params
     case = adapter.make_case(workload, device="cpu", seed=0)
     reference = adapter.reference(workload, case.inputs)
-    assert case.outputs_baseline.keys() == case.outputs_candidate.keys() == reference.keys()
+    mutated = set(row.mutates) | set(getattr(case, "mutates", ()))
+    assert case.outputs_baseline.keys() == case.outputs_candidate.keys()
+    assert reference.keys() == case.outputs_baseline.keys() | mutated
+    assert not mutated & case.outputs_baseline.keys()
+    for key in mutated:  # an in-place input: a tensor the reference gives the expected values of, same shape/dtype
+        assert isinstance(case.inputs.get(key), torch.Tensor), key
+        assert reference[key].shape == case.inputs[key].shape, key
+    if "qknorm_rope" in name:  # SGLang's fused_inplace_qknorm_rope: mutates_args=["q", "k"], no output tensor
+        assert mutated == {"q", "k"} and not case.outputs_baseline
     for key, out in case.outputs_baseline.items():
         other = case.outputs_candidate[key]
         assert out.shape == other.shape == reference[key].shape and out.dtype == other.dtype
@@ -103,22 +115,15 @@ def test_make_case_gives_each_side_its_own_outputs_and_a_matching_reference(name
 
 _INTERPRETER_CHECK = textwrap.dedent(
     """
-    import importlib.util, json, sys
+    import json, sys
     sys.path.insert(0, sys.argv[1])
     import torch
+    from kpremote.agent import build
     from kpremote.agent.taskspec import load_task
 
-    def load(path, name):
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return module
-
     task = load_task(__import__("pathlib").Path(sys.argv[2]))
-    adapter = load(task.adapter_path, "kp_adapter")
-    adapter.bind(baseline=load(task.side_dir("baseline") / "kernel.py", "kp_baseline"),
-                 candidate=load(task.side_dir("candidate") / "kernel.py", "kp_candidate"))
+    adapter = build.import_adapter(task)  # as the agent loads them: a side may import its own helpers (._sglang)
+    adapter.bind(baseline=build.import_side(task, "baseline"), candidate=build.import_side(task, "candidate"))
     failures = []
     for w in task.workloads:
         if w.id not in sys.argv[3].split(","):
@@ -141,12 +146,19 @@ _INTERPRETER_CHECK = textwrap.dedent(
 
 @pytest.mark.parametrize("name", [t for t in TASKS if t.startswith("h200_") and _spec(t).build.kind == "triton"])
 def test_triton_sides_match_the_reference_on_the_interpreter(name: str, tmp_path: Path) -> None:
+    """On a copy of the task whose baseline/upstream/ (SGLang's kernels, never committed) is materialized from the
+    pinned wheel as `inv baseline --materialize` does, every file's sha256 checked against task.toml."""
     pytest.importorskip("triton")
+    from kpremote.baseline import materialize
+
     spec = _spec(name)
     rows = _smallest(spec, SMOKE_ROWS)
+    task = tmp_path / "kernels" / name
+    shutil.copytree(spec.root, task, ignore=shutil.ignore_patterns("results", "upstream"))
+    assert materialize(task).files > 0
     env = {**os.environ, "TRITON_INTERPRET": "1", "TRITON_CACHE_DIR": str(tmp_path / "triton")}
     done = subprocess.run(
-        [sys.executable, "-c", _INTERPRETER_CHECK, str(ROOT), str(spec.root), ",".join(rows)],
+        [sys.executable, "-c", _INTERPRETER_CHECK, str(ROOT), str(task), ",".join(rows)],
         capture_output=True, text=True, env=env, timeout=240,
     )
     assert done.returncode == 0, done.stderr[-3000:]
