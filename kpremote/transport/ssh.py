@@ -32,6 +32,8 @@ logging.getLogger("paramiko").propagate = False
 known_hosts_entry_name = known.entry_name
 
 
+EOF_AFTER_EXIT_S = 0.5  # how long output may trail the exit status (see SshTransport._pump)
+
 class StrictHostKeys(paramiko.MissingHostKeyPolicy):
     """Refuse unknown host keys, naming the fingerprint and the exact way to accept it (for a ProxyJump hop too:
     `inv trust-host` walks the hops and trusts the first one whose key is not known)."""
@@ -228,6 +230,7 @@ class SSHTransport:
         fileno, which paramiko makes readable when stdout or stderr has data.
         """
         last_byte = time.monotonic()
+        exited_at = None
         while True:
             if channel.eof_received and not channel.recv_ready() and not channel.recv_stderr_ready():
                 # All output is in, and paramiko keeps such a channel's fd readable for good: select would spin
@@ -244,7 +247,12 @@ class SSHTransport:
             while channel.recv_ready():
                 out(channel.recv(65536))
             if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
-                return
+                # sshd may send the exit status before the last of the output (the child exited while its pipe still
+                # held data): the output is complete at EOF. A command whose stdout a detached child keeps open never
+                # sends EOF, so wait for it at most EOF_AFTER_EXIT_S past the exit status.
+                exited_at = exited_at or time.monotonic()
+                if channel.eof_received or time.monotonic() - exited_at > EOF_AFTER_EXIT_S:
+                    return
             if not readable:
                 if not self.connection.transport.is_active():
                     raise HostError(self.host, "connection lost (the host stopped answering)")
