@@ -74,7 +74,12 @@ def assert_interrupted(client: subprocess.Popen, took: float, err: str) -> None:
     if client.returncode in (-signal.SIGINT, 1) and "/kpremote/" not in err and "KeyboardInterrupt" in err:
         # Python and Invoke were still importing (or Python's own site setup: exit 1), kpremote's handler was not
         # installed yet, so Python's default ended the process. Nothing can have been started then
-        # (docs/architecture.md); nothing_left() checks the host all the same.
+        # (docs/architecture.md); nothing_left() and the caller's check for new runs look at the host all the same.
+        return
+    if client.returncode == 1 and not err.strip():
+        # Invoke's Program.run was loading tasks.py, before kpremote.tasks installed its handler: Invoke catches
+        # KeyboardInterrupt there and exits 1 without a word (CI saw it at 0.142 s on a loaded 2-core machine).
+        # `inv` cannot move that moment earlier; the `kpremote` command does (program.main). Same checks follow.
         return
     assert client.returncode == 130, err
     assert took < EXIT_WITHIN_S, f"exit {took:.2f} s after Ctrl-C:\n{err}"
