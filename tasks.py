@@ -1,3 +1,3 @@
 """Invoke entry point: `inv --list` shows every kpremote command."""
 
-from kpremote.tasks import ns  # noqa: F401
+from kpremote.commands import ns  # noqa: F401

@@ -55,10 +55,10 @@ def client_main(argv: list[str]) -> None:
     sys.path.insert(0, str(BENCH_DIR.parent))
     from invoke.main import program
 
-    from kpremote import agentcall, launch, view
+    from kpremote import agentclient, placement, view
 
     window: dict[str, Any] = {}
-    call = agentcall.Agent.call
+    call = agentclient.Agent.call
 
     def call_with_standin(self, subcommand: str, *args: str, **kwargs: Any):
         if subcommand == "start":
@@ -76,7 +76,7 @@ def client_main(argv: list[str]) -> None:
         event(self, key, payload)
         mark()
 
-    follow_run = launch.follow_run
+    follow_run = placement.follow_run
 
     def timed_follow_run(session, task, run_id, on_event, *args: Any, **kwargs: Any):
         # `inv logs` hands each event to a printer of its own: noted once the printer has taken it
@@ -88,9 +88,9 @@ def client_main(argv: list[str]) -> None:
 
         return follow_run(session, task, run_id, timed_on_event, *args, **kwargs)
 
-    agentcall.Agent.call = call_with_standin
+    agentclient.Agent.call = call_with_standin
     if argv[0] == "logs":
-        launch.follow_run = timed_follow_run
+        placement.follow_run = timed_follow_run
     else:
         view.RunView.event = timed_event
     try:

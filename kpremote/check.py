@@ -39,7 +39,7 @@ def new_check_dir(parent: Path) -> Path:
 def smoke_check(kernels_dir: Path, task: str, workloads: Optional[str], quiet: bool = False) -> dict[str, Any]:
     """Run the task's agent on this machine; returns the check's document (docs/schemas/check.json).
     Unless quiet, each row's verdict is printed as it comes and the results table at the end."""
-    from .launch import require_tasks
+    from .placement import require_tasks
 
     require_tasks(kernels_dir, [task])
     run_dir = new_check_dir(kernels_dir / task / "results" / "check")

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from .agent.atomicfile import write_atomically
 from .agent.protocol import NAME_RULE, TERMINAL, is_name
-from .agentcall import Agent, error_message
+from .agentclient import Agent, error_message
 from .config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
 from .safetar import Member, read_members, read_tree, write_members

@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional, TypeVar
 
 from pydantic import BaseModel
 
-from .agentcall import Agent
+from .agentclient import Agent
 from .config import Host
 from .errors import KpremoteError
 from .transport import open_transport

@@ -166,7 +166,7 @@ def cancel_registered(say: Callable[[str], None], registry: Registry = REGISTRY,
 def _cancel_one(entry: Registered, results: dict, budget_s: float) -> None:
     """On a new channel of the run's own connection if it still stands (no handshake: the 2 s hold under load),
     else on a fresh connection."""
-    from .agentcall import Agent
+    from .agentclient import Agent
     from .runs import RunSession
     from .slurm import agent_subcommand
 

@@ -111,7 +111,7 @@ def check_tasks(kernels_dir: Path, tasks: list[str], *, timing_mode: Optional[st
                 workloads: Optional[list[str]]) -> None:
     """Each task exists, its task.toml and workloads.toml hold, and every --workloads id is one of its rows."""
     from .agent import taskspec
-    from .launch import require_tasks
+    from .placement import require_tasks
     from .sync import resolve_task_dir
 
     for task in tasks:

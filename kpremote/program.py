@@ -76,7 +76,7 @@ def host_names(path: Path) -> list[str]:
 
 
 def make_program() -> KpremoteProgram:
-    from .tasks import ns
+    from .commands import ns
 
     return KpremoteProgram(namespace=ns, version=__version__, name="kpremote", binary="kpremote",
                            binary_names=["kpremote"])

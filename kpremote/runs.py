@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 from pydantic import BaseModel
 
 from .agent.protocol import TERMINAL, ExitCode
-from .agentcall import Agent, error_message
+from .agentclient import Agent, error_message
 from .config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
 from .interrupt import REGISTRY

@@ -37,7 +37,7 @@ def submit_run(session: "RunSession", task: str, kernels_dir: Path, options: "Ru
 
     run_id is registered for Ctrl-C before the submit may reach the host (interrupt.py), as runs.start_run does.
     """
-    from .agentcall import error_message
+    from .agentclient import error_message
     from .interrupt import REGISTRY
     from .runs import StartedRun
     from .sync import build_sync_request, have_listing, plan_sync, record_synced, scan_task, sync_task

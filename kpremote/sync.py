@@ -3,7 +3,7 @@
 The client remembers the tree it last synced to each (host, remote_root, task) and sends one request: a JSON header
 line (the diff against that tree) and an uncompressed tar of just the changed files. When the workspace is not what
 the client remembers, the agent says so without touching anything, lists what it has, and the client sends the
-exact diff against that (a second channel, only then). kpremote/agent/syncrecv.py is the other end.
+exact diff against that (a second channel, only then). kpremote/agent/sync.py is the other end.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, Optional
 from .agent.atomicfile import write_json_atomically
 from .agent.protocol import NAME_RULE, SYNC_VERSION, is_name, manifest_digest
 from .agent.provenance import IgnoreFileError, file_sha256, task_provenance, walk_task
-from .agentcall import Agent, error_message
+from .agentclient import Agent, error_message
 from .config import Host
 from .errors import ConfigError, HostError, KpremoteError, RemoteCommandError
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agentcall import Agent
+from kpremote.agentclient import Agent
 from kpremote.config import load_inventory, parse_inventory
 from kpremote.errors import HostError
 from kpremote.fetch import FetchRefused, fetch_results, fetch_run

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kpremote.agentcall import Agent, agent_bundle
+from kpremote.agentclient import Agent, agent_bundle
 from kpremote.config import load_inventory
 from kpremote.transport import open_transport
 from rig import busy_gpu, idle_gpu, run_inv

@@ -77,7 +77,7 @@ def assert_interrupted(client: subprocess.Popen, took: float, err: str) -> None:
         # (docs/architecture.md); nothing_left() and the caller's check for new runs look at the host all the same.
         return
     if client.returncode == 1 and not err.strip():
-        # Invoke's Program.run was loading tasks.py, before kpremote.tasks installed its handler: Invoke catches
+        # Invoke's Program.run was loading tasks.py, before kpremote.commands installed its handler: Invoke catches
         # KeyboardInterrupt there and exits 1 without a word (CI saw it at 0.142 s on a loaded 2-core machine).
         # `inv` cannot move that moment earlier; the `kpremote` command does (program.main). Same checks follow.
         return

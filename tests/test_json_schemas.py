@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from kpremote.jsonout import VERSIONS
-from kpremote.launch import Outcome
+from kpremote.placement import Outcome
 from localproject import TASK, kp, make_project, watch_for
 from rig import REPO
 
@@ -45,7 +45,7 @@ def test_every_schema_file_is_a_valid_schema_of_its_own_name():
 
 
 def test_every_command_with_json_has_a_schema():
-    from kpremote.tasks import ns
+    from kpremote.commands import ns
 
     with_json = {name.replace("_", "-") for name, task in ns.tasks.items()
                  if "json" in task.help or "json" in __import__("inspect").signature(task.body).parameters}

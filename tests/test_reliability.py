@@ -26,7 +26,7 @@ import pytest
 from kpremote.agent.lease import holders
 from kpremote.agent.runner import descendants
 from kpremote.agent.runstate import TERMINAL
-from kpremote.agentcall import Agent
+from kpremote.agentclient import Agent
 from kpremote.config import parse_inventory
 from kpremote.runs import HEARTBEAT_GRACE_S
 from kpremote.sync import build_sync_request, plan_sync, scan_task, sync_task

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agentcall import Agent
+from kpremote.agentclient import Agent
 from kpremote.config import Host, load_inventory, parse_inventory
 from kpremote.errors import ConfigError
 from kpremote.sync import HashCache, build_sync_request, plan_sync, scan_task, sync_task

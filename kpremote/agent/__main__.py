@@ -3,7 +3,7 @@
 Every subcommand prints JSON on stdout (one object, or JSON lines for follow; a tar for pack-summary) and human
 text on stderr. Expected failures are one line of JSON {"error": kind, "message": ...} and a non-zero exit code,
 never a traceback. Every subcommand accepts --root (BOOT appends it); `run` and `sync-apply` belong to
-runner.py and syncrecv.py and get their arguments untouched.
+runner.py and sync.py and get their arguments untouched.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Callable
 from .protocol import AgentError, ExitCode, UsageError, runner_for
 from .runstate import disk_full_message, is_disk_full
 
-DELEGATED = {"run": "kpremote.agent.runner", "sync-apply": "kpremote.agent.syncrecv"}
+DELEGATED = {"run": "kpremote.agent.runner", "sync-apply": "kpremote.agent.sync"}
 BINARY_STDOUT = {"pack-summary"}  # errors of these go to stderr only: stdout carries data, not JSON
 
 
@@ -201,7 +201,7 @@ def _torch_cuda() -> dict[str, Any]:
 
 
 def _torch_cuda_unimported() -> dict[str, Any]:
-    from .state import torch_cuda_build
+    from .runs import torch_cuda_build
 
     return {"cuda": torch_cuda_build(), "cuda_available": None}
 
@@ -227,7 +227,7 @@ def _probe(args: argparse.Namespace) -> int:
 
 def _start(args: argparse.Namespace) -> int:
     from .lease import IdlePolicy
-    from .state import StartRequest, start
+    from .runs import StartRequest, start
 
     request = StartRequest(
         task=args.task,
@@ -260,7 +260,7 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _apply_sync(args: argparse.Namespace) -> dict[str, Any]:
-    """syncrecv's result as a dict, so `start --sync` still prints one JSON object."""
+    """agent/sync.py's result as a dict, so `start --sync` still prints one JSON object."""
     captured = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
     with redirect_stdout(captured):
         code = _delegate(DELEGATED["sync-apply"], ["--task", args.task, "--root", str(_root(args))])
@@ -277,20 +277,20 @@ def _apply_sync(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _follow(args: argparse.Namespace) -> int:
-    from .state import follow
+    from .runs import follow
 
     return follow(_root(args), args.task, args.run, args.offset, once=args.once, with_summary=args.with_summary)
 
 
 def _status(args: argparse.Namespace) -> int:
-    from .state import status
+    from .runs import status
 
     _print_json(status(_root(args), args.task))
     return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from .state import cancel
+    from .runs import cancel
 
     grace = {} if args.grace is None else {"grace_s": max(0.0, args.grace)}
     _print_json(cancel(_root(args), args.task, args.run, pending=args.pending, **grace))
@@ -298,7 +298,7 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _pack_summary(args: argparse.Namespace) -> int:
-    from .state import pack_summary
+    from .runs import pack_summary
 
     pack_summary(_root(args), args.task, args.run, sys.stdout.buffer)
     sys.stdout.buffer.flush()

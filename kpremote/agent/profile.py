@@ -34,8 +34,8 @@ from .lease import BadRequest
 from .runner import EXIT_FAILED, EXIT_PASSED, EXIT_REFUSED, Abort, Options, Runner, kill_tree
 from .runner import parse_args as parse_runner_args
 from .runstate import TERMINAL
-from .state import SAFE_NAME, NotFound, NotTerminal, current_state, existing_run_dir
-from .syncrecv import file_sha256
+from .runs import SAFE_NAME, NotFound, NotTerminal, current_state, existing_run_dir
+from .sync import file_sha256
 from .taskspec import Workload
 
 PROFILE_LIMIT_S = 3600.0  # one side under ncu: a full set replays every kernel dozens of times

@@ -147,7 +147,7 @@ def queue_position(job_id: str, partition: Optional[str]) -> tuple[Optional[int]
 
 def submit(root: Path, request: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """Create the run, write its batch script, sbatch it; the job id goes into state.json before we answer."""
-    from .state import claim_run, task_dir
+    from .runs import claim_run, task_dir
 
     sbatch_settings = sbatch_options(settings)  # refused before anything is written or submitted
     workspace = task_dir(root, request["task"]) / "workspace"
@@ -260,7 +260,7 @@ def _minor_numbers(snap: Any) -> dict[str, int]:
 def step(root: Path, task: str, run_id: str) -> int:
     """Inside the job: lease an allocated GPU, run the runner in the job's own process group, wait for it."""
     from .runner import EXIT_INFRA
-    from .state import existing_run_dir
+    from .runs import existing_run_dir
 
     run_dir = existing_run_dir(root, task, run_id)
     state = read_state(run_dir)
@@ -299,7 +299,7 @@ def _lease_allocated(root: Path, run_dir: Path, request: dict[str, Any], where: 
     """(device, lease): one of the GPUs Slurm allocated, checked against the task's arch and the idle rule; no
     lease when the job has no GPU (a CPU smoke run)."""
     from .nvml import snapshot
-    from .state import _task_arch, refuse_unusable_python
+    from .runs import _task_arch, refuse_unusable_python
 
     snap = allocated_only(snapshot(), allocated_gpu_keys())
     device = request.get("device") or "auto"
@@ -328,7 +328,7 @@ def _runner_argv(root: Path, run_dir: Path, request: dict[str, Any], device: str
 
 
 def _runner_env(root: Path, device: str, gpu: Any) -> dict[str, str]:
-    from .state import AGENT_HOME
+    from .runs import AGENT_HOME
 
     env = {**os.environ, "KPREMOTE_ROOT": str(root),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(AGENT_HOME), os.environ.get("PYTHONPATH")]))}
@@ -529,7 +529,7 @@ def queued_phase(state: dict[str, Any]) -> str:
 def follow(root: Path, task: str, run_id: str, offset: int = 0, out: Optional[BinaryIO] = None, once: bool = False,
            with_summary: bool = False) -> int:
     """As state.follow, with Slurm as the judge of liveness, and the queue shown while the job waits."""
-    from .state import HEARTBEAT_S, _complete_lines, _reader_gone, existing_run_dir, write_summary_tar
+    from .runs import HEARTBEAT_S, _complete_lines, _reader_gone, existing_run_dir, write_summary_tar
 
     out = out if out is not None else sys.stdout.buffer
     run_dir = existing_run_dir(root, task, run_id)
@@ -582,7 +582,7 @@ def follow(root: Path, task: str, run_id: str, offset: int = 0, out: Optional[Bi
 
 
 def status(root: Path, task: Optional[str] = None) -> dict[str, Any]:
-    from .state import task_dir
+    from .runs import task_dir
 
     tasks = [task_dir(root, task)] if task else sorted(Path(root, "tasks").glob("*"))
     run_dirs = sorted((run for t in tasks for run in (t / "runs").glob("*") if (run / "state.json").is_file()),
@@ -605,7 +605,7 @@ def cancel(root: Path, task: str, run_id: str, wait_s: float = CANCEL_WAIT_S, pe
 
     With pending, a run not submitted yet gets a tombstone instead (state.cancel's), and its submit refuses it.
     """
-    from .state import _check_run_id, _tombstoned, existing_run_dir, task_dir
+    from .runs import _check_run_id, _tombstoned, existing_run_dir, task_dir
 
     if pending and _tombstoned(task_dir(root, task) / "runs", _check_run_id(run_id)):
         return {"cancelled": True, "state": {"run_id": run_id, "task": task, "status": "cancelled",
@@ -749,7 +749,7 @@ def _json_arg(text: str, what: str) -> dict[str, Any]:
 
 def _submit(args: Any) -> int:
     from .__main__ import _apply_sync
-    from .state import validate_task_name
+    from .runs import validate_task_name
 
     request = {**_json_arg(args.request, "--request"), "task": validate_task_name(args.task)}
     settings = _json_arg(args.settings, "--settings")

@@ -15,7 +15,7 @@ import pytest
 from unit.helpers import FILES, STANDIN_HOME, TASK, gpu, write
 
 from kpremote.agent import protocol
-from kpremote.agentcall import Agent
+from kpremote.agentclient import Agent
 from kpremote.config import Host, parse_inventory
 from kpremote.transport.inprocess import InProcessTransport
 

@@ -13,7 +13,7 @@ import pytest
 from unit.helpers import TASK, TASK_TOML, gpu, write
 
 from kpremote.agent.protocol import ExitCode
-from kpremote.agentcall import Agent
+from kpremote.agentclient import Agent
 from kpremote.errors import KpremoteError
 from kpremote.fetch import FetchRefused, fetch_results, fetch_run
 from kpremote.runs import (

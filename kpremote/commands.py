@@ -14,7 +14,7 @@ interrupt.install_early()  # before the slower imports below: Ctrl-C from the fi
 
 from . import options as checks  # noqa: E402
 from . import view  # noqa: E402
-from .cli import EXIT_FAILED, EXIT_USAGE, command, finish  # noqa: E402
+from .commandline import EXIT_FAILED, EXIT_USAGE, command, finish  # noqa: E402
 from .config import load_inventory
 from .jsonout import print_document
 from .project import kernels_dir
@@ -103,7 +103,7 @@ def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
                 time.sleep(seconds)
                 live.update(frame(), refresh=True)
     except KeyboardInterrupt:
-        raise  # exit 130, as for every Ctrl-C (cli.py)
+        raise  # exit 130, as for every Ctrl-C (commandline.py)
 
 
 @command(help={"host": "the host whose key to accept", "fingerprint": "the SHA256:... fingerprint you verified",
@@ -158,7 +158,7 @@ def sync(c, host, task, hosts=None, json=False):
 def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, workloads=None, mode=None,
         device="auto", no_audit=False, json=False):
     """Sync, lease an idle GPU, build both sides, gate on correctness, time, summarize, fetch the summary."""
-    from .launch import launch
+    from .placement import launch
     from .runs import RunOptions
 
     tasks, mode, ids = checks.task_names(task), checks.mode(mode), checks.workload_ids(workloads)
@@ -228,7 +228,7 @@ def _named_run(host, run: str, task: Optional[str]) -> tuple[str, Optional[str]]
                "follow": "keep following until the run ends", "hosts": HOSTS_HELP})
 def logs(c, host, run, task=None, follow=False, hosts=None):
     """The run's event stream, rendered as the live view shows it; re-attachable at any time."""
-    from .launch import show_logs
+    from .placement import show_logs
 
     [selected] = load_inventory(hosts).select(host)
     run, task = _named_run(selected, run, task)
@@ -284,7 +284,7 @@ def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=
 
 
 def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
-    from .profiling import fetch_raw_file
+    from .profile import fetch_raw_file
 
     def announce(info: dict) -> None:
         if not as_json:
@@ -313,8 +313,8 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
             calls=None, detach=False, wait=None, json=False):
     """Nsight Compute on the host: gate the workload, profile each side under ncu, bring back profile.md/.csv."""
     from .agent.ncu import ProfileRequest
-    from .profiling import profile as run_profile
-    from .profiling import show_profile
+    from .profile import profile as run_profile
+    from .profile import show_profile
 
     selected = load_inventory(hosts).select(host)
     if len(selected) != 1:

@@ -19,11 +19,11 @@ from typing import Any, Callable, Optional
 
 from . import view
 from .agent.ncu import ProfileRequest
-from .agentcall import Agent, error_message
+from .agentclient import Agent, error_message
 from .config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
 from .fetch import MIB, FetchRefused, SummaryReceiver, checked_name, fetch_run, real_folder, select_runs
-from .launch import Outcome, require_tasks
+from .placement import Outcome, require_tasks
 from .runs import RunOptions, RunSession, follow_run, reattach_hint, start_run
 from .sync import resolve_task_dir
 from .transport import Completed

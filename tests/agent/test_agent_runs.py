@@ -18,7 +18,7 @@ import pytest
 from kpremote.agent.__main__ import main
 from kpremote.agent.lease import holders
 from kpremote.agent.runstate import read_state, update_state
-from kpremote.agent.state import AGENT_HOME, RUN_ID, _group_members, cancel, follow, new_run, status
+from kpremote.agent.runs import AGENT_HOME, RUN_ID, _group_members, cancel, follow, new_run, status
 from waiting import wait_for
 
 TASK = "h200_demo__multi_shape"
@@ -312,7 +312,7 @@ def test_start_sync_applies_the_stream_first_and_prints_one_object(root, nvml_fi
         print(json.dumps({"received_files": 1}))
         return 0
 
-    monkeypatch.setitem(sys.modules, "kpremote.agent.syncrecv", types.SimpleNamespace(main=fake_sync))
+    monkeypatch.setitem(sys.modules, "kpremote.agent.sync", types.SimpleNamespace(main=fake_sync))
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
     args = ["start", "--task", TASK, "--sync", "--root", str(root), "--runner-module", "kp_standin_runner"]
 

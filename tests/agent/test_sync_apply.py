@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agent.syncrecv import NOT_A_FILE, SyncError, apply_sync_stream, manifest_digest
+from kpremote.agent.sync import NOT_A_FILE, SyncError, apply_sync_stream, manifest_digest
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = "demo"
@@ -174,7 +174,7 @@ def test_tar_members_that_are_links_devices_or_elsewhere_are_refused(synced, evi
 
 def test_a_failure_while_moving_files_leaves_no_manifest_claiming_the_old_tree(synced, monkeypatch):
     root, view = synced
-    import kpremote.agent.syncrecv as syncrecv
+    import kpremote.agent.sync as syncrecv
 
     real_replace, calls = os.replace, []
 
@@ -245,7 +245,7 @@ def test_deleting_under_a_linked_folder_never_deletes_outside(synced, tmp_path):
 
 def test_command_line_reports_a_broken_stream_as_one_json_error(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "kpremote.agent.syncrecv", "--task", TASK, "--root", str(tmp_path)],
+        [sys.executable, "-m", "kpremote.agent.sync", "--task", TASK, "--root", str(tmp_path)],
         input=b'{"version": 1, "base_d', capture_output=True, cwd=REPO, timeout=60,
     )
     assert done.returncode == 1
