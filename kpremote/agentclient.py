@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 from .agent.protocol import ExitCode
 from .config import Host
 from .errors import HostError, RemoteCommandError
-from .transport import Completed, Transport
+from .transport import Command, Completed, Transport
 
 AGENT_MISSING = ExitCode.AGENT_MISSING
 """BOOT's exit code when ROOT/agent/HASH is not there (yet): ship, then call again."""
@@ -67,12 +67,12 @@ class Agent:
         idle_timeout: Optional[float] = None,
     ) -> Completed:
         """Run a subcommand; ship the agent first if the host does not have this version."""
-        argv = self.argv(subcommand, args)
-        options = dict(stdin=stdin, on_stdout=on_stdout, timeout=timeout, idle_timeout=idle_timeout)
-        result = self.transport.run(argv, **options)
+        command = Command(self.argv(subcommand, args), stdin=stdin, on_stdout=on_stdout, timeout=timeout,
+                          idle_timeout=idle_timeout)
+        result = self.transport.send(command)
         if result.exit_code == AGENT_MISSING:
             self.ship()
-            result = self.transport.run(argv, **options)
+            result = self.transport.send(command)
         self._raise_if_no_python(result)
         return result
 

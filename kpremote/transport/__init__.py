@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from ..config import Host
-from .base import ChannelCounter, Completed, StdinSource, Transport, command_line
+from .base import ChannelCounter, Command, Completed, StdinSource, Transport, command_line
 from .container import ContainerTransport
 from .local import LocalTransport
 
 __all__ = [
     "ChannelCounter",
+    "Command",
     "Completed",
     "ContainerTransport",
     "LocalTransport",

@@ -1,13 +1,38 @@
-"""The transport interface: run one command on a host, over one channel, with bytes in and out."""
+"""The transport interface: one command as a value, run on a host over one channel, with bytes in and out.
+
+A caller describes what to run as a `Command` (its words, stdin, time limits, where stdout goes) and a transport
+`send`s it, the way an httpx transport handles a Request; `run(argv, **options)` builds the Command for it, as
+httpx's `Client.request` does. Each transport implements only `send`, and `connect`/`close` where it has a
+connection.
+"""
 
 from __future__ import annotations
 
 import shlex
+import time
 from dataclasses import dataclass, field
-from typing import BinaryIO, Callable, Protocol, Sequence, Union
+from typing import Any, BinaryIO, Callable, Sequence, Union
 
 StdinSource = Union[bytes, BinaryIO, Callable[[], "bytes | None"], None]
 """What a command reads: nothing, a bytes blob, a binary file object, or a chunk producer (None ends it)."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command for a host: argv (each element one word; never re-split) and how to run it."""
+
+    argv: list[str]
+    stdin: StdinSource = None
+    timeout: float | None = None
+    """Seconds the whole command may take."""
+    on_stdout: Callable[[bytes], None] | None = None
+    """When given, receives stdout chunks as they arrive (Completed.stdout is then empty)."""
+    idle_timeout: float | None = None
+    """Over a network, this long without a byte means the link is gone (HostError)."""
+
+    def deadline(self) -> float | None:
+        """The time.monotonic() by which the command must end, counted from now; None: no limit."""
+        return None if self.timeout is None else time.monotonic() + self.timeout
 
 
 @dataclass
@@ -40,39 +65,32 @@ class ChannelCounter:
         self.log.append(argv[min(len(argv) - 1, 4)] if argv else "")
 
 
-class Transport(Protocol):
-    """A way to run commands on one host. Implementations: LocalTransport, SSHTransport, ContainerTransport."""
+class Transport:
+    """A way to run commands on one host. Kinds: LocalTransport, SSHTransport, ContainerTransport."""
 
     host: str
     channels: ChannelCounter
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: StdinSource = None,
-        timeout: float | None = None,
-        on_stdout: Callable[[bytes], None] | None = None,
-        idle_timeout: float | None = None,
-    ) -> Completed:
-        """Run argv (each element one word; never re-split) and wait for it.
+    def run(self, argv: Sequence[str], **options: Any) -> Completed:
+        """Run argv with Command's options (stdin, timeout, on_stdout, idle_timeout) and wait for it."""
+        return self.send(Command(list(argv), **options))
 
-        on_stdout, when given, receives stdout chunks as they arrive (Completed.stdout is then empty).
-        idle_timeout: over a network, this long without a byte means the link is gone (HostError).
+    def send(self, command: Command) -> Completed:
+        """Run the command and wait for it.
+
         Raises HostError when the host cannot be reached; a non-zero exit is NOT an exception.
         """
-        ...
+        raise NotImplementedError
 
     def connect_soon(self) -> None:
         """Start connecting now, in the background, while the caller does local work (scanning a task); the next
-        run() waits for that connection, or raises what stopped it. A no-op where there is nothing to connect."""
-        ...
+        send() waits for that connection, or raises what stopped it. A no-op where there is nothing to connect."""
 
     def connect(self) -> None:
         """Connect now (or raise HostError); a no-op where there is nothing to connect."""
-        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Let the connection go; a no-op where there is none."""
 
 
 def command_line(argv: Sequence[str]) -> str:

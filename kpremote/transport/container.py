@@ -7,13 +7,14 @@ script from a pipe one byte at a time, so after the `exec` line the rest of stdi
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Sequence
+from dataclasses import replace
+from typing import Callable, Iterator
 
-from .base import Completed, StdinSource, Transport, command_line
+from .base import Command, Completed, StdinSource, Transport, command_line
 from .streams import stdin_chunks
 
 
-class ContainerTransport:
+class ContainerTransport(Transport):
     def __init__(self, inner: Transport, container: str) -> None:
         self.inner = inner
         self.container = container
@@ -23,22 +24,10 @@ class ContainerTransport:
     def wrapper_argv(self) -> list[str]:
         return ["docker", "exec", "-i", self.container, "bash", "-s"]
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: StdinSource = None,
-        timeout: float | None = None,
-        on_stdout: Callable[[bytes], None] | None = None,
-        idle_timeout: float | None = None,
-    ) -> Completed:
-        script = ("exec " + command_line(argv) + "\n").encode()
-        result = self.inner.run(
-            self.wrapper_argv(), stdin=_prepend(script, stdin), timeout=timeout, on_stdout=on_stdout,
-            idle_timeout=idle_timeout,
-        )
-        result.argv = list(argv)
-        return result
+    def send(self, command: Command) -> Completed:
+        script = ("exec " + command_line(command.argv) + "\n").encode()
+        wrapped = replace(command, argv=self.wrapper_argv(), stdin=_prepend(script, command.stdin))
+        return replace(self.inner.send(wrapped), argv=list(command.argv))
 
     def connect_soon(self) -> None:
         self.inner.connect_soon()

@@ -18,13 +18,13 @@ import traceback
 from typing import Callable, Sequence
 
 from ..agent.protocol import ExitCode
-from .base import ChannelCounter, Completed, StdinSource
-from .streams import stdin_chunks
+from .base import ChannelCounter, Command, Completed, Transport
+from .streams import Output, stdin_chunks
 
 _ONE_AT_A_TIME = threading.Lock()
 
 
-class InProcessTransport:
+class InProcessTransport(Transport):
     def __init__(self, host: str = "inprocess", *, shipped: bool = True) -> None:
         self.host = host
         self.channels = ChannelCounter()
@@ -32,19 +32,11 @@ class InProcessTransport:
         self.calls: list[list[str]] = []
         """The agent argv of every call (SUBCOMMAND ARGS..., without BOOT), for tests to look at."""
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: StdinSource = None,
-        timeout: float | None = None,
-        on_stdout: Callable[[bytes], None] | None = None,
-        idle_timeout: float | None = None,
-    ) -> Completed:
-        self.channels.note(argv)
-        root, words = _boot_arguments(argv)
+    def send(self, command: Command) -> Completed:
+        self.channels.note(command.argv)
+        root, words = _boot_arguments(command.argv)
         self.calls.append(words)
-        data = b"".join(stdin_chunks(stdin))
+        data = b"".join(stdin_chunks(command.stdin))
         if words[0] == "ship":
             self.shipped = True
             code, out, err = ExitCode.OK, b'{"ok": true}\n', b""
@@ -52,19 +44,11 @@ class InProcessTransport:
             code, out, err = ExitCode.AGENT_MISSING, b"", f"kpremote: agent is not shipped to {root}\n".encode()
         else:
             code, out, err = call_agent([*words, "--root", root], data, root)
-        if on_stdout is not None and out:
-            on_stdout(out)
-            out = b""
-        return Completed(list(argv), int(code), out, err)
-
-    def connect_soon(self) -> None:
-        pass  # nothing to connect
-
-    def connect(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+        output = Output(command)
+        if out:
+            output.stdout(out)
+        output.stderr(err)
+        return output.completed(int(code))
 
 
 def _boot_arguments(argv: Sequence[str]) -> tuple[str, list[str]]:

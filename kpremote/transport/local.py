@@ -5,47 +5,37 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from typing import Callable, Sequence
+from typing import Callable
 
 from ..errors import HostError
-from .base import ChannelCounter, Completed, StdinSource
-from .streams import feed_in_background
+from .base import ChannelCounter, Command, Completed, Transport
+from .streams import Output, feed_in_background
 
 
-class LocalTransport:
+class LocalTransport(Transport):
     def __init__(self, host: str = "local") -> None:
         self.host = host
         self.channels = ChannelCounter()
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: StdinSource = None,
-        timeout: float | None = None,
-        on_stdout: Callable[[bytes], None] | None = None,
-        idle_timeout: float | None = None,
-    ) -> Completed:
+    def send(self, command: Command) -> Completed:
         # idle_timeout guards network links; two local processes have none to lose.
-        self.channels.note(argv)
+        self.channels.note(command.argv)
         try:
             # A session of its own: the terminal's Ctrl-C reaches the client only, which then cancels what it
             # started, as for an SSH host (a start whose client vanished notices its closed stdout and stops).
             proc = subprocess.Popen(
-                list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                command.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True,
             )
         except FileNotFoundError:
-            raise HostError(self.host, f"command not found: {argv[0]}") from None
-        feeder = feed_in_background(stdin, proc.stdin.write, proc.stdin.close)
-        stderr_parts: list[bytes] = []
-        reader = _drain_in_background(proc.stderr, stderr_parts.append)
-        stdout_parts: list[bytes] = []
-        deadline = None if timeout is None else time.monotonic() + timeout
-        sink = on_stdout or stdout_parts.append
+            raise HostError(self.host, f"command not found: {command.argv[0]}") from None
+        feeder = feed_in_background(command.stdin, proc.stdin.write, proc.stdin.close)
+        output = Output(command)
+        reader = _drain_in_background(proc.stderr, output.stderr)
+        deadline = command.deadline()
         try:
             while chunk := os.read(proc.stdout.fileno(), 65536):
-                sink(chunk)
+                output.stdout(chunk)
                 if deadline is not None and time.monotonic() > deadline:
                     proc.kill()
                     break
@@ -62,16 +52,7 @@ class LocalTransport:
             feeder.join(timeout=5)
             reader.join(timeout=5)
             proc.stdout.close()
-        return Completed(list(argv), code, b"".join(stdout_parts), b"".join(stderr_parts))
-
-    def connect_soon(self) -> None:
-        pass  # a subprocess needs no connection
-
-    def connect(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+        return output.completed(code)
 
 
 def _drain_in_background(stream, sink: Callable[[bytes], None]):

@@ -13,15 +13,15 @@ import select
 import socket
 import threading
 import time
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 import paramiko
 from fabric import Config, Connection
 
 from ..errors import HostError, HostKeyError
 from . import known_hosts as known
-from .base import ChannelCounter, Completed, StdinSource, command_line
-from .streams import feed_in_background
+from .base import ChannelCounter, Command, Completed, Transport, command_line
+from .streams import Output, feed_in_background
 
 KEEPALIVE_S = 5
 # paramiko logs a failed handshake with its traceback (40 lines for a port that is not SSH); our one-line
@@ -63,7 +63,7 @@ def hops(connection: Connection) -> list[Connection]:
     return chain[::-1]
 
 
-class SSHTransport:
+class SSHTransport(Transport):
     def __init__(
         self,
         host: str,
@@ -191,39 +191,27 @@ class SSHTransport:
         return (f"unreachable: {where} accepted the connection but sent no SSH greeting within "
                 f"{self.connect_timeout:g} s (not an SSH port, or its sshd is stuck)")
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: StdinSource = None,
-        timeout: float | None = None,
-        on_stdout: Callable[[bytes], None] | None = None,
-        idle_timeout: float | None = None,
-    ) -> Completed:
+    def send(self, command: Command) -> Completed:
         self.connect()
-        self.channels.note(argv)
+        self.channels.note(command.argv)
         try:
             channel = self.connection.transport.open_session(timeout=self.connect_timeout)
-            channel.exec_command(command_line(argv))
+            channel.exec_command(command_line(command.argv))
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise HostError(self.host, f"connection lost while starting a command: {exc or type(exc).__name__}") from None
-        feeder = feed_in_background(stdin, channel.sendall, channel.shutdown_write)
-        stdout_parts: list[bytes] = []
-        stderr_parts: list[bytes] = []
-        sink = on_stdout or stdout_parts.append
-        deadline = None if timeout is None else time.monotonic() + timeout
+        feeder = feed_in_background(command.stdin, channel.sendall, channel.shutdown_write)
+        output = Output(command)
         try:
-            self._pump(channel, sink, stderr_parts.append, deadline, idle_timeout)
+            self._pump(channel, output, command.deadline(), command.idle_timeout)
             code = channel.recv_exit_status()
             if code == -1 and self._connection_died():
                 raise HostError(self.host, "connection lost mid-command (the link dropped or the host's sshd went away)")
         finally:
             channel.close()
             feeder.join(timeout=5)
-        return Completed(list(argv), code, b"".join(stdout_parts), b"".join(stderr_parts))
+        return output.completed(code)
 
-    def _pump(self, channel, out: Callable[[bytes], None], err: Callable[[bytes], None], deadline,
-              idle_timeout: float | None) -> None:
+    def _pump(self, channel, output: Output, deadline: float | None, idle_timeout: float | None) -> None:
         """Read stdout and stderr until the command exits; notice a dead link through keepalives.
 
         The channel stays blocking (a timeout on it would also cut the stdin writer short); select on its
@@ -243,9 +231,9 @@ class SSHTransport:
             if readable:
                 last_byte = time.monotonic()
             while channel.recv_stderr_ready():
-                err(channel.recv_stderr(65536))
+                output.stderr(channel.recv_stderr(65536))
             while channel.recv_ready():
-                out(channel.recv(65536))
+                output.stdout(channel.recv(65536))
             if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
                 # sshd may send the exit status before the last of the output (the child exited while its pipe still
                 # held data): the output is complete at EOF. A command whose stdout a detached child keeps open never

@@ -1,11 +1,11 @@
-"""Feeding a command's stdin while its output is read, the same way for every transport."""
+"""Feeding a command's stdin while its output is read, and gathering that output, the same way for every transport."""
 
 from __future__ import annotations
 
 import threading
 from typing import Callable, Iterator
 
-from .base import StdinSource
+from .base import Command, Completed, StdinSource
 
 CHUNK = 256 * 1024
 
@@ -48,3 +48,17 @@ def feed_in_background(
     thread = threading.Thread(target=pump, name="kpremote-stdin", daemon=True)
     thread.start()
     return thread
+
+
+class Output:
+    """What a command prints, as it arrives: stdout to the command's on_stdout (or kept), stderr kept."""
+
+    def __init__(self, command: Command) -> None:
+        self.command = command
+        self._stdout: list[bytes] = []
+        self._stderr: list[bytes] = []
+        self.stdout = command.on_stdout or self._stdout.append
+        self.stderr = self._stderr.append
+
+    def completed(self, exit_code: int) -> Completed:
+        return Completed(list(self.command.argv), exit_code, b"".join(self._stdout), b"".join(self._stderr))
