@@ -16,9 +16,10 @@ import paramiko
 from fabric import Connection
 
 from .config import Host
+from .connect import ssh_transport
 from .errors import HostError, HostKeyError
 from .transport import known_hosts as known
-from .transport.ssh import SSHTransport, hops
+from .transport.ssh import hops
 
 
 @dataclass
@@ -36,9 +37,7 @@ class Trusted:
 
 
 def trust(host: Host, fingerprint: str) -> Trusted:
-    transport = SSHTransport(host.name, host.ssh or host.name, connect_timeout=host.connect_timeout,
-                             known_hosts=host.known_hosts, identity_file=host.identity_file,
-                             ssh_config=host.ssh_config)
+    transport = ssh_transport(host)
     path = os.path.expanduser(host.known_hosts)
     chain = hops(transport.connection)
     try:

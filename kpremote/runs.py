@@ -19,11 +19,12 @@ from pydantic import BaseModel
 from .agent.protocol import TERMINAL, ExitCode
 from .agentclient import Agent, error_message
 from .config import Host
+from .connect import open_transport
 from .errors import HostError, KpremoteError, RemoteCommandError
 from .interrupt import REGISTRY
 from .slurm import agent_subcommand  # Slurm clusters: the agent's slurm-* twins (issue 15)
 from .sync import build_sync_request, have_listing, plan_sync, record_synced, scan_task, sync_task
-from .transport import Completed, open_transport
+from .transport import Completed
 
 NO_IDLE_GPU = ExitCode.NO_IDLE_GPU
 ARCH_MISMATCH = ExitCode.ARCH_MISMATCH

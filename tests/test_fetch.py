@@ -11,10 +11,11 @@ import pytest
 
 from kpremote.agentclient import Agent
 from kpremote.config import load_inventory, parse_inventory
+from kpremote.connect import open_transport
 from kpremote.errors import HostError
 from kpremote.fetch import FetchRefused, fetch_results, fetch_run
 from kpremote.safetar import UnsafeArchive
-from kpremote.transport import LocalTransport, open_transport
+from kpremote.transport import LocalTransport
 
 TASK = "demo"
 RUN_A = "20260101-120000-aaaaaa"

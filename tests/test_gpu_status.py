@@ -8,7 +8,7 @@ import pytest
 
 from kpremote.agentclient import Agent, agent_bundle
 from kpremote.config import load_inventory
-from kpremote.transport import open_transport
+from kpremote.connect import open_transport
 from rig import busy_gpu, idle_gpu, run_inv
 
 

@@ -13,7 +13,7 @@ import pytest
 from kpremote.config import load_inventory
 from kpremote.errors import HostError, HostKeyError
 from kpremote.hostkeys import trust
-from kpremote.transport import open_transport
+from kpremote.connect import open_transport
 from rig import run_inv
 
 MALFORMED = [

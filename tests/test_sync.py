@@ -13,9 +13,10 @@ import pytest
 
 from kpremote.agentclient import Agent
 from kpremote.config import Host, load_inventory, parse_inventory
+from kpremote.connect import open_transport
 from kpremote.errors import ConfigError
 from kpremote.sync import HashCache, build_sync_request, plan_sync, scan_task, sync_task
-from kpremote.transport import LocalTransport, open_transport
+from kpremote.transport import LocalTransport
 
 TASK = "demo"
 FILES = {

@@ -10,7 +10,8 @@ import pytest
 from kpremote.config import load_inventory
 from kpremote.errors import HostError, HostKeyError
 from kpremote.hostkeys import trust
-from kpremote.transport import ContainerTransport, LocalTransport, open_transport
+from kpremote.connect import open_transport
+from kpremote.transport import ContainerTransport, LocalTransport
 from rig import free_port
 
 HOSTILE = ["a b", "$(touch {canary})", "`touch {canary}`", "x; touch {canary}", "new\nline", "'quoted'", '"dq"', "*", "~"]
