@@ -1,27 +1,16 @@
-"""Errors the client shows as one line, never as a traceback."""
+"""Errors the client shows as one line, never as a traceback: the whole tree, in one place to import from."""
 
 from __future__ import annotations
 
+# The root and the host errors are the transport's (it raises them and imports nothing of the client); the client's
+# modules and the tests import every error from here.
+from .transport.errors import HostError, HostKeyError, KpremoteError
 
-class KpremoteError(Exception):
-    """Base class: its message is complete and is printed as is."""
+__all__ = ["ConfigError", "HostError", "HostKeyError", "KpremoteError", "RemoteCommandError"]
 
 
 class ConfigError(KpremoteError):
     """hosts.toml (or another input file) is wrong; the message names file, table and field."""
-
-
-class HostError(KpremoteError):
-    """A host could not be reached or used; the message starts with the host's name."""
-
-    def __init__(self, host: str, cause: str) -> None:
-        super().__init__(f"{host}: {cause}")
-        self.host = host
-        self.cause = cause
-
-
-class HostKeyError(HostError):
-    """The host's key is unknown or changed: refused, never trusted silently."""
 
 
 class RemoteCommandError(HostError):

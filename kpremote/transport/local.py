@@ -7,8 +7,8 @@ import subprocess
 import time
 from typing import Callable
 
-from ..errors import HostError
 from .base import ChannelCounter, Command, Completed, Transport
+from .errors import HostError
 from .streams import Output, feed_in_background
 
 

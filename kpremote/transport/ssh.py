@@ -18,9 +18,9 @@ from typing import Optional
 import paramiko
 from fabric import Config, Connection
 
-from ..errors import HostError, HostKeyError
 from . import known_hosts as known
 from .base import ChannelCounter, Command, Completed, Transport, command_line
+from .errors import HostError, HostKeyError
 from .streams import Output, feed_in_background
 
 KEEPALIVE_S = 5
