@@ -17,7 +17,7 @@ from unit.helpers import FILES, STANDIN_HOME, TASK, gpu, write
 from kpremote.agent import protocol
 from kpremote.agentclient import Agent
 from kpremote.config import Host, parse_inventory
-from kpremote.transport.inprocess import InProcessTransport
+from kpremote.inprocessagent import InProcessTransport
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,7 @@ from kpremote.agent.protocol import ExitCode
 from kpremote.agentclient import Agent
 from kpremote.errors import KpremoteError
 from kpremote.fetch import FetchRefused, fetch_results, fetch_run
+from kpremote.inprocessagent import InProcessTransport
 from kpremote.runs import (
     NoIdleGpu,
     RunOptions,
@@ -26,7 +27,6 @@ from kpremote.runs import (
 )
 from kpremote.safetar import UnsafeArchive
 from kpremote.sync import sync_task
-from kpremote.transport.inprocess import InProcessTransport
 
 RUN_ID = "20260101-120000-abcdef"
 

@@ -6,6 +6,8 @@ network. The agent code is this checkout's; what it writes lands under ROOT as o
 spawns is a real detached process. Unlike a host: calls run one at a time (sys.stdin and sys.stdout belong to the
 whole process), timeouts are not enforced, and on_stdout gets the output when the call has ended. BOOT's one job of
 its own, answering AGENT_MISSING until the agent is shipped, is kept (shipped=False), so shipping can be tested.
+It is a transport, but it lives beside agentclient.py rather than in transport/: it knows the BOOT call and runs
+the agent itself, while the transport package knows nothing of either.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ import threading
 import traceback
 from typing import Callable, Sequence
 
-from ..agent.protocol import ExitCode
-from .base import ChannelCounter, Command, Completed, Transport
-from .streams import Output, stdin_chunks
+from .agent.protocol import ExitCode
+from .transport.base import ChannelCounter, Command, Completed, Transport
+from .transport.streams import Output, stdin_chunks
 
 _ONE_AT_A_TIME = threading.Lock()
 
@@ -60,7 +62,7 @@ def _boot_arguments(argv: Sequence[str]) -> tuple[str, list[str]]:
 
 def call_agent(argv: list[str], stdin: bytes, root: str) -> tuple[int, bytes, bytes]:
     """(exit code, stdout, stderr) of the agent's main(argv), as BOOT would run it in a process of its own."""
-    from ..agent.__main__ import main
+    from .agent.__main__ import main
 
     stdout, stderr = io.BytesIO(), io.BytesIO()
     with _ONE_AT_A_TIME:
