@@ -29,10 +29,8 @@ KEEPALIVE_S = 5
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 logging.getLogger("paramiko").propagate = False
 
-known_hosts_entry_name = known.entry_name
+EOF_AFTER_EXIT_S = 0.5  # how long output may trail the exit status (see SSHTransport._pump)
 
-
-EOF_AFTER_EXIT_S = 0.5  # how long output may trail the exit status (see SshTransport._pump)
 
 class StrictHostKeys(paramiko.MissingHostKeyPolicy):
     """Refuse unknown host keys, naming the fingerprint and the exact way to accept it (for a ProxyJump hop too:
