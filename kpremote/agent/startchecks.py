@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 TASK_RUNNERS = {RUNNERS[TIMING]: True, RUNNERS[PROFILE]: False}
 
 
-def refuse_bad_task(workspace: Path, request: StartRequest) -> None:
+def refuse_bad_task(workspace: Path, request: StartRequest) -> Any:
     """The checks the runner would make first, made before any run record exists; messages name the task as the
     user knows it (kernels/<task>/...), not this host's copy."""
     if request.runner_module not in TASK_RUNNERS:
