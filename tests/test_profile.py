@@ -17,7 +17,7 @@ import pytest
 
 from kpremote.agent import profile as agent_profile
 from kpremote.agent.lease import BadRequest
-from kpremote.agent.runs import NotFound, NotTerminal
+from kpremote.agent.protocol import NotFound, NotTerminal
 from rig import REPO, idle_gpu, run_inv
 
 TINY = REPO / "tests" / "fixtures" / "tasks" / "tiny_rmsnorm"

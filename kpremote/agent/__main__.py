@@ -201,7 +201,7 @@ def _torch_cuda() -> dict[str, Any]:
 
 
 def _torch_cuda_unimported() -> dict[str, Any]:
-    from .runs import torch_cuda_build
+    from .startchecks import torch_cuda_build
 
     return {"cuda": torch_cuda_build(), "cuda_available": None}
 
@@ -227,7 +227,7 @@ def _probe(args: argparse.Namespace) -> int:
 
 def _start(args: argparse.Namespace) -> int:
     from .lease import IdlePolicy
-    from .runs import StartRequest, start
+    from .start import StartRequest, start
 
     request = StartRequest(
         task=args.task,
@@ -277,20 +277,20 @@ def _apply_sync(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _follow(args: argparse.Namespace) -> int:
-    from .runs import follow
+    from .follow import follow
 
     return follow(_root(args), args.task, args.run, args.offset, once=args.once, with_summary=args.with_summary)
 
 
 def _status(args: argparse.Namespace) -> int:
-    from .runs import status
+    from .liveness import status
 
     _print_json(status(_root(args), args.task))
     return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from .runs import cancel
+    from .cancel import cancel
 
     grace = {} if args.grace is None else {"grace_s": max(0.0, args.grace)}
     _print_json(cancel(_root(args), args.task, args.run, pending=args.pending, **grace))
@@ -298,7 +298,7 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _pack_summary(args: argparse.Namespace) -> int:
-    from .runs import pack_summary
+    from .summary import pack_summary
 
     pack_summary(_root(args), args.task, args.run, sys.stdout.buffer)
     sys.stdout.buffer.flush()

@@ -31,10 +31,12 @@ from . import ncu
 from .atomicfile import write_atomically
 from .correctness import PASSED, SKIPPED
 from .lease import BadRequest
+from .liveness import current_state
+from .protocol import NotFound, NotTerminal
 from .runner import EXIT_FAILED, EXIT_PASSED, EXIT_REFUSED, Abort, Options, Runner, kill_tree
 from .runner import parse_args as parse_runner_args
+from .runpaths import SAFE_NAME, existing_run_dir
 from .runstate import TERMINAL
-from .runs import SAFE_NAME, NotFound, NotTerminal, current_state, existing_run_dir
 from .sync import file_sha256
 from .taskspec import Workload
 

@@ -14,6 +14,8 @@ Standard library only: it is shipped with the agent and the client imports it to
        ├── NotTerminal           kind "not_terminal",    exit 5   the run is not over yet
        ├── NotFound              kind "not_found",       exit 6   no such run, or no workspace
        ├── UnusablePython        kind "unusable_python", exit 1   no torch, or no CUDA build of it
+       ├── TaskRefused           kind "task_refused",    exit 2   the synced task breaks its contract; no run record
+       ├── StartCancelled        kind "cancelled",       exit 8   cancelled, or its client left, before the runner began
        └── SyncError             kind "sync",            exit 1   a refused or broken sync stream; nothing applied
 
   (A workspace that is not what the client remembered is not an error: `start --sync` answers the listing with
@@ -116,6 +118,20 @@ class NotFound(AgentError):
 
 class UnusablePython(AgentError):
     kind = "unusable_python"
+
+
+class TaskRefused(AgentError):
+    """The synced task breaks its contract: refused before any run record exists."""
+
+    kind = "task_refused"
+    exit_code = ExitCode.BAD_REQUEST
+
+
+class StartCancelled(AgentError):
+    """The start was stopped before its runner began: cancelled, or its client went away while it waited."""
+
+    kind = "cancelled"
+    exit_code = ExitCode.CANCELLED_BEFORE_START
 
 
 class SyncError(AgentError):

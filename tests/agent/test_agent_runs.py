@@ -16,9 +16,14 @@ from pathlib import Path
 import pytest
 
 from kpremote.agent.__main__ import main
+from kpremote.agent.cancel import cancel
+from kpremote.agent.follow import follow
 from kpremote.agent.lease import holders
+from kpremote.agent.liveness import status
+from kpremote.agent.procfs import group_members
+from kpremote.agent.runpaths import RUN_ID, new_run
 from kpremote.agent.runstate import read_state, update_state
-from kpremote.agent.runs import AGENT_HOME, RUN_ID, _group_members, cancel, follow, new_run, status
+from kpremote.agent.start import AGENT_HOME
 from waiting import wait_for
 
 TASK = "h200_demo__multi_shape"
@@ -159,7 +164,7 @@ def test_cancel_kills_the_whole_process_group_and_frees_the_lease(root, workspac
     run_dir = Path(result["run_dir"])
     grandchild = int(wait_for(lambda: _read(run_dir / "raw" / "grandchild.pid")))
     pgid = read_state(run_dir)["pgid"]
-    assert grandchild in _group_members(pgid) and holders(root)
+    assert grandchild in group_members(pgid) and holders(root)
 
     done = subprocess.run(
         [python, "-m", "kpremote.agent", "cancel", "--task", TASK, "--run", result["run_id"], "--root", str(root)],
@@ -168,7 +173,7 @@ def test_cancel_kills_the_whole_process_group_and_frees_the_lease(root, workspac
 
     answer = json.loads(done.stdout)
     assert done.returncode == 0 and answer["cancelled"] and answer["state"]["status"] == "cancelled"
-    assert _group_members(pgid) == []
+    assert group_members(pgid) == []
     assert holders(root) == {}
     assert follow_to_end(root, result["run_id"])[-1]["state"]["status"] == "cancelled"
     assert cancel(root, TASK, result["run_id"])["cancelled"] is False  # already over
@@ -185,7 +190,7 @@ def test_cancel_escalates_to_sigkill_when_sigterm_is_ignored(root, workspace, st
     answer = cancel(root, TASK, result["run_id"], grace_s=0.3)
 
     assert answer["state"]["status"] == "cancelled" and time.monotonic() - t0 < 4
-    assert _group_members(pgid) == []
+    assert group_members(pgid) == []
     wait_for(lambda: holders(root) == {})
 
 

@@ -94,7 +94,7 @@ def test_expected_failures_are_one_json_line_and_a_nonzero_exit(tmp_path, nvml_f
 
 def test_run_and_sync_apply_get_their_arguments_untouched(monkeypatch):
     seen = {}
-    for name in ("runner", "syncrecv"):
+    for name in ("runner", "sync"):
         module = types.ModuleType(f"kpremote.agent.{name}")
         module.main = lambda argv, name=name: seen.setdefault(name, argv) and 7
         monkeypatch.setitem(sys.modules, f"kpremote.agent.{name}", module)
@@ -102,7 +102,7 @@ def test_run_and_sync_apply_get_their_arguments_untouched(monkeypatch):
     assert main(["run", "--task-dir", "d", "--run-dir", "r", "--root", "/x"]) == 7
     assert main(["sync-apply", "--task", "t", "--root", "/x"]) == 7
     assert seen == {"runner": ["--task-dir", "d", "--run-dir", "r", "--root", "/x"],
-                    "syncrecv": ["--task", "t", "--root", "/x"]}
+                    "sync": ["--task", "t", "--root", "/x"]}
 
 
 # ------------------------------------------------------------------------------------------ ship and BOOT

@@ -26,7 +26,7 @@ NOT_NAMES = ["", ".", "..", "-x", "_x", ".hidden", "a/b", "../demo", "de mo", "a
 def accepted_by_every_side(name: str, tmp_path: Path) -> dict[str, bool]:
     """Whether each place that checks a task name accepts name (True) or refuses it (False)."""
     from kpremote import config, fetch, scaffold, sync
-    from kpremote.agent import runs as agent_runs, sync as agent_sync
+    from kpremote.agent import runpaths, sync as agent_sync
     from kpremote.errors import KpremoteError
 
     def accepts(check, *refusals: type[BaseException]) -> bool:
@@ -46,7 +46,7 @@ def accepted_by_every_side(name: str, tmp_path: Path) -> dict[str, bool]:
         "sync": accepts(lambda: sync.resolve_task_dir(tmp_path / "kernels", name), KpremoteError),
         "fetch": accepts(lambda: fetch.checked_name(name, "run id"), KpremoteError),
         "agent sync": accepts(lambda: agent_sync.check_task_name(name), agent_sync.SyncError),
-        "agent runs": accepts(lambda: agent_runs.validate_task_name(name), AgentError),
+        "agent runs": accepts(lambda: runpaths.validate_task_name(name), AgentError),
         "scaffold": is_name(name) and len(name) <= scaffold.NAME_MAX,
     }
 

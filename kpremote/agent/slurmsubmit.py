@@ -1,0 +1,87 @@
+"""`slurm-submit` on the login node: create the run, write its batch script, `sbatch` it; state.json holds the
+job id before the answer goes back. The host's Slurm settings become sbatch words only through an allow-list.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from .lease import utc_now_iso
+from .protocol import BadRequest
+from .runpaths import claim_run, task_dir
+from .runstate import update_state
+from .slurmjobs import SCHEDULER, SlurmError, slurm
+from .start import AGENT_HOME
+
+SBATCH_ALLOWED = ("mem", "mem-per-cpu", "mem-per-gpu", "cpus-per-task", "cpus-per-gpu", "gpus", "gpus-per-node",
+                  "gpu-bind", "nodelist", "exclude", "reservation", "nice", "comment", "wckey", "licenses",
+                  "tmp", "hint", "exclusive", "mail-type", "mail-user", "clusters", "begin", "deadline",
+                  "priority", "distribution", "ntasks", "nodes")  # the client's config.py holds the same list
+SETTING_FLAGS = {"partition": "--partition", "account": "--account", "qos": "--qos", "gres": "--gres",
+                 "time_limit": "--time", "constraint": "--constraint"}
+SETTING_VALUE = re.compile(r"[A-Za-z0-9_.,:&|*()\[\]!+-]+")
+
+
+def submit(root: Path, request: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """Create the run, write its batch script, sbatch it; the job id goes into state.json before we answer."""
+    sbatch_settings = sbatch_options(settings)  # refused before anything is written or submitted
+    workspace = task_dir(root, request["task"]) / "workspace"
+    if not workspace.is_dir():
+        raise BadRequest(f"task {request['task']} has no workspace on this host ({workspace}); sync it first")
+    # The client's run id (it may cancel the run before it hears back): a cancel that came first refuses it here.
+    run_id, run_dir = claim_run(workspace.parent / "runs", request.get("run_id"), task=request["task"],
+                                status="pending", phase="queued", scheduler=SCHEDULER)
+    (run_dir / "raw").mkdir()
+    (run_dir / "summary").mkdir()
+    script = run_dir / "raw" / "job.sh"
+    script.write_text(batch_script(root, request["task"], run_id))
+    now = utc_now_iso()  # `started` is the submit time until the job's step starts the run
+    update_state(run_dir, run_id=run_id, task=request["task"], status="pending", phase="queued",
+                 scheduler=SCHEDULER, job_id=None, submitted=now, started=now, host_alias=request.get("host_alias"),
+                 device=request.get("device"), workloads=request.get("workloads"), mode=request.get("mode"),
+                 request=request, settings=settings)
+    argv = ["sbatch", "--parsable", f"--job-name=kp-{request['task']}"[:120], f"--output={run_dir / 'raw' / 'slurm-%j.out'}",
+            f"--chdir={run_dir}", "--no-requeue", "--nodes=1", "--ntasks=1", *sbatch_settings, str(script)]
+    try:
+        done = slurm(*argv)
+    except SlurmError as exc:
+        update_state(run_dir, status="error", phase="done", message=f"not submitted: {exc}", finished=utc_now_iso())
+        raise
+    job_id = done.stdout.strip().split(";")[0]
+    state = update_state(run_dir, job_id=job_id, slurm={"job_id": job_id, "state": "PENDING"})
+    return {"run_id": run_id, "run_dir": str(run_dir), "job_id": job_id, "gpu": None, "state": state}
+
+
+def sbatch_options(settings: dict[str, Any]) -> list[str]:
+    """The host's Slurm settings as sbatch words: each checked again here, whatever the client sent."""
+    words = []
+    for key, flag in SETTING_FLAGS.items():
+        value = settings.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not SETTING_VALUE.fullmatch(value):
+            raise BadRequest(f"bad Slurm setting {key} = {value!r}")
+        words.append(f"{flag}={value}")
+    for arg in settings.get("sbatch_args") or []:
+        key = arg[2:].split("=", 1)[0] if isinstance(arg, str) and arg.startswith("--") and "=" in arg else None
+        if key not in SBATCH_ALLOWED or any(ord(ch) < 32 for ch in arg):
+            raise BadRequest(f"sbatch argument {arg!r} is not allowed (allowed: --KEY=VALUE with KEY one of "
+                             f"{', '.join(SBATCH_ALLOWED)})")
+        words.append(arg)
+    unknown = set(settings) - set(SETTING_FLAGS) - {"sbatch_args"}
+    if unknown:
+        raise BadRequest(f"unknown Slurm settings: {', '.join(sorted(unknown))}")
+    return words
+
+
+def batch_script(root: Path, task: str, run_id: str) -> str:
+    """The job's script: one step, this very agent copy on the shared filesystem; every word quoted."""
+    argv = [sys.executable, "-m", "kpremote.agent", "slurm-step", "--task", task, "--run", run_id, "--root", str(root)]
+    return ("#!/bin/bash\n"
+            f"# kpremote run {run_id} of task {task}: written by kpremote.agent.slurm\n"
+            f"export PYTHONPATH={shlex.quote(str(AGENT_HOME))}\n"
+            f"exec {' '.join(shlex.quote(word) for word in argv)}\n")

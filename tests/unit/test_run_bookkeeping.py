@@ -1,0 +1,108 @@
+"""The agent's run bookkeeping: one follow loop for this host's runs and Slurm's (a watch says where the state comes
+from), one parser for squeue's and sacct's job lines, and run modules that use each other's public names only."""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kpremote.agent import slurmjobs, slurmsettle
+from kpremote.agent.follow import follow_run
+from kpremote.agent.runstate import update_state
+
+AGENT = Path(__file__).resolve().parents[2] / "kpremote" / "agent"
+RUN_MODULES = {"runpaths", "start", "startchecks", "startguard", "liveness", "cancel", "follow", "summary",
+               "slurm", "slurmjobs", "slurmruns", "slurmsettle", "slurmstep", "slurmsubmit"}
+
+
+class ScriptedWatch:
+    """A watch that gives the states it was handed, one per look, with a line to say at the first."""
+
+    def __init__(self, *states: dict[str, Any]) -> None:
+        self.states = list(states)
+        self.looks = 0
+
+    def look(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        self.looks += 1
+        state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+        return state, [{"event": "phase", "phase": "queued"}] if self.looks == 1 else []
+
+    def over(self, state: dict[str, Any]) -> bool:
+        return state["status"] == "passed"
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    run_dir = tmp_path / "runs" / "20260101-000000-abcdef"
+    (run_dir / "raw").mkdir(parents=True)
+    (run_dir / "summary").mkdir()
+    (run_dir / "summary" / "results.json").write_text("{}")
+    (run_dir / "raw" / "events.jsonl").write_bytes(b'{"event": "row"}\n{"event": "half')
+    return run_dir
+
+
+def test_follow_says_the_watchs_lines_then_the_events_then_one_end_and_the_summary(run_dir):
+    out = io.BytesIO()
+    watch = ScriptedWatch({"status": "running"}, {"status": "passed"})
+    assert follow_run(run_dir, watch, out=out, with_summary=True) == 0
+    head, _, tar_bytes = out.getvalue().partition(b'{"event": "end"')
+    lines = [json.loads(line) for line in head.splitlines()]
+    assert lines == [{"event": "phase", "phase": "queued"}, {"event": "row"}]  # a half-written line waits
+    end = json.loads(b'{"event": "end"' + tar_bytes.split(b"\n", 1)[0])
+    assert end == {"event": "end", "state": {"status": "passed"}, "offset": 17, "summary": True}
+    with tarfile.open(fileobj=io.BytesIO(tar_bytes.split(b"\n", 1)[1])) as tar:
+        assert tar.getnames() == ["results.json"]
+
+
+def test_follow_once_ends_with_the_state_as_it_is_and_no_summary(run_dir):
+    out = io.BytesIO()
+    follow_run(run_dir, ScriptedWatch({"status": "running"}), out=out, once=True, with_summary=True)
+    end = json.loads(out.getvalue().splitlines()[-1])
+    assert end == {"event": "end", "state": {"status": "running"}, "offset": 17}
+
+
+def test_the_slurm_watch_shows_the_queue_then_where_the_job_started(run_dir, monkeypatch):
+    update_state(run_dir, scheduler="slurm", status="pending", job_id="12")
+    states = iter([
+        {"status": "pending", "job_id": "12", "slurm": {"reason": "Priority", "partition": "gpu"}},
+        {"status": "pending", "job_id": "12", "slurm": {"reason": "Priority", "partition": "gpu"}},
+        {"status": "running", "job_id": "12", "slurm": {"node": "gpu07"}},
+    ])
+    monkeypatch.setattr(slurmsettle, "look", lambda _run_dir: next(states))
+    monkeypatch.setattr(slurmsettle, "queue_position", lambda job_id, partition: (2, 5))
+    monkeypatch.setattr(slurmsettle, "SLURM_POLL_S", 0.0)
+    watch = slurmsettle.SlurmWatch(run_dir)
+    said = [watch.look()[1] for _ in range(3)]
+    assert [[line["phase"] for line in lines] for lines in said] == [
+        ["queued: Priority, 2 of 5 pending"], [], ["started on gpu07 (Slurm job 12)"]]
+    assert not watch.over({"status": "running"})
+
+
+def test_squeue_and_sacct_lines_read_alike_and_a_forgotten_job_says_so(monkeypatch):
+    answers = {
+        "squeue": "12|RUNNING|gpu07|2026-01-01T00:00:00|1:00|10:00|gpu|None\n99|PENDING||N/A|0:00|10:00|gpu|x\n",
+        "sacct": "13|CANCELLED by 0|gpu08|2026-01-01T00:00:00|0:30|10:00|gpu|a|b\n",
+    }
+    monkeypatch.setattr(slurmjobs, "slurm", lambda *argv, check=True: subprocess.CompletedProcess(
+        argv, 0, answers[argv[0]], ""))
+    found = slurmjobs.jobs(["12", "13", "14"])
+    assert found["12"] == {"job_id": "12", "state": "RUNNING", "node": "gpu07", "start": "2026-01-01T00:00:00",
+                           "elapsed": "1:00", "time_limit": "10:00", "partition": "gpu", "reason": None}
+    assert found["13"]["state"] == "CANCELLED" and found["13"]["reason"] == "a|b" and found["13"]["source"] == "sacct"
+    assert found["14"]["state"] == slurmjobs.FORGOTTEN and "99" not in found
+
+
+def test_run_modules_use_each_others_public_names_only():
+    for name in sorted(RUN_MODULES):
+        tree = ast.parse((AGENT / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module in RUN_MODULES:
+                private = [alias.name for alias in node.names if alias.name.startswith("_")]
+                assert not private, f"agent/{name}.py imports {private} from agent/{node.module}.py"
