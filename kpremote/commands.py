@@ -13,7 +13,7 @@ from . import interrupt
 interrupt.install_early()  # before the slower imports below: Ctrl-C from the first moment kpremote is loaded
 
 from . import options as checks  # noqa: E402
-from . import view  # noqa: E402
+from .views import terminal  # noqa: E402
 from .commandline import EXIT_FAILED, EXIT_USAGE, command, finish  # noqa: E402
 from .config import load_inventory
 from .jsonout import print_document
@@ -27,12 +27,13 @@ HOSTS_HELP = "hosts file (default: $KPREMOTE_HOSTS, else the project's hosts.tom
 def hosts(c, check=False, hosts=None, json=False):
     """List the hosts of hosts.toml (name, address, arch, container, groups); --check reaches each one."""
     from . import gpustatus  # imported here: `inv run` and the others never need it
+    from .views.hosts import hosts_view
 
     inventory = load_inventory(hosts)
     selected = inventory.select(None)
     infos = None
     if check:
-        with view.Waiting("hosts --check") as waiting:
+        with terminal.Waiting("hosts --check") as waiting:
             answers = gpustatus.on_every_host(selected, gpustatus.info_host, waiting.hosts(len(selected)))
         infos = {info.host: info for info in answers}
     if json:
@@ -42,7 +43,7 @@ def hosts(c, check=False, hosts=None, json=False):
             for h in selected
         ]})
     else:
-        view.show(view.hosts_view(selected, infos))
+        terminal.show(hosts_view(selected, infos))
     finish(infos is None or all(info.ok for info in infos.values()))
 
 
@@ -58,16 +59,17 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
                show_all=False, no_color=False):
     """Every GPU of every host, queried in parallel through NVML: one line per GPU, like gpustat."""
     from . import gpustatus
+    from .views.gpus import GpuViewOptions
 
     watch = checks.watch_seconds(watch)
     if no_color:
-        view.plain_output()
+        terminal.plain_output()
     selected = load_inventory(hosts).select(host)
-    options = view.GpuViewOptions(pids=pids, uuid=uuid, all=show_all)
+    options = GpuViewOptions(pids=pids, uuid=uuid, all=show_all)
     if watch:
         _watch_gpus(selected, watch, options, json)
         return
-    with view.Waiting("gpu-status") as waiting:
+    with terminal.Waiting("gpu-status") as waiting:
         reports = gpustatus.gpu_status(selected, waiting.hosts(len(selected)))
     if json:
         print_document("gpu-status", gpustatus.gpu_status_body(reports))
@@ -75,7 +77,7 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
         from .slurm import gpu_tables  # GPU hosts in the usual view, Slurm clusters per node
 
         for table in gpu_tables(reports, options):
-            view.show(table)
+            terminal.show(table)
     finish(all(r.ok for r in reports))
 
 
@@ -85,20 +87,21 @@ def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
     from rich.live import Live
 
     from . import gpustatus
+    from .views.gpus import gpu_view, watch_header
 
     def frame():
-        return view.gpu_view(gpustatus.gpu_status(selected), options, header=view.watch_header(seconds))
+        return gpu_view(gpustatus.gpu_status(selected), options, header=watch_header(seconds))
 
     try:
-        if as_json or not view.console.is_terminal:  # piped: each refresh in turn, as a log of them
+        if as_json or not terminal.console.is_terminal:  # piped: each refresh in turn, as a log of them
             while True:
                 if as_json:
                     print_document("gpu-status", gpustatus.gpu_status_body(gpustatus.gpu_status(selected)),
                                    one_line=True)
                 else:
-                    view.show(frame())
+                    terminal.show(frame())
                 time.sleep(seconds)
-        with Live(frame(), console=view.console, auto_refresh=False) as live:
+        with Live(frame(), console=terminal.console, auto_refresh=False) as live:
             while True:
                 time.sleep(seconds)
                 live.update(frame(), refresh=True)
@@ -113,7 +116,7 @@ def trust_host(c, host, fingerprint, hosts=None):
     from .hostkeys import trust
 
     [selected] = load_inventory(hosts).select(host)
-    view.console.print(trust(selected, fingerprint).describe(selected.known_hosts), markup=False)
+    terminal.console.print(trust(selected, fingerprint).describe(selected.known_hosts), markup=False)
 
 
 KERNELS = kernels_dir()  # the project's kernels/, wherever in the project the command runs (project.py)
@@ -128,7 +131,7 @@ def sync(c, host, task, hosts=None, json=False):
 
     [selected] = load_inventory(hosts).select(host)
     _ensure_upstream([task])
-    with view.Waiting(f"sync {task} to {selected.name}") as waiting:
+    with terminal.Waiting(f"sync {task} to {selected.name}") as waiting:
         waiting.say("connecting")
         session = RunSession(selected)
         try:
@@ -140,9 +143,9 @@ def sync(c, host, task, hosts=None, json=False):
         print_document("sync", dataclasses.asdict(report))
     else:
         for warning in report.warnings:
-            view.errors.print(f"warning: {warning}")
-        view.console.print(f"{selected.name}: {task}: {report.files_sent} files sent ({report.bytes_sent} bytes), "
-                           f"{report.deleted} deleted, {report.channels} channel(s)")
+            terminal.errors.print(f"warning: {warning}")
+        terminal.console.print(f"{selected.name}: {task}: {report.files_sent} files sent ({report.bytes_sent} bytes), "
+                               f"{report.deleted} deleted, {report.channels} channel(s)")
 
 
 @command(
@@ -177,15 +180,16 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
 def status(c, host=None, hosts=None, json=False, task=None):
     """Runs on the hosts: id, task, GPU, status and phase, age, headline."""
     from . import gpustatus
+    from .views.runlist import runs_view
 
     selected = load_inventory(hosts).select(host)
-    with view.Waiting("status") as waiting:
+    with terminal.Waiting("status") as waiting:
         answers = gpustatus.on_every_host(selected, lambda h, agent: _runs_or_error(h, agent, task),
                                           waiting.hosts(len(selected)))
     if json:
         print_document("status", {"hosts": answers})
     else:
-        view.show(view.runs_view(answers))
+        terminal.show(runs_view(answers))
     finish(all(a["ok"] for a in answers))
 
 
@@ -249,8 +253,8 @@ def cancel(c, host, run, task=None, hosts=None):
     finally:
         session.close()
     state = answer.get("state", {})
-    view.console.print(f"{selected.name}: run {run}: {state.get('status', '?')}"
-                       + ("" if answer.get("cancelled") else " (it had already ended)"))
+    terminal.console.print(f"{selected.name}: run {run}: {state.get('status', '?')}"
+                           + ("" if answer.get("cancelled") else " (it had already ended)"))
 
 
 @command(help={"host": "host name", "task": TASK_HELP, "run": "a run id, a unique part of one, latest (default) or all",
@@ -279,8 +283,8 @@ def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=
                                          "fetched": [dataclasses.asdict(r) for r in reports]})
     else:
         for report in reports:
-            view.console.print(f"{selected.name}: {task} run {report.run_id} ({report.run_status}): "
-                               f"{report.outcome} → {report.path}")
+            terminal.console.print(f"{selected.name}: {task} run {report.run_id} ({report.run_status}): "
+                                   f"{report.outcome} → {report.path}")
 
 
 def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
@@ -288,15 +292,15 @@ def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
 
     def announce(info: dict) -> None:
         if not as_json:
-            view.console.print(f"{session.host.name}: raw/{info['name']}: {info['bytes']} bytes "
-                               f"({info['bytes'] / 1048576:.2f} MiB), sha256 {info['sha256']}", markup=False)
+            terminal.console.print(f"{session.host.name}: raw/{info['name']}: {info['bytes']} bytes "
+                                   f"({info['bytes'] / 1048576:.2f} MiB), sha256 {info['sha256']}", markup=False)
 
     fetched = fetch_raw_file(session.agent, task, run, name, KERNELS, session.host.name, force=force, on_stat=announce)
     if as_json:
         print_document("fetch-results", {"host": session.host.name, "task": task, "fetched": [],
                                          "raw_file": dataclasses.asdict(fetched)})
     else:
-        view.console.print(f"{fetched.outcome} → {fetched.path}", markup=False)
+        terminal.console.print(f"{fetched.outcome} → {fetched.path}", markup=False)
 
 
 @command(
@@ -359,7 +363,7 @@ def new_task(c, name):
     from .scaffold import new_task as scaffold
 
     path = scaffold(name, KERNELS)
-    view.console.print(f"created {path}; try: inv check --task {name}")
+    terminal.console.print(f"created {path}; try: inv check --task {name}")
 
 
 @command(help={"task": TASK_HELP, "repo": "the upstream repository: a URL git can fetch (or a local path); with "
@@ -385,8 +389,8 @@ def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False
         if repo or files or pypi or source:
             raise pins.BaselineError("--materialize takes only --task: it re-creates what task.toml already pins")
         done = pins.materialize(task_dir)
-        view.console.print(f"{task}: {done.files} file(s) from {done.wheel} in kernels/{task}/baseline/upstream/, "
-                           "sha256 as task.toml pins them", markup=False)
+        terminal.console.print(f"{task}: {done.files} file(s) from {done.wheel} in kernels/{task}/baseline/upstream/, "
+                               "sha256 as task.toml pins them", markup=False)
         return
     if not files:
         raise pins.BaselineError("--files is required: the upstream files to copy, comma-separated")
@@ -397,9 +401,9 @@ def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False
         if json:
             print_document("baseline", {"task": task, **release.model_dump()})
             return
-        view.console.print(f"{task}: {release.release} → {release.wheel} (sha256 {release.wheel_sha256}); "
-                           f"{len(release.files)} file(s) in kernels/{task}/baseline/upstream/ (git-ignored); "
-                           "docs/baseline_source.md and task.toml [baseline] updated", markup=False)
+        terminal.console.print(f"{task}: {release.release} → {release.wheel} (sha256 {release.wheel_sha256}); "
+                               f"{len(release.files)} file(s) in kernels/{task}/baseline/upstream/ (git-ignored); "
+                               "docs/baseline_source.md and task.toml [baseline] updated", markup=False)
         return
     if not repo:
         raise pins.BaselineError("--repo is required (or --pypi for a release, --materialize for an existing pin)")
@@ -407,9 +411,9 @@ def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False
     if json:
         print_document("baseline", {"task": task, **pin.model_dump()})
         return
-    view.console.print(f"{task}: {pin.repo} {pin.ref} → {pin.commit} ({len(pin.files)} file(s) in "
-                       f"kernels/{task}/baseline/upstream/; docs/baseline_source.md and task.toml [baseline] updated)",
-                       markup=False)
+    terminal.console.print(f"{task}: {pin.repo} {pin.ref} → {pin.commit} ({len(pin.files)} file(s) in "
+                           f"kernels/{task}/baseline/upstream/; docs/baseline_source.md and task.toml [baseline] "
+                           "updated)", markup=False)
 
 
 def _readable_toml(path: Path) -> bool:
@@ -434,7 +438,7 @@ def _ensure_upstream(tasks: list[str]) -> None:
                 continue  # a task.toml that is not TOML is reported, one line, by the task checks that follow
             line = ensure_upstream(KERNELS / task)
             if line:  # on stderr: stdout may be a --json document
-                view.errors.print(line, markup=False, soft_wrap=True)
+                terminal.errors.print(line, markup=False, soft_wrap=True)
 
 
 @command(help={"task": TASK_HELP,
@@ -446,7 +450,7 @@ def _ensure_upstream(tasks: list[str]) -> None:
 def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = None, json=False):
     """Did it help? Two fetched runs row by row: medians, speedup change with its interval, FASTER / SAME / SLOWER."""
     from .compare import compare as compare_runs
-    from .compareview import compare_view
+    from .views.compare import compare_view
     from .errors import KpremoteError
     from .runstore import fetched_runs, find_run
 
@@ -476,7 +480,7 @@ def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = N
     if json:
         print_document("compare", document)
     else:
-        view.console.print(compare_view(document, view.console.width))
+        terminal.console.print(compare_view(document, terminal.console.width))
 
 
 @command(help={"task": TASK_HELP, "host": "only runs fetched from this host",
@@ -486,7 +490,7 @@ def history(c, task, host=None, plot=None, json=False):
     """Every fetched run of a task, oldest first: commit, status, headline; and a plot of the headline over time."""
     from pathlib import Path
 
-    from .compareview import history_view
+    from .views.compare import history_view
     from .history import draw_history_plot, history_entry
     from .runstore import fetched_runs
 
@@ -497,7 +501,7 @@ def history(c, task, host=None, plot=None, json=False):
     if json:
         print_document("history", document)
     else:
-        view.console.print(history_view(document, view.console.width))
+        terminal.console.print(history_view(document, terminal.console.width))
 
 
 ns = Collection(hosts, gpu_status, trust_host, sync, run, status, logs, cancel, fetch_results, check, new_task,
