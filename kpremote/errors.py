@@ -11,6 +11,10 @@ class ConfigError(KpremoteError):
     """hosts.toml (or another input file) is wrong; the message names file, table and field."""
 
 
+class BaselineError(KpremoteError):
+    """The baseline could not be pinned (or re-created); nothing was written."""
+
+
 class HostError(KpremoteError):
     """A host could not be reached or used; the message starts with the host's name."""
 
