@@ -26,10 +26,12 @@ import shutil
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
 from pydantic import BaseModel
 
 from . import wheels
+from .agent.protocol import is_name
 from .baselinedoc import (GITIGNORE, SOURCE_DOC, UPSTREAM, render_release_block, render_source_block,
                           with_source_block, with_upstream_ignored)
 from .baselinetoml import edit_baseline_table, edit_sha256_table, parse_toml, read_task_toml
@@ -207,6 +209,27 @@ def ensure_upstream(task_dir: Path) -> str | None:
     return (f"{task_dir}: baseline/upstream/ materialized from {done.wheel} ({done.files} file(s), sha256 as "
             f"task.toml pins them)")
 
+
+
+def ensure_task_upstreams(kernels_dir: Path, tasks: list[str]) -> Iterator[str]:
+    """ensure_upstream for each task named on a sync, run or check, a line for each task it materialized. A name that
+    is no task folder, or a task.toml that is not TOML, is left to the task checks that follow (one line each)."""
+    for task in tasks:
+        task_dir = kernels_dir / task
+        if is_name(task) and not task_dir.is_symlink() and _is_toml(task_dir / "task.toml"):
+            line = ensure_upstream(task_dir)
+            if line:
+                yield line
+
+
+def _is_toml(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    try:
+        parse_toml(path.read_text(encoding="utf-8"), path)
+    except (BaselineError, UnicodeDecodeError):
+        return False
+    return True
 
 
 # ------------------------------------------------------------------------------------------------ checking inputs

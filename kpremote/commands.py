@@ -82,31 +82,15 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
 
 
 def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
-    """Refresh every SECONDS: the view redrawn in place under an "updated at" line (printed in turn when stdout is
-    not a terminal), or one JSON document per line."""
-    from rich.live import Live
-
+    """Refresh every SECONDS until Ctrl-C (exit 130, as for every Ctrl-C): the view, or one JSON document per line."""
     from . import gpustatus
-    from .views.gpus import gpu_view, watch_header
+    from .views.gpus import gpu_view, show_every, watch_header
 
-    def frame():
-        return gpu_view(gpustatus.gpu_status(selected), options, header=watch_header(seconds))
-
-    try:
-        if as_json or not terminal.console.is_terminal:  # piped: each refresh in turn, as a log of them
-            while True:
-                if as_json:
-                    print_document("gpu-status", gpustatus.gpu_status_body(gpustatus.gpu_status(selected)),
-                                   one_line=True)
-                else:
-                    terminal.show(frame())
-                time.sleep(seconds)
-        with Live(frame(), console=terminal.console, auto_refresh=False) as live:
-            while True:
-                time.sleep(seconds)
-                live.update(frame(), refresh=True)
-    except KeyboardInterrupt:
-        raise  # exit 130, as for every Ctrl-C (commandline.py)
+    if as_json:
+        while True:
+            print_document("gpu-status", gpustatus.gpu_status_body(gpustatus.gpu_status(selected)), one_line=True)
+            time.sleep(seconds)
+    show_every(seconds, lambda: gpu_view(gpustatus.gpu_status(selected), options, header=watch_header(seconds)))
 
 
 @command(help={"host": "the host whose key to accept", "fingerprint": "the SHA256:... fingerprint you verified",
@@ -180,11 +164,12 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
 def status(c, host=None, hosts=None, json=False, task=None):
     """Runs on the hosts: id, task, GPU, status and phase, age, headline."""
     from . import gpustatus
+    from .runs import runs_or_error
     from .views.runlist import runs_view
 
     selected = load_inventory(hosts).select(host)
     with terminal.Waiting("status") as waiting:
-        answers = gpustatus.on_every_host(selected, lambda h, agent: _runs_or_error(h, agent, task),
+        answers = gpustatus.on_every_host(selected, lambda h, agent: runs_or_error(h, agent, task),
                                           waiting.hosts(len(selected)))
     if json:
         print_document("status", {"hosts": answers})
@@ -193,39 +178,7 @@ def status(c, host=None, hosts=None, json=False, task=None):
     finish(all(a["ok"] for a in answers))
 
 
-def _runs_or_error(host, agent, task) -> dict:
-    from .errors import KpremoteError
-
-    try:
-        from .slurm import agent_subcommand
-
-        args = ["--task", task] if task else []
-        runs = agent.call_json(agent_subcommand(host, "status"), *args).get("runs", [])
-        return {"host": host.name, "ok": True, "runs": runs}
-    except KpremoteError as exc:
-        return {"host": host.name, "ok": False, "error": str(exc), "runs": []}
-
-
 RUN_HELP = "a run id, a unique part of one (its last 6 characters will do), or latest"
-
-
-def _named_run(host, run: str, task: Optional[str]) -> tuple[str, Optional[str]]:
-    """The whole run id that `run` names on host (an id, a unique part of one, latest), and its task; a whole id is
-    taken as it is, without asking the host."""
-    from .runids import check_run_word, is_full_id, resolve_run_id
-    from .runs import RunSession, list_runs
-
-    check_run_word(run)
-    if is_full_id(run):
-        return run, task
-    session = RunSession(host)
-    try:
-        runs = sorted(list_runs(session, task), key=lambda r: str(r.get("run_id")))
-    finally:
-        session.close()
-    where = f"on {host.name}" + (f" of {task}" if task else "")
-    run_id = resolve_run_id(run, [str(r.get("run_id")) for r in runs], where)
-    return run_id, task or next(r.get("task") for r in runs if r.get("run_id") == run_id)
 
 
 @command(help={"host": "host name", "run": RUN_HELP, "task": "the run's task (found from the run id if omitted)",
@@ -233,9 +186,10 @@ def _named_run(host, run: str, task: Optional[str]) -> tuple[str, Optional[str]]
 def logs(c, host, run, task=None, follow=False, hosts=None):
     """The run's event stream, rendered as the live view shows it; re-attachable at any time."""
     from .placement import show_logs
+    from .runs import named_run
 
     [selected] = load_inventory(hosts).select(host)
-    run, task = _named_run(selected, run, task)
+    run, task = named_run(selected, run, task)
     finish(show_logs(selected, run, task, follow))
 
 
@@ -243,10 +197,10 @@ def logs(c, host, run, task=None, follow=False, hosts=None):
                "hosts": HOSTS_HELP})
 def cancel(c, host, run, task=None, hosts=None):
     """Cancel a run: its whole process group is killed and its GPU lease released."""
-    from .runs import RunSession, cancel_run, find_task_of_run
+    from .runs import RunSession, cancel_run, find_task_of_run, named_run
 
     [selected] = load_inventory(hosts).select(host)
-    run, task = _named_run(selected, run, task)
+    run, task = named_run(selected, run, task)
     session = RunSession(selected)
     try:
         answer = cancel_run(session, task or find_task_of_run(session, run), run)
@@ -265,11 +219,11 @@ def cancel(c, host, run, task=None, hosts=None):
 def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=None, force=False):
     """Bring back a run's summary/ (never raw/) into kernels/TASK/results/HOST/RUN-ID/; --raw-file NAME: one raw file."""
     from .fetch import fetch_results as fetch
-    from .runs import RunSession
+    from .runs import RunSession, named_run
 
     [selected] = load_inventory(hosts).select(host)
     if run not in ("latest", "all"):
-        run, _ = _named_run(selected, run, task)
+        run, _ = named_run(selected, run, task)
     session = RunSession(selected)
     try:
         if raw_file:
@@ -397,48 +351,28 @@ def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False
     if pypi:
         if source:
             raise pins.BaselineError("--pypi and --source are two different pins: give one")
-        release = pins.pin_release(task_dir, pypi, pins.split_file_list(files), force=force, repo=repo)
-        if json:
-            print_document("baseline", {"task": task, **release.model_dump()})
-            return
-        terminal.console.print(f"{task}: {release.release} → {release.wheel} (sha256 {release.wheel_sha256}); "
-                               f"{len(release.files)} file(s) in kernels/{task}/baseline/upstream/ (git-ignored); "
-                               "docs/baseline_source.md and task.toml [baseline] updated", markup=False)
-        return
-    if not repo:
-        raise pins.BaselineError("--repo is required (or --pypi for a release, --materialize for an existing pin)")
-    pin = pins.pin_baseline(task_dir, repo, ref, pins.split_file_list(files), force=force, source=source)
+        pin = pins.pin_release(task_dir, pypi, pins.split_file_list(files), force=force, repo=repo)
+        line = (f"{task}: {pin.release} → {pin.wheel} (sha256 {pin.wheel_sha256}); {len(pin.files)} file(s) in "
+                f"kernels/{task}/baseline/upstream/ (git-ignored); docs/baseline_source.md and task.toml [baseline] "
+                "updated")
+    else:
+        if not repo:
+            raise pins.BaselineError("--repo is required (or --pypi for a release, --materialize for an existing pin)")
+        pin = pins.pin_baseline(task_dir, repo, ref, pins.split_file_list(files), force=force, source=source)
+        line = (f"{task}: {pin.repo} {pin.ref} → {pin.commit} ({len(pin.files)} file(s) in "
+                f"kernels/{task}/baseline/upstream/; docs/baseline_source.md and task.toml [baseline] updated)")
     if json:
         print_document("baseline", {"task": task, **pin.model_dump()})
-        return
-    terminal.console.print(f"{task}: {pin.repo} {pin.ref} → {pin.commit} ({len(pin.files)} file(s) in "
-                           f"kernels/{task}/baseline/upstream/; docs/baseline_source.md and task.toml [baseline] "
-                           "updated)", markup=False)
-
-
-def _readable_toml(path: Path) -> bool:
-    from .agent.taskspec import TaskSpecError, _read_toml
-
-    try:
-        _read_toml(path)
-    except TaskSpecError:
-        return False
-    return True
+    else:
+        terminal.console.print(line, markup=False)
 
 
 def _ensure_upstream(tasks: list[str]) -> None:
     """Pinned upstream files a task lacks are materialized from their wheel before it is synced or run."""
-    from .agent.protocol import is_name
-    from .baseline import ensure_upstream
+    from .baseline import ensure_task_upstreams
 
-    for task in tasks:
-        # An invalid or unknown name is reported by the command itself.
-        if is_name(task) and not (KERNELS / task).is_symlink() and (KERNELS / task / "task.toml").is_file():
-            if not _readable_toml(KERNELS / task / "task.toml"):
-                continue  # a task.toml that is not TOML is reported, one line, by the task checks that follow
-            line = ensure_upstream(KERNELS / task)
-            if line:  # on stderr: stdout may be a --json document
-                terminal.errors.print(line, markup=False, soft_wrap=True)
+    for line in ensure_task_upstreams(KERNELS, tasks):
+        terminal.errors.print(line, markup=False, soft_wrap=True)  # on stderr: stdout may be a --json document
 
 
 @command(help={"task": TASK_HELP,
@@ -450,33 +384,18 @@ def _ensure_upstream(tasks: list[str]) -> None:
 def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = None, json=False):
     """Did it help? Two fetched runs row by row: medians, speedup change with its interval, FASTER / SAME / SLOWER."""
     from .compare import compare as compare_runs
+    from .compare import last_runs, runs_to_compare, series
+    from .runstore import fetched_runs
     from .views.compare import compare_view
-    from .errors import KpremoteError
-    from .runstore import fetched_runs, find_run
 
     runs = fetched_runs(KERNELS, task, host)
     where = f"of {task}" + (f" on {host}" if host else "")
     if last is not None:
-        if int(last) < 2:
-            raise KpremoteError(f"--last {last}: compare needs at least 2 runs")
-        chosen = runs[-int(last):]
-        if len(chosen) < 2:
-            raise KpremoteError(f"--last {last}: only {len(chosen)} fetched run(s) {where}")
-        older, newer = chosen[0], chosen[-1]
+        chosen = last_runs(runs, last, where)
+        document = compare_runs(chosen[0], chosen[-1])
+        document["series"] = series(chosen)
     else:
-        newer = find_run(runs, new, where)
-        if base:
-            older = find_run(runs, base, where)
-        else:
-            before = [r for r in runs[:runs.index(newer)] if r.host == newer.host]
-            if not before:
-                raise KpremoteError(f"run {newer.run_id} is the first fetched run {where} on {newer.host}: "
-                                    "give --base ID to compare it with another")
-            older = before[-1]
-    document = compare_runs(older, newer)
-    if last is not None:
-        document["series"] = [{"run_id": r.run_id, "host": r.host, "headline": r.headline.get("geomean"),
-                               "speedups": {w: row.get("speedup") for w, row in r.rows().items()}} for r in chosen]
+        document = compare_runs(*runs_to_compare(runs, new, base, where))
     if json:
         print_document("compare", document)
     else:

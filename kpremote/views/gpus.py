@@ -1,11 +1,11 @@
 """`gpu-status` in gpustat's layout: a line per host, a line per GPU (its lease or why it is not idle), details
-that do not fit on an indented second line, and the "updated at" line of --watch."""
+that do not fit on an indented second line; with --watch, redrawn under an "updated at" line."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from rich.cells import cell_len
 from rich.console import Group
@@ -116,6 +116,21 @@ def _gpu_lines(gpu: GpuReport, options: GpuViewOptions, width: int, widths: tupl
     # The second line: cut with an ellipsis rather than wrapped, unless what is asked for (-u, -a) must stay whole.
     more = Text(f"    {details}", style="dim", no_wrap=not (options.uuid or options.all), overflow="ellipsis")
     return [line, more]
+
+
+def show_every(seconds: float, frame: Callable[[], Any]) -> None:
+    """Show frame() every SECONDS until interrupted: redrawn in place on a terminal, else printed in turn (a log of
+    the refreshes)."""
+    if not terminal.console.is_terminal:
+        while True:
+            terminal.show(frame())
+            time.sleep(seconds)
+    from rich.live import Live
+
+    with Live(frame(), console=terminal.console, auto_refresh=False) as live:
+        while True:
+            time.sleep(seconds)
+            live.update(frame(), refresh=True)
 
 
 def watch_header(seconds: float) -> Text:
