@@ -46,7 +46,6 @@ class BaselineFile(BaseModel):
     size: int
 
 
-
 class BaselinePin(BaseModel):
     repo: str
     ref: str
@@ -55,7 +54,6 @@ class BaselinePin(BaseModel):
     files: list[BaselineFile]
     source: str | None = None  # the local git snapshot the files were read from, when not the repo itself
     committed_at: str | None = None  # the commit's committer date, as git reports it
-
 
 
 def pin_baseline(task_dir: Path, repo: str, ref: str, files: list[str], force: bool = False,
@@ -89,11 +87,9 @@ def pin_baseline(task_dir: Path, repo: str, ref: str, files: list[str], force: b
     return pin
 
 
-
 def split_file_list(text: str) -> list[str]:
     """The --files flag: comma-separated paths, blanks dropped."""
     return [part.strip() for part in text.split(",") if part.strip()]
-
 
 
 # ------------------------------------------------------------------------------------------------ release wheels
@@ -108,11 +104,9 @@ class ReleasePin(BaseModel):
     files: list[BaselineFile]
 
 
-
 class Materialized(BaseModel):
     wheel: str
     files: int
-
 
 
 def pin_release(task_dir: Path, pypi: str, files: list[str], force: bool = False,
@@ -146,7 +140,6 @@ def pin_release(task_dir: Path, pypi: str, files: list[str], force: bool = False
     return pin
 
 
-
 def wheel_pin(task_dir: Path) -> tuple[str | None, str | None, dict[str, str]]:
     """(wheel, wheel_sha256, {path: sha256}) as task.toml [baseline] records them; Nones and {} where absent."""
     toml_path = Path(task_dir) / "task.toml"
@@ -162,7 +155,6 @@ def wheel_pin(task_dir: Path) -> tuple[str | None, str | None, dict[str, str]]:
     wheel, wheel_sha256 = table.get("wheel"), table.get("wheel_sha256")
     return (wheel if isinstance(wheel, str) else None, wheel_sha256 if isinstance(wheel_sha256, str) else None,
             dict(digests))
-
 
 
 def materialize(task_dir: Path) -> Materialized:
@@ -183,7 +175,6 @@ def materialize(task_dir: Path) -> Materialized:
                                 f"{digests[path]} — refused")
     write_upstream(task_dir, contents)
     return Materialized(wheel=wheel_name, files=len(contents))
-
 
 
 def ensure_upstream(task_dir: Path) -> str | None:
@@ -208,7 +199,6 @@ def ensure_upstream(task_dir: Path) -> str | None:
     done = materialize(task_dir)
     return (f"{task_dir}: baseline/upstream/ materialized from {done.wheel} ({done.files} file(s), sha256 as "
             f"task.toml pins them)")
-
 
 
 def ensure_task_upstreams(kernels_dir: Path, tasks: list[str]) -> Iterator[str]:
@@ -248,7 +238,6 @@ def checked_paths(files: list[str]) -> list[str]:
     return list(files)
 
 
-
 def path_problem(path: str) -> str | None:
     if not path:
         return "empty path"
@@ -266,13 +255,11 @@ def path_problem(path: str) -> str | None:
     return None
 
 
-
 def checked_repo(repo: str) -> str:
     # A leading '-' would be read by git as an option.
     if not repo or repo.startswith("-"):
         raise BaselineError(f"invalid repository URL {repo!r}")
     return repo
-
 
 
 def checked_source(source: str | None) -> str | None:
@@ -286,7 +273,6 @@ def checked_source(source: str | None) -> str | None:
     if inside.returncode:
         raise BaselineError(f"--source {source}: not a git repository ({last_line(inside.stderr)})")
     return str(path.resolve())
-
 
 
 def refuse_overwrite(task_dir: Path, toml_text: str, force: bool) -> None:
@@ -313,7 +299,6 @@ def refuse_overwrite(task_dir: Path, toml_text: str, force: bool) -> None:
                             "rerun with --force to replace them with the new pin")
 
 
-
 # ------------------------------------------------------------------------------------------------ writing
 
 def write_pin(task_dir: Path, contents: dict[str, bytes], doc: str, toml_text: str,
@@ -333,12 +318,10 @@ def write_pin(task_dir: Path, contents: dict[str, bytes], doc: str, toml_text: s
         move_into_place(moves, staging / "replaced")
 
 
-
 def write_upstream(task_dir: Path, contents: dict[str, bytes]) -> None:
     """baseline/upstream/ replaced, as one move, by exactly these files."""
     with staging_folder(task_dir) as staging:
         move_into_place([(stage_upstream(staging, contents), task_dir / UPSTREAM)], staging / "replaced")
-
 
 
 def stage_upstream(staging: Path, contents: dict[str, bytes]) -> Path:

@@ -24,7 +24,6 @@ BASELINE_HEADER = re.compile(r"\s*\[\s*baseline\s*\]\s*(#.*)?")
 KEY_LINE = re.compile(r"\s*([A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')\s*=")
 
 
-
 def read_task_toml(path: Path) -> str:
     if not path.is_file():
         raise BaselineError(f"{path}: missing — a task folder needs a task.toml (see docs/task-contract.md)")
@@ -147,9 +146,7 @@ def check_only_pin_changed(old_text: str, new_text: str, values: dict[str, Any],
                             + ", ".join(f"{k} = {toml_value(v)}" for k, v in values.items()))
 
 
-
 SHA256_HEADER = re.compile(r"\s*\[\s*baseline\s*\.\s*sha256\s*\]\s*(#.*)?")
-
 
 
 def edit_sha256_table(text: str, digests: dict[str, str], path: Path) -> str:

@@ -12,7 +12,6 @@ from pathlib import Path
 STAGING_PARENT = ".kpremote"  # excluded from sync, on the task's filesystem so the final moves are renames
 
 
-
 @contextlib.contextmanager
 def staging_folder(task_dir: Path):
     """A scratch folder under the task's .kpremote/ (same filesystem: the final moves are renames), removed after."""

@@ -19,7 +19,6 @@ FETCH_TIMEOUT_S = 600.0
 LOCAL_GIT_TIMEOUT_S = 60.0
 
 
-
 def git(args: list[str], *, cwd: Path | None = None, timeout: float = LOCAL_GIT_TIMEOUT_S
         ) -> subprocess.CompletedProcess[bytes]:
     """One git command, as an argv list: no prompts (a private repo fails instead of waiting for a password),

@@ -273,7 +273,6 @@ class _Lines:
             yield Segment.line()
 
 
-
 def _event_pieces(event: dict) -> list[tuple[str, str]]:
     """One event of a run's stream as (text, style) pieces, control codes removed: the line `inv logs` prints."""
     stamp = time.strftime("%H:%M:%S", time.localtime(event.get("t", 0)))
