@@ -55,7 +55,8 @@ def client_main(argv: list[str]) -> None:
     sys.path.insert(0, str(BENCH_DIR.parent))
     from invoke.main import program
 
-    from kpremote import agentclient, placement, view
+    from kpremote import agentclient, placement
+    from kpremote.views.run import RunView
 
     window: dict[str, Any] = {}
     call = agentclient.Agent.call
@@ -70,7 +71,7 @@ def client_main(argv: list[str]) -> None:
         window.setdefault("first", moment)
         window["last"] = moment
 
-    event = view.RunView.event
+    event = RunView.event
 
     def timed_event(self, key: str, payload: dict) -> None:
         event(self, key, payload)
@@ -92,7 +93,7 @@ def client_main(argv: list[str]) -> None:
     if argv[0] == "logs":
         placement.follow_run = timed_follow_run
     else:
-        view.RunView.event = timed_event
+        RunView.event = timed_event
     try:
         program.run(["inv", "--search-root", str(BENCH_DIR.parent), *argv], exit=False)
     finally:

@@ -13,59 +13,31 @@ Two kinds of pin:
   `materialize` re-creates baseline/upstream/ from the pinned wheel, refusing any byte that differs, and
   `ensure_upstream` does so before `inv run` / `inv check` / `inv sync` when files are missing.
 
-Everything is written into a staging folder under the task's `.kpremote/` (same filesystem, never synced) and moved
-into place only once all of it is ready; a failure while moving puts back what was there.
-
-Provenance lands in three places: `baseline/upstream/<path>` (the bytes), `docs/baseline_source.md` (a marked block,
-so text a person wrote around it survives) and task.toml's `[baseline]` table (edited line by line; every other byte of
-the file is kept, and the result is re-parsed to prove only the pinned keys changed).
+Everything is written into a staging folder under the task's `.kpremote/` and moved into place only once all of it is
+ready (staging.py). Provenance lands in three places: `baseline/upstream/<path>` (the bytes), `docs/baseline_source.md`
+(baselinedoc.py) and task.toml's `[baseline]` table (baselinetoml.py). A commit's files are read by upstreamgit.py, a
+wheel's by wheels.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import hashlib
-import json
-import os
-import re
 import shutil
-import signal
-import subprocess
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Iterator
 
 from pydantic import BaseModel
 
 from . import wheels
-from .errors import KpremoteError
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the tomli backport, if installed
-    try:
-        import tomli as tomllib  # type: ignore[no-redef]
-    except ModuleNotFoundError:
-        tomllib = None  # type: ignore[assignment]
-
-UPSTREAM = Path("baseline") / "upstream"
-SOURCE_DOC = Path("docs") / "baseline_source.md"
-STAGING_PARENT = ".kpremote"  # excluded from sync, on the task's filesystem so the final moves are renames
-FULL_SHA = re.compile(r"[0-9a-fA-F]{40}")
-LS_REMOTE_TIMEOUT_S = 60.0
-FETCH_TIMEOUT_S = 600.0
-LOCAL_GIT_TIMEOUT_S = 60.0
-BLOCK_BEGIN = "<!-- kpremote:baseline begin (written by `inv baseline`; edit outside these markers) -->"
-BLOCK_END = "<!-- kpremote:baseline end -->"
-PINNED_KEYS = ("repo", "ref", "commit", "files")
-GITIGNORE = Path("baseline") / ".gitignore"
-UPSTREAM_IGNORE = "/upstream/"
-
-
-class BaselineError(KpremoteError):
-    """The baseline could not be pinned; nothing was written."""
+from .agent.protocol import is_name
+from .baselinedoc import (GITIGNORE, SOURCE_DOC, UPSTREAM, render_release_block, render_source_block,
+                          with_source_block, with_upstream_ignored)
+from .baselinetoml import edit_baseline_table, edit_sha256_table, parse_toml, read_task_toml
+from .errors import BaselineError
+from .staging import move_into_place, staging_folder
+from .upstreamgit import FULL_SHA, commit_date, fetch_files, git, last_line
 
 
 class BaselineFile(BaseModel):
@@ -82,8 +54,6 @@ class BaselinePin(BaseModel):
     files: list[BaselineFile]
     source: str | None = None  # the local git snapshot the files were read from, when not the repo itself
     committed_at: str | None = None  # the commit's committer date, as git reports it
-
-
 
 
 def pin_baseline(task_dir: Path, repo: str, ref: str, files: list[str], force: bool = False,
@@ -231,6 +201,27 @@ def ensure_upstream(task_dir: Path) -> str | None:
             f"task.toml pins them)")
 
 
+def ensure_task_upstreams(kernels_dir: Path, tasks: list[str]) -> Iterator[str]:
+    """ensure_upstream for each task named on a sync, run or check, a line for each task it materialized. A name that
+    is no task folder, or a task.toml that is not TOML, is left to the task checks that follow (one line each)."""
+    for task in tasks:
+        task_dir = kernels_dir / task
+        if is_name(task) and not task_dir.is_symlink() and _is_toml(task_dir / "task.toml"):
+            line = ensure_upstream(task_dir)
+            if line:
+                yield line
+
+
+def _is_toml(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    try:
+        parse_toml(path.read_text(encoding="utf-8"), path)
+    except (BaselineError, UnicodeDecodeError):
+        return False
+    return True
+
+
 # ------------------------------------------------------------------------------------------------ checking inputs
 
 def checked_paths(files: list[str]) -> list[str]:
@@ -284,28 +275,6 @@ def checked_source(source: str | None) -> str | None:
     return str(path.resolve())
 
 
-def commit_date(scratch: Path, commit: str) -> str | None:
-    shown = git(["show", "-s", "--format=%cI", commit], cwd=scratch)
-    return (shown.stdout.decode().strip() or None) if shown.returncode == 0 else None
-
-
-def read_task_toml(path: Path) -> str:
-    if not path.is_file():
-        raise BaselineError(f"{path}: missing — a task folder needs a task.toml (see docs/task-contract.md)")
-    text = path.read_text(encoding="utf-8")
-    parse_toml(text, path)
-    return text
-
-
-def parse_toml(text: str, path: Path) -> dict[str, Any]:
-    if tomllib is None:
-        raise BaselineError("editing task.toml needs Python 3.11+ (tomllib) or the tomli package: pip install tomli")
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise BaselineError(f"{path}: not valid TOML: {exc}") from None
-
-
 def refuse_overwrite(task_dir: Path, toml_text: str, force: bool) -> None:
     """An earlier pin (files in upstream/ or a SHA in task.toml) is only replaced on purpose."""
     for folder in (task_dir / "baseline", task_dir / "docs", task_dir / UPSTREAM):
@@ -328,320 +297,6 @@ def refuse_overwrite(task_dir: Path, toml_text: str, force: bool) -> None:
     if existing:
         raise BaselineError(f"the baseline is already pinned: {'; '.join(existing)} — "
                             "rerun with --force to replace them with the new pin")
-
-
-# ------------------------------------------------------------------------------------------------ git
-
-def git(args: list[str], *, cwd: Path | None = None, timeout: float = LOCAL_GIT_TIMEOUT_S
-        ) -> subprocess.CompletedProcess[bytes]:
-    """One git command, as an argv list: no prompts (a private repo fails instead of waiting for a password),
-    literal pathspecs, never the ext:: transport that runs commands."""
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_LITERAL_PATHSPECS": "1"}
-    argv = ["git", "-c", "protocol.ext.allow=never", *args]
-    try:
-        # Its own session, so a timeout also ends the ssh / remote-https helpers that would keep the pipes open.
-        process = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, start_new_session=True)
-    except FileNotFoundError:
-        raise BaselineError("git is not installed (or not on PATH)") from None
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except BaseException as exc:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        if isinstance(exc, subprocess.TimeoutExpired):
-            raise BaselineError(f"git {args[0]} took longer than {timeout:.0f}s: {' '.join(args)}") from None
-        raise
-    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
-
-
-def last_line(stderr: bytes) -> str:
-    lines = [line.strip() for line in stderr.decode("utf-8", "replace").splitlines() if line.strip()]
-    fatal = [line for line in lines if line.startswith("fatal:")]
-    return (fatal or lines or ["no message"])[0]
-
-
-def fetch_files(repo: str, ref: str, paths: list[str], scratch: Path) -> tuple[str, dict[str, bytes]]:
-    """(commit, {path: bytes}) for ref of repo, fetched shallowly into scratch."""
-    commit = ls_remote_commit(repo, ref)
-    done = git(["init", "-q", str(scratch)])
-    if done.returncode:
-        raise BaselineError(f"git init {scratch} failed: {last_line(done.stderr)}")
-    fetched = git(["fetch", "-q", "--no-tags", "--depth", "1", "--", repo, commit or ref], cwd=scratch,
-                  timeout=FETCH_TIMEOUT_S)
-    if fetched.returncode:
-        what = f"commit {commit}" if commit else f"ref {ref!r} (not a branch, tag or 40-hex commit there)"
-        raise BaselineError(f"could not fetch {what} from {repo}: {last_line(fetched.stderr)}")
-    resolved = git(["rev-parse", "--verify", "-q", "FETCH_HEAD^{commit}"], cwd=scratch)
-    if resolved.returncode:
-        raise BaselineError(f"{ref!r} of {repo} does not name a commit")
-    fetched_commit = resolved.stdout.decode().strip()
-    if commit and fetched_commit != commit:
-        raise BaselineError(f"{repo} served {fetched_commit} when asked for {commit}")
-    return fetched_commit, read_blobs(scratch, fetched_commit, paths)
-
-
-def ls_remote_commit(repo: str, ref: str) -> str | None:
-    """The commit a branch or tag points to (a tag peeled to its commit), the SHA itself if ref is one, or None
-    when the remote advertises no such name. An unreachable repository is an error here, before anything else."""
-    names = ls_remote_names(ref)
-    peeled = [f"{name}^{{}}" for name in names if name.startswith("refs/tags/")]  # not listed unless asked for
-    listed = git(["ls-remote", "--", repo, *names, *peeled], timeout=LS_REMOTE_TIMEOUT_S)
-    if listed.returncode:
-        raise BaselineError(f"cannot reach repository {repo}: {last_line(listed.stderr)}")
-    if FULL_SHA.fullmatch(ref):
-        return ref.lower()
-    advertised: dict[str, str] = {}
-    for line in listed.stdout.decode("utf-8", "replace").splitlines():
-        sha, _, name = line.partition("\t")
-        advertised[name] = sha
-    # A peeled tag (name^{}) is the commit an annotated tag points to; a lightweight tag has no peeled line.
-    found = {name: advertised.get(f"{name}^{{}}", advertised.get(name)) for name in names if name in advertised}
-    if len(found) > 1:
-        raise BaselineError(f"{ref!r} is ambiguous in {repo}: {', '.join(found)} — pass the full ref name instead")
-    return next(iter(found.values()), None)
-
-
-def ls_remote_names(ref: str) -> list[str]:
-    if FULL_SHA.fullmatch(ref):
-        return ["HEAD"]  # only to prove the repository answers; a SHA needs no resolving
-    if ref == "HEAD" or ref.startswith("refs/"):
-        return [ref]
-    return [f"refs/heads/{ref}", f"refs/tags/{ref}"]
-
-
-def read_blobs(scratch: Path, commit: str, paths: list[str]) -> dict[str, bytes]:
-    """The bytes of each path at commit, read from the object store; each must be a regular file there."""
-    return {path: read_blob(scratch, commit, path) for path in paths}
-
-
-def read_blob(scratch: Path, commit: str, path: str) -> bytes:
-    # One ls-tree per path: given a folder and a file inside it together, ls-tree lists the file, not the folder.
-    listed = git(["ls-tree", "-z", commit, "--", path], cwd=scratch)
-    if listed.returncode:
-        raise BaselineError(f"git ls-tree {commit} failed: {last_line(listed.stderr)}")
-    entries = {}
-    for record in listed.stdout.decode("utf-8", "surrogateescape").split("\0"):
-        meta, _, name = record.partition("\t")
-        if record:
-            entries[name] = meta.split()
-    mode, kind, sha = entries.get(path, ("", "", ""))
-    if not kind:
-        raise BaselineError(f"{path} does not exist at commit {commit}")
-    if kind != "blob" or mode not in ("100644", "100755"):
-        what = {"tree": "a folder", "commit": "a submodule"}.get(kind, "a symlink" if mode == "120000" else kind)
-        raise BaselineError(f"{path} is {what} at commit {commit}, not a file — list the files themselves")
-    blob = git(["cat-file", "blob", sha], cwd=scratch)
-    if blob.returncode:
-        raise BaselineError(f"cannot read {path} at commit {commit}: {last_line(blob.stderr)}")
-    return blob.stdout
-
-
-# ------------------------------------------------------------------------------------------------ task.toml
-
-HEADER = re.compile(r"\s*\[")
-BASELINE_HEADER = re.compile(r"\s*\[\s*baseline\s*\]\s*(#.*)?")
-KEY_LINE = re.compile(r"\s*([A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')\s*=")
-
-
-def edit_baseline_table(text: str, values: dict[str, Any], path: Path) -> str:
-    """text with [baseline]'s keys set to values: existing key lines replaced in place (a trailing comment kept),
-    missing keys added after the table's last key, the table appended if absent; every other line untouched."""
-    lines = text.splitlines(keepends=True)
-    newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
-    header = next((i for i, line in enumerate(lines) if BASELINE_HEADER.fullmatch(line.rstrip("\r\n"))), None)
-    if header is None:
-        ending = "" if not lines or lines[-1].endswith("\n") else newline
-        table = "".join(f"{key} = {toml_value(values[key])}{newline}" for key in values)
-        edited = f"{text}{ending}{newline}[baseline]{newline}{table}"
-    else:
-        edited = "".join(edit_table_lines(lines, header, values, newline, path))
-    check_only_pin_changed(text, edited, values, path)
-    return edited
-
-
-def edit_table_lines(lines: list[str], header: int, values: dict[str, Any], newline: str, path: Path) -> list[str]:
-    spans = key_spans(lines, header, path)
-    pending = dict(values)
-    out = lines[: header + 1]
-    cursor = header + 1
-    last_key_end = header + 1
-    insert_at = len(out)
-    for key, start, end in spans:
-        out.extend(lines[cursor:start])
-        if key in pending:
-            out.append(replaced_line(lines[start:end], key, pending.pop(key), newline))
-        else:
-            out.extend(lines[start:end])
-        cursor = last_key_end = end
-        insert_at = len(out)
-    added = [f"{key} = {toml_value(value)}{newline}" for key, value in pending.items()]
-    if added and insert_at > 0 and not out[insert_at - 1].endswith("\n"):
-        out[insert_at - 1] += newline  # the table's last key was the file's unterminated last line
-    out[insert_at:insert_at] = added
-    out.extend(lines[last_key_end:])
-    return out
-
-
-def key_spans(lines: list[str], header: int, path: Path) -> list[tuple[str, int, int]]:
-    """(key, first line, end line) of each key of the table after header; a value may span lines (an array, a
-    multi-line string): it ends at the first line where the key = value text parses as TOML."""
-    spans = []
-    i = header + 1
-    while i < len(lines):
-        line = lines[i]
-        if HEADER.match(line):
-            break
-        match = KEY_LINE.match(line)
-        if not match:
-            i += 1
-            continue
-        end = i + 1
-        while not parses("".join(lines[i:end])):
-            end += 1
-            if end > len(lines):
-                raise BaselineError(f"{path}: cannot find where [baseline] {match.group(1)} ends")
-        spans.append((match.group(1).strip("\"'"), i, end))
-        i = end
-    return spans
-
-
-def parses(text: str) -> bool:
-    try:
-        tomllib.loads(text)
-        return True
-    except tomllib.TOMLDecodeError:
-        return False
-
-
-def replaced_line(old: list[str], key: str, value: Any, newline: str) -> str:
-    """key = value, keeping the old line's indentation and, for a one-line value, its trailing comment."""
-    first = old[0]
-    indent = first[: len(first) - len(first.lstrip())]
-    comment = trailing_comment(first.rstrip("\r\n")) if len(old) == 1 else ""
-    ending = newline if old[-1].endswith("\n") else ""
-    return f"{indent}{key} = {toml_value(value)}{comment}{ending}"
-
-
-def trailing_comment(line: str) -> str:
-    """The '   # ...' after a one-line key = value (a '#' inside a string is not one)."""
-    for hash_at in (i for i, ch in enumerate(line) if ch == "#"):
-        before = line[:hash_at]
-        if parses(before):
-            return line[len(before.rstrip()):]
-    return ""
-
-
-def toml_value(value: Any) -> str:
-    # A JSON string or list of strings is also a valid TOML basic string / array (check_only_pin_changed proves it).
-    return json.dumps(value, ensure_ascii=False)
-
-
-def check_only_pin_changed(old_text: str, new_text: str, values: dict[str, Any], path: Path) -> None:
-    expected = copy.deepcopy(parse_toml(old_text, path))
-    expected.setdefault("baseline", {}).update(values)
-    try:
-        actual = tomllib.loads(new_text)
-    except tomllib.TOMLDecodeError as exc:
-        actual = {"error": str(exc)}
-    if actual != expected:
-        raise BaselineError(f"{path}: could not edit [baseline] safely; set it by hand to: "
-                            + ", ".join(f"{k} = {toml_value(v)}" for k, v in values.items()))
-
-
-SHA256_HEADER = re.compile(r"\s*\[\s*baseline\s*\.\s*sha256\s*\]\s*(#.*)?")
-
-
-def edit_sha256_table(text: str, digests: dict[str, str], path: Path) -> str:
-    """text with the [baseline.sha256] table's body replaced by digests (its header line and comment kept), or the
-    table added right after [baseline]; re-parsed to prove nothing else changed."""
-    lines = text.splitlines(keepends=True)
-    newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
-    body = [f"{toml_value(rel)} = {toml_value(digest)}{newline}" for rel, digest in digests.items()]
-    header = next((i for i, line in enumerate(lines) if SHA256_HEADER.fullmatch(line.rstrip("\r\n"))), None)
-    if header is not None:
-        end = next((i for i in range(header + 1, len(lines)) if HEADER.match(lines[i])), len(lines))
-        while end > header + 1 and not lines[end - 1].strip():
-            end -= 1  # keep the blank lines before the next table
-        edited = lines[: header + 1] + body + lines[end:]
-    else:
-        start = next(i for i, line in enumerate(lines) if BASELINE_HEADER.fullmatch(line.rstrip("\r\n")))
-        end = next((i for i in range(start + 1, len(lines)) if HEADER.match(lines[i])), len(lines))
-        if lines and not lines[-1].endswith("\n"):
-            lines[-1] += newline
-        table = [f"[baseline.sha256]        # each file as the wheel holds it; it lies at baseline/upstream/<path>"
-                 f"{newline}", *body, newline]
-        if end == len(lines):
-            table = [newline, *table[:-1]]
-        edited = lines[:end] + table + lines[end:]
-    result = "".join(edited)
-    expected = copy.deepcopy(parse_toml(text, path))
-    expected.setdefault("baseline", {})["sha256"] = dict(digests)
-    if parses(result) and tomllib.loads(result) == expected:
-        return result
-    raise BaselineError(f"{path}: could not edit [baseline.sha256] safely; set it by hand to: "
-                        + ", ".join(f"{toml_value(k)} = {toml_value(v)}" for k, v in digests.items()))
-
-
-# ------------------------------------------------------------------------------------------------ docs
-
-def render_source_block(pin: BaselinePin) -> str:
-    rows = "\n".join(f"| `{f.path.replace('|', chr(92) + '|')}` | `{f.sha256}` | {f.size} |" for f in pin.files)
-    return (f"{BLOCK_BEGIN}\n"
-            "## Upstream baseline\n\n"
-            f"- Repository: {pin.repo}\n"
-            f"- Ref: `{pin.ref}`\n"
-            f"- Commit: `{pin.commit}`\n"
-            f"- Resolved at: {pin.resolved_at} (UTC)\n"
-            + (f"- Commit date: {pin.committed_at}\n" if pin.committed_at else "")
-            + (f"- Read from a local git snapshot of it: `{pin.source}` (the ref was resolved there)\n"
-               if pin.source else "")
-            + f"- Copied, byte for byte, into `{UPSTREAM.as_posix()}/` (same relative paths)\n\n"
-            "| file | sha256 | bytes |\n"
-            "|---|---|---|\n"
-            f"{rows}\n"
-            f"{BLOCK_END}\n")
-
-
-def render_release_block(pin: ReleasePin) -> str:
-    rows = "\n".join(f"| `{f.path.replace('|', chr(92) + '|')}` | `{f.sha256}` | {f.size} |" for f in pin.files)
-    return (f"{BLOCK_BEGIN}\n"
-            "## Upstream baseline\n\n"
-            f"- Repository: {pin.repo}\n"
-            f"- Release: {pin.release} (the release's wheel on PyPI; a wheel records no git commit)\n"
-            f"- Wheel: `{pin.wheel}` (build tags `{wheels.Wheel(Path(pin.wheel), pin.wheel, '').tags}`)\n"
-            f"- Wheel sha256: `{pin.wheel_sha256}`\n"
-            f"- Resolved at: {pin.resolved_at} (UTC)\n"
-            f"- Copied, byte for byte, from the wheel into `{UPSTREAM.as_posix()}/` (same paths as in the wheel). "
-            "They are not committed (`baseline/.gitignore`): `inv baseline --task <task> --materialize`, and "
-            "`inv run` / `inv check` / `inv sync` when they are missing, re-create them from the pinned wheel, and "
-            "refuse any file whose sha256 differs from task.toml `[baseline.sha256]`; so does the agent.\n\n"
-            "| file | sha256 | bytes |\n"
-            "|---|---|---|\n"
-            f"{rows}\n"
-            f"{BLOCK_END}\n")
-
-
-def with_upstream_ignored(path: Path) -> str | None:
-    """baseline/.gitignore's text with /upstream/ listed, or None when it already is."""
-    old = path.read_text(encoding="utf-8") if path.is_file() else ""
-    if UPSTREAM_IGNORE in old.split():
-        return None
-    head = old if not old or old.endswith("\n") else old + "\n"
-    return (head + "# The pinned upstream files (task.toml [baseline.sha256]): re-created from the pinned wheel by "
-            "`inv baseline --materialize`, never committed.\n" + UPSTREAM_IGNORE + "\n")
-
-
-def with_source_block(old: str | None, block: str) -> str:
-    """The doc with the generated block replaced, or appended after a person's text, or a new doc."""
-    if old is None:
-        return f"# Baseline source\n\n{block}"
-    begin, end = old.find(BLOCK_BEGIN), old.find(BLOCK_END)
-    if 0 <= begin < end:
-        after = end + len(BLOCK_END)
-        return old[:begin] + block + old[after:].removeprefix("\n")
-    return old + ("" if old.endswith("\n") else "\n") + "\n" + block
 
 
 # ------------------------------------------------------------------------------------------------ writing
@@ -679,54 +334,3 @@ def stage_upstream(staging: Path, contents: dict[str, bytes]) -> Path:
         target.chmod(0o644)  # provenance, never executed
     return upstream
 
-
-@contextlib.contextmanager
-def staging_folder(task_dir: Path):
-    """A scratch folder under the task's .kpremote/ (same filesystem: the final moves are renames), removed after."""
-    staging_parent = task_dir / STAGING_PARENT
-    staging_parent.mkdir(exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix="baseline-", dir=staging_parent))
-    try:
-        yield staging
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
-            staging_parent.rmdir()  # only if we made it and it is empty again
-        except OSError:
-            pass
-
-
-def move_into_place(moves: list[tuple[Path, Path]], trash: Path) -> None:
-    trash.mkdir()
-    undo: list[tuple[Path, Path | None, list[Path]]] = []  # (final, its previous version, folders made for it)
-    try:
-        for index, (staged, final) in enumerate(moves):
-            made = missing_parents(final)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            previous = None
-            if final.exists() or final.is_symlink():
-                previous = trash / str(index)
-                os.replace(final, previous)
-            undo.append((final, previous, made))
-            os.replace(staged, final)
-    except BaseException:
-        for final, previous, made in reversed(undo):
-            if final.exists() and not final.is_symlink() and final.is_dir():
-                shutil.rmtree(final)
-            elif final.exists() or final.is_symlink():
-                final.unlink()
-            if previous is not None:
-                os.replace(previous, final)
-            for folder in made:
-                folder.rmdir()
-        raise
-
-
-def missing_parents(path: Path) -> list[Path]:
-    """The folders above path that do not exist yet, deepest first (so they can be removed in that order)."""
-    missing = []
-    parent = path.parent
-    while not parent.exists():
-        missing.append(parent)
-        parent = parent.parent
-    return missing

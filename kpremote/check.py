@@ -14,7 +14,9 @@ from typing import Any, Callable, Optional
 
 from rich.text import Text
 
-from . import view
+from .views import terminal
+from .views.results import summary_markdown
+from .views.run import event_line, row_pieces
 
 # The runner's own progress lines on its stderr ("[1/2] w: PASSED 1.02x"): shown from the events instead.
 RUNNER_ROW_LINE = re.compile(r"^\[\d+/\d+\] ")
@@ -48,8 +50,8 @@ def smoke_check(kernels_dir: Path, task: str, workloads: Optional[str], quiet: b
     if workloads:
         argv += ["--workloads", workloads]
     if not quiet:
-        view.console.print(Text.assemble(("smoke: timings are not meaningful", "bold yellow"),
-                                         f" — {task} on the CPU through Triton's interpreter"))
+        terminal.console.print(Text.assemble(("smoke: timings are not meaningful", "bold yellow"),
+                                             f" — {task} on the CPU through Triton's interpreter"))
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     relay = threading.Thread(target=_relay_stderr, args=(process.stderr,), daemon=True)
     relay.start()
@@ -63,8 +65,8 @@ def smoke_check(kernels_dir: Path, task: str, workloads: Optional[str], quiet: b
     results = json.loads(results_path.read_text()) if results_path.is_file() else None
     if not quiet:
         if (summary / "results.md").is_file():
-            view.console.print(view.summary_markdown(summary / "results.md"))
-        view.console.print(f"summary: {summary}", markup=False)
+            terminal.console.print(summary_markdown(summary / "results.md"))
+        terminal.console.print(f"summary: {summary}", markup=False)
     return {"task": task, "run_dir": str(run_dir.resolve()), "summary_dir": str(summary.resolve()), "exit_code": code,
             "status": final.get("status", "error"), "message": final.get("message"),
             "headline": final.get("headline"), "results": results}
@@ -96,9 +98,9 @@ def follow_events(path: Path, finished: Callable[[], Optional[int]], on_event: C
 
 def _show_event(event: dict) -> None:
     if event.get("event") == "row":
-        view.console.print(Text.assemble(*view.row_pieces(event)))
+        terminal.console.print(Text.assemble(*row_pieces(event)))
     elif event.get("event") in ("error", "warning"):
-        view.console.print(view.event_line(event))
+        terminal.console.print(event_line(event))
 
 
 def _relay_stderr(stream) -> None:

@@ -13,7 +13,7 @@ from invoke.exceptions import Exit
 
 from . import interrupt
 from .errors import KpremoteError
-from .view import error_line
+from .views.terminal import error_line
 
 EXIT_FAILED = 1      # the command ran and something it checked failed (a host down, a row not PASSED)
 EXIT_USAGE = 2       # bad input: hosts.toml, an unknown host/task, a refused key

@@ -13,7 +13,7 @@ from . import interrupt
 interrupt.install_early()  # before the slower imports below: Ctrl-C from the first moment kpremote is loaded
 
 from . import options as checks  # noqa: E402
-from . import view  # noqa: E402
+from .views import terminal  # noqa: E402
 from .commandline import EXIT_FAILED, EXIT_USAGE, command, finish  # noqa: E402
 from .config import load_inventory
 from .jsonout import print_document
@@ -27,12 +27,13 @@ HOSTS_HELP = "hosts file (default: $KPREMOTE_HOSTS, else the project's hosts.tom
 def hosts(c, check=False, hosts=None, json=False):
     """List the hosts of hosts.toml (name, address, arch, container, groups); --check reaches each one."""
     from . import gpustatus  # imported here: `inv run` and the others never need it
+    from .views.hosts import hosts_view
 
     inventory = load_inventory(hosts)
     selected = inventory.select(None)
     infos = None
     if check:
-        with view.Waiting("hosts --check") as waiting:
+        with terminal.Waiting("hosts --check") as waiting:
             answers = gpustatus.on_every_host(selected, gpustatus.info_host, waiting.hosts(len(selected)))
         infos = {info.host: info for info in answers}
     if json:
@@ -42,7 +43,7 @@ def hosts(c, check=False, hosts=None, json=False):
             for h in selected
         ]})
     else:
-        view.show(view.hosts_view(selected, infos))
+        terminal.show(hosts_view(selected, infos))
     finish(infos is None or all(info.ok for info in infos.values()))
 
 
@@ -58,16 +59,17 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
                show_all=False, no_color=False):
     """Every GPU of every host, queried in parallel through NVML: one line per GPU, like gpustat."""
     from . import gpustatus
+    from .views.gpus import GpuViewOptions
 
     watch = checks.watch_seconds(watch)
     if no_color:
-        view.plain_output()
+        terminal.plain_output()
     selected = load_inventory(hosts).select(host)
-    options = view.GpuViewOptions(pids=pids, uuid=uuid, all=show_all)
+    options = GpuViewOptions(pids=pids, uuid=uuid, all=show_all)
     if watch:
         _watch_gpus(selected, watch, options, json)
         return
-    with view.Waiting("gpu-status") as waiting:
+    with terminal.Waiting("gpu-status") as waiting:
         reports = gpustatus.gpu_status(selected, waiting.hosts(len(selected)))
     if json:
         print_document("gpu-status", gpustatus.gpu_status_body(reports))
@@ -75,35 +77,20 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
         from .slurm import gpu_tables  # GPU hosts in the usual view, Slurm clusters per node
 
         for table in gpu_tables(reports, options):
-            view.show(table)
+            terminal.show(table)
     finish(all(r.ok for r in reports))
 
 
 def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
-    """Refresh every SECONDS: the view redrawn in place under an "updated at" line (printed in turn when stdout is
-    not a terminal), or one JSON document per line."""
-    from rich.live import Live
-
+    """Refresh every SECONDS until Ctrl-C (exit 130, as for every Ctrl-C): the view, or one JSON document per line."""
     from . import gpustatus
+    from .views.gpus import gpu_view, show_every, watch_header
 
-    def frame():
-        return view.gpu_view(gpustatus.gpu_status(selected), options, header=view.watch_header(seconds))
-
-    try:
-        if as_json or not view.console.is_terminal:  # piped: each refresh in turn, as a log of them
-            while True:
-                if as_json:
-                    print_document("gpu-status", gpustatus.gpu_status_body(gpustatus.gpu_status(selected)),
-                                   one_line=True)
-                else:
-                    view.show(frame())
-                time.sleep(seconds)
-        with Live(frame(), console=view.console, auto_refresh=False) as live:
-            while True:
-                time.sleep(seconds)
-                live.update(frame(), refresh=True)
-    except KeyboardInterrupt:
-        raise  # exit 130, as for every Ctrl-C (commandline.py)
+    if as_json:
+        while True:
+            print_document("gpu-status", gpustatus.gpu_status_body(gpustatus.gpu_status(selected)), one_line=True)
+            time.sleep(seconds)
+    show_every(seconds, lambda: gpu_view(gpustatus.gpu_status(selected), options, header=watch_header(seconds)))
 
 
 @command(help={"host": "the host whose key to accept", "fingerprint": "the SHA256:... fingerprint you verified",
@@ -113,7 +100,7 @@ def trust_host(c, host, fingerprint, hosts=None):
     from .hostkeys import trust
 
     [selected] = load_inventory(hosts).select(host)
-    view.console.print(trust(selected, fingerprint).describe(selected.known_hosts), markup=False)
+    terminal.console.print(trust(selected, fingerprint).describe(selected.known_hosts), markup=False)
 
 
 KERNELS = kernels_dir()  # the project's kernels/, wherever in the project the command runs (project.py)
@@ -128,7 +115,7 @@ def sync(c, host, task, hosts=None, json=False):
 
     [selected] = load_inventory(hosts).select(host)
     _ensure_upstream([task])
-    with view.Waiting(f"sync {task} to {selected.name}") as waiting:
+    with terminal.Waiting(f"sync {task} to {selected.name}") as waiting:
         waiting.say("connecting")
         session = RunSession(selected)
         try:
@@ -140,9 +127,9 @@ def sync(c, host, task, hosts=None, json=False):
         print_document("sync", dataclasses.asdict(report))
     else:
         for warning in report.warnings:
-            view.errors.print(f"warning: {warning}")
-        view.console.print(f"{selected.name}: {task}: {report.files_sent} files sent ({report.bytes_sent} bytes), "
-                           f"{report.deleted} deleted, {report.channels} channel(s)")
+            terminal.errors.print(f"warning: {warning}")
+        terminal.console.print(f"{selected.name}: {task}: {report.files_sent} files sent ({report.bytes_sent} bytes), "
+                               f"{report.deleted} deleted, {report.channels} channel(s)")
 
 
 @command(
@@ -177,51 +164,21 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
 def status(c, host=None, hosts=None, json=False, task=None):
     """Runs on the hosts: id, task, GPU, status and phase, age, headline."""
     from . import gpustatus
+    from .runs import runs_or_error
+    from .views.runlist import runs_view
 
     selected = load_inventory(hosts).select(host)
-    with view.Waiting("status") as waiting:
-        answers = gpustatus.on_every_host(selected, lambda h, agent: _runs_or_error(h, agent, task),
+    with terminal.Waiting("status") as waiting:
+        answers = gpustatus.on_every_host(selected, lambda h, agent: runs_or_error(h, agent, task),
                                           waiting.hosts(len(selected)))
     if json:
         print_document("status", {"hosts": answers})
     else:
-        view.show(view.runs_view(answers))
+        terminal.show(runs_view(answers))
     finish(all(a["ok"] for a in answers))
 
 
-def _runs_or_error(host, agent, task) -> dict:
-    from .errors import KpremoteError
-
-    try:
-        from .slurm import agent_subcommand
-
-        args = ["--task", task] if task else []
-        runs = agent.call_json(agent_subcommand(host, "status"), *args).get("runs", [])
-        return {"host": host.name, "ok": True, "runs": runs}
-    except KpremoteError as exc:
-        return {"host": host.name, "ok": False, "error": str(exc), "runs": []}
-
-
 RUN_HELP = "a run id, a unique part of one (its last 6 characters will do), or latest"
-
-
-def _named_run(host, run: str, task: Optional[str]) -> tuple[str, Optional[str]]:
-    """The whole run id that `run` names on host (an id, a unique part of one, latest), and its task; a whole id is
-    taken as it is, without asking the host."""
-    from .runids import check_run_word, is_full_id, resolve_run_id
-    from .runs import RunSession, list_runs
-
-    check_run_word(run)
-    if is_full_id(run):
-        return run, task
-    session = RunSession(host)
-    try:
-        runs = sorted(list_runs(session, task), key=lambda r: str(r.get("run_id")))
-    finally:
-        session.close()
-    where = f"on {host.name}" + (f" of {task}" if task else "")
-    run_id = resolve_run_id(run, [str(r.get("run_id")) for r in runs], where)
-    return run_id, task or next(r.get("task") for r in runs if r.get("run_id") == run_id)
 
 
 @command(help={"host": "host name", "run": RUN_HELP, "task": "the run's task (found from the run id if omitted)",
@@ -229,9 +186,10 @@ def _named_run(host, run: str, task: Optional[str]) -> tuple[str, Optional[str]]
 def logs(c, host, run, task=None, follow=False, hosts=None):
     """The run's event stream, rendered as the live view shows it; re-attachable at any time."""
     from .placement import show_logs
+    from .runs import named_run
 
     [selected] = load_inventory(hosts).select(host)
-    run, task = _named_run(selected, run, task)
+    run, task = named_run(selected, run, task)
     finish(show_logs(selected, run, task, follow))
 
 
@@ -239,18 +197,18 @@ def logs(c, host, run, task=None, follow=False, hosts=None):
                "hosts": HOSTS_HELP})
 def cancel(c, host, run, task=None, hosts=None):
     """Cancel a run: its whole process group is killed and its GPU lease released."""
-    from .runs import RunSession, cancel_run, find_task_of_run
+    from .runs import RunSession, cancel_run, find_task_of_run, named_run
 
     [selected] = load_inventory(hosts).select(host)
-    run, task = _named_run(selected, run, task)
+    run, task = named_run(selected, run, task)
     session = RunSession(selected)
     try:
         answer = cancel_run(session, task or find_task_of_run(session, run), run)
     finally:
         session.close()
     state = answer.get("state", {})
-    view.console.print(f"{selected.name}: run {run}: {state.get('status', '?')}"
-                       + ("" if answer.get("cancelled") else " (it had already ended)"))
+    terminal.console.print(f"{selected.name}: run {run}: {state.get('status', '?')}"
+                           + ("" if answer.get("cancelled") else " (it had already ended)"))
 
 
 @command(help={"host": "host name", "task": TASK_HELP, "run": "a run id, a unique part of one, latest (default) or all",
@@ -261,11 +219,11 @@ def cancel(c, host, run, task=None, hosts=None):
 def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=None, force=False):
     """Bring back a run's summary/ (never raw/) into kernels/TASK/results/HOST/RUN-ID/; --raw-file NAME: one raw file."""
     from .fetch import fetch_results as fetch
-    from .runs import RunSession
+    from .runs import RunSession, named_run
 
     [selected] = load_inventory(hosts).select(host)
     if run not in ("latest", "all"):
-        run, _ = _named_run(selected, run, task)
+        run, _ = named_run(selected, run, task)
     session = RunSession(selected)
     try:
         if raw_file:
@@ -279,8 +237,8 @@ def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=
                                          "fetched": [dataclasses.asdict(r) for r in reports]})
     else:
         for report in reports:
-            view.console.print(f"{selected.name}: {task} run {report.run_id} ({report.run_status}): "
-                               f"{report.outcome} → {report.path}")
+            terminal.console.print(f"{selected.name}: {task} run {report.run_id} ({report.run_status}): "
+                                   f"{report.outcome} → {report.path}")
 
 
 def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
@@ -288,15 +246,15 @@ def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
 
     def announce(info: dict) -> None:
         if not as_json:
-            view.console.print(f"{session.host.name}: raw/{info['name']}: {info['bytes']} bytes "
-                               f"({info['bytes'] / 1048576:.2f} MiB), sha256 {info['sha256']}", markup=False)
+            terminal.console.print(f"{session.host.name}: raw/{info['name']}: {info['bytes']} bytes "
+                                   f"({info['bytes'] / 1048576:.2f} MiB), sha256 {info['sha256']}", markup=False)
 
     fetched = fetch_raw_file(session.agent, task, run, name, KERNELS, session.host.name, force=force, on_stat=announce)
     if as_json:
         print_document("fetch-results", {"host": session.host.name, "task": task, "fetched": [],
                                          "raw_file": dataclasses.asdict(fetched)})
     else:
-        view.console.print(f"{fetched.outcome} → {fetched.path}", markup=False)
+        terminal.console.print(f"{fetched.outcome} → {fetched.path}", markup=False)
 
 
 @command(
@@ -359,7 +317,7 @@ def new_task(c, name):
     from .scaffold import new_task as scaffold
 
     path = scaffold(name, KERNELS)
-    view.console.print(f"created {path}; try: inv check --task {name}")
+    terminal.console.print(f"created {path}; try: inv check --task {name}")
 
 
 @command(help={"task": TASK_HELP, "repo": "the upstream repository: a URL git can fetch (or a local path); with "
@@ -385,56 +343,36 @@ def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False
         if repo or files or pypi or source:
             raise pins.BaselineError("--materialize takes only --task: it re-creates what task.toml already pins")
         done = pins.materialize(task_dir)
-        view.console.print(f"{task}: {done.files} file(s) from {done.wheel} in kernels/{task}/baseline/upstream/, "
-                           "sha256 as task.toml pins them", markup=False)
+        terminal.console.print(f"{task}: {done.files} file(s) from {done.wheel} in kernels/{task}/baseline/upstream/, "
+                               "sha256 as task.toml pins them", markup=False)
         return
     if not files:
         raise pins.BaselineError("--files is required: the upstream files to copy, comma-separated")
     if pypi:
         if source:
             raise pins.BaselineError("--pypi and --source are two different pins: give one")
-        release = pins.pin_release(task_dir, pypi, pins.split_file_list(files), force=force, repo=repo)
-        if json:
-            print_document("baseline", {"task": task, **release.model_dump()})
-            return
-        view.console.print(f"{task}: {release.release} → {release.wheel} (sha256 {release.wheel_sha256}); "
-                           f"{len(release.files)} file(s) in kernels/{task}/baseline/upstream/ (git-ignored); "
-                           "docs/baseline_source.md and task.toml [baseline] updated", markup=False)
-        return
-    if not repo:
-        raise pins.BaselineError("--repo is required (or --pypi for a release, --materialize for an existing pin)")
-    pin = pins.pin_baseline(task_dir, repo, ref, pins.split_file_list(files), force=force, source=source)
+        pin = pins.pin_release(task_dir, pypi, pins.split_file_list(files), force=force, repo=repo)
+        line = (f"{task}: {pin.release} → {pin.wheel} (sha256 {pin.wheel_sha256}); {len(pin.files)} file(s) in "
+                f"kernels/{task}/baseline/upstream/ (git-ignored); docs/baseline_source.md and task.toml [baseline] "
+                "updated")
+    else:
+        if not repo:
+            raise pins.BaselineError("--repo is required (or --pypi for a release, --materialize for an existing pin)")
+        pin = pins.pin_baseline(task_dir, repo, ref, pins.split_file_list(files), force=force, source=source)
+        line = (f"{task}: {pin.repo} {pin.ref} → {pin.commit} ({len(pin.files)} file(s) in "
+                f"kernels/{task}/baseline/upstream/; docs/baseline_source.md and task.toml [baseline] updated)")
     if json:
         print_document("baseline", {"task": task, **pin.model_dump()})
-        return
-    view.console.print(f"{task}: {pin.repo} {pin.ref} → {pin.commit} ({len(pin.files)} file(s) in "
-                       f"kernels/{task}/baseline/upstream/; docs/baseline_source.md and task.toml [baseline] updated)",
-                       markup=False)
-
-
-def _readable_toml(path: Path) -> bool:
-    from .agent.taskspec import TaskSpecError, _read_toml
-
-    try:
-        _read_toml(path)
-    except TaskSpecError:
-        return False
-    return True
+    else:
+        terminal.console.print(line, markup=False)
 
 
 def _ensure_upstream(tasks: list[str]) -> None:
     """Pinned upstream files a task lacks are materialized from their wheel before it is synced or run."""
-    from .agent.protocol import is_name
-    from .baseline import ensure_upstream
+    from .baseline import ensure_task_upstreams
 
-    for task in tasks:
-        # An invalid or unknown name is reported by the command itself.
-        if is_name(task) and not (KERNELS / task).is_symlink() and (KERNELS / task / "task.toml").is_file():
-            if not _readable_toml(KERNELS / task / "task.toml"):
-                continue  # a task.toml that is not TOML is reported, one line, by the task checks that follow
-            line = ensure_upstream(KERNELS / task)
-            if line:  # on stderr: stdout may be a --json document
-                view.errors.print(line, markup=False, soft_wrap=True)
+    for line in ensure_task_upstreams(KERNELS, tasks):
+        terminal.errors.print(line, markup=False, soft_wrap=True)  # on stderr: stdout may be a --json document
 
 
 @command(help={"task": TASK_HELP,
@@ -446,37 +384,22 @@ def _ensure_upstream(tasks: list[str]) -> None:
 def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = None, json=False):
     """Did it help? Two fetched runs row by row: medians, speedup change with its interval, FASTER / SAME / SLOWER."""
     from .compare import compare as compare_runs
-    from .compareview import compare_view
-    from .errors import KpremoteError
-    from .runstore import fetched_runs, find_run
+    from .compare import last_runs, runs_to_compare, series
+    from .runstore import fetched_runs
+    from .views.compare import compare_view
 
     runs = fetched_runs(KERNELS, task, host)
     where = f"of {task}" + (f" on {host}" if host else "")
     if last is not None:
-        if int(last) < 2:
-            raise KpremoteError(f"--last {last}: compare needs at least 2 runs")
-        chosen = runs[-int(last):]
-        if len(chosen) < 2:
-            raise KpremoteError(f"--last {last}: only {len(chosen)} fetched run(s) {where}")
-        older, newer = chosen[0], chosen[-1]
+        chosen = last_runs(runs, last, where)
+        document = compare_runs(chosen[0], chosen[-1])
+        document["series"] = series(chosen)
     else:
-        newer = find_run(runs, new, where)
-        if base:
-            older = find_run(runs, base, where)
-        else:
-            before = [r for r in runs[:runs.index(newer)] if r.host == newer.host]
-            if not before:
-                raise KpremoteError(f"run {newer.run_id} is the first fetched run {where} on {newer.host}: "
-                                    "give --base ID to compare it with another")
-            older = before[-1]
-    document = compare_runs(older, newer)
-    if last is not None:
-        document["series"] = [{"run_id": r.run_id, "host": r.host, "headline": r.headline.get("geomean"),
-                               "speedups": {w: row.get("speedup") for w, row in r.rows().items()}} for r in chosen]
+        document = compare_runs(*runs_to_compare(runs, new, base, where))
     if json:
         print_document("compare", document)
     else:
-        view.console.print(compare_view(document, view.console.width))
+        terminal.console.print(compare_view(document, terminal.console.width))
 
 
 @command(help={"task": TASK_HELP, "host": "only runs fetched from this host",
@@ -486,7 +409,7 @@ def history(c, task, host=None, plot=None, json=False):
     """Every fetched run of a task, oldest first: commit, status, headline; and a plot of the headline over time."""
     from pathlib import Path
 
-    from .compareview import history_view
+    from .views.compare import history_view
     from .history import draw_history_plot, history_entry
     from .runstore import fetched_runs
 
@@ -497,7 +420,7 @@ def history(c, task, host=None, plot=None, json=False):
     if json:
         print_document("history", document)
     else:
-        view.console.print(history_view(document, view.console.width))
+        terminal.console.print(history_view(document, terminal.console.width))
 
 
 ns = Collection(hosts, gpu_status, trust_host, sync, run, status, logs, cancel, fetch_results, check, new_task,

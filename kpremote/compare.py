@@ -15,7 +15,8 @@ import math
 from typing import Any, Optional
 
 from .agent.plot import row_interval
-from .runstore import FetchedRun
+from .errors import KpremoteError
+from .runstore import FetchedRun, find_run
 
 Z95 = 1.959964
 MIN_CHANGE = 0.01  # a change under 1 % is SAME however tight its interval: run-to-run drift is about that size
@@ -120,3 +121,31 @@ def compare(base: FetchedRun, new: FetchedRun) -> dict[str, Any]:
                          "verdict": None, "note": f"only in the {only} run"})
     return {"task": new.task, "base": run_summary(base), "new": run_summary(new), "rows": rows,
             "headline": headline_change(base.headline, new.headline), "smoke": base.smoke or new.smoke}
+
+
+def runs_to_compare(runs: list[FetchedRun], new: str, base: Optional[str], where: str) -> tuple[FetchedRun, FetchedRun]:
+    """(older, newer): the runs `new` and `base` name, base by default the run before new on new's host."""
+    newer = find_run(runs, new, where)
+    if base:
+        return find_run(runs, base, where), newer
+    before = [r for r in runs[:runs.index(newer)] if r.host == newer.host]
+    if not before:
+        raise KpremoteError(f"run {newer.run_id} is the first fetched run {where} on {newer.host}: "
+                            "give --base ID to compare it with another")
+    return before[-1], newer
+
+
+def last_runs(runs: list[FetchedRun], last: int, where: str) -> list[FetchedRun]:
+    """The last `last` runs, oldest first: at least two."""
+    if int(last) < 2:
+        raise KpremoteError(f"--last {last}: compare needs at least 2 runs")
+    chosen = runs[-int(last):]
+    if len(chosen) < 2:
+        raise KpremoteError(f"--last {last}: only {len(chosen)} fetched run(s) {where}")
+    return chosen
+
+
+def series(runs: list[FetchedRun]) -> list[dict[str, Any]]:
+    """--last N: each run's headline and each row's speedup, oldest first."""
+    return [{"run_id": r.run_id, "host": r.host, "headline": r.headline.get("geomean"),
+             "speedups": {w: row.get("speedup") for w, row in r.rows().items()}} for r in runs]

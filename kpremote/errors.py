@@ -13,6 +13,10 @@ class ConfigError(KpremoteError):
     """hosts.toml (or another input file) is wrong; the message names file, table and field."""
 
 
+class BaselineError(KpremoteError):
+    """The baseline could not be pinned (or re-created); nothing was written."""
+
+
 class RemoteCommandError(HostError):
     """A remote command failed; carries its exit code and the tail of its stderr."""
 

@@ -238,7 +238,7 @@ def append_run_log(path: Path, fetched: list[FetchReport], now: str) -> None:
 def run_log_line(report: FetchReport, now: str) -> str:
     """A sentence a person reads: `- results/h/ID/ · passed · headline 1.024x (0.99–1.06) over 3 of 3 production rows
     · fetched ...`."""
-    from .view import headline_text
+    from .views.run import headline_text
 
     headline = report.headline if isinstance(report.headline, str) or report.headline is None \
         else f"headline {headline_text(report.headline)}" if isinstance(report.headline, dict) else str(report.headline)

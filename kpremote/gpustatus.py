@@ -46,22 +46,23 @@ class GpuReport(BaseModel):
     arch_ok: bool = True
 
 
-class HostReport(BaseModel):
+class HostAnswer(BaseModel):
+    """What every host's answer starts with: which host, whether it answered, why not, and its own name for itself."""
+
     host: str
     ok: bool
     error: Optional[str] = None
     hostname: Optional[str] = None
+
+
+class HostReport(HostAnswer):
     driver: Optional[str] = None
     source: Optional[str] = None
     gpus: list[GpuReport] = []
     seconds: float = 0.0
 
 
-class HostInfo(BaseModel):
-    host: str
-    ok: bool
-    error: Optional[str] = None
-    hostname: Optional[str] = None
+class HostInfo(HostAnswer):
     python: Optional[str] = None
     torch: Optional[str] = None
     triton: Optional[str] = None

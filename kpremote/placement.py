@@ -11,7 +11,6 @@ from typing import Any, Callable, Optional
 
 from pydantic import BaseModel
 
-from . import view
 from .config import Host
 from .errors import HostError, KpremoteError
 from .agent.protocol import TERMINAL
@@ -19,6 +18,9 @@ from .fetch import SummaryReceiver, fetch_run
 from .jsonout import print_document
 from .runs import (HostCannotTake, NoIdleGpu, RunOptions, RunSession, find_task_of_run, follow_run, reattach_hint,
                    start_run)
+from .views import terminal
+from .views.results import summary_markdown
+from .views.run import BatchedPrinter, RunView, print_events
 
 
 class Outcome(BaseModel):
@@ -60,7 +62,7 @@ def launch(hosts: list[Host], tasks: list[str], kernels_dir: Path, options: RunO
     """
     require_tasks(kernels_dir, tasks)
     outcomes: list[Outcome] = []
-    with view.RunView(quiet=as_json or detach) as live:
+    with RunView(quiet=as_json or detach) as live:
         futures: dict[Future, str] = {}
         for index, task in enumerate(tasks):
             order = hosts[index % len(hosts):] + hosts[: index % len(hosts)]
@@ -97,7 +99,7 @@ def _outcome_of(future: Future, task: str, hosts: list[Host]) -> Outcome:
 
 
 def _one_run(hosts: list[Host], task: str, kernels_dir: Path, options: RunOptions, detach: bool,
-             live: view.RunView) -> Outcome:
+             live: RunView) -> Outcome:
     t0 = time.monotonic()
     session, run = _start_somewhere(hosts, task, kernels_dir, options)
     if run is None:
@@ -157,8 +159,8 @@ def _start_somewhere(hosts: list[Host], task: str, kernels_dir: Path, options: R
         except (HostError, HostCannotTake) as exc:
             reasons.append(str(exc))
             if len(hosts) > 1:
-                view.errors.print(f"{task}: {_one_line(str(exc))}; trying the next host" if host is not hosts[-1]
-                                  else f"{task}: {_one_line(str(exc))}", markup=False, highlight=False)
+                terminal.errors.print(f"{task}: {_one_line(str(exc))}; trying the next host" if host is not hosts[-1]
+                                      else f"{task}: {_one_line(str(exc))}", markup=False, highlight=False)
     if options.wait and busy and len(hosts) > 1:
         return _try_host(busy[0], task, kernels_dir, options, waiting_line)
     if len(hosts) == 1:
@@ -188,8 +190,8 @@ def waiting_line(host: str, event: dict[str, Any]) -> None:
     _last_wait[host] = gpus
     described = "; ".join(f"GPU {g.get('index')} {g.get('why')}" + ("" if " since " in str(g.get("why")) else
                           f" (since {g.get('since')})") for g in gpus)
-    view.errors.print(f"{host}: waiting for a GPU (Ctrl-C cancels the wait): {described or 'no GPU fits'}",
-                      markup=False, highlight=False)
+    terminal.errors.print(f"{host}: waiting for a GPU (Ctrl-C cancels the wait): {described or 'no GPU fits'}",
+                          markup=False, highlight=False)
 
 
 def _one_line(text: str) -> str:
@@ -202,17 +204,17 @@ def _report(outcomes: list[Outcome], kernels_dir: Path, as_json: bool, detach: b
         return
     for outcome in outcomes:
         if detach and outcome.run_id:
-            view.console.print(f"{outcome.host}: {outcome.task}: started run {outcome.run_id} "
-                               f"(follow: inv logs --host {outcome.host} --run {outcome.run_id} --follow)")
+            terminal.console.print(f"{outcome.host}: {outcome.task}: started run {outcome.run_id} "
+                                   f"(follow: inv logs --host {outcome.host} --run {outcome.run_id} --follow)")
             continue
         if outcome.summary_dir:
             results = Path(outcome.summary_dir) / "results.md"
             if results.exists():
-                view.console.print(view.summary_markdown(results))
-            view.console.print(f"{outcome.host}: {outcome.task}: run {outcome.run_id} {outcome.status}; "
-                               f"summary: {outcome.summary_dir}")
+                terminal.console.print(summary_markdown(results))
+            terminal.console.print(f"{outcome.host}: {outcome.task}: run {outcome.run_id} {outcome.status}; "
+                                   f"summary: {outcome.summary_dir}")
         if outcome.error:
-            view.error_line(f"{outcome.task}: {outcome.error}")
+            terminal.error_line(f"{outcome.task}: {outcome.error}")
 
 
 def show_logs(host: Host, run_id: str, task: Optional[str], follow: bool) -> bool:
@@ -224,14 +226,14 @@ def show_logs(host: Host, run_id: str, task: Optional[str], follow: bool) -> boo
     try:
         task = task or find_task_of_run(session, run_id)
         # Leaving the block prints what is pending, so Ctrl-C's message below comes after every event received.
-        with view.BatchedPrinter(view.print_events) as printer:
+        with BatchedPrinter(print_events) as printer:
             state = follow_run(session, task, run_id, printer.add, once=not follow)
     except KeyboardInterrupt:
-        view.errors.print(f"stopped following; the run goes on (cancel it with: inv cancel --host {host.name} "
-                          f"--run {run_id})")
+        terminal.errors.print(f"stopped following; the run goes on (cancel it with: inv cancel --host {host.name} "
+                              f"--run {run_id})")
         raise
     finally:
         session.close()
     status = state.get("status", "?")
-    view.console.print(f"run {run_id}: {status}")
+    terminal.console.print(f"run {run_id}: {status}")
     return status not in TERMINAL or status == "passed"

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from . import view
 from .agent.ncu import ProfileRequest
 from .agentclient import Agent, error_message
 from .config import Host
@@ -27,6 +26,9 @@ from .placement import Outcome, require_tasks
 from .runs import RunOptions, RunSession, follow_run, reattach_hint, start_run
 from .sync import resolve_task_dir
 from .transport import Completed
+from .views import terminal
+from .views.results import summary_markdown
+from .views.run import RunView
 
 PROFILE_RUNNER = "kpremote.agent.profile"
 RAW_FOLDER = ".raw"
@@ -83,7 +85,7 @@ def profile(host: Host, task: str, workload: str, request: ProfileRequest, kerne
 def _follow_and_fetch(session: RunSession, gpu: Optional[dict], outcome: Outcome, kernels_dir: Path,
                       quiet: bool) -> None:
     key = f"{outcome.host}/{outcome.run_id}"
-    with view.RunView(quiet=quiet) as live:
+    with RunView(quiet=quiet) as live:
         live.add(key, outcome.host, outcome.task, outcome.run_id, gpu)
         summary = SummaryReceiver(session.host, outcome.run_id)
         state = follow_run(session, outcome.task, outcome.run_id, lambda event: live.event(key, event),
@@ -101,16 +103,17 @@ def _follow_and_fetch(session: RunSession, gpu: Optional[dict], outcome: Outcome
 def show_profile(outcome: Outcome) -> None:
     """profile.md as the host wrote it, or the run's one-line error."""
     if outcome.status == "detached":
-        view.console.print(f"{outcome.host}: {outcome.task}: started profile run {outcome.run_id} (follow: inv logs "
-                           f"--host {outcome.host} --run {outcome.run_id} --follow; then inv fetch-results)")
+        terminal.console.print(f"{outcome.host}: {outcome.task}: started profile run {outcome.run_id} "
+                               f"(follow: inv logs --host {outcome.host} --run {outcome.run_id} --follow; "
+                               "then inv fetch-results)")
         return
     profile_md = Path(outcome.summary_dir) / "profile.md" if outcome.summary_dir else None
     if profile_md and profile_md.is_file():
-        view.console.print(view.summary_markdown(profile_md))
-        view.console.print(f"{outcome.host}: {outcome.task}: profile run {outcome.run_id} {outcome.status}; "
-                           f"summary: {outcome.summary_dir}")
+        terminal.console.print(summary_markdown(profile_md))
+        terminal.console.print(f"{outcome.host}: {outcome.task}: profile run {outcome.run_id} {outcome.status}; "
+                               f"summary: {outcome.summary_dir}")
     if outcome.error:
-        view.error_line(f"{outcome.task}: run {outcome.run_id or '-'}: {outcome.error}")
+        terminal.error_line(f"{outcome.task}: run {outcome.run_id or '-'}: {outcome.error}")
 
 
 # --------------------------------------------------------------------------------------------- one raw file

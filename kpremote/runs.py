@@ -22,6 +22,7 @@ from .config import Host
 from .connect import open_transport
 from .errors import HostError, KpremoteError, RemoteCommandError
 from .interrupt import REGISTRY
+from .runids import check_run_word, is_full_id, resolve_run_id
 from .slurm import agent_subcommand  # Slurm clusters: the agent's slurm-* twins (issue 15)
 from .sync import build_sync_request, have_listing, plan_sync, record_synced, scan_task, sync_task
 from .transport import Completed
@@ -243,8 +244,20 @@ def cancel_run(session: RunSession, task: str, run_id: str, *, pending: bool = F
 
 
 def list_runs(session: RunSession, task: Optional[str] = None) -> list[dict[str, Any]]:
+    return runs_on(session.host, session.agent, task)
+
+
+def runs_on(host: Host, agent: Agent, task: Optional[str] = None) -> list[dict[str, Any]]:
     args = ["--task", task] if task else []
-    return session.agent.call_json(agent_subcommand(session.host, "status"), *args).get("runs", [])
+    return agent.call_json(agent_subcommand(host, "status"), *args).get("runs", [])
+
+
+def runs_or_error(host: Host, agent: Agent, task: Optional[str] = None) -> dict[str, Any]:
+    """One host's answer for `inv status`: its runs, or why it could not be asked."""
+    try:
+        return {"host": host.name, "ok": True, "runs": runs_on(host, agent, task)}
+    except KpremoteError as exc:
+        return {"host": host.name, "ok": False, "error": str(exc), "runs": []}
 
 
 def find_task_of_run(session: RunSession, run_id: str) -> str:
@@ -252,6 +265,22 @@ def find_task_of_run(session: RunSession, run_id: str) -> str:
         if run.get("run_id") == run_id:
             return run["task"]
     raise KpremoteError(f"{session.host.name}: no run {run_id!r} (see: inv status --host {session.host.name})")
+
+
+def named_run(host: Host, word: str, task: Optional[str]) -> tuple[str, Optional[str]]:
+    """The whole run id that `word` names on host (an id, a unique part of one, latest), and its task; a whole id is
+    taken as it is, without asking the host."""
+    check_run_word(word)
+    if is_full_id(word):
+        return word, task
+    session = RunSession(host)
+    try:
+        runs = sorted(list_runs(session, task), key=lambda r: str(r.get("run_id")))
+    finally:
+        session.close()
+    where = f"on {host.name}" + (f" of {task}" if task else "")
+    run_id = resolve_run_id(word, [str(r.get("run_id")) for r in runs], where)
+    return run_id, task or next(r.get("task") for r in runs if r.get("run_id") == run_id)
 
 
 def reattach_hint(host: str, task: str, run_id: str) -> str:

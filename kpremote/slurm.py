@@ -117,11 +117,11 @@ def _cluster_report() -> type:
 
 def gpu_tables(reports: list["HostReport"], options: Any = None) -> list[Any]:
     """The usual GPU view for GPU hosts, and one row per node for each cluster."""
-    from . import view
+    from .views.gpus import gpu_view
 
     hosts = [r for r in reports if r.source != "slurm"]
     clusters = [r for r in reports if r.source == "slurm"]
-    tables = [view.gpu_view(hosts, options)] if hosts or not clusters else []
+    tables = [gpu_view(hosts, options)] if hosts or not clusters else []
     if clusters:
         tables.append(nodes_table(clusters))
     return tables

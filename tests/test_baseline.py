@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from kpremote import baseline
-from kpremote.errors import KpremoteError
-from kpremote.baseline import BaselineError, edit_baseline_table, pin_baseline, split_file_list, with_source_block
+from kpremote import baseline, baselinedoc, staging
+from kpremote.baseline import pin_baseline, split_file_list
+from kpremote.baselinedoc import with_source_block
+from kpremote.baselinetoml import edit_baseline_table
+from kpremote.errors import BaselineError, KpremoteError
 
 KERNEL = "python/pkg/kernel.py"
 HELPER = "python/pkg/helper.py"
@@ -230,7 +232,7 @@ def fail_once_moving_task_toml(monkeypatch: pytest.MonkeyPatch) -> None:
             raise OSError("disk full")
         real_replace(src, dst)
 
-    monkeypatch.setattr(baseline.os, "replace", replace)
+    monkeypatch.setattr(staging.os, "replace", replace)
 
 
 def test_a_failure_while_moving_into_place_restores_the_earlier_pin(upstream: Upstream, task_dir: Path,
@@ -282,7 +284,7 @@ def test_a_value_toml_cannot_hold_as_written_is_refused_not_garbled() -> None:
 
 def test_the_source_block_replaces_itself_and_keeps_a_persons_text() -> None:
     def block(body: str) -> str:
-        return f"{baseline.BLOCK_BEGIN}\n{body}\n{baseline.BLOCK_END}\n"
+        return f"{baselinedoc.BLOCK_BEGIN}\n{body}\n{baselinedoc.BLOCK_END}\n"
 
     first = with_source_block("# Notes\n\nWhy this kernel.", block("A"))
     assert first == "# Notes\n\nWhy this kernel.\n\n" + block("A")

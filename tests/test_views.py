@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from kpremote.resultsview import results_view
+from kpremote.views.results import results_view
 from localproject import TASK, kp, make_project, watch_for
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -190,7 +190,7 @@ def test_logs_render_events_like_the_live_view_and_take_short_ids(project):
 
 
 def test_the_live_line_counts_rows_and_estimates_the_rest(monkeypatch):
-    from kpremote import view
+    from kpremote.views import run as view
 
     clock = [100.0]
     monkeypatch.setattr(view.time, "monotonic", lambda: clock[0])

@@ -8,9 +8,9 @@ from typing import Any, Optional
 from rich.console import Group
 from rich.text import Text
 
-from .history import commit_label
+from ..history import commit_label
 from .layout import Column, fitted_table
-from .resultsview import VERDICT_STYLE, number
+from .results import VERDICT_STYLE, number
 
 
 def _ratio(value: Optional[float]) -> str:

@@ -3,12 +3,15 @@ columns dropped before anything is cut), each row's note on a line of its own, a
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Optional
 
 from rich.console import Group
 from rich.text import Text
 
-from .agent.plot import row_interval
+from ..agent.plot import row_interval
+from . import terminal
 from .layout import Column, fitted_table
 
 STATUS_STYLE = {"PASSED": "green", "INCORRECT": "red", "ERROR": "red", "TIMEOUT": "red", "SKIPPED": "yellow",
@@ -131,3 +134,17 @@ def row_verdict(row: dict) -> Optional[str]:
     if isinstance(verdict, dict):
         verdict = verdict.get("verdict")
     return str(verdict) if verdict else None
+
+
+def summary_markdown(path: Path) -> Any:
+    """A fetched summary, shown: the results table from results.json (ids whole, columns dropped before anything is
+    cut), else results.md as the agent wrote it."""
+    results_json = path.with_name("results.json")
+    if path.name == "results.md" and results_json.is_file():
+        try:
+            return results_view(json.loads(results_json.read_text()), terminal.console.width)
+        except (ValueError, KeyError, TypeError):
+            pass  # a summary we cannot read as results: the agent's own markdown below
+    from rich.markdown import Markdown  # 40 ms of import (markdown_it) that every other command can skip
+
+    return Markdown(path.read_text())

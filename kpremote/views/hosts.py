@@ -1,0 +1,41 @@
+"""`inv hosts`: the inventory as a compact table; with --check, each host's versions and its failure whole."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, Optional
+
+from rich.console import Group
+from rich.text import Text
+
+from ..config import Host
+from . import terminal
+from .layout import Column, fitted_table
+from .terminal import error_lines
+
+if TYPE_CHECKING:  # annotations only
+    from ..gpustatus import HostInfo
+
+
+def hosts_view(hosts: Iterable[Host], infos: Optional[dict[str, HostInfo]] = None) -> Group:
+    """The inventory as a compact table; with --check, each host's versions, and each failure on lines of its own
+    below the table (a refused host key's trust-host command is never squeezed into a column)."""
+    hosts = list(hosts)
+    columns = [Column("host", [h.name for h in hosts], whole=True),
+               Column("address", [h.address for h in hosts], whole=True),
+               Column("arch", [h.arch for h in hosts], whole=True),
+               Column("container", [h.container or "-" for h in hosts], drop=2),
+               Column("groups", [", ".join(h.groups) or "-" for h in hosts], drop=1)]
+    failures: list[Text] = []
+    if infos is not None:
+        checked = [infos[h.name] for h in hosts]
+        columns.append(Column("reachable", [Text("yes", style="green") if i.ok else Text("no", style="red")
+                                            for i in checked], whole=True))
+        for header, attribute, drop in (("hostname", "hostname", 3), ("python", "python", 4), ("torch", "torch", 7),
+                                        ("triton", "triton", 6), ("nvidia-ml-py", "pynvml", 5),
+                                        ("tvm-ffi", "tvm_ffi", 8), ("cutlass-dsl", "cutlass_dsl", 9)):
+            missing = "?" if attribute in ("hostname", "python") else "missing"
+            columns.append(Column(header, [(getattr(i, attribute) or missing) if i.ok else "" for i in checked],
+                                  drop=drop))
+        # The error names the host already ("gone: unreachable: ..."); a refused key's message carries its command.
+        failures = [line for i in checked if not i.ok for line in error_lines(i.error or f"{i.host}: failed")]
+    return Group(fitted_table(columns, terminal.console.width, title="hosts"), *failures)

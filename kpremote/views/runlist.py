@@ -1,0 +1,72 @@
+"""`inv status`: runs by host and task, a table each, run ids whole; a host that could not be asked shows its error
+on a line of its own."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from . import terminal
+from .layout import Column, fitted_table
+from .run import STATUS_STYLE, duration
+from .terminal import error_lines
+
+
+def runs_view(answers: list[dict]) -> Group:
+    """Runs by host and task: a line naming both, then a table whose run ids are whole; a host that could not be
+    asked shows its error on a line of its own."""
+    parts: list[Any] = []
+    for answer in answers:
+        if not answer["ok"]:
+            parts += [Text.assemble((answer["host"], "bold"), ("  unreachable", "red")),
+                      *error_lines(answer.get("error") or "failed", indent="  ")]
+            continue
+        if not answer["runs"]:
+            parts.append(Text.assemble((answer["host"], "bold"), ("  no runs", "dim")))
+        by_task: dict[str, list[dict]] = {}
+        for run in answer["runs"]:
+            by_task.setdefault(run.get("task", "?"), []).append(run)
+        for task, runs in by_task.items():
+            parts.append(Text.assemble((answer["host"], "bold"), " · ", (task, "bold")))
+            parts.append(_runs_table(runs))
+    return Group(*parts)
+
+
+def _runs_table(runs: list[dict]) -> Table:
+    def headline(run: dict) -> str:
+        head = run.get("headline") or {}
+        if not head.get("geomean"):
+            return "-"
+        return f"{head['geomean']:.3f}x" + (" (smoke)" if head.get("label") or run.get("smoke") else "")
+
+    def phase(run: dict) -> str:
+        workload = run.get("workload") or {}
+        if run.get("phase") == "workload" and workload.get("n") and run.get("status") == "running":
+            return f"workload {workload.get('i')}/{workload['n']}"
+        return run.get("phase") or ""
+
+    columns = [
+        Column("run", [run.get("run_id", "?") for run in runs], whole=True),
+        Column("gpu", [str((run.get("gpu") or {}).get("index", "-")) for run in runs], drop=2),
+        Column("status", [Text(run.get("status", "?"), style=STATUS_STYLE.get(run.get("status", ""), ""))
+                          for run in runs], whole=True),
+        Column("phase", [phase(run) for run in runs], drop=3),
+        Column("age", [_age(run.get("started")) for run in runs], drop=1, justify="right"),
+        Column("headline", [headline(run) for run in runs], whole=True),
+    ]
+    return fitted_table(columns, terminal.console.width - 2)
+
+
+def _age(started: Optional[str]) -> str:
+    if not started:
+        return "?"
+    from datetime import datetime, timezone
+
+    try:
+        then = datetime.fromisoformat(str(started).replace("Z", "+00:00"))
+    except ValueError:
+        return "?"
+    return duration((datetime.now(timezone.utc) - then).total_seconds())

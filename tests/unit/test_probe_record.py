@@ -1,0 +1,27 @@
+"""The probe's GPU record has two ends: the agent fills it from NVML (agent/nvml.py GpuState, plus the lease's
+fields) and the client reads it into gpu-status's documented model (gpustatus.GpuReport). They are declared apart on
+purpose (the client never imports agent/nvml.py, and each side types the record for its own job), so this test keeps
+them one record: every field the client reads is one the agent sends, under the same name."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from unit.helpers import gpu
+
+from kpremote.agent.nvml import GpuState
+from kpremote.gpustatus import GpuReport, probe_host
+
+AGENT_ONLY = {"l2_bytes"}  # sent, but gpu-status does not show it
+
+
+def test_the_client_reads_each_field_of_the_agents_gpu_record_by_its_name(host, agent, gpus) -> None:
+    gpus(gpu(0, temperature_c=41, power_w=120.5, sm_clock_mhz=1980, sm_clock_max_mhz=1980,
+             clock_event_reasons=["gpu_idle"], processes=[{"pid": 7, "name": "python", "used_mib": 500}]))
+    [sent] = agent.call_json("probe", "--idle", host.idle.model_dump_json(), "--arch", host.arch)["gpus"]
+    assert set(sent) - AGENT_ONLY == set(GpuReport.model_fields)  # what the agent sends is what the client reads
+    assert {f.name for f in fields(GpuState)} <= set(sent)
+    [read] = probe_host(host, agent).gpus
+    shown = {k: v for k, v in sent.items() if k not in AGENT_ONLY | {"processes"}}
+    assert read.model_dump(exclude={"processes"}) == {**shown, "cc": tuple(sent["cc"])}
+    assert [p.model_dump() for p in read.processes] == sent["processes"]
