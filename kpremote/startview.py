@@ -61,7 +61,7 @@ PHASES = {"connecting": "connecting", "created": "starting", "waiting": "waiting
 
 
 def phase_text(event: dict[str, Any]) -> Optional[str]:
-    """`connecting`, `syncing 12 files (3.4 MiB)`, `starting`, `waiting for a GPU`: a start's progress event in words."""
+    """`connecting`, `syncing 12 files (3.4 MiB)`, `starting`, `waiting for a GPU`: a start's progress in words."""
     if event.get("event") != "syncing":
         return PHASES.get(str(event.get("event")))
     files = int(event.get("files") or 0)

@@ -423,7 +423,7 @@ class RunView:
         with self._lock:
             t0 = self.lines.get(key, {}).get("t0", time.monotonic())
             self.lines[key] = {"host": host, "task": task, "starting": phase, "t0": t0}
-        if self._live is not None:
+        if self._live is not None and self._live.is_started:  # a start thread may outlive the view (Ctrl-C)
             self._live.refresh()  # drawn now, outside our lock (see BatchedPrinter): a phase may be over in a moment
 
     def not_started(self, key: str) -> None:
