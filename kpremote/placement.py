@@ -21,6 +21,7 @@ from .runs import (HostCannotTake, NoIdleGpu, RunOptions, RunSession, find_task_
 from .views import terminal
 from .views.results import summary_markdown
 from .views.run import BatchedPrinter, RunView, print_events
+from .views.start import StartView
 
 
 class Outcome(BaseModel):
@@ -58,7 +59,7 @@ def launch(hosts: list[Host], tasks: list[str], kernels_dir: Path, options: RunO
     """Start every task on an idle GPU of the given hosts, follow them together, fetch each summary.
 
     Each task has a daemon thread of its own: a Ctrl-C (cli.py, interrupt.py) cancels what they started and
-    leaves at once, never waiting for one of them.
+    leaves at once, never waiting for one of them. Each has one line in the live view, from its first connect on.
     """
     require_tasks(kernels_dir, tasks)
     outcomes: list[Outcome] = []
@@ -66,7 +67,8 @@ def launch(hosts: list[Host], tasks: list[str], kernels_dir: Path, options: RunO
         futures: dict[Future, str] = {}
         for index, task in enumerate(tasks):
             order = hosts[index % len(hosts):] + hosts[: index % len(hosts)]
-            futures[_in_daemon_thread(_one_run, order, task, kernels_dir, options, detach, live)] = task
+            shown = StartView(live, f"{index}/{task}", task, silent=as_json)
+            futures[_in_daemon_thread(_one_run, order, task, kernels_dir, options, detach, shown)] = task
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
@@ -99,14 +101,16 @@ def _outcome_of(future: Future, task: str, hosts: list[Host]) -> Outcome:
 
 
 def _one_run(hosts: list[Host], task: str, kernels_dir: Path, options: RunOptions, detach: bool,
-             live: RunView) -> Outcome:
+             shown: StartView) -> Outcome:
     t0 = time.monotonic()
-    session, run = _start_somewhere(hosts, task, kernels_dir, options)
+    live, key = shown.live, shown.key
+    with shown:
+        session, run = _start_somewhere(hosts, task, kernels_dir, options, shown)
+        if run is not None:
+            live.add(key, run.host, task, run.run_id, run.gpu)  # the run's live line takes its starting line's place
     if run is None:
         return Outcome(host=",".join(h.name for h in hosts), task=task, status="no idle GPU", error=session,
                        seconds=time.monotonic() - t0)
-    key = f"{run.host}/{run.run_id}"
-    live.add(key, run.host, task, run.run_id, run.gpu)
     outcome = Outcome(host=run.host, task=task, run_id=run.run_id, status="detached" if detach else "running",
                       synced_files=run.synced_files, job_id=run.job_id)
     try:
@@ -143,7 +147,7 @@ def _one_run(hosts: list[Host], task: str, kernels_dir: Path, options: RunOption
     return outcome
 
 
-def _start_somewhere(hosts: list[Host], task: str, kernels_dir: Path, options: RunOptions):
+def _start_somewhere(hosts: list[Host], task: str, kernels_dir: Path, options: RunOptions, shown: StartView):
     """Try each host in turn; a host that cannot take the task (unreachable, failing before the run starts, no idle
     GPU, wrong arch) is skipped with a line saying why. Only when no host took it does --wait wait, on the first
     host that answered "busy"; only when no host can take it at all does the task fail."""
@@ -152,17 +156,17 @@ def _start_somewhere(hosts: list[Host], task: str, kernels_dir: Path, options: R
     for host in hosts:
         attempt = options if len(hosts) == 1 else options.model_copy(update={"wait": None})
         try:
-            return _try_host(host, task, kernels_dir, attempt, waiting_line)
+            return _try_host(host, task, kernels_dir, attempt, shown.on(host.name))
         except NoIdleGpu as exc:
             busy.append(host)
             reasons.append(str(exc))
         except (HostError, HostCannotTake) as exc:
             reasons.append(str(exc))
             if len(hosts) > 1:
-                terminal.errors.print(f"{task}: {_one_line(str(exc))}; trying the next host" if host is not hosts[-1]
-                                      else f"{task}: {_one_line(str(exc))}", markup=False, highlight=False)
+                shown.say(f"{task}: {_one_line(str(exc))}; trying the next host" if host is not hosts[-1]
+                          else f"{task}: {_one_line(str(exc))}")
     if options.wait and busy and len(hosts) > 1:
-        return _try_host(busy[0], task, kernels_dir, options, waiting_line)
+        return _try_host(busy[0], task, kernels_dir, options, shown.on(busy[0].name))
     if len(hosts) == 1:
         raise KpremoteError(reasons[0])
     if busy:
@@ -170,28 +174,13 @@ def _start_somewhere(hosts: list[Host], task: str, kernels_dir: Path, options: R
     raise KpremoteError(f"no host could take {task}: " + " | ".join(_one_line(r) for r in reasons))
 
 
-def _try_host(host: Host, task: str, kernels_dir: Path, options: RunOptions, on_waiting) -> tuple[RunSession, Any]:
+def _try_host(host: Host, task: str, kernels_dir: Path, options: RunOptions, on_progress) -> tuple[RunSession, Any]:
     session = RunSession(host)
     try:
-        return session, start_run(session, task, kernels_dir, options, on_waiting=on_waiting)
+        return session, start_run(session, task, kernels_dir, options, on_progress=on_progress)
     except BaseException:
         session.close()
         raise
-
-
-_last_wait: dict[str, list] = {}
-
-
-def waiting_line(host: str, event: dict[str, Any]) -> None:
-    """What a --wait start waits for, said once per change: which GPUs, busy with what or leased by whom, since when."""
-    gpus = event.get("gpus") or []
-    if _last_wait.get(host) == gpus:
-        return
-    _last_wait[host] = gpus
-    described = "; ".join(f"GPU {g.get('index')} {g.get('why')}" + ("" if " since " in str(g.get("why")) else
-                          f" (since {g.get('since')})") for g in gpus)
-    terminal.errors.print(f"{host}: waiting for a GPU (Ctrl-C cancels the wait): {described or 'no GPU fits'}",
-                          markup=False, highlight=False)
 
 
 def _one_line(text: str) -> str:

@@ -94,11 +94,12 @@ def new_run_id() -> str:
 
 
 def start_run(session: RunSession, task: str, kernels_dir: Path, options: RunOptions, run_id: Optional[str] = None,
-              on_waiting: Optional[Callable[[str, dict[str, Any]], None]] = None) -> StartedRun:
+              on_progress: Callable[[dict[str, Any]], None] = lambda event: None) -> StartedRun:
     """Sync the task and start its run in one channel; a second only when the host's workspace was not as expected.
 
     run_id (default: a new one) is the id the run gets: whoever holds it can cancel the run from now on, even
-    while the start is still syncing or waiting. on_waiting(host, event) hears what a --wait start waits for.
+    while the start is still syncing or waiting. on_progress(event) hears how far the start is, in order:
+    `connecting`, `syncing` (files, bytes), then the agent's `created` and, with --wait, `waiting` (what for).
     """
     run_id = run_id or new_run_id()
     if session.host.is_cluster:  # Slurm: the same sync, then sbatch instead of a lease (kpremote/slurm.py)
@@ -106,17 +107,20 @@ def start_run(session: RunSession, task: str, kernels_dir: Path, options: RunOpt
 
         return submit_run(session, task, kernels_dir, options, run_id)
     args = [*_start_args(session.host, task, options), "--run-id", run_id, "--progress"]
+    on_progress({"event": "connecting"})
     session.agent.transport.connect_soon()  # the handshake's round trips pass while the task is scanned
     plan = plan_sync(session.host, scan_task(kernels_dir, task))
     session.agent.transport.connect()
+    on_progress(plan.syncing_event())
     # From the moment the start may reach the host, a Ctrl-C cancels this run id there (interrupt.py).
     REGISTRY.add(session.host, task, run_id, session.agent.transport)
     try:
-        result = _call_start(session, [*args, "--sync"], build_sync_request(plan), on_waiting)
+        result = _call_start(session, [*args, "--sync"], build_sync_request(plan), on_progress)
         if result.exit_code == NEED_FULL_SYNC:
             listing = have_listing(session.host, json.loads(result.stdout))
+            on_progress(plan_sync(session.host, plan.tree, have=listing).syncing_event())
             report = sync_task(session.agent, task, kernels_dir, have=listing)
-            result = _call_start(session, args, None, on_waiting)
+            result = _call_start(session, args, None, on_progress)
             return _started(session.host, task, result).model_copy(update={"synced_files": report.files_sent})
         started = _started(session.host, task, result)
     except (NoIdleGpu, HostCannotTake, TaskRefusedByHost, StartStopped):
@@ -127,8 +131,9 @@ def start_run(session: RunSession, task: str, kernels_dir: Path, options: RunOpt
     return started.model_copy(update={"synced_files": synced.get("received_files")})
 
 
-def _call_start(session: RunSession, args: list[str], stdin, on_waiting) -> Completed:
-    """`start --progress`: JSON lines as they come (waiting lines go to on_waiting); the last one is the answer."""
+def _call_start(session: RunSession, args: list[str], stdin, on_progress) -> Completed:
+    """`start --progress`: JSON lines as they come (created and waiting go to on_progress); the last one is the
+    answer."""
     received = bytearray()
     done = 0
 
@@ -137,8 +142,8 @@ def _call_start(session: RunSession, args: list[str], stdin, on_waiting) -> Comp
         received.extend(chunk)
         while (newline := received.find(b"\n", done)) >= 0:
             line, done = bytes(received[done:newline]), newline + 1
-            if on_waiting is not None and line.startswith(b'{"event": "waiting"'):
-                on_waiting(session.host.name, json.loads(line))
+            if line.startswith((b'{"event": "created"', b'{"event": "waiting"')):
+                on_progress(json.loads(line))
 
     result = session.agent.call("start", *args, stdin=stdin, on_stdout=feed)
     return dataclasses.replace(result, stdout=bytes(received))

@@ -75,6 +75,11 @@ class SyncPlan:
     deleted: list[str]
     full: bool
 
+    def syncing_event(self) -> dict[str, Any]:
+        """What this request carries, as a start's progress event: files and bytes (kpremote/views/start.py says it)."""
+        return {"event": "syncing", "files": len(self.changed),
+                "bytes": sum(self.tree.files[path].size for path in self.changed)}
+
 
 @dataclass
 class SyncReport:

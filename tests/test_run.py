@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -80,6 +81,22 @@ def test_run_end_to_end_then_a_cheap_repeat(rig, workdir):
     [repeat] = json.loads(again.stdout)["runs"]
     assert repeat["channels"] == 2, repeat            # start (with the sync), follow (with the summary after it)
     assert repeat["synced_files"] == 0                 # nothing changed: no file content travelled
+
+
+def test_a_piped_run_says_each_phase_of_its_start_once_and_json_says_none(rig, workdir):
+    host = rig.add_host("runner-p", gpus=[idle_gpu(0)])
+    hosts = rig.write_hosts_toml(workdir / "hosts.toml", [host])
+    args = ("run", "--hosts", str(hosts), "--host", "runner-p", "--task", "tiny_rmsnorm", "--workloads", "grid_r1_c33")
+    piped = inv(workdir, *args)
+    assert piped.returncode == 0, piped.stderr
+    said = [line for line in piped.stderr.splitlines() if line.startswith("runner-p: tiny_rmsnorm: ")]
+    assert said[0] == "runner-p: tiny_rmsnorm: connecting" and said[2] == "runner-p: tiny_rmsnorm: starting", said
+    assert re.fullmatch(r"runner-p: tiny_rmsnorm: syncing \d+ files \([\d.]+ KiB\)", said[1]), said
+    assert len(said) == 3 and "connecting" not in piped.stdout  # one plain line a phase, beside the results
+    quiet = inv(workdir, *args, "--json")
+    assert quiet.returncode == 0, quiet.stderr
+    assert json.loads(quiet.stdout)["runs"][0]["status"] == "passed"  # stdout is the JSON document, whole
+    assert not re.search(r"connecting|syncing|starting", quiet.stderr), quiet.stderr
 
 
 def test_a_summary_over_the_hosts_cap_is_refused_and_nothing_is_written(rig, workdir):

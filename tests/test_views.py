@@ -255,3 +255,15 @@ def test_waiting_for_hosts_is_shown_on_a_terminal_only(project):
     assert "[0] " in drawn and "NVIDIA H200" in drawn
     piped = kp(project, "gpu-status")
     assert "waiting for" not in piped.stdout + piped.stderr
+
+
+def test_a_run_on_a_terminal_shows_its_start_on_its_live_line(project):
+    drawn = ANSI.sub("", in_a_terminal(project, "run", "--host", "local", "--task", TASK, "--device", "cpu",
+                                       "--workloads", "grid_r3_c100"))
+    # The run's line says each phase with the seconds so far, then the run's own line takes its place.
+    assert re.search(r"local\s+demo\s+connecting …\s+\d+s", drawn), drawn
+    synced = r"syncing( \d+ files? \((\d+ B|[\d.]+ KiB)\)|: nothing changed)"  # the module's earlier runs synced it
+    assert re.search(rf"local\s+demo\s+{synced} …\s+\d+s", drawn), drawn
+    assert re.search(r"local\s+demo\s+starting …\s+\d+s", drawn), drawn
+    assert re.search(rf"local\s+demo\s+{RUN_ID.pattern}", drawn), drawn
+    assert "local: demo: connecting" not in drawn  # no plain lines beside the live one

@@ -162,6 +162,9 @@ def _event_body(event: dict) -> list[tuple[str, Optional[str]]]:
 class RunView:
     """The live view of one or more runs: a status line per run, and each row's verdict printed as it comes.
 
+    A run still starting has a line too, saying what its start does (kpremote/views/start.py), until add() gives the
+    run's own line.
+
     Every print under rich's Live redraws the live table too, so verdicts are printed in batches (BatchedPrinter);
     the status lines are drawn by Live's own refresh (twice a second) from the current state. A run emitting hundreds
     of events a second then costs the client a few percent of a core, not most of one (benchmarks/bench_follow.py).
@@ -194,6 +197,31 @@ class RunView:
         finally:  # the terminal's cursor and live area are given back whatever printing did
             if self._live is not None:
                 self._live.__exit__(*exc)
+
+    @property
+    def drawing(self) -> bool:
+        """Whether the live lines are drawn (a terminal, not --json): elsewhere rich's Live draws nothing."""
+        return self._live is not None and self._live.console.is_terminal and not self._live.console.is_dumb_terminal
+
+    def say(self, text: str) -> None:
+        """A line for whoever watches: printed above the live lines while they are drawn (a print of its own on
+        stderr would tear them), else on stderr (stdout stays for the results)."""
+        (self._live.console if self.drawing else terminal.errors).print(text, markup=False, highlight=False)
+
+    def starting(self, key: str, host: str, task: str, phase: str) -> None:
+        """The line of a run not begun yet: what its start does now (`syncing 12 files (3.4 MiB)`) and for how long
+        it has been starting; add() with the same key puts the run's own line in its place."""
+        with self._lock:
+            t0 = self.lines.get(key, {}).get("t0", time.monotonic())
+            self.lines[key] = {"host": host, "task": task, "starting": phase, "t0": t0}
+        if self._live is not None and self._live.is_started:  # a start thread may outlive the view (Ctrl-C)
+            self._live.refresh()  # drawn now, outside our lock (see BatchedPrinter): a phase may be over in a moment
+
+    def not_started(self, key: str) -> None:
+        """A start is over and began no run: its line goes (a run's own line, once added, stays)."""
+        with self._lock:
+            if "starting" in self.lines.get(key, {}):
+                del self.lines[key]
 
     def add(self, key: str, host: str, task: str, run_id: str, gpu: Optional[dict]) -> None:
         gpu_text = f"GPU {gpu.get('index')} {gpu.get('name', '')}" if gpu else "no GPU (CPU smoke)"
@@ -242,6 +270,10 @@ class RunView:
         table = Table(box=None, show_header=False)
         for line in self.lines.values():
             elapsed = time.monotonic() - line["t0"]
+            if "starting" in line:
+                table.add_row(line["host"], line["task"], "", "", Text(f"{line['starting']} …", style="cyan"), "",
+                              "", duration(elapsed))
+                continue
             counts = f"{line['passed']} passed" + (f", {line['failed']} not" if line["failed"] else "")
             table.add_row(line["host"], line["task"], Text(line["run_id"], no_wrap=True), line["gpu"],
                           Text(line["phase"], style=STATUS_STYLE.get(line["phase"], "cyan")), progress_text(line),
