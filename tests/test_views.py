@@ -205,6 +205,20 @@ def test_the_live_line_counts_rows_and_estimates_the_rest(monkeypatch):
     assert live.lines["k"]["smoke"] is True
 
 
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_the_live_line_never_cuts_the_run_id(width):
+    from kpremote.views import run as view
+
+    run_id = "20261123-164106-8d6c2f"
+    live = view.RunView(quiet=True)
+    live.add("k", "ion8-h200", "h200_diffusion_fuse_scale_shift", run_id, {"index": 3, "name": "NVIDIA H200 NVL"})
+    live.event("k", {"event": "phase", "phase": "workload", "workload": "a", "i": 3, "n": 14})
+    live.event("k", {"event": "row", "workload": "a", "i": 3, "n": 14, "status": "PASSED", "label": "smoke: cpu"})
+    console = Console(width=width, color_system=None, record=True, file=__import__("io").StringIO())
+    console.print(live._current())
+    assert run_id in console.export_text(), console.export_text()  # logs, cancel and fetch-results take it whole
+
 @pytest.mark.ssh
 def test_a_refused_host_key_shows_its_trust_command_whole_at_80_columns(rig, tmp_path):
     from rig import run_inv

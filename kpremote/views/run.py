@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import terminal
+from .layout import Column, fit_columns
 from .results import VERDICT_STYLE
 
 Line = TypeVar("Line")
@@ -262,23 +263,52 @@ class RunView:
         pieces = [(f"{line['host']} {line['task']} ", None), *row_pieces(event)]
         return [Segment(strip_control_codes(text), Style.parse(style) if style else None) for text, style in pieces]
 
-    def _current(self) -> Table:
+    def _current(self) -> "_StatusLines":
         with self._lock:
             return self._render()
 
-    def _render(self) -> Table:
-        table = Table(box=None, show_header=False)
+    def _render(self) -> "_StatusLines":
+        rows = []
         for line in self.lines.values():
-            elapsed = time.monotonic() - line["t0"]
+            elapsed = duration(time.monotonic() - line["t0"])
             if "starting" in line:
-                table.add_row(line["host"], line["task"], "", "", Text(f"{line['starting']} …", style="cyan"), "",
-                              "", duration(elapsed))
+                rows.append([line["host"], line["task"], "", "", Text(f"{line['starting']} …", style="cyan"), "", "",
+                             elapsed])
                 continue
             counts = f"{line['passed']} passed" + (f", {line['failed']} not" if line["failed"] else "")
-            table.add_row(line["host"], line["task"], Text(line["run_id"], no_wrap=True), line["gpu"],
-                          Text(line["phase"], style=STATUS_STYLE.get(line["phase"], "cyan")), progress_text(line),
-                          counts + (" (smoke)" if line["smoke"] else ""), duration(elapsed))
-        return table
+            rows.append([line["host"], line["task"], line["run_id"], line["gpu"],
+                         Text(line["phase"], style=STATUS_STYLE.get(line["phase"], "cyan")), progress_text(line),
+                         counts + (" (smoke)" if line["smoke"] else ""), elapsed])
+        return _StatusLines(rows)
+
+
+class _StatusLines:
+    """The live status lines, laid out for the width they get: the run id is never cut (logs, cancel and
+    fetch-results take it whole); when the terminal is narrow, whole columns give way, least useful first."""
+
+    # (whole, drop order) of: host, task, run id, GPU, phase, workload i/n and ETA, counts, elapsed
+    COLUMNS = ((True, 0), (False, 4), (True, 0), (False, 1), (False, 0), (False, 5), (False, 3), (True, 2))
+
+    def __init__(self, rows: list[list[Union[str, Text]]]) -> None:
+        self.rows = rows
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Table]:
+        columns = [Column("", [row[index] for row in self.rows], whole=whole, drop=drop)
+                   for index, (whole, drop) in enumerate(self.COLUMNS)]
+        shown = [c for c in fit_columns(columns, options.max_width) if any(_text_of(cell) for cell in c.cells)]
+        table = Table(box=None, show_header=False, pad_edge=False)
+        for column in shown:
+            if column.whole:
+                table.add_column(no_wrap=True, min_width=column.width())
+            else:
+                table.add_column(overflow="fold")
+        for index in range(len(self.rows)):
+            table.add_row(*(column.cells[index] for column in shown))
+        yield table
+
+
+def _text_of(cell: Union[str, Text]) -> str:
+    return cell.plain if isinstance(cell, Text) else cell
 
 
 def progress_text(line: dict) -> str:
