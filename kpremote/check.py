@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 from rich.text import Text
 
 from . import view
+from .taskdir import TaskDir
 
 # The runner's own progress lines on its stderr ("[1/2] w: PASSED 1.02x"): shown from the events instead.
 RUNNER_ROW_LINE = re.compile(r"^\[\d+/\d+\] ")
@@ -36,20 +37,17 @@ def new_check_dir(parent: Path) -> Path:
     raise RuntimeError(f"no free results folder for {stamp} under {parent}")
 
 
-def smoke_check(kernels_dir: Path, task: str, workloads: Optional[str], quiet: bool = False) -> dict[str, Any]:
+def smoke_check(task: TaskDir, workloads: Optional[str], quiet: bool = False) -> dict[str, Any]:
     """Run the task's agent on this machine; returns the check's document (docs/schemas/check.json).
     Unless quiet, each row's verdict is printed as it comes and the results table at the end."""
-    from .placement import require_tasks
-
-    require_tasks(kernels_dir, [task])
-    run_dir = new_check_dir(kernels_dir / task / "results" / "check")
-    argv = [sys.executable, "-m", "kpremote.agent.runner", "--task-dir", str(kernels_dir / task),
+    run_dir = new_check_dir(task.results / "check")
+    argv = [sys.executable, "-m", "kpremote.agent.runner", "--task-dir", str(task.path),
             "--run-dir", str(run_dir), "--device", "cpu"]
     if workloads:
         argv += ["--workloads", workloads]
     if not quiet:
         view.console.print(Text.assemble(("smoke: timings are not meaningful", "bold yellow"),
-                                         f" — {task} on the CPU through Triton's interpreter"))
+                                         f" — {task.name} on the CPU through Triton's interpreter"))
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     relay = threading.Thread(target=_relay_stderr, args=(process.stderr,), daemon=True)
     relay.start()
@@ -65,7 +63,7 @@ def smoke_check(kernels_dir: Path, task: str, workloads: Optional[str], quiet: b
         if (summary / "results.md").is_file():
             view.console.print(view.summary_markdown(summary / "results.md"))
         view.console.print(f"summary: {summary}", markup=False)
-    return {"task": task, "run_dir": str(run_dir.resolve()), "summary_dir": str(summary.resolve()), "exit_code": code,
+    return {"task": task.name, "run_dir": str(run_dir.resolve()), "summary_dir": str(summary.resolve()), "exit_code": code,
             "status": final.get("status", "error"), "message": final.get("message"),
             "headline": final.get("headline"), "results": results}
 
