@@ -417,11 +417,13 @@ def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False
 
 
 def _readable_toml(path: Path) -> bool:
-    from .agent.taskspec import TaskSpecError, _read_toml
+    from .baseline import tomllib
 
+    if tomllib is None:
+        return False
     try:
-        _read_toml(path)
-    except TaskSpecError:
+        tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return False
     return True
 

@@ -12,6 +12,7 @@ import math
 import re
 from typing import Any, Optional
 
+from .agent.protocol import TIMING_MODES
 from .errors import KpremoteError
 from .taskdir import TaskDir
 
@@ -71,8 +72,6 @@ def choice(option: str, value: Optional[str], allowed: tuple[str, ...]) -> Optio
 
 
 def mode(value: Optional[str]) -> Optional[str]:
-    from .agent.taskspec import TIMING_MODES
-
     return choice("--mode", value or None, TIMING_MODES)
 
 

@@ -8,7 +8,7 @@ from typing import Any, Optional
 from rich.console import Group
 from rich.text import Text
 
-from .agent.plot import row_interval
+from .agent.protocol import row_interval
 from .layout import Column, fitted_table
 
 STATUS_STYLE = {"PASSED": "green", "INCORRECT": "red", "ERROR": "red", "TIMEOUT": "red", "SKIPPED": "yellow",
