@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 from typing import Optional
 
 from invoke import Collection
@@ -488,8 +489,6 @@ def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = N
                "json": "print the kpremote.history/1 JSON document (docs/schemas/history.json)"})
 def history(c, task, host=None, plot=None, json=False):
     """Every fetched run of a task, oldest first: commit, status, headline; and a plot of the headline over time."""
-    from pathlib import Path
-
     from .compareview import history_view
     from .history import draw_history_plot, history_entry
     from .runstore import fetched_runs
