@@ -86,21 +86,22 @@ def sync_task(agent: Agent, task: TaskDir) -> SyncReport:
 
 
 def exchange(host: Host, tree: LocalTree, send: Send, *, resend: Optional[Send] = None) -> Exchange:
-    """One sync, retry included: the diff against the tree remembered for host, over send; when the agent answers
-    need_full, the exact diff against its listing, over resend (default: send). The tree is remembered only once
-    the agent confirms it holds exactly that tree."""
-    plan = plan_sync(host, tree)
-    request = build_sync_request(plan)
-    answer, sent = send(request), len(request)
-    if answer.get("need_full"):
-        plan = plan_sync(host, tree, have=have_listing(host, answer))
+    """One sync, retries included: the diff against the tree remembered for host, over send; each need_full answer
+    is followed by the exact diff against the agent's listing, over resend. sync-apply (resend, or send when there
+    is none) gets two requests, the second for a workspace another sync changed meanwhile; a run's own channel
+    (send, with resend given) carries one before them. The tree is remembered only once the agent confirms it."""
+    channels = [send, resend, resend] if resend is not None else [send, send]
+    answer: dict[str, Any] = {}
+    sent = 0
+    for retry, channel in enumerate(channels):
+        plan = plan_sync(host, tree, have=have_listing(host, answer) if retry else None)
         request = build_sync_request(plan)
-        answer, sent = (resend or send)(request), sent + len(request)
-        if answer.get("need_full"):
-            raise HostError(host.name, f"the workspace of {tree.task} changed while syncing (another sync at "
-                                       f"the same time?); run it again")
-    record_synced(host, plan, answer)
-    return Exchange(plan, answer, sent)
+        answer, sent = channel(request), sent + len(request)
+        if not answer.get("need_full"):
+            record_synced(host, plan, answer)
+            return Exchange(plan, answer, sent)
+    raise HostError(host.name, f"the workspace of {tree.task} changed while syncing (another sync at the same "
+                               f"time?); run it again")
 
 
 def over_sync_apply(agent: Agent, task: str) -> Send:

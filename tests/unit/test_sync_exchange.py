@@ -46,18 +46,36 @@ def test_the_sync_apply_channel_carries_both_tries_by_default(agent, kernels):
     assert [call[0] for call in agent.transport.calls] == ["sync-apply"] and done.answer["received_files"] == 5
 
 
-def test_a_second_need_full_is_an_error_and_nothing_is_remembered(host, kernels):
-    tree = scan_task(find_task(kernels, TASK))
-    tries: list[bytes] = []
-
-    def always_changed(request: bytes) -> dict:
+def need_full_every_time(tries: list[bytes]):
+    def answer(request: bytes) -> dict:
         tries.append(request)
         return {"need_full": True, "have": {}}
 
+    return answer
+
+
+def test_sync_apply_gets_two_tries_and_then_the_sync_is_an_error_with_nothing_remembered(host, kernels):
+    tree = scan_task(find_task(kernels, TASK))
+    tries: list[bytes] = []
     with pytest.raises(HostError, match=f"the workspace of {TASK} changed while syncing"):
-        exchange(host, tree, always_changed)
+        exchange(host, tree, need_full_every_time(tries))
     assert len(tries) == 2 and header_of(tries[1])["full"] is True
     assert remembered_tree(host, TASK) == {}
+
+
+def test_a_runs_own_channel_carries_one_try_before_sync_applys_two(host, kernels):
+    """Several runs of one task at once: each start may find the workspace changed by another, twice."""
+    tree = scan_task(find_task(kernels, TASK))
+    started: list[bytes] = []
+    applied_tries: list[bytes] = []
+    with pytest.raises(HostError, match="changed while syncing"):
+        exchange(host, tree, need_full_every_time(started), resend=need_full_every_time(applied_tries))
+    assert (len(started), len(applied_tries)) == (1, 2)
+
+    answers = iter([{"need_full": True, "have": {}}, None])
+    done = exchange(host, tree, need_full_every_time([]),
+                    resend=lambda request: next(answers) or applied(request))
+    assert done.plan.full and remembered_tree(host, TASK) == tree.hashes
 
 
 def test_an_answer_for_another_tree_is_refused_and_not_remembered(host, kernels):
