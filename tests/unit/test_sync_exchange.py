@@ -41,7 +41,7 @@ def test_a_need_full_answer_is_retried_once_over_resend_with_the_exact_differenc
     assert remembered_tree(host, TASK) == tree.hashes
 
 
-def test_the_sync_apply_channel_carries_both_tries_by_default(agent, kernels):
+def test_over_sync_apply_a_sync_the_agent_takes_is_one_call(agent, kernels):
     done = exchange(agent.host, scan_task(find_task(kernels, TASK)), over_sync_apply(agent, TASK))
     assert [call[0] for call in agent.transport.calls] == ["sync-apply"] and done.answer["received_files"] == 5
 
