@@ -26,17 +26,17 @@ import shutil
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from pydantic import BaseModel
 
 from . import wheels
-from .agent.protocol import is_name
 from .baselinedoc import (GITIGNORE, SOURCE_DOC, UPSTREAM, render_release_block, render_source_block,
                           with_source_block, with_upstream_ignored)
 from .baselinetoml import edit_baseline_table, edit_sha256_table, parse_toml, read_task_toml
 from .errors import BaselineError
 from .staging import move_into_place, staging_folder
+from .taskdir import TaskDir
 from .upstreamgit import FULL_SHA, commit_date, fetch_files, git, last_line
 
 
@@ -201,13 +201,12 @@ def ensure_upstream(task_dir: Path) -> str | None:
             f"task.toml pins them)")
 
 
-def ensure_task_upstreams(kernels_dir: Path, tasks: list[str]) -> Iterator[str]:
-    """ensure_upstream for each task named on a sync, run or check, a line for each task it materialized. A name that
-    is no task folder, or a task.toml that is not TOML, is left to the task checks that follow (one line each)."""
+def ensure_task_upstreams(tasks: Iterable[TaskDir]) -> Iterator[str]:
+    """ensure_upstream for each task of a sync, run or check, a line for each task it materialized. A task.toml that
+    is not TOML is left to the task checks that follow (one line each)."""
     for task in tasks:
-        task_dir = kernels_dir / task
-        if is_name(task) and not task_dir.is_symlink() and _is_toml(task_dir / "task.toml"):
-            line = ensure_upstream(task_dir)
+        if _is_toml(task.toml):
+            line = ensure_upstream(task.path)
             if line:
                 yield line
 

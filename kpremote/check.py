@@ -17,6 +17,7 @@ from rich.text import Text
 from .views import terminal
 from .views.results import summary_markdown
 from .views.run import event_line, row_pieces
+from .taskdir import TaskDir
 
 # The runner's own progress lines on its stderr ("[1/2] w: PASSED 1.02x"): shown from the events instead.
 RUNNER_ROW_LINE = re.compile(r"^\[\d+/\d+\] ")
@@ -38,20 +39,17 @@ def new_check_dir(parent: Path) -> Path:
     raise RuntimeError(f"no free results folder for {stamp} under {parent}")
 
 
-def smoke_check(kernels_dir: Path, task: str, workloads: Optional[str], quiet: bool = False) -> dict[str, Any]:
+def smoke_check(task: TaskDir, workloads: Optional[str], quiet: bool = False) -> dict[str, Any]:
     """Run the task's agent on this machine; returns the check's document (docs/schemas/check.json).
     Unless quiet, each row's verdict is printed as it comes and the results table at the end."""
-    from .placement import require_tasks
-
-    require_tasks(kernels_dir, [task])
-    run_dir = new_check_dir(kernels_dir / task / "results" / "check")
-    argv = [sys.executable, "-m", "kpremote.agent.runner", "--task-dir", str(kernels_dir / task),
+    run_dir = new_check_dir(task.results / "check")
+    argv = [sys.executable, "-m", "kpremote.agent.runner", "--task-dir", str(task.path),
             "--run-dir", str(run_dir), "--device", "cpu"]
     if workloads:
         argv += ["--workloads", workloads]
     if not quiet:
         terminal.console.print(Text.assemble(("smoke: timings are not meaningful", "bold yellow"),
-                                             f" — {task} on the CPU through Triton's interpreter"))
+                                             f" — {task.name} on the CPU through Triton's interpreter"))
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     relay = threading.Thread(target=_relay_stderr, args=(process.stderr,), daemon=True)
     relay.start()
@@ -67,7 +65,7 @@ def smoke_check(kernels_dir: Path, task: str, workloads: Optional[str], quiet: b
         if (summary / "results.md").is_file():
             terminal.console.print(summary_markdown(summary / "results.md"))
         terminal.console.print(f"summary: {summary}", markup=False)
-    return {"task": task, "run_dir": str(run_dir.resolve()), "summary_dir": str(summary.resolve()), "exit_code": code,
+    return {"task": task.name, "run_dir": str(run_dir.resolve()), "summary_dir": str(summary.resolve()), "exit_code": code,
             "status": final.get("status", "error"), "message": final.get("message"),
             "headline": final.get("headline"), "results": results}
 

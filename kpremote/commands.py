@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 from typing import Optional
 
 from invoke import Collection
@@ -18,6 +19,7 @@ from .commandline import EXIT_FAILED, EXIT_USAGE, command, finish  # noqa: E402
 from .config import load_inventory
 from .jsonout import print_document
 from .project import kernels_dir
+from .taskdir import TaskDir, find_task, find_tasks
 
 HOSTS_HELP = "hosts file (default: $KPREMOTE_HOSTS, else the project's hosts.toml, else ~/.config/kpremote/hosts.toml)"
 
@@ -114,13 +116,14 @@ def sync(c, host, task, hosts=None, json=False):
     from .sync import sync_task
 
     [selected] = load_inventory(hosts).select(host)
-    _ensure_upstream([task])
+    task_dir = find_task(KERNELS, task)
+    _ensure_upstream([task_dir])
     with terminal.Waiting(f"sync {task} to {selected.name}") as waiting:
         waiting.say("connecting")
         session = RunSession(selected)
         try:
             waiting.say("sending the changed files")
-            report = sync_task(session.agent, task, KERNELS)
+            report = sync_task(session.agent, task_dir)
         finally:
             session.close()
     if json:
@@ -148,13 +151,14 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
     from .placement import launch
     from .runs import RunOptions
 
-    tasks, mode, ids = checks.task_names(task), checks.mode(mode), checks.workload_ids(workloads)
+    names, mode, ids = checks.task_names(task), checks.mode(mode), checks.workload_ids(workloads)
+    tasks = find_tasks(KERNELS, names)
     _ensure_upstream(tasks)
-    checks.check_tasks(KERNELS, tasks, timing_mode=mode, workloads=ids)
+    checks.check_tasks(tasks, timing_mode=mode, workloads=ids)
     run_options = RunOptions(gpu=checks.gpu(gpu), wait=checks.wait_seconds(wait),
                              workloads=",".join(ids) if ids else None, mode=mode, device=checks.device(device),
                              audit=not no_audit)
-    outcomes = launch(load_inventory(hosts).select(host), tasks, KERNELS, run_options, detach=detach, as_json=json)
+    outcomes = launch(load_inventory(hosts).select(host), tasks, run_options, detach=detach, as_json=json)
     refused = any(o.status == "not started" for o in outcomes)  # the host refused a start: as before, exit 2
     finish(all(o.ok for o in outcomes), code=EXIT_USAGE if refused else EXIT_FAILED)
 
@@ -288,8 +292,9 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
                                                          maximum=100),
                              calls=checks.whole_number("--calls", 3 if calls is None else calls, minimum=1,
                                                         maximum=100))
-    checks.check_tasks(KERNELS, [task], timing_mode=None, workloads=[workload])
-    outcome = run_profile(selected[0], task, workload, request, KERNELS, wait=checks.wait_seconds(wait),
+    [task_dir] = find_tasks(KERNELS, [task])
+    checks.check_tasks([task_dir], timing_mode=None, workloads=[workload])
+    outcome = run_profile(selected[0], task_dir, workload, request, wait=checks.wait_seconds(wait),
                           detach=detach, quiet=json or detach)
     if json:
         print_document("profile", outcome.model_dump())
@@ -304,8 +309,9 @@ def check(c, task, workloads=None, json=False):
     """Local CPU smoke run of a task through Triton's interpreter (timings are not meaningful)."""
     from .check import smoke_check
 
-    _ensure_upstream([task])
-    outcome = smoke_check(KERNELS, task, workloads, quiet=json)
+    [task_dir] = find_tasks(KERNELS, [task])
+    _ensure_upstream([task_dir])
+    outcome = smoke_check(task_dir, workloads, quiet=json)
     if json:
         print_document("check", outcome)
     finish(outcome["exit_code"] == 0)
@@ -336,9 +342,8 @@ def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False
              materialize=False):
     """Pin the upstream baseline (a commit, or a release wheel with --pypi) and copy FILES into baseline/upstream/."""
     from . import baseline as pins
-    from .sync import resolve_task_dir
 
-    task_dir = resolve_task_dir(KERNELS, task)
+    task_dir = find_task(KERNELS, task).path
     if materialize:
         if repo or files or pypi or source:
             raise pins.BaselineError("--materialize takes only --task: it re-creates what task.toml already pins")
@@ -367,11 +372,11 @@ def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False
         terminal.console.print(line, markup=False)
 
 
-def _ensure_upstream(tasks: list[str]) -> None:
+def _ensure_upstream(tasks: list[TaskDir]) -> None:
     """Pinned upstream files a task lacks are materialized from their wheel before it is synced or run."""
     from .baseline import ensure_task_upstreams
 
-    for line in ensure_task_upstreams(KERNELS, tasks):
+    for line in ensure_task_upstreams(tasks):
         terminal.errors.print(line, markup=False, soft_wrap=True)  # on stderr: stdout may be a --json document
 
 
@@ -407,8 +412,6 @@ def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = N
                "json": "print the kpremote.history/1 JSON document (docs/schemas/history.json)"})
 def history(c, task, host=None, plot=None, json=False):
     """Every fetched run of a task, oldest first: commit, status, headline; and a plot of the headline over time."""
-    from pathlib import Path
-
     from .views.compare import history_view
     from .history import draw_history_plot, history_entry
     from .runstore import fetched_runs

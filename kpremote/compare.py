@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from .agent.plot import row_interval
+from .agent.protocol import row_interval
 from .errors import KpremoteError
 from .runstore import FetchedRun, find_run
 

@@ -22,7 +22,7 @@ from .agentclient import Agent, error_message
 from .config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
 from .safetar import Member, read_members, read_tree, write_members
-from .sync import resolve_task_dir
+from .taskdir import TaskDir, find_task
 
 NEVER_FETCHED = ("raw",)
 MIB = 1024 * 1024
@@ -48,7 +48,7 @@ class FetchReport:
 def fetch_results(agent: Agent, task: str, run_id: str, kernels_dir: Path, host_name: str) -> list[FetchReport]:
     """Fetch one run by id, the newest finished run ("latest") or every finished run ("all"): one status call,
     then one channel per run. Runs refused (already fetched with other content) are named after the others landed."""
-    task_dir = resolve_task_dir(kernels_dir, task)
+    task_dir = find_task(kernels_dir, task).path
     reports: list[FetchReport] = []
     refusals: list[str] = []
     try:
@@ -64,13 +64,12 @@ def fetch_results(agent: Agent, task: str, run_id: str, kernels_dir: Path, host_
     return reports
 
 
-def fetch_run(agent: Agent, task: str, state: dict[str, Any], kernels_dir: Path, host_name: str,
+def fetch_run(agent: Agent, task: TaskDir, state: dict[str, Any], host_name: str,
               summary: Optional[bytes] = None) -> FetchReport:
     """Fetch the run described by state (a terminal state.json the caller already has, e.g. at the end of
     `inv run`): one channel, none when the summary tar came with the follow (summary)."""
-    task_dir = resolve_task_dir(kernels_dir, task)
-    report = fetch_one(agent, task_dir, state, host_name, summary)
-    refresh_docs(task_dir, [report] if report.outcome == "fetched" else [])
+    report = fetch_one(agent, task.path, state, host_name, summary)
+    refresh_docs(task.path, [report] if report.outcome == "fetched" else [])
     return report
 
 

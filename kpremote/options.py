@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from typing import Any, Optional
 
+from .agent.protocol import TIMING_MODES
 from .errors import KpremoteError
+from .taskdir import TaskDir
 
 WAIT_FOREVER_S = 24 * 3600.0
 MIN_WATCH_S = 0.5
@@ -71,8 +72,6 @@ def choice(option: str, value: Optional[str], allowed: tuple[str, ...]) -> Optio
 
 
 def mode(value: Optional[str]) -> Optional[str]:
-    from .agent.taskspec import TIMING_MODES
-
     return choice("--mode", value or None, TIMING_MODES)
 
 
@@ -107,20 +106,14 @@ def workload_ids(value: Optional[str]) -> Optional[list[str]]:
     return ids
 
 
-def check_tasks(kernels_dir: Path, tasks: list[str], *, timing_mode: Optional[str],
-                workloads: Optional[list[str]]) -> None:
-    """Each task exists, its task.toml and workloads.toml hold, and every --workloads id is one of its rows."""
-    from .agent import taskspec
-    from .placement import require_tasks
-    from .sync import resolve_task_dir
+def check_tasks(tasks: list[TaskDir], *, timing_mode: Optional[str], workloads: Optional[list[str]]) -> None:
+    """Each task's task.toml and workloads.toml hold, and every --workloads id is one of its rows."""
+    from .agent import taskspec  # the host's own validator, so the client refuses exactly what the host would
 
-    for task in tasks:
-        resolve_task_dir(kernels_dir, task)  # a name that could point outside kernels/ is refused as such
-    require_tasks(kernels_dir, tasks)
     if taskspec.tomllib is None:  # Python 3.10 without tomli: the host checks the task instead
         return
     for task in tasks:
         try:
-            taskspec.load_task(kernels_dir / task, timing_mode=timing_mode, packages=False).select(workloads)
+            taskspec.load_task(task.path, timing_mode=timing_mode, packages=False).select(workloads)
         except taskspec.TaskSpecError as exc:
-            raise BadOption(f"{task}: {exc}") from None
+            raise BadOption(f"{task.name}: {exc}") from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -22,6 +21,7 @@ from .views import terminal
 from .views.results import summary_markdown
 from .views.run import BatchedPrinter, RunView, print_events
 from .views.start import StartView
+from .taskdir import TaskDir
 
 
 class Outcome(BaseModel):
@@ -44,37 +44,27 @@ class Outcome(BaseModel):
         return self.status in ("passed", "detached")
 
 
-def require_tasks(kernels_dir: Path, tasks: list[str]) -> None:
-    """Every task must be a folder under kernels/ with a task.toml; an unknown one suggests the closest."""
-    known = sorted(p.parent.name for p in kernels_dir.glob("*/task.toml"))
-    for task in tasks:
-        if task not in known:
-            close = difflib.get_close_matches(task, known, n=1, cutoff=0.5)
-            hint = f" — did you mean {close[0]!r}?" if close else ""
-            raise KpremoteError(f"unknown task {task!r}: no {kernels_dir / task / 'task.toml'}{hint}")
-
-
-def launch(hosts: list[Host], tasks: list[str], kernels_dir: Path, options: RunOptions, *, detach: bool = False,
+def launch(hosts: list[Host], tasks: list[TaskDir], options: RunOptions, *, detach: bool = False,
            as_json: bool = False) -> list[Outcome]:
     """Start every task on an idle GPU of the given hosts, follow them together, fetch each summary.
 
-    Each task has a daemon thread of its own: a Ctrl-C (cli.py, interrupt.py) cancels what they started and
+    Each task has a daemon thread of its own: a Ctrl-C (commandline.py, interrupt.py) cancels what they started and
     leaves at once, never waiting for one of them. Each has one line in the live view, from its first connect on.
     """
-    require_tasks(kernels_dir, tasks)
     outcomes: list[Outcome] = []
     with RunView(quiet=as_json or detach) as live:
         futures: dict[Future, str] = {}
         for index, task in enumerate(tasks):
             order = hosts[index % len(hosts):] + hosts[: index % len(hosts)]
-            shown = StartView(live, f"{index}/{task}", task, silent=as_json)
-            futures[_in_daemon_thread(_one_run, order, task, kernels_dir, options, detach, shown)] = task
+            shown = StartView(live, f"{index}/{task.name}", task.name, silent=as_json)
+            futures[_in_daemon_thread(_one_run, order, task, options, detach, shown)] = task.name
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
             outcomes += [_outcome_of(f, futures[f], hosts) for f in done]
-    outcomes.sort(key=lambda o: tasks.index(o.task))
-    _report(outcomes, kernels_dir, as_json, detach)
+    names = [task.name for task in tasks]
+    outcomes.sort(key=lambda o: names.index(o.task))
+    _report(outcomes, as_json, detach)
     return outcomes
 
 
@@ -100,18 +90,17 @@ def _outcome_of(future: Future, task: str, hosts: list[Host]) -> Outcome:
         return Outcome(host=",".join(h.name for h in hosts), task=task, status="not started", error=str(exc))
 
 
-def _one_run(hosts: list[Host], task: str, kernels_dir: Path, options: RunOptions, detach: bool,
-             shown: StartView) -> Outcome:
+def _one_run(hosts: list[Host], task: TaskDir, options: RunOptions, detach: bool, shown: StartView) -> Outcome:
     t0 = time.monotonic()
     live, key = shown.live, shown.key
     with shown:
-        session, run = _start_somewhere(hosts, task, kernels_dir, options, shown)
+        session, run = _start_somewhere(hosts, task, options, shown)
         if run is not None:
-            live.add(key, run.host, task, run.run_id, run.gpu)  # the run's live line takes its starting line's place
+            live.add(key, run.host, task.name, run.run_id, run.gpu)  # the run's live line takes its starting line's place
     if run is None:
-        return Outcome(host=",".join(h.name for h in hosts), task=task, status="no idle GPU", error=session,
+        return Outcome(host=",".join(h.name for h in hosts), task=task.name, status="no idle GPU", error=session,
                        seconds=time.monotonic() - t0)
-    outcome = Outcome(host=run.host, task=task, run_id=run.run_id, status="detached" if detach else "running",
+    outcome = Outcome(host=run.host, task=task.name, run_id=run.run_id, status="detached" if detach else "running",
                       synced_files=run.synced_files, job_id=run.job_id)
     try:
         if not detach:
@@ -122,7 +111,7 @@ def _one_run(hosts: list[Host], task: str, kernels_dir: Path, options: RunOption
                 live.event(key, event)
 
             summary = SummaryReceiver(session.host, run.run_id)  # the tar comes after the end line: no channel
-            state = follow_run(session, task, run.run_id, on_event, summary_sink=summary)
+            state = follow_run(session, task.name, run.run_id, on_event, summary_sink=summary)
             # The agent's own time: its first event to its last. Everything else is kpremote's overhead.
             outcome.agent_seconds = round(max(seen) - min(seen), 3) if seen else None
             outcome.status = state.get("status", "unknown")
@@ -132,11 +121,11 @@ def _one_run(hosts: list[Host], task: str, kernels_dir: Path, options: RunOption
                 # why it ended (e.g. "disk full on ...", "agent process died"), shown with the summary
                 outcome.error = state.get("message") or state.get("error")
             if outcome.status != "cancelled":
-                fetched = fetch_run(session.agent, task, state, kernels_dir, run.host, summary.data)
+                fetched = fetch_run(session.agent, task, state, run.host, summary.data)
                 outcome.summary_dir = str(fetched.path)
     except HostError as exc:
         outcome.status = "connection lost"
-        outcome.error = f"{exc}; {reattach_hint(run.host, task, run.run_id)}"
+        outcome.error = f"{exc}; {reattach_hint(run.host, task.name, run.run_id)}"
     except KpremoteError as exc:
         outcome.status = "error"
         outcome.error = str(exc)
@@ -147,7 +136,7 @@ def _one_run(hosts: list[Host], task: str, kernels_dir: Path, options: RunOption
     return outcome
 
 
-def _start_somewhere(hosts: list[Host], task: str, kernels_dir: Path, options: RunOptions, shown: StartView):
+def _start_somewhere(hosts: list[Host], task: TaskDir, options: RunOptions, shown: StartView):
     """Try each host in turn; a host that cannot take the task (unreachable, failing before the run starts, no idle
     GPU, wrong arch) is skipped with a line saying why. Only when no host took it does --wait wait, on the first
     host that answered "busy"; only when no host can take it at all does the task fail."""
@@ -156,28 +145,28 @@ def _start_somewhere(hosts: list[Host], task: str, kernels_dir: Path, options: R
     for host in hosts:
         attempt = options if len(hosts) == 1 else options.model_copy(update={"wait": None})
         try:
-            return _try_host(host, task, kernels_dir, attempt, shown.on(host.name))
+            return _try_host(host, task, attempt, shown.on(host.name))
         except NoIdleGpu as exc:
             busy.append(host)
             reasons.append(str(exc))
         except (HostError, HostCannotTake) as exc:
             reasons.append(str(exc))
             if len(hosts) > 1:
-                shown.say(f"{task}: {_one_line(str(exc))}; trying the next host" if host is not hosts[-1]
-                          else f"{task}: {_one_line(str(exc))}")
+                shown.say(f"{task.name}: {_one_line(str(exc))}; trying the next host" if host is not hosts[-1]
+                          else f"{task.name}: {_one_line(str(exc))}")
     if options.wait and busy and len(hosts) > 1:
-        return _try_host(busy[0], task, kernels_dir, options, shown.on(busy[0].name))
+        return _try_host(busy[0], task, options, shown.on(busy[0].name))
     if len(hosts) == 1:
         raise KpremoteError(reasons[0])
     if busy:
         return "no idle GPU on any host: " + " | ".join(reasons), None
-    raise KpremoteError(f"no host could take {task}: " + " | ".join(_one_line(r) for r in reasons))
+    raise KpremoteError(f"no host could take {task.name}: " + " | ".join(_one_line(r) for r in reasons))
 
 
-def _try_host(host: Host, task: str, kernels_dir: Path, options: RunOptions, on_progress) -> tuple[RunSession, Any]:
+def _try_host(host: Host, task: TaskDir, options: RunOptions, on_progress) -> tuple[RunSession, Any]:
     session = RunSession(host)
     try:
-        return session, start_run(session, task, kernels_dir, options, on_progress=on_progress)
+        return session, start_run(session, task, options, on_progress=on_progress)
     except BaseException:
         session.close()
         raise
@@ -187,7 +176,7 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _report(outcomes: list[Outcome], kernels_dir: Path, as_json: bool, detach: bool) -> None:
+def _report(outcomes: list[Outcome], as_json: bool, detach: bool) -> None:
     if as_json:
         print_document("run", {"runs": [o.model_dump() for o in outcomes]})
         return

@@ -22,9 +22,9 @@ from .agentclient import Agent, error_message
 from .config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
 from .fetch import MIB, FetchRefused, SummaryReceiver, checked_name, fetch_run, real_folder, select_runs
-from .placement import Outcome, require_tasks
+from .placement import Outcome
 from .runs import RunOptions, RunSession, follow_run, reattach_hint, start_run
-from .sync import resolve_task_dir
+from .taskdir import TaskDir, find_task
 from .transport import Completed
 from .views import terminal
 from .views.results import summary_markdown
@@ -52,29 +52,28 @@ def profile_session(host: Host) -> RunSession:
 # --------------------------------------------------------------------------------------------- inv profile
 
 
-def profile(host: Host, task: str, workload: str, request: ProfileRequest, kernels_dir: Path, *,
+def profile(host: Host, task: TaskDir, workload: str, request: ProfileRequest, *,
             wait: Optional[float] = None, detach: bool = False, quiet: bool = False) -> Outcome:
     """Start a profile run of one workload on an idle GPU of host, follow it, and fetch its summary."""
     problems = request.problems()
     if problems:
         raise KpremoteError("; ".join(problems))
-    require_tasks(kernels_dir, [task])
     options = RunOptions(workloads=workload, mode=request.to_mode(), wait=wait)
     started_at = time.monotonic()
     session = profile_session(host)
     try:
-        run = start_run(session, task, kernels_dir, options)
+        run = start_run(session, task, options)
     except BaseException:
         session.close()
         raise
-    outcome = Outcome(host=run.host, task=task, run_id=run.run_id, status="detached" if detach else "running",
+    outcome = Outcome(host=run.host, task=task.name, run_id=run.run_id, status="detached" if detach else "running",
                       synced_files=run.synced_files)
     try:
         if not detach:
-            _follow_and_fetch(session, run.gpu, outcome, kernels_dir, quiet)
+            _follow_and_fetch(session, run.gpu, outcome, task, quiet)
     except HostError as exc:
         outcome.status = "connection lost"
-        outcome.error = f"{exc}; {reattach_hint(run.host, task, run.run_id)}"
+        outcome.error = f"{exc}; {reattach_hint(run.host, task.name, run.run_id)}"
     finally:
         outcome.channels = session.channels
         outcome.seconds = time.monotonic() - started_at
@@ -82,7 +81,7 @@ def profile(host: Host, task: str, workload: str, request: ProfileRequest, kerne
     return outcome
 
 
-def _follow_and_fetch(session: RunSession, gpu: Optional[dict], outcome: Outcome, kernels_dir: Path,
+def _follow_and_fetch(session: RunSession, gpu: Optional[dict], outcome: Outcome, task: TaskDir,
                       quiet: bool) -> None:
     key = f"{outcome.host}/{outcome.run_id}"
     with RunView(quiet=quiet) as live:
@@ -96,7 +95,7 @@ def _follow_and_fetch(session: RunSession, gpu: Optional[dict], outcome: Outcome
     if outcome.status != "passed":
         outcome.error = state.get("message") or state.get("error") or f"the profile run is {outcome.status}"
     if outcome.status != "cancelled":
-        fetched = fetch_run(session.agent, outcome.task, state, kernels_dir, outcome.host, summary.data)
+        fetched = fetch_run(session.agent, task, state, outcome.host, summary.data)
         outcome.summary_dir = str(fetched.path)
 
 
@@ -136,7 +135,7 @@ def fetch_raw_file(agent: Agent, task: str, run: str, name: str, kernels_dir: Pa
                    force: bool = False, on_stat: Optional[Callable[[dict[str, Any]], None]] = None) -> RawFile:
     """One named file of a finished run's raw/, after its size is known and within the host's max_summary_mb
     (unless force); checked against the host's sha256 before it lands, never replacing a different file."""
-    task_dir = resolve_task_dir(kernels_dir, task)
+    task_dir = find_task(kernels_dir, task).path
     if run == "all":
         raise FetchRefused("--raw-file fetches one file of one run: give --run ID (or latest)")
     [state] = select_runs(agent, task, run, host_name)

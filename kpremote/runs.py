@@ -11,7 +11,6 @@ import json
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 from pydantic import BaseModel
@@ -24,7 +23,9 @@ from .errors import HostError, KpremoteError, RemoteCommandError
 from .interrupt import REGISTRY
 from .runids import check_run_word, is_full_id, resolve_run_id
 from .slurm import agent_subcommand  # Slurm clusters: the agent's slurm-* twins (issue 15)
-from .sync import build_sync_request, have_listing, plan_sync, record_synced, scan_task, sync_task
+from .sync import exchange, over_sync_apply
+from .taskdir import TaskDir
+from .taskscan import scan_task
 from .transport import Completed
 
 NO_IDLE_GPU = ExitCode.NO_IDLE_GPU
@@ -93,7 +94,7 @@ def new_run_id() -> str:
     return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
-def start_run(session: RunSession, task: str, kernels_dir: Path, options: RunOptions, run_id: Optional[str] = None,
+def start_run(session: RunSession, task: TaskDir, options: RunOptions, run_id: Optional[str] = None,
               on_progress: Callable[[dict[str, Any]], None] = lambda event: None) -> StartedRun:
     """Sync the task and start its run in one channel; a second only when the host's workspace was not as expected.
 
@@ -105,30 +106,32 @@ def start_run(session: RunSession, task: str, kernels_dir: Path, options: RunOpt
     if session.host.is_cluster:  # Slurm: the same sync, then sbatch instead of a lease (kpremote/slurm.py)
         from .slurm import submit_run
 
-        return submit_run(session, task, kernels_dir, options, run_id)
-    args = [*_start_args(session.host, task, options), "--run-id", run_id, "--progress"]
+        return submit_run(session, task, options, run_id)
+    args = [*_start_args(session.host, task.name, options), "--run-id", run_id, "--progress"]
     on_progress({"event": "connecting"})
     session.agent.transport.connect_soon()  # the handshake's round trips pass while the task is scanned
-    plan = plan_sync(session.host, scan_task(kernels_dir, task))
+    tree = scan_task(task)
     session.agent.transport.connect()
-    on_progress(plan.syncing_event())
     # From the moment the start may reach the host, a Ctrl-C cancels this run id there (interrupt.py).
-    REGISTRY.add(session.host, task, run_id, session.agent.transport)
-    try:
-        result = _call_start(session, [*args, "--sync"], build_sync_request(plan), on_progress)
+    REGISTRY.add(session.host, task.name, run_id, session.agent.transport)
+    started: list[StartedRun] = []
+
+    def start_with_sync(request: bytes) -> dict[str, Any]:
+        result = _call_start(session, [*args, "--sync"], request, on_progress)
         if result.exit_code == NEED_FULL_SYNC:
-            listing = have_listing(session.host, json.loads(result.stdout))
-            on_progress(plan_sync(session.host, plan.tree, have=listing).syncing_event())
-            report = sync_task(session.agent, task, kernels_dir, have=listing)
-            result = _call_start(session, args, None, on_progress)
-            return _started(session.host, task, result).model_copy(update={"synced_files": report.files_sent})
-        started = _started(session.host, task, result)
+            return _last_json(result)  # nothing started: the sync's retry goes over sync-apply
+        started.append(_started(session.host, task.name, result))
+        return _last_json(result)["sync"]
+
+    try:
+        synced = exchange(session.host, tree, start_with_sync, resend=over_sync_apply(session.agent, task.name),
+                          on_plan=lambda plan: on_progress(plan.syncing_event()))
+        if not started:
+            started.append(_started(session.host, task.name, _call_start(session, args, None, on_progress)))
     except (NoIdleGpu, HostCannotTake, TaskRefusedByHost, StartStopped):
         REGISTRY.discard(session.host.name, run_id)  # the host answered: no run exists
         raise
-    synced = _last_json(result)["sync"]
-    record_synced(session.host, plan, synced)
-    return started.model_copy(update={"synced_files": synced.get("received_files")})
+    return started[0].model_copy(update={"synced_files": synced.files_sent})
 
 
 def _call_start(session: RunSession, args: list[str], stdin, on_progress) -> Completed:

@@ -62,9 +62,9 @@ def _read(task: str, host: str, run_id: str, path: Path) -> Optional[FetchedRun]
 
 def fetched_runs(kernels_dir: Path, task: str, host: Optional[str] = None) -> list[FetchedRun]:
     """Every readable run of the task (on host, if given), oldest first (by start time, then id)."""
-    from .sync import resolve_task_dir
+    from .taskdir import find_task
 
-    results = resolve_task_dir(kernels_dir, task) / "results"
+    results = find_task(kernels_dir, task).results
     runs = []
     for folder in sorted(results.glob("*/*")) if results.is_dir() else []:
         where = folder.parent.name

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .agent.protocol import ExitCode
@@ -20,6 +19,8 @@ from .errors import KpremoteError, RemoteCommandError
 if TYPE_CHECKING:
     from .gpustatus import HostReport
     from .runs import RunOptions, RunSession, StartedRun
+    from .taskdir import TaskDir
+    from .transport import Completed
 
 AGENT_SUBCOMMANDS = {"follow": "slurm-follow", "status": "slurm-status", "cancel": "slurm-cancel"}
 BAD_REQUEST = ExitCode.BAD_REQUEST
@@ -32,48 +33,59 @@ def agent_subcommand(host: Host, name: str) -> str:
     return AGENT_SUBCOMMANDS.get(name, name) if host.is_cluster else name
 
 
-def submit_run(session: "RunSession", task: str, kernels_dir: Path, options: "RunOptions", run_id: str) -> "StartedRun":
+def submit_run(session: "RunSession", task: "TaskDir", options: "RunOptions", run_id: str) -> "StartedRun":
     """Sync the task to the login node and submit its job in one channel; a second only for a full re-sync.
 
     run_id is registered for Ctrl-C before the submit may reach the host (interrupt.py), as runs.start_run does.
     """
-    from .agentclient import error_message
     from .interrupt import REGISTRY
     from .runs import StartedRun
-    from .sync import build_sync_request, have_listing, plan_sync, record_synced, scan_task, sync_task
+    from .sync import exchange, over_sync_apply
+    from .taskscan import scan_task
 
     host = session.host
     if options.gpu:
         raise KpremoteError(f"{host.name}: --gpu does not apply to a Slurm cluster: Slurm picks the GPU (set gres "
                             "or constraint for this host in hosts.toml)")
-    args = submit_args(host, task, options, run_id)
+    args = submit_args(host, task.name, options, run_id)
     session.agent.transport.connect_soon()
-    plan = plan_sync(host, scan_task(kernels_dir, task))
+    tree = scan_task(task)
     session.agent.transport.connect()
-    REGISTRY.add(host, task, run_id, session.agent.transport)
-    result = session.agent.call("slurm-submit", *args, "--sync", stdin=build_sync_request(plan))
-    synced_files = None
-    if result.exit_code == NEED_FULL_SYNC:
-        report = sync_task(session.agent, task, kernels_dir, have=have_listing(host, json.loads(result.stdout)))
-        result = session.agent.call("slurm-submit", *args)
-        synced_files = report.files_sent
+    REGISTRY.add(host, task.name, run_id, session.agent.transport)
+    submitted: list[dict[str, Any]] = []
+
+    def submit_with_sync(request: bytes) -> dict[str, Any]:
+        result = session.agent.call("slurm-submit", *args, "--sync", stdin=request)
+        if result.exit_code == NEED_FULL_SYNC:
+            return json.loads(result.stdout)  # nothing submitted: the sync's retry goes over sync-apply
+        submitted.append(_submitted(session, run_id, result))
+        return submitted[0]["sync"]
+
+    synced = exchange(host, tree, submit_with_sync, resend=over_sync_apply(session.agent, task.name))
+    if not submitted:
+        submitted.append(_submitted(session, run_id, session.agent.call("slurm-submit", *args)))
+    answer = submitted[0]
+    return StartedRun(host=host.name, task=task.name, run_id=answer["run_id"], job_id=answer["job_id"],
+                      gpu={"index": "-", "name": f"Slurm job {answer['job_id']}"}, synced_files=synced.files_sent)
+
+
+def _submitted(session: "RunSession", run_id: str, result: "Completed") -> dict[str, Any]:
+    """slurm-submit's answer; its refusals as the errors start_run raises (the run id unregistered: no job)."""
+    from .agentclient import error_message
+    from .interrupt import REGISTRY
+    from .runs import StartStopped
+
+    host = session.host
     if not result.ok:
         REGISTRY.discard(host.name, run_id)  # refused or failed before sbatch took it: no job exists
     if result.exit_code == BAD_REQUEST:
         raise KpremoteError(f"{host.name}: {error_message(result)}")
     if result.exit_code == START_CANCELLED:
-        from .runs import StartStopped
-
         raise StartStopped(f"{host.name}: {error_message(result)}")
     if not result.ok:
         raise RemoteCommandError(host.name, f"could not submit the run: {error_message(result)}", result.exit_code,
                                  result.stderr_tail())
-    answer = json.loads(result.stdout)
-    if answer.get("sync") is not None:
-        record_synced(host, plan, answer["sync"])
-        synced_files = answer["sync"].get("received_files")
-    return StartedRun(host=host.name, task=task, run_id=answer["run_id"], job_id=answer["job_id"],
-                      gpu={"index": "-", "name": f"Slurm job {answer['job_id']}"}, synced_files=synced_files)
+    return json.loads(result.stdout)
 
 
 def submit_args(host: Host, task: str, options: "RunOptions", run_id: str) -> list[str]:

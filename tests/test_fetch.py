@@ -15,6 +15,7 @@ from kpremote.connect import open_transport
 from kpremote.errors import HostError
 from kpremote.fetch import FetchRefused, fetch_results, fetch_run
 from kpremote.safetar import UnsafeArchive
+from kpremote.taskdir import find_task
 from kpremote.transport import LocalTransport
 
 TASK = "demo"
@@ -166,7 +167,7 @@ def test_a_hostile_summary_archive_is_refused_whole_and_nothing_is_written(tmp_p
     fake_python.chmod(0o755)
     agent = local_agent(tmp_path, python=str(fake_python))
     with pytest.raises(UnsafeArchive, match=message):
-        fetch_run(agent, TASK, {"run_id": RUN_A, "status": "passed"}, kernels, "local")
+        fetch_run(agent, find_task(kernels, TASK), {"run_id": RUN_A, "status": "passed"}, "local")
     assert not (kernels / TASK / "results").exists()
     assert list((kernels / TASK / "docs").iterdir()) == []
     assert not (kernels / TASK / "escape.txt").exists() and not (kernels / "escape.txt").exists()
@@ -175,7 +176,7 @@ def test_a_hostile_summary_archive_is_refused_whole_and_nothing_is_written(tmp_p
 
 def test_a_run_id_from_the_host_that_could_leave_results_is_refused(agent, kernels):
     with pytest.raises(HostError, match="unusable run id"):
-        fetch_run(agent, TASK, {"run_id": "../../x", "status": "passed"}, kernels, "local")
+        fetch_run(agent, find_task(kernels, TASK), {"run_id": "../../x", "status": "passed"}, "local")
     assert not (kernels / TASK / "results").exists()
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from kpremote.agent.plot import copy_share, draw_speedup_plot, row_interval
+from kpremote.agent.plot import copy_share, draw_speedup_plot
+from kpremote.agent.protocol import row_interval
 from rig import REPO
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -29,7 +29,9 @@ from kpremote.agent.runstate import TERMINAL
 from kpremote.agentclient import Agent
 from kpremote.config import parse_inventory
 from kpremote.runs import HEARTBEAT_GRACE_S
-from kpremote.sync import build_sync_request, plan_sync, scan_task, sync_task
+from kpremote.sync import build_sync_request, plan_sync, sync_task
+from kpremote.taskdir import find_task
+from kpremote.taskscan import scan_task
 from kpremote.transport import LocalTransport
 from rig import REPO, SSHD, SshHost, idle_gpu
 from waiting import alive, processes_mentioning, state_of, wait_for
@@ -550,7 +552,7 @@ def test_a_sync_stalled_on_a_dead_link_blocks_no_other_sync(tmp_path, work) -> N
                             tmp_path / "hosts.toml").hosts["local"]
     stalled_agent, agent = Agent(entry, LocalTransport()), Agent(entry, LocalTransport())
     agent.call_json("status")  # ships the agent first: the stalled call below must reach the sync itself
-    tree = scan_task(work.path / "kernels", "tiny_rmsnorm")
+    tree = scan_task(find_task(work.path / "kernels", "tiny_rmsnorm"))
     request = build_sync_request(plan_sync(entry, tree))
     most = iter([request[:-2048]])  # all but the end: the agent is inside the stream when it stalls
     link_back = threading.Event()
@@ -567,7 +569,7 @@ def test_a_sync_stalled_on_a_dead_link_blocks_no_other_sync(tmp_path, work) -> N
     task_root = tmp_path / "root" / "tasks" / "tiny_rmsnorm"
     wait_for(lambda: any(task_root.glob(".sync-staging-*")), 30, "the stalled sync is receiving")
     finished: list[Any] = []
-    other = threading.Thread(target=lambda: finished.append(sync_task(agent, "tiny_rmsnorm", work.path / "kernels")),
+    other = threading.Thread(target=lambda: finished.append(sync_task(agent, find_task(work.path / "kernels", "tiny_rmsnorm"))),
                              daemon=True)
     other.start()
     other.join(timeout=30)

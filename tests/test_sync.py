@@ -15,7 +15,9 @@ from kpremote.agentclient import Agent
 from kpremote.config import Host, load_inventory, parse_inventory
 from kpremote.connect import open_transport
 from kpremote.errors import ConfigError
-from kpremote.sync import HashCache, build_sync_request, plan_sync, scan_task, sync_task
+from kpremote.sync import build_sync_request, plan_sync, sync_task
+from kpremote.taskdir import find_task
+from kpremote.taskscan import HashCache, scan_task
 from kpremote.transport import LocalTransport
 
 TASK = "demo"
@@ -70,19 +72,19 @@ def local_tree(kernels: Path) -> dict[str, str]:
 
 
 def test_first_sync_sends_everything_and_a_repeat_sends_no_file_content(agent, kernels):
-    first = sync_task(agent, TASK, kernels)
+    first = sync_task(agent, find_task(kernels, TASK))
     assert first.files_sent == len(FILES) and remote_tree(agent.host) == FILES
     assert first.bytes_sent > sum(len(t) for t in FILES.values())
-    again = sync_task(agent, TASK, kernels)
+    again = sync_task(agent, find_task(kernels, TASK))
     assert (again.files_sent, again.deleted, again.channels, again.full) == (0, 0, 1, False)
     assert again.bytes_sent < 1000 and again.digest == first.digest
 
 
 def test_one_changed_file_travels_alone_and_a_deleted_file_disappears(agent, kernels):
-    sync_task(agent, TASK, kernels)
+    sync_task(agent, find_task(kernels, TASK))
     write(kernels / TASK / "solution/kernel.py", "def kernel(): return 'faster'\n")
     (kernels / TASK / "docs/notes.md").unlink()
-    report = sync_task(agent, TASK, kernels)
+    report = sync_task(agent, find_task(kernels, TASK))
     assert (report.files_sent, report.deleted, report.channels) == (1, 1, 1)
     assert report.bytes_sent < 4000  # header + one small member, not the 12 kB adapter
     assert remote_tree(agent.host) == local_tree(kernels)
@@ -99,7 +101,7 @@ def test_links_are_never_followed_and_excludes_and_kpremoteignore_apply(agent, k
                 "docs/scratch.txt", "data/big1.bin", "bench/results/kept.md"):
         write(task / rel, "excluded" if "kept" not in rel else "kept")
     write(task / ".kpremoteignore", "# comment\n*.log\nbuild/\n/scratch.txt\ndata/big*\n!run.log\n")
-    report = sync_task(agent, TASK, kernels)
+    report = sync_task(agent, find_task(kernels, TASK))
     synced = set(remote_tree(agent.host))
     assert synced == set(FILES) | {".kpremoteignore", "bench/results/kept.md", "docs/scratch.txt"}
     assert not any("do not send" in text for text in remote_tree(agent.host).values())
@@ -109,35 +111,35 @@ def test_links_are_never_followed_and_excludes_and_kpremoteignore_apply(agent, k
 
 def test_a_workspace_changed_behind_our_back_takes_the_full_path_and_ends_correct(agent, kernels, tmp_path,
                                                                                 monkeypatch):
-    sync_task(agent, TASK, kernels)
+    sync_task(agent, find_task(kernels, TASK))
     # another client (its own cache) syncs a different tree, and someone drops a stray file in the workspace
     other = tmp_path / "other-kernels"
     shutil.copytree(kernels, other)
     write(other / TASK / "solution/kernel.py", "other client\n")
     write(other / TASK / "extra.py", "only theirs\n")
     monkeypatch.setenv("KPREMOTE_CACHE", str(tmp_path / "other-cache"))
-    sync_task(agent, TASK, other)
+    sync_task(agent, find_task(other, TASK))
     write(workspace(agent.host) / "stray.txt", "stray")
     (workspace(agent.host) / ".kpremote" / "manifest.json").unlink()
     monkeypatch.setenv("KPREMOTE_CACHE", str(tmp_path / "cache"))
     write(kernels / TASK / "bench/adapter.py", "X = 2\n")
-    report = sync_task(agent, TASK, kernels)
+    report = sync_task(agent, find_task(kernels, TASK))
     assert report.full and report.channels == 2
     assert remote_tree(agent.host) == local_tree(kernels)
     assert report.files_sent == 2 and report.deleted == 2  # exactly the diff against what the host had
-    assert sync_task(agent, TASK, kernels).channels == 1
+    assert sync_task(agent, find_task(kernels, TASK)).channels == 1
 
 
 def test_a_cut_request_leaves_the_previous_workspace_and_manifest(agent, kernels):
-    sync_task(agent, TASK, kernels)
+    sync_task(agent, find_task(kernels, TASK))
     manifest = (workspace(agent.host) / ".kpremote" / "manifest.json").read_bytes()
     write(kernels / TASK / "solution/kernel.py", "new\n" * 500)
-    request = build_sync_request(plan_sync(agent.host, scan_task(kernels, TASK)))
+    request = build_sync_request(plan_sync(agent.host, scan_task(find_task(kernels, TASK))))
     result = agent.call("sync-apply", "--task", TASK, stdin=request[: len(request) - 1500])
     assert result.exit_code == 1 and b"nothing was applied" in result.stdout
     assert remote_tree(agent.host) == FILES
     assert (workspace(agent.host) / ".kpremote" / "manifest.json").read_bytes() == manifest
-    assert sync_task(agent, TASK, kernels).files_sent == 1  # the client did not record the failed sync
+    assert sync_task(agent, find_task(kernels, TASK)).files_sent == 1  # the client did not record the failed sync
 
 
 def test_provenance_names_commit_dirty_flag_diff_and_side_hashes(agent, kernels):
@@ -146,11 +148,11 @@ def test_provenance_names_commit_dirty_flag_diff_and_side_hashes(agent, kernels)
     subprocess.run([*git, "add", "."], check=True)
     subprocess.run([*git, "commit", "-q", "-m", "init"], check=True)
     head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    sync_task(agent, TASK, kernels)
+    sync_task(agent, find_task(kernels, TASK))
     clean = json.loads((workspace(agent.host) / ".kpremote" / "provenance.json").read_text())
     assert clean["git_commit"] == head and clean["git_dirty"] is False
     write(kernels / TASK / "solution/kernel.py", "def kernel(): return 'dirty'\n")
-    sync_task(agent, TASK, kernels)
+    sync_task(agent, find_task(kernels, TASK))
     dirty = json.loads((workspace(agent.host) / ".kpremote" / "provenance.json").read_text())
     assert dirty["git_dirty"] is True and dirty["diff_sha256"] != clean["diff_sha256"]
     assert dirty["solution_sha256"] != clean["solution_sha256"]
@@ -159,7 +161,7 @@ def test_provenance_names_commit_dirty_flag_diff_and_side_hashes(agent, kernels)
 
 
 def test_outside_a_git_repo_the_git_fields_are_null(agent, kernels):
-    sync_task(agent, TASK, kernels)
+    sync_task(agent, find_task(kernels, TASK))
     stamp = json.loads((workspace(agent.host) / ".kpremote" / "provenance.json").read_text())
     assert (stamp["git_commit"], stamp["git_dirty"], stamp["diff_sha256"]) == (None, None, None)
 
@@ -169,7 +171,7 @@ def test_unchanged_files_are_not_hashed_again(kernels):
     old = time.time() - 3600
     for path in task.rglob("*"):
         os.utime(path, (old, old))
-    scan_task(kernels, TASK)
+    scan_task(find_task(kernels, TASK))
     assert HashCache(task).old  # the cache was written
     cache = HashCache(task)
     files = {rel: cache.local_file(task / rel, rel, (task / rel).lstat()) for rel in FILES}
@@ -184,7 +186,7 @@ def test_unchanged_files_are_not_hashed_again(kernels):
                                            ("de mo", "invalid task name"), ("..", "invalid task name")])
 def test_unknown_or_unsafe_task_names_are_refused(agent, kernels, task, message):
     with pytest.raises(ConfigError, match=message):
-        sync_task(agent, task, kernels)
+        sync_task(agent, find_task(kernels, task))
     assert not (Path(agent.host.remote_root) / "tasks").exists()
 
 
@@ -192,7 +194,7 @@ def test_a_task_folder_that_is_a_link_is_refused(agent, kernels, tmp_path):
     shutil.move(kernels / TASK, tmp_path / "elsewhere")
     (kernels / TASK).symlink_to(tmp_path / "elsewhere")
     with pytest.raises(ConfigError, match="unknown task"):
-        sync_task(agent, TASK, kernels)
+        sync_task(agent, find_task(kernels, TASK))
 
 
 def test_over_ssh_incremental_sync_deletes_and_recovers(rig, tmp_path, kernels, monkeypatch):
@@ -205,18 +207,18 @@ def test_over_ssh_incremental_sync_deletes_and_recovers(rig, tmp_path, kernels, 
         outside = tmp_path / "outside.txt"
         outside.write_text("never synced")
         (kernels / TASK / "link.txt").symlink_to(outside)
-        first = sync_task(agent, TASK, kernels)
+        first = sync_task(agent, find_task(kernels, TASK))
         assert first.files_sent == len(FILES) and remote_tree(entry) == FILES
-        again = sync_task(agent, TASK, kernels)
+        again = sync_task(agent, find_task(kernels, TASK))
         assert (again.files_sent, again.channels) == (0, 1) and again.bytes_sent < 1000
         write(kernels / TASK / "solution/kernel.py", "def kernel(): return 'v2'\n")
         (kernels / TASK / "docs/notes.md").unlink()
-        changed = sync_task(agent, TASK, kernels)
+        changed = sync_task(agent, find_task(kernels, TASK))
         assert (changed.files_sent, changed.deleted) == (1, 1)
         expected = {k: v for k, v in local_tree(kernels).items() if k != "link.txt"}
         assert remote_tree(entry) == expected
         (workspace(entry) / ".kpremote" / "manifest.json").write_text("{}")  # behind the client's back
-        recovered = sync_task(agent, TASK, kernels)
+        recovered = sync_task(agent, find_task(kernels, TASK))
         assert recovered.full and remote_tree(entry) == expected
         assert (transport.channels.opened, agent.shipped) == (1 + 1 + 1 + 1 + 2 + 1, 1)  # +1: the ship
     finally:

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import io
 import json
 import os
 import socket
 import sys
-from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any, Callable
 
@@ -260,20 +258,12 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _apply_sync(args: argparse.Namespace) -> dict[str, Any]:
-    """agent/sync.py's result as a dict, so `start --sync` still prints one JSON object."""
-    captured = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
-    with redirect_stdout(captured):
-        code = _delegate(DELEGATED["sync-apply"], ["--task", args.task, "--root", str(_root(args))])
-    captured.flush()
-    text = captured.buffer.getvalue().decode().strip()
-    try:
-        result = json.loads(text.splitlines()[-1]) if text else {}
-    except ValueError:
-        result = {"error": "sync_failed", "message": text[-500:]}
-    if code != 0:
-        result.setdefault("error", "sync_failed")
-        result["exit_code"] = code
-    return result
+    """The answer to the sync request on stdin (agent/sync.py), as `start --sync` prints it: an error carries its
+    exit code."""
+    from .sync import answer_sync_request
+
+    answer, exit_code = answer_sync_request(_root(args), args.task, sys.stdin.buffer)
+    return {**answer, "exit_code": exit_code} if exit_code else answer
 
 
 def _follow(args: argparse.Namespace) -> int:

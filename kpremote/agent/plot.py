@@ -1,7 +1,7 @@
 """A run's plot (summary/speedup.png): each row's speedup with its interval, and its share of the copy bandwidth.
 
 Standard library only; matplotlib is imported when a plot is drawn and may be missing on a host: then no plot, and
-the reason, in words, for the summary to print. The client uses row_interval too (kpremote/resultsview.py).
+the reason, in words, for the summary to print.
 """
 
 from __future__ import annotations
@@ -9,24 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from .protocol import row_interval
+
 PASSED = "PASSED"
-
-
-def row_interval(row: dict[str, Any]) -> Optional[tuple[float, float]]:
-    """A row's speedup interval, where the agent gave one: {"speedup_interval": {"low", "high"}} or [low, high],
-    or "speedup_low" / "speedup_high", on the row or in its timing."""
-    verdict = row.get("verdict")
-    if isinstance(verdict, dict) and verdict.get("low") and verdict.get("high"):  # what the judge writes
-        return float(verdict["low"]), float(verdict["high"])
-    for where in (row, row.get("timing") or {}):
-        interval = where.get("speedup_interval") or where.get("interval")
-        if isinstance(interval, dict) and interval.get("low") and interval.get("high"):
-            return float(interval["low"]), float(interval["high"])
-        if isinstance(interval, (list, tuple)) and len(interval) == 2 and all(interval):
-            return float(interval[0]), float(interval[1])
-        if where.get("speedup_low") and where.get("speedup_high"):
-            return float(where["speedup_low"]), float(where["speedup_high"])
-    return None
 
 
 def copy_share(row: dict[str, Any], copy_gbps: Optional[float]) -> Optional[float]:

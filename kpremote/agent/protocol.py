@@ -20,7 +20,8 @@ Standard library only: it is shipped with the agent and the client imports it to
 
   (A workspace that is not what the client remembered is not an error: `start --sync` answers the listing with
   exit 7, NEED_FULL_SYNC.)
-- run states (`RUNNING`, the `TERMINAL` ones);
+- run states (`RUNNING`, the `TERMINAL` ones), and the timing modes a run may be asked for (`--mode`);
+- how a results row gives its speedup interval (`row_interval`: results.json as the client reads it back);
 - the name rule (task, host and container names) and the run-id rule;
 - the sync protocol's version and its tree digest;
 - the idle policy a host's GPUs are judged by, with its defaults;
@@ -146,6 +147,8 @@ RUNNING = "running"
 PASSED, FAILED, ERROR, CANCELLED = "passed", "failed", "error", "cancelled"
 TERMINAL = frozenset({PASSED, FAILED, ERROR, CANCELLED})
 """Statuses after which nothing about a run changes any more."""
+TIMING_MODES = ("cold", "graph")
+"""What a timing run's --mode (or task.toml's [timing] mode) may name: L2 flushed per call, or CUDA graphs."""
 
 # ------------------------------------------------------------------------------------------ names and run ids
 
@@ -247,3 +250,23 @@ def run_kind(mode: str | None) -> str:
 def runner_for(mode: str | None) -> str:
     """The module `start` spawns for a run of this mode."""
     return RUNNERS[run_kind(mode)]
+
+
+# ------------------------------------------------------------------------------------------ results rows
+
+
+def row_interval(row: Mapping[str, Any]) -> tuple[float, float] | None:
+    """A row's speedup interval, where the agent gave one: {"speedup_interval": {"low", "high"}} or [low, high],
+    or "speedup_low" / "speedup_high", on the row or in its timing."""
+    verdict = row.get("verdict")
+    if isinstance(verdict, dict) and verdict.get("low") and verdict.get("high"):  # what the judge writes
+        return float(verdict["low"]), float(verdict["high"])
+    for where in (row, row.get("timing") or {}):
+        interval = where.get("speedup_interval") or where.get("interval")
+        if isinstance(interval, dict) and interval.get("low") and interval.get("high"):
+            return float(interval["low"]), float(interval["high"])
+        if isinstance(interval, (list, tuple)) and len(interval) == 2 and all(interval):
+            return float(interval[0]), float(interval[1])
+        if where.get("speedup_low") and where.get("speedup_high"):
+            return float(where["speedup_low"]), float(where["speedup_high"])
+    return None

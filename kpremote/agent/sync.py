@@ -394,19 +394,24 @@ def write_state(workspace: Path, files: Mapping[str, FileState], provenance: dic
     write_json_atomically(state_dir / MANIFEST_NAME, manifest)
 
 
+def answer_sync_request(root: Path, task: str, stream: BinaryIO) -> tuple[dict[str, Any], int]:
+    """What `sync-apply` prints and its exit code: the applied sync or need_full (0), or the error, named on stderr
+    too. `start --sync` and `slurm-submit --sync` answer their sync with it."""
+    try:
+        return apply_sync_stream(root, task, stream), 0
+    except SyncError as exc:
+        print(f"sync-apply: {exc}", file=sys.stderr)
+        return {"error": exc.kind, "message": str(exc)}, exc.exit_code
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="sync-apply", description="apply a sync stream read from stdin")
     parser.add_argument("--task", required=True)
     parser.add_argument("--root", required=True)
     args = parser.parse_args(argv)
-    try:
-        answer = apply_sync_stream(Path(args.root), args.task, sys.stdin.buffer)
-    except SyncError as exc:
-        print(json.dumps({"error": exc.kind, "message": str(exc)}))
-        print(f"sync-apply: {exc}", file=sys.stderr)
-        return exc.exit_code
+    answer, exit_code = answer_sync_request(Path(args.root), args.task, sys.stdin.buffer)
     print(json.dumps(answer))
-    return 0
+    return exit_code
 
 
 if __name__ == "__main__":

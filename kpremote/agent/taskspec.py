@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from .protocol import TIMING_MODES
+
 try:
     import tomllib
 except ImportError:  # Python 3.10
@@ -30,7 +32,6 @@ SIDES = ("baseline", "candidate")
 SIDE_FOLDERS = {"baseline": "baseline", "candidate": "solution"}
 ARCHES = ("b200", "h200", "h100", "any")
 BUILD_KINDS = ("triton", "cuda", "tvm-ffi", "cutedsl", "python")  # buildkinds.KINDS: their rules and builders
-TIMING_MODES = ("cold", "graph")
 WORKLOAD_ID = re.compile(r"[A-Za-z0-9_.-]+")
 ENTRY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ADAPTER_REQUIRED = ("make_case", "call_baseline", "call_candidate")

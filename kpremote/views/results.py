@@ -10,7 +10,7 @@ from typing import Any, Optional
 from rich.console import Group
 from rich.text import Text
 
-from ..agent.plot import row_interval
+from ..agent.protocol import row_interval
 from . import terminal
 from .layout import Column, fitted_table
 

@@ -307,17 +307,15 @@ def test_start_sync_applies_the_stream_first_and_prints_one_object(root, nvml_fi
     """`start --sync` hands stdin to syncrecv (a stand-in here) before the workspace is even looked at."""
     calls = []
 
-    def fake_sync(argv: list[str]) -> int:
-        calls.append(argv)
+    def fake_sync(sync_root: Path, task: str, stream) -> tuple[dict, int]:
+        calls.append((sync_root, task))
         if "--fail" in os.environ.get("KP_TEST_SYNC", ""):
-            print(json.dumps({"error": "bad_stream", "message": "truncated"}))
-            return 2
+            return {"error": "bad_stream", "message": "truncated"}, 2
         (root / "tasks" / TASK / "workspace").mkdir(parents=True)
         (root / "tasks" / TASK / "workspace" / "standin.json").write_text("{}")
-        print(json.dumps({"received_files": 1}))
-        return 0
+        return {"received_files": 1}, 0
 
-    monkeypatch.setitem(sys.modules, "kpremote.agent.sync", types.SimpleNamespace(main=fake_sync))
+    monkeypatch.setitem(sys.modules, "kpremote.agent.sync", types.SimpleNamespace(answer_sync_request=fake_sync))
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
     args = ["start", "--task", TASK, "--sync", "--root", str(root), "--runner-module", "kp_standin_runner"]
 
@@ -330,7 +328,7 @@ def test_start_sync_applies_the_stream_first_and_prints_one_object(root, nvml_fi
     out = capsys.readouterr().out
     result = json.loads(out)
     assert len(out.splitlines()) == 1 and result["sync"] == {"received_files": 1}
-    assert calls[-1] == ["--task", TASK, "--root", str(root)]
+    assert calls[-1] == (root, TASK)
     final = follow_to_end(root, result["run_id"])[-1]["state"]
     assert final["status"] == "passed", (final, (root / "tasks" / TASK / "runs" / result["run_id"] / "raw" / "agent.log").read_text())
 

@@ -27,6 +27,7 @@ from kpremote.runs import (
 )
 from kpremote.safetar import UnsafeArchive
 from kpremote.sync import sync_task
+from kpremote.taskdir import find_task
 
 RUN_ID = "20260101-120000-abcdef"
 
@@ -49,12 +50,12 @@ def test_a_run_goes_to_the_idle_gpu_with_least_memory_used_and_leased_ones_are_s
     gpus(gpu(0, memory_used_mib=9000), gpu(1, memory_used_mib=100), gpu(2, memory_used_mib=0))
     standin_runs(events=1, hold_s=30)
     session = session_of(agent)
-    first = start_run(session, TASK, kernels, RunOptions())
-    second = start_run(session, TASK, kernels, RunOptions())
+    first = start_run(session, find_task(kernels, TASK), RunOptions())
+    second = start_run(session, find_task(kernels, TASK), RunOptions())
     try:
         assert (first.gpu["index"], second.gpu["index"]) == (2, 1)
         with pytest.raises(NoIdleGpu) as refused:
-            start_run(session, TASK, kernels, RunOptions())
+            start_run(session, find_task(kernels, TASK), RunOptions())
         text = str(refused.value)
         assert "no idle GPU" in text and "9000 MiB used > 2048 MiB" in text
         assert f"leased: run {first.run_id}" in text and f"leased: run {second.run_id}" in text
@@ -66,7 +67,7 @@ def test_a_run_goes_to_the_idle_gpu_with_least_memory_used_and_leased_ones_are_s
 def test_a_task_for_another_arch_is_refused_with_what_the_host_has(agent, kernels, gpus, standin_runs):
     write(kernels / TASK / "task.toml", TASK_TOML.format(arch="b200"))
     with pytest.raises(KpremoteError, match=r"task arch b200 needs compute capability 10.x; GPU 0 NVIDIA H200 is 9.0"):
-        start_run(session_of(agent), TASK, kernels, RunOptions())
+        start_run(session_of(agent), find_task(kernels, TASK), RunOptions())
     assert not list((workspace(agent).parent / "runs").iterdir())  # the refused run left no folder
 
 
@@ -74,11 +75,11 @@ def test_a_run_follows_to_its_end_and_its_summary_comes_on_the_same_channel(agen
                                                                            tmp_path):
     standin_runs(events=2)
     session = session_of(agent)
-    run = start_run(session, TASK, kernels, RunOptions())
+    run = start_run(session, find_task(kernels, TASK), RunOptions())
     events, parts = [], []
     final = follow_run(session, TASK, run.run_id, events.append, summary_sink=parts.append)
     assert final["status"] == "passed" and [e["n"] for e in events if e["event"] == "tick"] == [0, 1]
-    report = fetch_run(agent, TASK, final, kernels, agent.host.name, b"".join(parts))
+    report = fetch_run(agent, find_task(kernels, TASK), final, agent.host.name, b"".join(parts))
     assert report.outcome == "fetched" and (report.path / "results.json").read_text() == '{"headline": 1.0}'
     assert not (report.path / "passwd-link").exists()  # the link in summary/ never leaves the host
     assert agent.transport.channels.opened == 2  # start (with the sync) and follow (with the summary)
@@ -97,11 +98,11 @@ def test_an_agent_the_host_lacks_is_shipped_once_and_the_call_made_again(host):
 
 def test_start_on_a_workspace_changed_behind_the_clients_back_syncs_the_difference_then_starts(agent, kernels, gpus,
                                                                                              standin_runs):
-    sync_task(agent, TASK, kernels)
+    sync_task(agent, find_task(kernels, TASK))
     (workspace(agent) / "solution" / "kernel.py").write_text("tampered")
     (workspace(agent) / ".kpremote" / "manifest.json").unlink()
     session = session_of(agent)
-    run = start_run(session, TASK, kernels, RunOptions())
+    run = start_run(session, find_task(kernels, TASK), RunOptions())
     assert [call[0] for call in agent.transport.calls[-3:]] == ["start", "sync-apply", "start"]
     assert run.synced_files == 1
     assert (workspace(agent) / "solution" / "kernel.py").read_text() == "def kernel(): return 'solution'\n"
@@ -109,12 +110,13 @@ def test_start_on_a_workspace_changed_behind_the_clients_back_syncs_the_differen
 
 
 def test_the_need_full_answer_is_exit_7_with_a_listing_and_starts_nothing(agent, kernels, gpus, standin_runs):
-    sync_task(agent, TASK, kernels)
+    sync_task(agent, find_task(kernels, TASK))
     (workspace(agent) / ".kpremote" / "manifest.json").unlink()
     (workspace(agent) / "task.toml").write_text("changed")
-    from kpremote.sync import build_sync_request, plan_sync, scan_task
+    from kpremote.sync import build_sync_request, plan_sync
+    from kpremote.taskscan import scan_task
 
-    request = build_sync_request(plan_sync(agent.host, scan_task(kernels, TASK)))
+    request = build_sync_request(plan_sync(agent.host, scan_task(find_task(kernels, TASK))))
     result = agent.call("start", "--task", TASK, "--sync", stdin=request)
     answer = json.loads(result.stdout)
     assert result.exit_code == ExitCode.NEED_FULL_SYNC and answer["need_full"] is True
@@ -126,17 +128,17 @@ def test_the_need_full_answer_is_exit_7_with_a_listing_and_starts_nothing(agent,
 
 
 def test_sync_sends_only_what_changed_over_one_channel(agent, kernels):
-    first = sync_task(agent, TASK, kernels)
+    first = sync_task(agent, find_task(kernels, TASK))
     write(kernels / TASK / "solution" / "kernel.py", "def kernel(): return 'faster'\n")
     (kernels / TASK / "bench" / "adapter.py").unlink()
-    second = sync_task(agent, TASK, kernels)
+    second = sync_task(agent, find_task(kernels, TASK))
     assert (first.files_sent, first.channels) == (5, 1)
     assert (second.files_sent, second.deleted, second.channels) == (1, 1, 1)
     assert not (workspace(agent) / "bench" / "adapter.py").exists()
 
 
 def test_a_sync_stream_with_an_unannounced_member_is_refused_and_nothing_applied(agent, kernels):
-    sync_task(agent, TASK, kernels)
+    sync_task(agent, find_task(kernels, TASK))
     header = {"version": 1, "base_digest": "x", "new_digest": "y", "changed": [], "deleted": [], "sizes": {},
               "full": False, "provenance": {}}
     result = agent.call("sync-apply", "--task", "../escape", stdin=json.dumps(header).encode() + b"\n")
@@ -191,7 +193,7 @@ def test_fetch_refuses_an_archive_with_raw_files_or_escaping_paths(agent, kernel
             tar.addfile(info, io.BytesIO(b"x"))
         state = {"run_id": RUN_ID, "status": "passed"}
         with pytest.raises(UnsafeArchive):
-            fetch_run(agent, TASK, state, kernels, agent.host.name, buffer.getvalue())
+            fetch_run(agent, find_task(kernels, TASK), state, agent.host.name, buffer.getvalue())
     assert not (kernels / TASK / "results" / agent.host.name / RUN_ID).exists()
     assert not (kernels / "outside.txt").exists() and not (kernels / TASK / "outside.txt").exists()
 

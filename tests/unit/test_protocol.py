@@ -25,7 +25,7 @@ NOT_NAMES = ["", ".", "..", "-x", "_x", ".hidden", "a/b", "../demo", "de mo", "a
 
 def accepted_by_every_side(name: str, tmp_path: Path) -> dict[str, bool]:
     """Whether each place that checks a task name accepts name (True) or refuses it (False)."""
-    from kpremote import config, fetch, scaffold, sync
+    from kpremote import config, fetch, scaffold, taskdir
     from kpremote.agent import runpaths, sync as agent_sync
     from kpremote.errors import KpremoteError
 
@@ -43,7 +43,7 @@ def accepted_by_every_side(name: str, tmp_path: Path) -> dict[str, bool]:
     return {
         "protocol": is_name(name),
         "config": re.fullmatch(config.NAME_PATTERN, name) is not None,
-        "sync": accepts(lambda: sync.resolve_task_dir(tmp_path / "kernels", name), KpremoteError),
+        "sync": accepts(lambda: taskdir.find_task(tmp_path / "kernels", name), KpremoteError),
         "fetch": accepts(lambda: fetch.checked_name(name, "run id"), KpremoteError),
         "agent sync": accepts(lambda: agent_sync.check_task_name(name), agent_sync.SyncError),
         "agent runs": accepts(lambda: runpaths.validate_task_name(name), AgentError),

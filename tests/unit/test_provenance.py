@@ -12,7 +12,9 @@ import pytest
 from unit.helpers import TASK, write
 
 from kpremote.agent.provenance import git_state, source_provenance, task_provenance
-from kpremote.sync import scan_task, sync_task
+from kpremote.sync import sync_task
+from kpremote.taskdir import find_task
+from kpremote.taskscan import scan_task
 
 DIGESTS = ("solution_sha256", "baseline_sha256")
 
@@ -44,8 +46,8 @@ def awkward_task(kernels: Path) -> Path:
 
 
 def test_the_clients_stamp_and_the_agents_own_computation_of_the_same_tree_are_equal(agent, kernels, awkward_task):
-    client = scan_task(kernels, TASK).provenance
-    sync_task(agent, TASK, kernels)
+    client = scan_task(find_task(kernels, TASK)).provenance
+    sync_task(agent, find_task(kernels, TASK))
     workspace = Path(agent.host.remote_root) / "tasks" / TASK / "workspace"
     (workspace / ".kpremote" / "provenance.json").unlink()  # as a task that came without a sync
     write(workspace / "solution" / "__pycache__" / "kernel.cpython-311.pyc", b"\0built on the host")
@@ -56,7 +58,7 @@ def test_the_clients_stamp_and_the_agents_own_computation_of_the_same_tree_are_e
 
 
 def test_a_recorded_stamp_is_what_the_agent_reports(agent, kernels):
-    sync_task(agent, TASK, kernels)
+    sync_task(agent, find_task(kernels, TASK))
     workspace = Path(agent.host.remote_root) / "tasks" / TASK / "workspace"
     recorded = source_provenance(workspace)
     assert recorded["origin"] == ".kpremote/provenance.json" and recorded["synced_at"]
@@ -65,7 +67,7 @@ def test_a_recorded_stamp_is_what_the_agent_reports(agent, kernels):
 def test_a_side_with_no_file_has_no_digest_on_either_side(kernels):
     shutil.rmtree(kernels / TASK / "baseline")
     (kernels / TASK / "baseline").mkdir()
-    assert scan_task(kernels, TASK).provenance["baseline_sha256"] is None
+    assert scan_task(find_task(kernels, TASK)).provenance["baseline_sha256"] is None
     assert task_provenance(kernels / TASK)["baseline_sha256"] is None
 
 
@@ -96,7 +98,7 @@ def test_a_clean_tracked_folder_has_no_diff_and_a_binary_change_changes_the_diff
 def test_the_sync_stamp_carries_the_same_git_state(agent, kernels):
     git(kernels, "init", "-q")
     head = commit_all(kernels)
-    sync_task(agent, TASK, kernels)
+    sync_task(agent, find_task(kernels, TASK))
     stamp = json.loads((Path(agent.host.remote_root) / "tasks" / TASK / "workspace" / ".kpremote"
                         / "provenance.json").read_text())
     assert (stamp["git_commit"], stamp["git_dirty"], stamp["diff_sha256"]) == (head, False, None)

@@ -17,6 +17,7 @@ from kpremote.agentclient import Agent
 from kpremote.runs import RunOptions, RunSession, follow_run, start_run
 from kpremote.views.start import StartView, phase_text, size_text
 from kpremote.sync import sync_task
+from kpremote.taskdir import find_task
 
 
 def session_of(agent: Agent) -> RunSession:
@@ -28,7 +29,7 @@ def session_of(agent: Agent) -> RunSession:
 def started_with_progress(agent: Agent, kernels: Path) -> list[dict]:
     events: list[dict] = []
     session = session_of(agent)
-    run = start_run(session, TASK, kernels, RunOptions(), on_progress=events.append)
+    run = start_run(session, find_task(kernels, TASK), RunOptions(), on_progress=events.append)
     follow_run(session, TASK, run.run_id, lambda event: None)
     return events
 
@@ -45,7 +46,7 @@ def test_a_start_says_connecting_then_what_it_syncs_then_created(agent, kernels,
 
 
 def test_a_start_that_must_sync_the_difference_says_what_that_difference_weighs(agent, kernels, gpus, standin_runs):
-    sync_task(agent, TASK, kernels)
+    sync_task(agent, find_task(kernels, TASK))
     workspace = Path(agent.host.remote_root) / "tasks" / TASK / "workspace"
     (workspace / "solution" / "kernel.py").write_text("tampered")
     (workspace / ".kpremote" / "manifest.json").unlink()
