@@ -31,7 +31,8 @@ from .lease import Lease, acquire, utc_now_iso
 from .nvml import GpuState, Snapshot, snapshot
 from .procfs import command_line, is_alive, pid_exists
 from .procfs import group_members as _group_members
-from .protocol import NAME_PATTERN, PROFILE, RUN_ID_PATTERN, RUN_ID_RULE, RUNNERS, TERMINAL, TIMING, is_name, new_run_id
+from .protocol import NAME_PATTERN, PROFILE_MODE_PREFIX, RUN_ID_PATTERN, RUN_ID_RULE, RUNNERS, TERMINAL, is_name, new_run_id
+from .protocol import run_kind
 from .protocol import AgentError, BadRequest, ExitCode, GpuNotFound, IdlePolicy, NotFound, NotTerminal, UnusablePython
 from .runstate import read_state, update_state
 
@@ -40,7 +41,6 @@ RUN_ID = re.compile(RUN_ID_PATTERN)
 HEARTBEAT_S = 2.0
 FOLLOW_POLL_S = 0.05
 CANCEL_GRACE_S = 5.0
-DEFAULT_RUNNER = RUNNERS[TIMING]
 # The folder that holds the `kpremote` package this code runs from: the detached runner imports the same copy.
 AGENT_HOME = Path(__file__).resolve().parents[2]
 
@@ -102,9 +102,8 @@ class TaskRefused(AgentError):
     exit_code = ExitCode.BAD_REQUEST
 
 
-# Runners that read the task folder, and whether their --mode is the timing mode: start checks the task for them
-# before any run record exists (the profile runner's --mode carries its ncu request instead).
-TASK_RUNNERS = {RUNNERS[TIMING]: True, RUNNERS[PROFILE]: False}
+# The runners that read the task folder: start checks the task for them before any run record exists.
+TASK_RUNNERS = frozenset(RUNNERS.values())
 TOMBSTONES = ".cancelled"  # tasks/<task>/.cancelled/<run-id>: cancelled before its start came; it refuses
 CLAIMS_LOCK = ".claims.lock"  # tasks/<task>/.claims.lock: a claim and a cancel of an unborn run, one at a time
 
@@ -119,11 +118,20 @@ class StartRequest:
     wait_s: float = 0.0
     lease: bool = True
     workloads: str | None = None
-    mode: str | None = None
+    mode: str | None = None  # a timing run's mode
+    profile: str | None = None  # a profile run's request (protocol.ProfileRequest as JSON)
     host_alias: str | None = None
-    runner_module: str = DEFAULT_RUNNER
     run_id: str | None = None  # chosen by the client, so it can cancel the run before it hears back
     audit: str | None = None  # "off": no Nsight Compute audit (the run reads "unaudited: --no-audit")
+
+    @property
+    def runner_module(self) -> str:
+        return RUNNERS[run_kind(self.profile)]
+
+    @property
+    def recorded_mode(self) -> str | None:
+        """The run record's mode: a timing run's, or "profile:" + the request."""
+        return self.mode if self.profile is None else PROFILE_MODE_PREFIX + self.profile
 
 
 def start(root: Path, request: StartRequest, snapshot_fn: Callable[[], Snapshot] = snapshot,
@@ -192,7 +200,7 @@ def _spawn_runner(root: Path, request: StartRequest, workspace: Path, run_id: st
             host_alias=request.host_alias,
             device=device,
             workloads=request.workloads,
-            mode=request.mode,
+            mode=request.recorded_mode,
         )
         if lease:
             lease.write_record({**lease.record(), "pid": gate.pid})
@@ -343,7 +351,7 @@ def refuse_bad_task(workspace: Path, request: StartRequest) -> None:
     from .taskspec import TaskSpecError, load_task
 
     try:
-        spec = load_task(workspace, timing_mode=request.mode if TASK_RUNNERS[request.runner_module] else None,
+        spec = load_task(workspace, timing_mode=request.mode,
                          packages=False)
         spec.select([w.strip() for w in request.workloads.split(",") if w.strip()] if request.workloads else None)
     except TaskSpecError as exc:
@@ -461,6 +469,7 @@ def _runner_command(
         "--lease-fd": str(lease.fd) if lease else None,
         "--workloads": request.workloads,
         "--mode": request.mode,
+        "--profile": request.profile,
         "--host-alias": request.host_alias,
         "--audit": request.audit,
     }
