@@ -32,7 +32,7 @@ from .nvml import GpuState, Snapshot, snapshot
 from .procfs import command_line, is_alive, pid_exists
 from .procfs import group_members as _group_members
 from .protocol import NAME_PATTERN, PROFILE_MODE_PREFIX, RUN_ID_PATTERN, RUN_ID_RULE, RUNNERS, TERMINAL, is_name, new_run_id
-from .protocol import run_kind
+from .protocol import AGENT_RUNNERS, run_kind
 from .protocol import AgentError, BadRequest, ExitCode, GpuNotFound, IdlePolicy, NotFound, NotTerminal, UnusablePython
 from .runstate import read_state, update_state
 
@@ -102,8 +102,6 @@ class TaskRefused(AgentError):
     exit_code = ExitCode.BAD_REQUEST
 
 
-# The runners that read the task folder: start checks the task for them before any run record exists.
-TASK_RUNNERS = frozenset(RUNNERS.values())
 TOMBSTONES = ".cancelled"  # tasks/<task>/.cancelled/<run-id>: cancelled before its start came; it refuses
 CLAIMS_LOCK = ".claims.lock"  # tasks/<task>/.claims.lock: a claim and a cancel of an unborn run, one at a time
 
@@ -346,7 +344,7 @@ def _claims_locked(runs_dir: Path) -> Iterator[None]:
 def refuse_bad_task(workspace: Path, request: StartRequest) -> None:
     """The checks the runner would make first, made before any run record exists; messages name the task as the
     user knows it (kernels/<task>/...), not this host's copy."""
-    if request.runner_module not in TASK_RUNNERS:
+    if request.runner_module not in AGENT_RUNNERS:  # a stand-in runner reads no task
         return None
     from .taskspec import TaskSpecError, load_task
 

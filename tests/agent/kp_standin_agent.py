@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from kpremote.agent import protocol, runs  # noqa: F401 - runs first: its TASK_RUNNERS stay the real ones, so
-from kpremote.agent.__main__ import main    # start does not check the stand-in's task folder (it has no task.toml)
+from kpremote.agent import protocol
+from kpremote.agent.__main__ import main
 
 if __name__ == "__main__":
     protocol.RUNNERS[protocol.TIMING] = "kp_standin_runner"

@@ -13,6 +13,7 @@ from kpremote.agent import protocol
 from kpremote.agent.protocol import ExitCode, ProfileRequest
 from kpremote.agent.runoptions import parse_profile_args
 from kpremote.runs import RunOptions, RunSession, follow_run, start_run
+from kpremote.sync import sync_task
 
 
 def test_a_profile_start_spawns_the_profile_runner_with_the_request_and_records_its_mode(
@@ -43,3 +44,13 @@ def test_the_profile_runner_reads_its_request_and_refuses_one_it_cannot_read(tmp
     assert request == ProfileRequest(side="baseline") and options.workloads == ["w1"]
     refused, _ = parse_profile_args(["--profile", "profile:{}", *common])
     assert "is not a profile request" in refused
+
+
+def test_a_profile_request_in_the_mode_is_no_longer_a_profile_but_a_bad_mode(agent, kernels, gpus):
+    sync_task(agent, TASK, kernels)
+    refused = agent.call("start", "--task", TASK, "--mode", 'profile:{"side":"both"}')
+    assert refused.exit_code == ExitCode.BAD_REQUEST
+    answer = json.loads(refused.stdout)
+    assert answer["error"] == "task_refused" and "--mode" in answer["message"]
+    runs = Path(agent.host.remote_root) / "tasks" / TASK / "runs"
+    assert not runs.exists() or not list(runs.iterdir())  # refused before any run record
