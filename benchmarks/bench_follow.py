@@ -2,11 +2,11 @@
 
 Run: python benchmarks/bench_follow.py [--events 10000] [--seconds 20] [--repeats 3] [--rtt-ms 0] [--command run]
 
-The remote run is a stand-in runner (benchmarks/standin_events.py, spawned by the agent's
-`start --runner-module`) that writes N row events evenly over S seconds. The client is the real `inv run`
-command line, in a child process on a pseudo-terminal (so rich's live view draws as it does for a user),
-with two hooks added from outside kpremote: `start` asks for the stand-in runner, and the moments the first
-and last events reach the view are noted. With `--command logs` the run is started first with
+The remote run is a stand-in runner (benchmarks/standin_events.py, spawned by the agent's `start` in place of
+the timing runner: the host's Python is benchmarks/standin_agent.py) that writes N row events evenly over S
+seconds. The client is the real `inv run` command line, in a child process on a pseudo-terminal (so rich's live
+view draws as it does for a user), with one hook added from outside kpremote: the moments the first and last
+events reach the view are noted. With `--command logs` the run is started first with
 `inv run --detach --json` (its stand-in waits --attach-s seconds before its first event), and the client measured
 is `inv logs --follow --host H --run RUN --task T`, the moments noted being when each event has been handed to
 its printer. Figures, medians over the repeats:
@@ -26,6 +26,7 @@ import os
 import pty
 import re
 import resource
+import shlex
 import subprocess
 import sys
 import threading
@@ -37,7 +38,6 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 TASK = "events_task"
-RUNNER_MODULE = "standin_events"
 
 
 def headers(command: str) -> list[str]:
@@ -50,21 +50,15 @@ def headers(command: str) -> list[str]:
 
 
 def client_main(argv: list[str]) -> None:
-    """`inv ARGS...` (run or logs) in this process, with the two hooks; stats written to $KP_BENCH_STATS at the end."""
+    """`inv ARGS...` (run or logs) in this process, with the hook; stats written to $KP_BENCH_STATS at the end."""
     started = time.monotonic()
     sys.path.insert(0, str(BENCH_DIR.parent))
     from invoke.main import program
 
-    from kpremote import agentclient, placement
+    from kpremote import placement
     from kpremote.views.run import RunView
 
     window: dict[str, Any] = {}
-    call = agentclient.Agent.call
-
-    def call_with_standin(self, subcommand: str, *args: str, **kwargs: Any):
-        if subcommand == "start":
-            args = (*args, "--runner-module", RUNNER_MODULE)
-        return call(self, subcommand, *args, **kwargs)
 
     def mark() -> None:
         moment = (time.monotonic(), _cpu_seconds())
@@ -89,7 +83,6 @@ def client_main(argv: list[str]) -> None:
 
         return follow_run(session, task, run_id, timed_on_event, *args, **kwargs)
 
-    agentclient.Agent.call = call_with_standin
     if argv[0] == "logs":
         placement.follow_run = timed_follow_run
     else:
@@ -178,6 +171,14 @@ def start_detached(work: Path, env: dict[str, str], hosts_toml: Path, host: str)
     return outcome["run_id"]
 
 
+def standin_python(folder: Path) -> str:
+    """The host's Python: this interpreter running standin_agent.py (start spawns the stand-in runner)."""
+    wrapper = folder / "standin-python"
+    wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(BENCH_DIR / "standin_agent.py"))} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
 def write_standin_task(task_dir: Path) -> None:
     """A task the client's checks accept (it validates task.toml before connecting); the stand-in runner never
     imports it."""
@@ -204,6 +205,7 @@ def measure(events: int, seconds: float, repeats: int, rtt_ms: float, profile: s
     runs = []
     try:
         host = rig.add_host("follow-host", gpus=[idle_gpu(0)], extra_env={"PYTHONPATH": str(BENCH_DIR)})
+        host.python = standin_python(rig.base)
         linked = link_host(rig, host, rtt_ms)
         work = rig.base / "work"
         task_dir = work / "kernels" / TASK

@@ -1,11 +1,11 @@
 """A stand-in for kpremote.agent.runner that emits many row events at a steady pace (benchmarks/bench_follow.py).
 
-Spawned by the agent's `start --runner-module standin_events` with the runner's own arguments. Its plan comes
-from <task-dir>/standin.json: {"events": N, "seconds": S, "delay_s": D}. After D seconds (0 if absent: time for an
-`inv logs --follow` to attach to a detached run first), it writes N `row` events evenly over S seconds into
-raw/events.jsonl (in batches every 10 ms), then a small summary and the terminal state, as the real runner does.
-Each row's message says when it was written ("written@<unix time>"): the view prints it, so whoever reads the
-terminal knows how late each row was drawn.
+Spawned by the agent's `start` in place of the timing runner (benchmarks/standin_agent.py), with the runner's own
+arguments. Its plan comes from <task-dir>/standin.json: {"events": N, "seconds": S, "delay_s": D}. After D seconds
+(0 if absent: time for an `inv logs --follow` to attach to a detached run first), it writes N `row` events evenly
+over S seconds into raw/events.jsonl (in batches every 10 ms), then a small summary and the terminal state, as the
+real runner does. Each row's message says when it was written ("written@<unix time>"): the view prints it, so
+whoever reads the terminal knows how late each row was drawn.
 """
 
 from __future__ import annotations

@@ -274,7 +274,7 @@ def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
 def profile(c, task, workload, host="local", hosts=None, side="both", set="basic", kernel=None, warmup=None,
             calls=None, detach=False, wait=None, json=False):
     """Nsight Compute on the host: gate the workload, profile each side under ncu, bring back profile.md/.csv."""
-    from .agent.ncu import ProfileRequest
+    from .agent.protocol import ProfileRequest
     from .profile import profile as run_profile
     from .profile import show_profile
 

@@ -1,8 +1,8 @@
 """`inv profile` and `inv fetch-results --raw-file`: Nsight Compute on a host, the summary home, the reports left there.
 
 A profile is a run like any other (start with the sync in one channel, follow, fetch the summary), except that
-`start` spawns the profile runner (kpremote/agent/profile.py) with the request in `--mode`. Its heavy .ncu-rep
-files stay in the run's raw/ on the host; one of them comes home only when asked for by name, into
+`start --profile JSON` asks for a profile run: the agent spawns its profile runner (kpremote/agent/profile.py). Its
+heavy .ncu-rep files stay in the run's raw/ on the host; one of them comes home only when asked for by name, into
 kernels/<task>/results/<host>/.raw/<run-id>/ (a hidden folder: it is not a fetched summary, and re-fetching the
 summary never compares against it).
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .agent.ncu import ProfileRequest
+from .agent.protocol import ProfileRequest
 from .agentclient import Agent, error_message
 from .config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
@@ -25,28 +25,11 @@ from .fetch import MIB, FetchRefused, SummaryReceiver, checked_name, fetch_run, 
 from .placement import Outcome
 from .runs import RunOptions, RunSession, follow_run, reattach_hint, start_run
 from .taskdir import TaskDir, find_task
-from .transport import Completed
 from .views import terminal
 from .views.results import summary_markdown
 from .views.run import RunView
 
-PROFILE_RUNNER = "kpremote.agent.profile"
 RAW_FOLDER = ".raw"
-
-
-class ProfileAgent(Agent):
-    """The host's agent, with `start` spawning the profile runner instead of the timing runner."""
-
-    def call(self, subcommand: str, *args: str, **kwargs: Any) -> Completed:
-        if subcommand == "start":
-            args = (*args, "--runner-module", PROFILE_RUNNER)
-        return super().call(subcommand, *args, **kwargs)
-
-
-def profile_session(host: Host) -> RunSession:
-    session = RunSession(host)
-    session.agent = ProfileAgent(host, session.agent.transport)
-    return session
 
 
 # --------------------------------------------------------------------------------------------- inv profile
@@ -58,9 +41,9 @@ def profile(host: Host, task: TaskDir, workload: str, request: ProfileRequest, *
     problems = request.problems()
     if problems:
         raise KpremoteError("; ".join(problems))
-    options = RunOptions(workloads=workload, mode=request.to_mode(), wait=wait)
+    options = RunOptions(workloads=workload, profile=request.to_json(), wait=wait)
     started_at = time.monotonic()
-    session = profile_session(host)
+    session = RunSession(host)
     try:
         run = start_run(session, task, options)
     except BaseException:

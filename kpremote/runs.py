@@ -42,6 +42,7 @@ class RunOptions(BaseModel):
     wait: Optional[float] = None
     workloads: Optional[str] = None
     mode: Optional[str] = None
+    profile: Optional[str] = None  # a profile run: its protocol.ProfileRequest as JSON (start --profile)
     device: str = "auto"
     audit: bool = True  # False: --no-audit, the run is labelled "unaudited: --no-audit"
 
@@ -167,7 +168,8 @@ def _last_json(result: Completed) -> dict[str, Any]:
 def _start_args(host: Host, task: str, options: RunOptions) -> list[str]:
     args = ["--task", task, "--idle", host.idle.model_dump_json(), "--arch", host.arch, "--host-alias", host.name,
             "--device", options.device]
-    for flag, value in (("--gpu", options.gpu), ("--workloads", options.workloads), ("--mode", options.mode)):
+    for flag, value in (("--gpu", options.gpu), ("--workloads", options.workloads), ("--mode", options.mode),
+                        ("--profile", options.profile)):
         if value:
             args += [flag, value]
     if options.wait:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agent import profile as agent_profile
+from kpremote.agent import rawfiles
 from kpremote.agent.lease import BadRequest
 from kpremote.agent.protocol import NotFound, NotTerminal
 from rig import REPO, idle_gpu, run_inv
@@ -223,26 +223,26 @@ def make_run(root: Path, run_id: str, status: str = "passed") -> Path:
 
 def test_raw_files_are_served_only_by_safe_name_from_finished_runs(tmp_path: Path):
     run = make_run(tmp_path, "20260101-000000-aaaaaa")
-    info = agent_profile.raw_file_stat(tmp_path, "demo", run.name, "raw/ncu/b.ncu-rep")
+    info = rawfiles.raw_file_stat(tmp_path, "demo", run.name, "raw/ncu/b.ncu-rep")
     assert info == {"name": "ncu/b.ncu-rep", "path": str(run / "raw" / "ncu" / "b.ncu-rep"), "bytes": 6,
                     "sha256": hashlib.sha256(b"report").hexdigest()}
     out = io.BytesIO()
-    agent_profile.send_raw_file(tmp_path, "demo", run.name, "ncu/b.ncu-rep", out)
+    rawfiles.send_raw_file(tmp_path, "demo", run.name, "ncu/b.ncu-rep", out)
     assert out.getvalue() == b"report"
     for bad in ("../state.json", "ncu/../../state.json", "", "/etc/passwd"):
         with pytest.raises((BadRequest, NotFound)):
-            agent_profile.raw_file_path(tmp_path, "demo", run.name, bad)
+            rawfiles.raw_file_path(tmp_path, "demo", run.name, bad)
     (run / "raw" / "link").symlink_to(run / "state.json")
     with pytest.raises(BadRequest, match="is a link"):
-        agent_profile.raw_file_path(tmp_path, "demo", run.name, "link")
+        rawfiles.raw_file_path(tmp_path, "demo", run.name, "link")
     with pytest.raises(NotFound):
-        agent_profile.raw_file_path(tmp_path, "demo", run.name, "ncu/missing.ncu-rep")
+        rawfiles.raw_file_path(tmp_path, "demo", run.name, "ncu/missing.ncu-rep")
     live = make_run(tmp_path, "20260101-000000-bbbbbb", status="running")
     runner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", live.name])  # alive, and ours
     try:
         (live / "state.json").write_text(json.dumps({"run_id": live.name, "status": "running", "pid": runner.pid}))
         with pytest.raises(NotTerminal):
-            agent_profile.raw_file_path(tmp_path, "demo", live.name, "ncu/b.ncu-rep")
+            rawfiles.raw_file_path(tmp_path, "demo", live.name, "ncu/b.ncu-rep")
     finally:
         runner.kill()
         runner.wait()

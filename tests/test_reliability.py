@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 import pytest
 
 from kpremote.agent.lease import holders
-from kpremote.agent.runner import descendants
+from kpremote.agent.procfs import descendants
 from kpremote.agent.runstate import TERMINAL
 from kpremote.agentclient import Agent
 from kpremote.config import parse_inventory

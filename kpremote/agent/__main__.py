@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from .protocol import AgentError, ExitCode, UsageError, runner_for
+from .protocol import AgentError, ExitCode, UsageError
 from .runstate import disk_full_message, is_disk_full
 
 DELEGATED = {"run": "kpremote.agent.runner", "sync-apply": "kpremote.agent.sync"}
@@ -111,14 +111,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", type=float, default=0.0, help="seconds to wait for an idle GPU")
     p.add_argument("--no-lease", action="store_true")
     p.add_argument("--workloads", default=None)
-    p.add_argument("--mode", default=None)
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("--mode", default=None, help="a timing run's mode (cold or graph)")
+    kind.add_argument("--profile", default=None, help="a profile run: the ProfileRequest as JSON")
     p.add_argument("--audit", choices=("on", "off"), default=None, help="the runner's Nsight Compute audit")
     p.add_argument("--host-alias", default=None)
     p.add_argument("--sync", action="store_true", help="apply a sync stream from stdin first")
     p.add_argument("--run-id", default=None, help="the run id the client chose (so it can cancel before it hears back)")
     p.add_argument("--progress", action="store_true",
                    help="JSON lines: created, waiting (what the wait is for), then the answer")
-    p.add_argument("--runner-module", default=None, help=argparse.SUPPRESS)
 
     p = command("follow", _follow, "stream a run's events until it ends")
     _run_arguments(p)
@@ -238,7 +239,7 @@ def _start(args: argparse.Namespace) -> int:
         workloads=args.workloads,
         mode=args.mode,
         host_alias=args.host_alias,
-        runner_module=args.runner_module or runner_for(args.mode),
+        profile=args.profile,
         run_id=args.run_id,
         audit=args.audit,
     )
@@ -296,7 +297,7 @@ def _pack_summary(args: argparse.Namespace) -> int:
 
 
 def _raw_file(args: argparse.Namespace) -> int:
-    from .profile import raw_file_stat, send_raw_file
+    from .rawfiles import raw_file_stat, send_raw_file
 
     if args.stat:
         _print_json(raw_file_stat(_root(args), args.task, args.run, args.name))

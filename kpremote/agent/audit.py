@@ -34,7 +34,6 @@ event pair: 2.5 µs + 8 % below 20 µs, 2.5 µs + 5 % from 20 µs (measured on t
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -42,12 +41,14 @@ import secrets
 import statistics
 import subprocess
 import sys
-import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import ncu
+from .procfs import kill_tree
+from .profiledcall import bound_adapter, call_main, job_task, profiled, side_call, synchronize, warm_up
+from .protocol import PROFILE_SIDES
 
 # (below this length in µs, absolute µs, relative): the first band the ncu length falls in gives the tolerance.
 # The absolute part is the launch the harness's event pair holds and ncu's gpu__time_duration does not: on the H200
@@ -152,8 +153,8 @@ def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], e
                calls: int = AUDIT_CALLS, cache_control: str = "all", row_limit_s: float = ROW_LIMIT_S,
                raw_dir: Path | str | None = None) -> AuditReport:
     """Re-measure each row of one side under ncu (a process per row) and compare with the harness's medians."""
-    if side not in ncu.SIDES:
-        raise ValueError(f"side {side!r}: allowed: {', '.join(ncu.SIDES)}")
+    if side not in PROFILE_SIDES:
+        raise ValueError(f"side {side!r}: allowed: {', '.join(PROFILE_SIDES)}")
     env = _target_env(env)
     found = ncu.find_ncu(env)
     if found is None:
@@ -195,7 +196,7 @@ def audit_row(request: dict[str, Any]) -> dict[str, Any]:
     cache_control = "none" if request.get("mode") == "graph" else "call"
     sides: dict[str, RowAudit] = {}
     status: dict[str, str] = {}
-    for side in ncu.SIDES:
+    for side in PROFILE_SIDES:
         harness = (request.get("harness_us") or {}).get(side)
         if harness is None:
             continue
@@ -262,18 +263,12 @@ def _run(command: list[str], log_path: Path, env: dict[str, str], cwd: Path, lim
     try:
         return child.wait(timeout=limit_s)
     except subprocess.TimeoutExpired:
-        _kill(child)
+        kill_tree(child)
         raise ncu.NcuError("target_failed", f"ncu and the audited calls took longer than {limit_s:g} s") from None
     except BaseException:  # a cancelled run takes ncu and the audited process with it
         if child.poll() is None:
-            _kill(child)
+            kill_tree(child)
         raise
-
-
-def _kill(child: subprocess.Popen) -> None:
-    from .runner import kill_tree  # the runner imports this module; its helper is loaded by then
-
-    kill_tree(child)
 
 
 def _target_env(env: dict[str, str] | None) -> dict[str, str]:
@@ -298,37 +293,21 @@ def _built_modules(run_dir: Path) -> dict[str, str | None]:
 
 
 def call_row(job: dict[str, Any]) -> dict[str, Any]:
-    """Warm up, then make the audited calls of one side for one row inside the profiler's region."""
-    from .build import import_adapter, import_side
-    from .profile import _profiler, _synchronize
-    from .taskspec import SIDES, load_task
-
-    spec = load_task(Path(job["task_dir"]))
-    workload = next(w for w in spec.workloads if w.id == job["workload"])
-    side = job["side"]
-    device = "cuda" if job["device"].startswith("cuda") else "cpu"
-    module = import_side(spec, side, (job.get("modules") or {}).get(side))
-    adapter = import_adapter(spec)
-    if callable(getattr(adapter, "bind", None)):
-        adapter.bind(**{s: module if s == side else None for s in SIDES})
-    params = workload.params
+    """Warm up, then make the audited calls of one side for one row, each inside the profiler's region."""
+    spec, workload, device = job_task(job)
+    params, side = workload.params, job["side"]
+    adapter = bound_adapter(spec, side, (job.get("modules") or {}).get(side))
     case = adapter.make_case(params, device=device, seed=int(job["seed"]))
-    outputs = case.outputs_baseline if side == "baseline" else case.outputs_candidate
-    call = getattr(adapter, f"call_{side}")
-    for _ in range(job["warmup"]):
-        call(params, case.inputs, outputs)
-    _synchronize(device)
+    call = side_call(adapter, side, case, params)
+    warm_up(call, job["warmup"], device)
     flush = _cold_l2(device) if job.get("flush_per_call") else None
     for _ in range(job["calls"]):
         if flush is not None:  # cold at the call's start, as in the harness's samples (outside the profiled range)
             flush()
-            _synchronize(device)
-        _profiler(device, start=True)
-        try:
-            call(params, case.inputs, outputs)
-            _synchronize(device)
-        finally:
-            _profiler(device, start=False)
+            synchronize(device)
+        with profiled(device):
+            call()
+            synchronize(device)
     return {"side": side, "workload": workload.id, "warmup": job["warmup"], "calls": job["calls"]}
 
 
@@ -341,23 +320,7 @@ def _cold_l2(device: str) -> Any:
     return L2Flusher(None).flush_buffer.max
 
 
-def call_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kpremote.agent.audit call")
-    parser.add_argument("--job", required=True, type=Path)
-    parser.add_argument("--out", required=True, type=Path)
-    args = parser.parse_args(argv)
-    try:
-        result = call_row(json.loads(args.job.read_text()))
-    except Exception:  # noqa: BLE001 - the traceback lands in the row's log, which check_profile quotes
-        traceback.print_exc()
-        return 1
-    tmp = args.out.with_name(f".{args.out.name}.tmp")
-    tmp.write_text(json.dumps(result))
-    os.replace(tmp, args.out)
-    return 0
-
-
 if __name__ == "__main__":
     if sys.argv[1:2] != ["call"]:
         sys.exit("usage: python -m kpremote.agent.audit call --job JOB.json --out DONE.json (audit_rows starts it)")
-    sys.exit(call_main(sys.argv[2:]))
+    sys.exit(call_main(sys.argv[2:], "python -m kpremote.agent.audit call", call_row))

@@ -11,8 +11,8 @@ row of units, then one row per profiled launch, e.g.
     "","","","","","","","","",...,"nsecond","%",...
     "0","4242","python3","host","_kernel","1","7","(256, 1, 1)","(64, 1, 1)",...,"5,216","61.20",...
 
-Numbers may carry thousands separators and unsupported metrics read "n/a". Standard library only: the client
-imports ProfileRequest from here.
+Numbers may carry thousands separators and unsupported metrics read "n/a". What a profile asks for
+(protocol.ProfileRequest) is part of the seam, not of this module.
 """
 
 from __future__ import annotations
@@ -20,21 +20,16 @@ from __future__ import annotations
 import csv
 import glob
 import io
-import json
 import os
 import re
 import shutil
 import statistics
 import subprocess
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 NCU_ENV = "KPREMOTE_NCU"
-SIDES = ("baseline", "candidate")
-SIDE_CHOICES = ("baseline", "candidate", "both")
-SECTION_SETS = ("basic", "full")
-MODE_PREFIX = "profile:"
 NO_KERNELS_WARNING = "No kernels were profiled"
 PERMISSION_ERROR = "ERR_NVGPUCTRPERM"
 PERMISSION_HINT = ("no permission to GPU performance counters: run with --cap-add=SYS_ADMIN or set "
@@ -70,58 +65,6 @@ class NcuError(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
-
-
-# --------------------------------------------------------------------------------------------- the request
-
-
-@dataclass(frozen=True)
-class ProfileRequest:
-    """What `inv profile` asks for; travels to the host inside `start --mode` (see to_mode)."""
-
-    side: str = "both"
-    section_set: str = "basic"
-    kernel: str | None = None  # a regular expression on kernel function names
-    warmup: int = 3  # untimed, unprofiled calls first: JIT compilation and first-touch effects stay outside
-    calls: int = 3  # profiled calls per side
-
-    @property
-    def sides(self) -> tuple[str, ...]:
-        return SIDES if self.side == "both" else (self.side,)
-
-    def problems(self) -> list[str]:
-        found = []
-        if self.side not in SIDE_CHOICES:
-            found.append(f"--side {self.side!r}: allowed: {', '.join(SIDE_CHOICES)}")
-        if self.section_set not in SECTION_SETS:
-            found.append(f"--set {self.section_set!r}: allowed: {', '.join(SECTION_SETS)}")
-        if self.kernel is not None:
-            try:
-                re.compile(self.kernel)
-            except re.error as exc:
-                found.append(f"--kernel {self.kernel!r} is not a regular expression: {exc}")
-        for name in ("warmup", "calls"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < (1 if name == "calls" else 0) or value > 100:
-                found.append(f"{name} = {value!r}: a whole number from {1 if name == 'calls' else 0} to 100")
-        return found
-
-    def to_mode(self) -> str:
-        return MODE_PREFIX + json.dumps(asdict(self), separators=(",", ":"))
-
-    @classmethod
-    def from_mode(cls, mode: str) -> "ProfileRequest":
-        """The request inside a `--mode` value; ValueError (saying what is wrong) for anything else."""
-        if not mode.startswith(MODE_PREFIX):
-            raise ValueError(f"--mode {mode!r} is not a profile request (expected {MODE_PREFIX}{{...}})")
-        try:
-            values = json.loads(mode[len(MODE_PREFIX):])
-        except ValueError as exc:
-            raise ValueError(f"--mode: the profile request is not JSON: {exc}") from None
-        known = {f.name for f in fields(cls)}
-        if not isinstance(values, dict) or set(values) - known:
-            raise ValueError(f"--mode: unknown profile request keys {sorted(set(values) - known)}")
-        return replace(cls(), **values)
 
 
 # --------------------------------------------------------------------------------------------- finding ncu

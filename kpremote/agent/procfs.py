@@ -1,4 +1,5 @@
-"""What Linux /proc says about processes: parent, group, state, start time, descendants, liveness.
+"""What Linux /proc says about processes (parent, group, state, start time, descendants, liveness), and the two
+kills that need it: a process with everything it started, and what a run left behind in its own group.
 
 One reader of /proc/<pid>/stat for the whole agent. Its second field, the command name, may hold spaces and
 parentheses, so the fields are split after the last ')'.
@@ -7,6 +8,9 @@ parentheses, so the fields are split after the last ')'.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,3 +109,28 @@ def command_line(pid: int) -> str | None:
         return (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return None
+
+
+def kill_tree(process: subprocess.Popen) -> None:
+    """SIGKILL a child and whatever it started (ninja, nvcc, ncu's target, ...), leaving the rest of our group
+    alone, and reap it."""
+    for pid in [*reversed(descendants(process.pid)), process.pid]:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    process.wait()
+
+
+def kill_strays() -> list[int]:
+    """SIGKILL what is left in this process's group besides itself (a side's forked helper, ...); the pids killed.
+
+    Only when this process leads its own group (as `start` spawns the runner): otherwise the group is someone else's.
+    """
+    if os.getpgrp() != os.getpid():
+        return []
+    killed = []
+    for pid in group_members(os.getpgrp()):
+        if pid != os.getpid():
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+    return killed

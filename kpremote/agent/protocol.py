@@ -25,7 +25,8 @@ Standard library only: it is shipped with the agent and the client imports it to
 - the name rule (task, host and container names) and the run-id rule;
 - the sync protocol's version and its tree digest;
 - the idle policy a host's GPUs are judged by, with its defaults;
-- the kinds of start request: a timing run, or a profile run (a start whose mode is `profile:{json}`).
+- the kinds of start request: a timing run (`start ... [--mode cold|graph]`), or a profile run
+  (`start ... --profile JSON`, the JSON a `ProfileRequest`); the kind picks the runner `start` spawns.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import hashlib
 import json
 import re
 import secrets
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timezone
 from enum import IntEnum
 from typing import Any, Mapping
@@ -237,19 +238,68 @@ def _strict_bool(value: Any) -> bool:
 
 TIMING, PROFILE = "timing", "profile"
 RUNNERS = {TIMING: "kpremote.agent.runner", PROFILE: "kpremote.agent.profile"}
-"""The module `start` spawns for each kind of run."""
+"""The module `start` spawns for each kind of run (a test may put a stand-in in its place)."""
+AGENT_RUNNERS = frozenset(RUNNERS.values())
+"""The agent's own runners, whatever RUNNERS holds later: they read the task folder, so start checks it first."""
 PROFILE_MODE_PREFIX = "profile:"
-"""A profile run is a start whose mode is "profile:" + the profile request as JSON."""
+"""A profile run's record (state.json) names its mode "profile:" + its request as JSON."""
+PROFILE_SIDES = ("baseline", "candidate")
+PROFILE_SIDE_CHOICES = (*PROFILE_SIDES, "both")
+SECTION_SETS = ("basic", "full")
 
 
-def run_kind(mode: str | None) -> str:
-    """The kind of run a start's mode asks for."""
-    return PROFILE if mode and mode.startswith(PROFILE_MODE_PREFIX) else TIMING
+def run_kind(profile: str | None) -> str:
+    """The kind of run a start asks for: a profile run when it carries a profile request, else a timing run."""
+    return TIMING if profile is None else PROFILE
 
 
-def runner_for(mode: str | None) -> str:
-    """The module `start` spawns for a run of this mode."""
-    return RUNNERS[run_kind(mode)]
+@dataclass(frozen=True)
+class ProfileRequest:
+    """What `inv profile` asks for; travels to the host as JSON in `start --profile` (to_json / from_json)."""
+
+    side: str = "both"
+    section_set: str = "basic"
+    kernel: str | None = None  # a regular expression on kernel function names
+    warmup: int = 3  # untimed, unprofiled calls first: JIT compilation and first-touch effects stay outside
+    calls: int = 3  # profiled calls per side
+
+    @property
+    def sides(self) -> tuple[str, ...]:
+        return PROFILE_SIDES if self.side == "both" else (self.side,)
+
+    def problems(self) -> list[str]:
+        found = []
+        if self.side not in PROFILE_SIDE_CHOICES:
+            found.append(f"--side {self.side!r}: allowed: {', '.join(PROFILE_SIDE_CHOICES)}")
+        if self.section_set not in SECTION_SETS:
+            found.append(f"--set {self.section_set!r}: allowed: {', '.join(SECTION_SETS)}")
+        if self.kernel is not None:
+            try:
+                re.compile(self.kernel)
+            except re.error as exc:
+                found.append(f"--kernel {self.kernel!r} is not a regular expression: {exc}")
+        for name in ("warmup", "calls"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < (1 if name == "calls" else 0) or value > 100:
+                found.append(f"{name} = {value!r}: a whole number from {1 if name == 'calls' else 0} to 100")
+        return found
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "ProfileRequest":
+        """The request in a `--profile` value; ValueError (saying what is wrong) for anything else."""
+        try:
+            values = json.loads(text)
+        except ValueError:
+            values = None
+        if not isinstance(values, dict):
+            raise ValueError(f"--profile {text!r} is not a profile request (expected a JSON object)")
+        unknown = set(values) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"--profile: unknown profile request keys {sorted(unknown)}")
+        return replace(cls(), **values)
 
 
 # ------------------------------------------------------------------------------------------ results rows

@@ -1,4 +1,5 @@
-"""What source a run is made of: which files of a task folder count, their digests, and the folder's git state.
+"""What source a run is made of: which files of a task folder count, their digests, the folder's git state, and
+where its baseline came from upstream.
 
 Standard library only, and used by both sides: the client stamps it into every sync (`.kpremote/provenance.json`),
 and the agent computes the very same thing for a task that came without one (`python -m kpremote.agent run`). So
@@ -185,6 +186,15 @@ def task_provenance(task_dir: Path, hashes: Mapping[str, str] | None = None) -> 
     task_dir = Path(task_dir)
     hashes = hash_task(task_dir) if hashes is None else hashes
     return {**git_state(task_dir), **{f"{side}_sha256": side_sha256(hashes, side) for side in SIDES}}
+
+
+def baseline_upstream(baseline: Any) -> dict[str, Any]:
+    """Where the task's baseline came from, as task.toml's [baseline] pins it (a taskspec.BaselineInfo): the upstream
+    repository, ref and commit and the files taken, plus the release wheel and its digests when it came as one."""
+    b = baseline
+    release = {"release": b.release, "wheel": b.wheel, "wheel_sha256": b.wheel_sha256,
+               "sha256": dict(b.sha256)} if b.wheel else {}
+    return {"repo": b.repo, "ref": b.ref, "commit": b.commit, "files": list(b.files), "follows": b.follows, **release}
 
 
 def source_provenance(task_dir: Path) -> dict[str, Any]:

@@ -1,7 +1,6 @@
 """One run, start to end: validate → lease → build → (correctness → timing) per workload → report.
 
-    python -m kpremote.agent.runner --task-dir W --run-dir R --device cuda|cpu|auto [--gpu UUID] [--lease-fd N]
-        [--workloads a,b] [--mode cold|graph] [--host-alias NAME] [--root ROOT] [--audit on|off]
+`python -m kpremote.agent.runner` (its options: runoptions.py) is what `start` spawns for a timing run.
 
 The runner itself never imports torch: the builds run in a worker process (worker.py) and each workload row in
 its own judge (judge.py), which keeps each side of the row in a process of its own; each has a timeout, so a
@@ -17,19 +16,15 @@ anything ran; 3 the run could not proceed (no GPU, build failed, ...); 130 cance
 
 from __future__ import annotations
 
-import argparse
 import errno
 import json
 import os
 import secrets
 import signal
 import socket
-import subprocess
 import sys
-import threading
-import time
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -38,21 +33,17 @@ from . import guard, harness, report
 from . import buildkinds
 from .build import triton_cache_dir
 from .buildkinds import NOT_CHECKED
+from .children import ChildLimits, WorkerOutcome, crash_description, run_child
 from .correctness import ERROR, PASSED, TIMEOUT
 from .events import EventLog, read_events
-from .procfs import descendants
-from .provenance import source_provenance
+from .guards import OURS_PER_ROW, DiskReserve, ForeignWatch
+from .provenance import baseline_upstream, source_provenance
+from .runoptions import Options, parse_args
 from .runstate import DISK_FULL_EXIT, disk_full_message, is_disk_full, update_state
 from .taskspec import TaskSpec, TaskSpecError, Workload, load_task
 
 EXIT_PASSED, EXIT_FAILED, EXIT_REFUSED, EXIT_INFRA, EXIT_CANCELLED = 0, 1, 2, 3, 130
-STARTUP_LIMIT_S = 300.0  # interpreter + torch + task import, before a workload's own timeout starts
 PREPARE_LIMIT_S = 3600.0  # both builds (a CUDA build can take many minutes) and the device probe
-POLL_S = 0.05
-EXIT_GRACE_S = 10.0  # a worker whose result is in gets this long to exit before it is killed
-WATCH_INTERVAL_S = 1.0
-LOG_TAIL_LINES = 15
-RESERVE_BYTES = 256 * 1024  # room kept for the final record, in case the disk fills up during the run
 # The folder holding the `kpremote` package: workers import the very same agent copy.
 AGENT_HOME = Path(__file__).resolve().parents[2]
 
@@ -70,210 +61,9 @@ class Abort(Exception):
         self.status = status
 
 
-@dataclass
-class Options:
-    task_dir: Path
-    run_dir: Path
-    device: str = "auto"
-    gpu: str | None = None
-    lease_fd: int | None = None
-    workloads: list[str] | None = None
-    mode: str | None = None
-    host_alias: str | None = None
-    root: Path | None = None
-    audit: str | None = None  # "on" | "off"; None: on for a GPU run
-
-
-def parse_args(argv: list[str]) -> Options:
-    parser = argparse.ArgumentParser(prog="python -m kpremote.agent.runner", description=__doc__.split("\n")[0])
-    parser.add_argument("--task-dir", required=True, type=Path)
-    parser.add_argument("--run-dir", required=True, type=Path)
-    parser.add_argument("--device", choices=("cuda", "cpu", "auto"), default="auto")
-    parser.add_argument("--gpu", help="GPU UUID (or index) to use")
-    parser.add_argument("--lease-fd", type=int, help="an inherited, already locked lease file descriptor")
-    parser.add_argument("--workloads", help="comma-separated workload ids (default: all)")
-    parser.add_argument("--mode", choices=("cold", "graph"))
-    parser.add_argument("--host-alias")
-    parser.add_argument("--root", type=Path, help="kpremote root holding locks/ (default: $KPREMOTE_ROOT)")
-    parser.add_argument("--audit", choices=("on", "off"),
-                        help="re-measure production rows with Nsight Compute after the run (default: on for cuda)")
-    args = parser.parse_args(argv)
-    return Options(
-        task_dir=args.task_dir.resolve(),
-        run_dir=args.run_dir.resolve(),
-        device=args.device,
-        gpu=args.gpu,
-        lease_fd=args.lease_fd,
-        workloads=[w.strip() for w in args.workloads.split(",") if w.strip()] if args.workloads else None,
-        mode=args.mode,
-        host_alias=args.host_alias,
-        root=args.root,
-        audit=args.audit,
-    )
-
-
 def main(argv: list[str]) -> int:
     options = parse_args(argv)
     return Runner(options, [sys.executable, "-m", "kpremote.agent.runner", *argv]).run()
-
-
-# --------------------------------------------------------------------------------------------- worker processes
-
-
-@dataclass
-class WorkerOutcome:
-    result: dict[str, Any] | None  # the worker's JSON, when it wrote one
-    seconds: float
-    timed_out: str | None = None  # why, when it was stopped for taking too long
-    crashed: str | None = None  # how it died without a result
-    piped: dict[str, Any] | None = None  # what came through the trusted pipe, merged line by line
-
-
-class PipeReader:
-    """Drains a worker's result pipe on a thread (a large result must never block the writer)."""
-
-    MAX_BYTES = 256 * 1024 * 1024
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.ready = threading.Event()
-        self.closed = threading.Event()  # every writer closed its end: nothing more will come
-        self.lines: list[dict[str, Any]] = []
-        self._buffer = b""
-        self._thread = threading.Thread(target=self._drain, daemon=True)
-        self._thread.start()
-
-    def _drain(self) -> None:
-        total = 0
-        with os.fdopen(self.fd, "rb", buffering=0) as pipe:
-            while True:
-                chunk = pipe.read(1 << 16)
-                if not chunk:
-                    break
-                total += len(chunk)
-                if total > self.MAX_BYTES:
-                    continue  # read on so the writer never blocks, keep nothing more
-                self._buffer += chunk
-                *complete, self._buffer = self._buffer.split(b"\n")
-                for line in complete:
-                    self._take(line)
-        if self._buffer.strip():
-            self._take(self._buffer)
-        self.closed.set()
-
-    def _take(self, line: bytes) -> None:
-        try:
-            value = json.loads(line)
-        except ValueError:
-            return
-        if isinstance(value, dict):
-            self.lines.append(value)
-            if value.get("ready"):
-                self.ready.set()
-
-    def finish(self) -> dict[str, Any]:
-        self._thread.join(timeout=30)
-        merged: dict[str, Any] = {}
-        for line in self.lines:
-            merged.update(line)
-        return merged
-
-
-def kill_tree(process: subprocess.Popen) -> None:
-    """SIGKILL a worker and whatever it started (ninja, nvcc, ...), leaving the rest of our group alone."""
-    for pid in [*reversed(descendants(process.pid)), process.pid]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    process.wait()
-
-
-def _wait_or_kill(process: subprocess.Popen, grace_s: float) -> int:
-    try:
-        return process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        kill_tree(process)
-        return process.returncode
-
-
-def kill_strays() -> list[int]:
-    """Kill what a finished row left behind in the runner's process group (a side's forked helper, ...).
-
-    Only when the runner leads its own group (as `inv run` starts it): otherwise the group is someone else's.
-    """
-    if os.getpgrp() != os.getpid():
-        return []
-    killed = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            stat_line = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat_line[stat_line.rfind(")") + 2 :].split()
-        if int(fields[2]) == os.getpgrp() and fields[0] != "Z":
-            with suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed.append(int(entry.name))
-    return killed
-
-
-# --------------------------------------------------------------------------------------------- GPU watch
-
-
-OURS_PER_ROW = 3  # the judge and one process per side each hold a CUDA context
-
-
-class ForeignWatch:
-    """Polls NVML while workloads run; any process beyond ours on the leased GPU makes the rows it overlaps invalid.
-
-    Inside a container NVML reports host pids, so ours cannot be recognised by pid: they are counted instead
-    (while a row runs, ours are its judge and its two side processes: OURS_PER_ROW).
-    """
-
-    def __init__(self, uuid: str, baseline_pids: set[int], baseline_memory_mib: int, memory_margin_mib: int) -> None:
-        self.uuid = uuid
-        self.baseline_pids = baseline_pids
-        self.memory_limit_mib = baseline_memory_mib + memory_margin_mib
-        self.seen: list[str] = []
-        self._ours = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def row_started(self, ours: int) -> None:
-        self.seen = []
-        self._ours = ours
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-
-    def row_ended(self) -> str | None:
-        """Stop polling, look once more with no worker of ours alive, and say what foreign use was seen."""
-        self._stop.set()
-        if self._thread:
-            self._thread.join()
-        self._ours = 0
-        self._look()
-        return "; ".join(dict.fromkeys(self.seen)) or None
-
-    def _poll(self) -> None:
-        while not self._stop.wait(WATCH_INTERVAL_S):
-            self._look()
-
-    def _look(self) -> None:
-        from . import nvml
-
-        gpu = nvml.snapshot().find(self.uuid)
-        if gpu is None:
-            return
-        others = [p for p in gpu.processes if p.get("pid") not in self.baseline_pids]
-        if len(others) > self._ours:
-            names = ", ".join(f"pid {p.get('pid')} {p.get('name') or '?'} {p.get('used_mib')} MiB" for p in others)
-            self.seen.append(f"foreign process on the GPU during the run ({names})")
-        if self._ours == 0 and gpu.memory_used_mib > self.memory_limit_mib:
-            self.seen.append(f"GPU memory in use rose to {gpu.memory_used_mib} MiB with no worker of ours running")
 
 
 # --------------------------------------------------------------------------------------------- the run
@@ -304,7 +94,7 @@ class Runner:
         self.command = command
         self.run_dir = options.run_dir
         self.raw = self.run_dir / "raw"
-        self.reserve = self.raw / ".disk-reserve"
+        self.reserve = DiskReserve(self.raw / ".disk-reserve")
         self.events: EventLog | None = None
         self.ctx = RunContext()
         self.started_iso = _utc_now()
@@ -316,7 +106,7 @@ class Runner:
         guard.make_undumpable()
         self.raw.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "summary").mkdir(parents=True, exist_ok=True)
-        _claim_reserve(self.reserve)
+        self.reserve.claim()
         self.events = EventLog(self.raw / "events.jsonl")
         update_state(self.run_dir, run_id=self.run_dir.name, status="running", phase="validate", pid=os.getpid(),
                      pgid=os.getpgrp(), started=self.started_iso)
@@ -347,13 +137,7 @@ class Runner:
         raise Cancelled(signal.Signals(signum).name)
 
     def _run_all(self) -> tuple[str, int]:
-        self._phase("validate")
-        self._validate()
-        self._phase("lease")
-        self._take_gpu()
-        self._phase("build")
-        self._prepare()
-        self.events.emit("provenance", **self._provenance())
+        self._get_ready()
         self._phase("workloads")
         for number, workload in enumerate(self.ctx.selected, start=1):
             self._run_row(number, workload)
@@ -361,6 +145,16 @@ class Runner:
         return self._verdict()
 
     # ---------------------------------------------------------------- steps
+
+    def _get_ready(self) -> None:
+        """The steps every kind of run takes first: validate → lease → build, then the provenance event."""
+        self._phase("validate")
+        self._validate()
+        self._phase("lease")
+        self._take_gpu()
+        self._phase("build")
+        self._prepare()
+        self.events.emit("provenance", **self._provenance())
 
     def _validate(self) -> None:
         try:
@@ -519,75 +313,30 @@ class Runner:
         for stale in (out, ready_path):
             stale.unlink(missing_ok=True)
         job_path.write_text(json.dumps(job, indent=1))
-        read_end, write_end = os.pipe()
-        if what == "workload":
-            command = [sys.executable, "-m", "kpremote.agent.judge", "--result-fd", str(write_end),
-                       "--run-dir", str(self.run_dir)]  # the run folder in the command line: `ps` shows whose it is
-        else:
-            command = [sys.executable, "-m", "kpremote.agent.worker", what, "--job", str(job_path), "--out", str(out),
-                       "--result-fd", str(write_end)]
-        started = time.monotonic()
-        try:
-            with open(log_path, "ab") as log:
-                child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self._worker_env(),
-                                         cwd=self.run_dir, pass_fds=(write_end,), stdin=subprocess.PIPE)
-        finally:
-            os.close(write_end)
-        pipe = PipeReader(read_end)
-        self._hand_over(child, job if what == "workload" else None)
-        ready_at = None if ready else started
-        try:
-            while True:
-                try:
-                    returncode = child.wait(timeout=POLL_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                if what == "workload" and pipe.closed.is_set():  # the result is in: a slow exit costs no row
-                    returncode = _wait_or_kill(child, EXIT_GRACE_S)
-                    break
-                now = time.monotonic()
-                if ready_at is None and pipe.ready.is_set():
-                    ready_at = now
-                    ready_path.touch()
-                deadline = ready_at + limit_s if ready_at is not None else started + STARTUP_LIMIT_S
-                if now > deadline:
-                    kill_tree(child)
-                    why = (f"no result within {limit_s:g} s" if ready_at is not None
-                           else f"the worker did not start within {STARTUP_LIMIT_S:g} s")
-                    return WorkerOutcome(None, time.monotonic() - started, timed_out=why)
-        except BaseException:  # Cancelled above all: no worker outlives the runner's decision to stop
-            if child.poll() is None:
-                kill_tree(child)
-            raise
-        finally:
-            strays = kill_strays()
-            if strays:
-                with open(log_path, "a") as log:
-                    log.write(f"runner: killed {len(strays)} process(es) left behind: {strays}\n")
-        seconds = time.monotonic() - started
-        piped = pipe.finish()
-        if what == "workload":
-            result = piped.get("result")
-            if isinstance(result, dict):
-                out.write_text(json.dumps(result, indent=1, default=str))  # the record, written by the runner
-                return WorkerOutcome(result, seconds, piped=piped)
-        elif out.exists():
-            return WorkerOutcome(json.loads(out.read_text()), seconds, piped=piped)
-        if returncode == DISK_FULL_EXIT:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out))
-        tail = _tail(log_path)
-        return WorkerOutcome(None, seconds, crashed=_exit_description(returncode) + (f"; log tail:\n{tail}" if tail else ""),
-                             piped=piped)
+        judge = what == "workload"
 
-    def _hand_over(self, child: subprocess.Popen, job: dict[str, Any] | None) -> None:
-        """The judge's job and the run's secret, as one line on its stdin; a prepare worker gets nothing."""
-        try:
-            if job is not None:
-                child.stdin.write((json.dumps({"job": job, "secret": self.secret.hex()}) + "\n").encode())
-            child.stdin.close()
-        except OSError:
-            pass  # a child that died at once is reported by its exit
+        def command(result_fd: int) -> list[str]:
+            if judge:  # the run folder in the command line: `ps` shows whose it is
+                return [sys.executable, "-m", "kpremote.agent.judge", "--result-fd", str(result_fd),
+                        "--run-dir", str(self.run_dir)]
+            return [sys.executable, "-m", "kpremote.agent.worker", what, "--job", str(job_path), "--out", str(out),
+                    "--result-fd", str(result_fd)]
+
+        handed = (json.dumps({"job": job, "secret": self.secret.hex()}) + "\n").encode() if judge else None
+        outcome = run_child(command, ChildLimits(self._worker_env(), self.run_dir, log_path, limit_s, handed,
+                                                 from_ready=ready, ready_path=ready_path, done_when_piped=judge))
+        if outcome.timed_out:
+            return outcome
+        result = outcome.piped.get("result") if judge else None
+        if isinstance(result, dict):
+            out.write_text(json.dumps(result, indent=1, default=str))  # the record, written by the runner
+        elif not judge and out.exists():
+            result = json.loads(out.read_text())
+        elif outcome.returncode == DISK_FULL_EXIT:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out))
+        else:
+            return replace(outcome, crashed=crash_description(outcome.returncode, log_path))
+        return replace(outcome, result=result)
 
     def _worker_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -680,7 +429,7 @@ class Runner:
     def _finish(self, status: str, exit_code: int, message: str | None) -> None:
         """Release the GPU, write the summary, and only then say the run is over (state last)."""
         head: dict[str, Any] | None = None
-        self.reserve.unlink(missing_ok=True)  # its room is what lets a run on a full disk still record why it ended
+        self.reserve.give_back()  # its room is what lets a run on a full disk still record why it ended
         try:
             self._release_gpu()
             self._phase("report")
@@ -732,7 +481,7 @@ class Runner:
             "task": {"name": spec.task.name, "arch": spec.task.arch, "family": spec.task.family,
                      "dir": str(spec.root)} if spec else {"dir": str(self.options.task_dir)},
             "source": source_provenance(spec.root) if spec else None,
-            "baseline_upstream": _baseline_upstream(spec) if spec else None,
+            "baseline_upstream": baseline_upstream(spec.baseline) if spec else None,
             "host": {"alias": self.options.host_alias, "hostname": socket.gethostname()},
             "device": ctx.device,
             "gpu": {"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "cc": list(gpu.cc),
@@ -779,38 +528,6 @@ def _row_event(row: dict[str, Any], number: int, total: int) -> dict[str, Any]:
         for key in ("n", "median", "p10", "p90"):
             event[f"{side}_{key}" + ("_us" if key != "n" else "")] = summary.get(key)
     return event
-
-
-def _baseline_upstream(spec: TaskSpec) -> dict[str, Any]:
-    b = spec.baseline
-    release = {"release": b.release, "wheel": b.wheel, "wheel_sha256": b.wheel_sha256,
-               "sha256": dict(b.sha256)} if b.wheel else {}
-    return {"repo": b.repo, "ref": b.ref, "commit": b.commit, "files": list(b.files), "follows": b.follows, **release}
-
-
-def _exit_description(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exited with code {returncode} and no result"
-
-
-def _tail(path: Path) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").strip().splitlines()[-LOG_TAIL_LINES:])
-    except OSError:
-        return ""
-
-
-def _claim_reserve(path: Path) -> None:
-    """Set RESERVE_BYTES aside at the start (best effort: a disk already full just gets no reserve)."""
-    try:
-        with open(path, "wb") as f:
-            f.write(bytes(RESERVE_BYTES))
-    except OSError:
-        path.unlink(missing_ok=True)
 
 
 def _utc_now() -> str:

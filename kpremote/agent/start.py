@@ -17,13 +17,12 @@ from typing import Any, Callable
 
 from .lease import Lease, acquire, utc_now_iso
 from .nvml import GpuState, Snapshot, snapshot
-from .protocol import RUNNERS, TIMING, AgentError, GpuNotFound, IdlePolicy, NotFound, StartCancelled
+from .protocol import PROFILE_MODE_PREFIX, RUNNERS, AgentError, GpuNotFound, IdlePolicy, NotFound, StartCancelled, run_kind
 from .runpaths import claim_run, task_dir
 from .runstate import update_state
 from .startchecks import refuse_bad_task, refuse_missing_packages, refuse_unusable_python, task_arch
 from .startguard import CLIENT_GONE, StartGuard, Waiter
 
-DEFAULT_RUNNER = RUNNERS[TIMING]
 # The folder that holds the `kpremote` package this code runs from: the detached runner imports the same copy.
 AGENT_HOME = Path(__file__).resolve().parents[2]
 
@@ -38,11 +37,20 @@ class StartRequest:
     wait_s: float = 0.0
     lease: bool = True
     workloads: str | None = None
-    mode: str | None = None
+    mode: str | None = None  # a timing run's mode
+    profile: str | None = None  # a profile run's request (protocol.ProfileRequest as JSON)
     host_alias: str | None = None
-    runner_module: str = DEFAULT_RUNNER
     run_id: str | None = None  # chosen by the client, so it can cancel the run before it hears back
     audit: str | None = None  # "off": no Nsight Compute audit (the run reads "unaudited: --no-audit")
+
+    @property
+    def runner_module(self) -> str:
+        return RUNNERS[run_kind(self.profile)]
+
+    @property
+    def recorded_mode(self) -> str | None:
+        """The run record's mode: a timing run's, or "profile:" + the request."""
+        return self.mode if self.profile is None else PROFILE_MODE_PREFIX + self.profile
 
 
 def start(root: Path, request: StartRequest, snapshot_fn: Callable[[], Snapshot] = snapshot,
@@ -111,7 +119,7 @@ def _spawn_runner(root: Path, request: StartRequest, workspace: Path, run_id: st
             host_alias=request.host_alias,
             device=device,
             workloads=request.workloads,
-            mode=request.mode,
+            mode=request.recorded_mode,
         )
         if lease:
             lease.write_record({**lease.record(), "pid": gate.pid})
@@ -178,6 +186,7 @@ def _runner_command(
         "--lease-fd": str(lease.fd) if lease else None,
         "--workloads": request.workloads,
         "--mode": request.mode,
+        "--profile": request.profile,
         "--host-alias": request.host_alias,
         "--audit": request.audit,
     }

@@ -10,26 +10,20 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .protocol import PROFILE, RUNNERS, TIMING, TaskRefused, UnusablePython
+from .protocol import AGENT_RUNNERS, TaskRefused, UnusablePython
 
 if TYPE_CHECKING:
     from .start import StartRequest
 
-# Runners that read the task folder, and whether their --mode is the timing mode: start checks the task for them
-# before any run record exists (the profile runner's --mode carries its ncu request instead).
-TASK_RUNNERS = {RUNNERS[TIMING]: True, RUNNERS[PROFILE]: False}
-
-
 def refuse_bad_task(workspace: Path, request: StartRequest) -> Any:
     """The checks the runner would make first, made before any run record exists; messages name the task as the
     user knows it (kernels/<task>/...), not this host's copy."""
-    if request.runner_module not in TASK_RUNNERS:
+    if request.runner_module not in AGENT_RUNNERS:  # a stand-in runner reads no task
         return None
     from .taskspec import TaskSpecError, load_task
 
     try:
-        spec = load_task(workspace, timing_mode=request.mode if TASK_RUNNERS[request.runner_module] else None,
-                         packages=False)
+        spec = load_task(workspace, timing_mode=request.mode, packages=False)
         spec.select([w.strip() for w in request.workloads.split(",") if w.strip()] if request.workloads else None)
     except TaskSpecError as exc:
         raise TaskRefused(_users_path(str(exc), workspace, request.task)) from None

@@ -1,4 +1,5 @@
-"""Stand-in for kpremote.agent.runner in tests of `start`: `start --runner-module kp_standin_runner`.
+"""Stand-in for kpremote.agent.runner in tests of `start`, spawned in its place (protocol.RUNNERS patched: the
+standin_runner fixtures, or `python -m kp_standin_agent`).
 
 Its behaviour comes from <task-dir>/standin.json: {"events": N, "every_s": s, "final": status,
 "hold_s": s, "grandchild": bool, "die": bool, "ignore_term": bool}. It records what it was given in
@@ -22,7 +23,8 @@ from kpremote.agent.runstate import update_state
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    for flag in ("--task-dir", "--run-dir", "--device", "--gpu", "--lease-fd", "--workloads", "--mode", "--host-alias"):
+    for flag in ("--task-dir", "--run-dir", "--device", "--gpu", "--lease-fd", "--workloads", "--mode", "--profile",
+                 "--host-alias"):
         parser.add_argument(flag)
     args = parser.parse_args()
     run_dir = Path(args.run_dir)

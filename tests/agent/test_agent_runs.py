@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from kpremote.agent import protocol
 from kpremote.agent.__main__ import main
 from kpremote.agent.cancel import cancel
 from kpremote.agent.follow import follow
@@ -49,13 +50,20 @@ def workspace(root: Path):
 
 
 @pytest.fixture
+def standin_runner(monkeypatch):
+    """`start` in this process spawns the stand-in runner (kp_standin_runner.py) for a timing run; in a subprocess,
+    `python -m kp_standin_agent` does the same."""
+    monkeypatch.setitem(protocol.RUNNERS, protocol.TIMING, "kp_standin_runner")
+
+
+@pytest.fixture
 def started(root, agent_env, python):
     """start(...) through the real CLI in a subprocess; every run group still alive at teardown is killed."""
     pgids = []
 
     def start(*extra: str, expect_rc: int = 0) -> dict:
-        argv = [python, "-m", "kpremote.agent", "start", "--task", TASK, "--root", str(root)]
-        argv += ["--runner-module", "kp_standin_runner", "--idle", "{}", *extra]
+        argv = [python, "-m", "kp_standin_agent", "start", "--task", TASK, "--root", str(root)]
+        argv += ["--idle", "{}", *extra]
         done = subprocess.run(argv, env=agent_env, capture_output=True, text=True, timeout=60)
         assert done.returncode == expect_rc, done.stderr
         result = json.loads(done.stdout)
@@ -210,9 +218,10 @@ def test_status_lists_runs_newest_last_and_fixes_up_dead_ones(root, workspace):
     assert status(root / "nothing-here")["runs"] == []
 
 
-def test_start_refuses_when_no_gpu_is_idle_or_the_arch_is_wrong(root, workspace, nvml_fixture, make_gpu, capsys):
+def test_start_refuses_when_no_gpu_is_idle_or_the_arch_is_wrong(root, workspace, nvml_fixture, make_gpu, capsys,
+                                                                  standin_runner):
     nvml_fixture(make_gpu(0, util_pct=80), make_gpu(1, processes=[{"pid": 5, "name": "python"}]))
-    args = ["start", "--task", TASK, "--root", str(root), "--runner-module", "kp_standin_runner"]
+    args = ["start", "--task", TASK, "--root", str(root)]
 
     assert main(args) == 3
     error = json.loads(capsys.readouterr().out)
@@ -303,7 +312,8 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def test_start_sync_applies_the_stream_first_and_prints_one_object(root, nvml_fixture, monkeypatch, capsys):
+def test_start_sync_applies_the_stream_first_and_prints_one_object(root, nvml_fixture, monkeypatch, capsys,
+                                                                    standin_runner):
     """`start --sync` hands stdin to syncrecv (a stand-in here) before the workspace is even looked at."""
     calls = []
 
@@ -317,7 +327,7 @@ def test_start_sync_applies_the_stream_first_and_prints_one_object(root, nvml_fi
 
     monkeypatch.setitem(sys.modules, "kpremote.agent.sync", types.SimpleNamespace(answer_sync_request=fake_sync))
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
-    args = ["start", "--task", TASK, "--sync", "--root", str(root), "--runner-module", "kp_standin_runner"]
+    args = ["start", "--task", TASK, "--sync", "--root", str(root)]
 
     monkeypatch.setenv("KP_TEST_SYNC", "--fail")
     assert main(args) == 2
@@ -361,11 +371,12 @@ def test_a_task_the_agent_refuses_leaves_no_run_record_and_names_the_users_path(
     assert holders(root) == {}
 
 
-def test_a_cancel_that_comes_before_its_start_makes_that_start_refuse(root, workspace, nvml_fixture, capsys):
+def test_a_cancel_that_comes_before_its_start_makes_that_start_refuse(root, workspace, nvml_fixture, capsys,
+                                                                       standin_runner):
     run_id = "20250101-000000-c0ffee"
     answer = cancel(root, TASK, run_id, pending=True)
     assert answer["cancelled"] and answer["state"]["phase"] == "never started"
-    args = ["start", "--task", TASK, "--root", str(root), "--runner-module", "kp_standin_runner", "--run-id", run_id]
+    args = ["start", "--task", TASK, "--root", str(root), "--run-id", run_id]
     assert main(args) == 8
     assert json.loads(capsys.readouterr().out)["error"] == "cancelled"
     assert not (root / "tasks" / TASK / "runs" / run_id).exists() and holders(root) == {}
@@ -377,8 +388,8 @@ def test_a_waiting_start_is_cancelled_by_cancel_and_never_leases(root, workspace
                                                                  make_gpu):
     nvml_fixture(make_gpu(0, util_pct=90))  # busy: the start waits
     run_id = "20250101-000000-5ca1ed"
-    waiter = subprocess.Popen([python, "-m", "kpremote.agent", "start", "--task", TASK, "--root", str(root),
-                               "--runner-module", "kp_standin_runner", "--idle", "{}", "--wait", "60", "--progress",
+    waiter = subprocess.Popen([python, "-m", "kp_standin_agent", "start", "--task", TASK, "--root", str(root),
+                               "--idle", "{}", "--wait", "60", "--progress",
                                "--run-id", run_id], env=agent_env, stdout=subprocess.PIPE, text=True)
     created = json.loads(waiter.stdout.readline())
     assert created == {"event": "created", "run_id": run_id, "run_dir": str(run_dir_of(root, run_id))}
@@ -398,8 +409,8 @@ def test_a_waiting_start_is_cancelled_by_cancel_and_never_leases(root, workspace
 def test_a_waiting_start_whose_reader_left_ends_itself(root, workspace, agent_env, python, nvml_fixture, make_gpu):
     nvml_fixture(make_gpu(0, util_pct=90))
     run_id = "20250101-000000-90a1e0"
-    waiter = subprocess.Popen([python, "-m", "kpremote.agent", "start", "--task", TASK, "--root", str(root),
-                               "--runner-module", "kp_standin_runner", "--idle", "{}", "--wait", "60", "--progress",
+    waiter = subprocess.Popen([python, "-m", "kp_standin_agent", "start", "--task", TASK, "--root", str(root),
+                               "--idle", "{}", "--wait", "60", "--progress",
                                "--run-id", run_id], env=agent_env, stdout=subprocess.PIPE)
     waiter.stdout.readline()
     waiter.stdout.close()  # the client's channel closes

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kpremote.agent import ncu
+from kpremote.agent.protocol import SECTION_SETS, ProfileRequest
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = (REPO / "tests" / "fixtures" / "ncu" / "raw.csv").read_text()
@@ -183,21 +184,21 @@ def test_roofline_names_the_bound_against_the_copy_bandwidth():
 # --------------------------------------------------------------------------------------------- the request
 
 
-def test_profile_request_travels_in_mode_and_refuses_nonsense():
-    request = ncu.ProfileRequest(side="candidate", section_set="full", kernel="fused_.*", warmup=2, calls=5)
-    assert ncu.ProfileRequest.from_mode(request.to_mode()) == request
-    assert request.sides == ("candidate",) and ncu.ProfileRequest().sides == ("baseline", "candidate")
+def test_profile_request_travels_as_json_and_refuses_nonsense():
+    request = ProfileRequest(side="candidate", section_set="full", kernel="fused_.*", warmup=2, calls=5)
+    assert ProfileRequest.from_json(request.to_json()) == request
+    assert request.sides == ("candidate",) and ProfileRequest().sides == ("baseline", "candidate")
     assert request.problems() == []
-    bad = ncu.ProfileRequest(side="solution", section_set="everything", kernel="(", calls=0)
+    bad = ProfileRequest(side="solution", section_set="everything", kernel="(", calls=0)
     assert len(bad.problems()) == 4
     with pytest.raises(ValueError, match="not a profile request"):
-        ncu.ProfileRequest.from_mode("cold")
+        ProfileRequest.from_json("cold")
     with pytest.raises(ValueError, match="unknown profile request keys"):
-        ncu.ProfileRequest.from_mode('profile:{"sets": "full"}')
+        ProfileRequest.from_json('{"sets": "full"}')
 
 
 def test_no_ncu_command_line_ever_sets_clocks(tmp_path: Path):
-    for section_set in ncu.SECTION_SETS:
+    for section_set in SECTION_SETS:
         command = ncu.profile_command("ncu", section_set=section_set, kernel_regex=None, report=tmp_path / "r",
                                       target=["t"])
         values = [b for a, b in zip(command, command[1:]) if a == "--clock-control"]

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from kpremote.agent import build, harness, report, runner
+from kpremote.agent import build, guards, harness, report, runner
 from kpremote.agent.judge import TIMING_CASES_CPU
 from kpremote.agent.events import read_events
-from kpremote.agent.runner import descendants
+from kpremote.agent.procfs import descendants
 from kpremote.agent.runstate import read_state
 from kpremote.agent.timing import SMOKE_SAMPLES
 
@@ -232,10 +232,10 @@ def test_a_cuda_source_that_does_not_compile_fails_the_build_on_the_cpu(tmp_path
 def test_a_foreign_process_during_a_row_makes_its_timing_invalid(
     nvml_fixture: Any, make_gpu: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(runner, "WATCH_INTERVAL_S", 0.02)
+    monkeypatch.setattr(guards, "WATCH_INTERVAL_S", 0.02)
     uuid = make_gpu(0)["uuid"]
     ours = {"pid": 1001, "name": "python", "used_mib": 900}
-    watch = runner.ForeignWatch(uuid, baseline_pids=set(), baseline_memory_mib=0, memory_margin_mib=2048)
+    watch = guards.ForeignWatch(uuid, baseline_pids=set(), baseline_memory_mib=0, memory_margin_mib=2048)
 
     watch.row_started(ours=1)
     nvml_fixture(make_gpu(0, processes=[ours], memory_used_mib=900))

@@ -1,4 +1,5 @@
-"""The agent's two small helpers: what /proc says about processes, and the one atomic write."""
+"""The agent's small helpers: what /proc says about processes (and the kills built on it), the one atomic write,
+and the disk reserve a run keeps for its final record."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import suppress
 
 import pytest
 
 from kpremote.agent import procfs
 from kpremote.agent.atomicfile import write_atomically, write_json_atomically
+from kpremote.agent.guards import RESERVE_BYTES, DiskReserve
 
 
 @pytest.fixture
@@ -23,7 +26,8 @@ def family():
     while not procfs.descendants(child.pid) and time.monotonic() < deadline:
         time.sleep(0.02)
     yield child
-    os.killpg(child.pid, 9)
+    with suppress(ProcessLookupError):  # kill_tree's test has killed it already
+        os.killpg(child.pid, 9)
     child.wait()
 
 
@@ -56,6 +60,31 @@ def test_an_odd_command_name_does_not_confuse_the_fields():
     line = "42 (a) b (c) ) S 7 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 12345 0 0"
     stat = procfs._parse(42, line)
     assert (stat.state, stat.ppid, stat.pgrp, stat.start_ticks) == ("S", 7, 42, 12345)
+
+
+def test_kill_tree_takes_the_child_and_what_it_started_and_reaps_the_child(family):
+    grandchildren = procfs.descendants(family.pid)
+    procfs.kill_tree(family)
+    assert family.returncode == -9
+    deadline = time.monotonic() + 10
+    while any(procfs.is_alive(pid) for pid in grandchildren) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(procfs.is_alive(pid) for pid in grandchildren)
+
+
+def test_kill_strays_leaves_a_group_that_is_not_its_own_alone(family):
+    if os.getpgrp() == os.getpid():
+        pytest.skip("pytest leads its own process group here")
+    assert procfs.kill_strays() == [] and procfs.is_alive(family.pid)
+
+
+def test_a_disk_reserve_holds_its_room_until_given_back(tmp_path):
+    reserve = DiskReserve(tmp_path / ".disk-reserve")
+    reserve.claim()
+    assert reserve.path.stat().st_size == RESERVE_BYTES
+    reserve.give_back()
+    reserve.give_back()  # twice is harmless: the run gives it back once more on its way out
+    assert not reserve.path.exists()
 
 
 def test_an_atomic_write_replaces_the_whole_file_and_leaves_no_temporary(tmp_path):

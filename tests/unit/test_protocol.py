@@ -106,9 +106,10 @@ def test_a_bad_idle_policy_is_a_bad_request(value, message):
         IdlePolicy.from_json(value)
 
 
-def test_a_profile_mode_picks_the_profile_runner():
-    assert protocol.runner_for('profile:{"side":"both"}') == "kpremote.agent.profile"
-    assert protocol.runner_for("graph") == protocol.runner_for(None) == "kpremote.agent.runner"
+def test_a_start_with_a_profile_request_is_a_profile_run_and_any_other_a_timing_run():
+    request = protocol.ProfileRequest(side="candidate").to_json()
+    assert protocol.RUNNERS[protocol.run_kind(request)] == "kpremote.agent.profile"
+    assert protocol.RUNNERS[protocol.run_kind(None)] == "kpremote.agent.runner"
 
 
 def test_the_manifest_digest_depends_on_names_and_contents_not_on_order():

@@ -12,6 +12,9 @@ import pytest
 from unit.helpers import TASK, write
 
 from kpremote.agent.provenance import git_state, source_provenance, task_provenance
+from kpremote.agent.runner import Runner
+from kpremote.agent.runoptions import Options
+from kpremote.agent.taskspec import load_task
 from kpremote.sync import sync_task
 from kpremote.taskdir import find_task
 from kpremote.taskscan import scan_task
@@ -102,3 +105,18 @@ def test_the_sync_stamp_carries_the_same_git_state(agent, kernels):
     stamp = json.loads((Path(agent.host.remote_root) / "tasks" / TASK / "workspace" / ".kpremote"
                         / "provenance.json").read_text())
     assert (stamp["git_commit"], stamp["git_dirty"], stamp["diff_sha256"]) == (head, False, None)
+
+
+def test_the_runner_stamps_the_source_the_client_stamped_and_computes_none_of_its_own(agent, kernels, tmp_path):
+    client = scan_task(find_task(kernels, TASK)).provenance
+    sync_task(agent, find_task(kernels, TASK))
+    workspace = Path(agent.host.remote_root) / "tasks" / TASK / "workspace"
+    runner = Runner(Options(task_dir=workspace, run_dir=tmp_path / "run"), [])
+    runner.ctx.spec = load_task(workspace)
+    stamped = runner._provenance()["source"]
+    assert stamped["origin"] == ".kpremote/provenance.json"
+    assert {k: stamped[k] for k in DIGESTS} == {k: client[k] for k in DIGESTS}
+    (workspace / ".kpremote" / "provenance.json").unlink()  # a task that came without a sync: the same definition
+    runner_again = runner._provenance()["source"]
+    assert runner_again["origin"] == "computed by the agent"
+    assert {k: runner_again[k] for k in DIGESTS} == {k: client[k] for k in DIGESTS}

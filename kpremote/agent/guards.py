@@ -1,0 +1,84 @@
+"""What guards a run while it runs: a watch for foreign use of the leased GPU, and a disk reserve for its record.
+
+- ForeignWatch polls NVML while a row runs; any process beyond ours on the leased GPU makes that row invalid.
+- DiskReserve sets a little room aside at the start, given back when the run writes its final record, so a run
+  on a disk that fills up meanwhile can still say why it ended.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+WATCH_INTERVAL_S = 1.0
+OURS_PER_ROW = 3  # the judge and one process per side each hold a CUDA context
+RESERVE_BYTES = 256 * 1024  # room kept for the final record, in case the disk fills up during the run
+
+
+class ForeignWatch:
+    """Polls NVML while workloads run; any process beyond ours on the leased GPU makes the rows it overlaps invalid.
+
+    Inside a container NVML reports host pids, so ours cannot be recognised by pid: they are counted instead
+    (while a row runs, ours are its judge and its two side processes: OURS_PER_ROW).
+    """
+
+    def __init__(self, uuid: str, baseline_pids: set[int], baseline_memory_mib: int, memory_margin_mib: int) -> None:
+        self.uuid = uuid
+        self.baseline_pids = baseline_pids
+        self.memory_limit_mib = baseline_memory_mib + memory_margin_mib
+        self.seen: list[str] = []
+        self._ours = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def row_started(self, ours: int) -> None:
+        self.seen = []
+        self._ours = ours
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def row_ended(self) -> str | None:
+        """Stop polling, look once more with no worker of ours alive, and say what foreign use was seen."""
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+        self._ours = 0
+        self._look()
+        return "; ".join(dict.fromkeys(self.seen)) or None
+
+    def _poll(self) -> None:
+        while not self._stop.wait(WATCH_INTERVAL_S):
+            self._look()
+
+    def _look(self) -> None:
+        from . import nvml
+
+        gpu = nvml.snapshot().find(self.uuid)
+        if gpu is None:
+            return
+        others = [p for p in gpu.processes if p.get("pid") not in self.baseline_pids]
+        if len(others) > self._ours:
+            names = ", ".join(f"pid {p.get('pid')} {p.get('name') or '?'} {p.get('used_mib')} MiB" for p in others)
+            self.seen.append(f"foreign process on the GPU during the run ({names})")
+        if self._ours == 0 and gpu.memory_used_mib > self.memory_limit_mib:
+            self.seen.append(f"GPU memory in use rose to {gpu.memory_used_mib} MiB with no worker of ours running")
+
+
+@dataclass
+class DiskReserve:
+    """RESERVE_BYTES set aside in one file, given back just before the final record is written."""
+
+    path: Path
+
+    def claim(self) -> None:
+        """Best effort: a disk already full just gets no reserve."""
+        try:
+            with open(self.path, "wb") as f:
+                f.write(bytes(RESERVE_BYTES))
+        except OSError:
+            self.give_back()
+
+    def give_back(self) -> None:
+        self.path.unlink(missing_ok=True)
