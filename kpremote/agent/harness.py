@@ -17,10 +17,23 @@ HARNESS_VERSION = "2.1"  # 2.0: process boundary (judge + one process per side),
 AGENT_DIR = Path(__file__).resolve().parent
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 HARNESS_FILES = (
-    "audit.py", "build.py", "buildkinds.py", "channel.py", "contract.py", "correctness.py", "guard.py", "harness.py",
-    "judge.py", "report.py",
-    "runner.py", "side.py", "stats.py", "taskspec.py", "timing.py", "worker.py",
+    "audit.py", "build.py", "buildkinds.py", "channel.py", "children.py", "contract.py", "correctness.py", "guard.py",
+    "guards.py", "harness.py", "judge.py", "ncu.py", "profiledcall.py", "report.py", "runner.py", "runoptions.py",
+    "side.py", "stats.py", "taskspec.py", "timing.py", "worker.py",
 )
+# The other agent modules a run imports, and why none of them decides a verdict or a number
+# (tests/unit/test_harness_files.py: every module a run imports is in one of the two lists).
+OUTSIDE_THE_HARNESS = {
+    "atomicfile.py": "writes files whole",
+    "events.py": "writes the event stream the client follows",
+    "lease.py": "chooses and holds the GPU; the arch gate refuses, it never measures",
+    "nvml.py": "reads GPU state for the record",
+    "plot.py": "draws the numbers report.py wrote",
+    "procfs.py": "reads /proc, kills process trees",
+    "protocol.py": "the client-agent seam: exit codes, names, request kinds",
+    "provenance.py": "stamps which source was measured",
+    "runstate.py": "writes state.json",
+}
 
 
 def harness_digest(folder: Path = AGENT_DIR) -> str:
