@@ -1,7 +1,7 @@
 """Standalone GPU check of the two issue-17 tasks (run by new_tasks.sh, not by the harness).
 
 For each task: load task.toml with kpremote's own validation (kpremote.agent.taskspec) and build both
-sides with kpremote's own builders (kpremote.agent.build / buildkinds: tvm-ffi through the generated
+sides with kpremote's own builders (kpremote.agent.build / builders: tvm-ffi through the generated
 unit and `exports`, the row's template arguments from the adapter; cutedsl / triton: <side>/kernel.py
 imported by the one loader), exactly as a harness run would; then per row: fresh case, each side once
 on fresh copies (in-place inputs cloned, outputs NaN-poisoned), compare against the adapter's

@@ -1,11 +1,11 @@
-"""Symmetric builds: each side goes through its kind's one builder (buildkinds.py) with the one flags list, and the
+"""Symmetric builds: each side goes through its kind's one builder (builders/) with the one flags list, and the
 record says how.
 
 triton / cutedsl / python: each side's <entry>.py is imported by one loader, as package `kp_baseline` /
   `kp_candidate` over that side's folder; Triton sides share one TRITON_CACHE_DIR inside the run folder.
 cuda: each side's `sources` through torch.utils.cpp_extension.load; tvm-ffi: through apache-tvm-ffi, once per set
   of template arguments from the row. On a machine without a GPU, a side that cannot run there gets what checks
-  are possible (a compile-only build for cuda / tvm-ffi) and its rows are NOT CHECKED (buildkinds.not_checked_here).
+  are possible (a compile-only build for cuda / tvm-ffi) and its rows are NOT CHECKED (buildrules.not_checked_here).
 torch is imported lazily: the runner imports this module for paths and names only.
 """
 
@@ -23,14 +23,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import buildkinds
-from .buildkinds import find_nvcc, host_flags, import_file, module_name  # noqa: F401 - re-exported names
+from . import buildrules
+from .builders import builder_for
+from .builders.base import Builder, Built, import_file
+from .builders.compiler import find_nvcc, host_flags
 from .taskspec import SIDES, TaskSpec
-
-CUDA_ON_CPU = "CUDA side cannot run on CPU"
-# CPU builds of torch ship c10/cuda/CUDAMacros.h but not the cuda_cmake_macros.h it includes; this define (meant
-# for HIP builds) skips that include, and the header then needs nothing from it for a compile-only check.
-CPU_TORCH_DEFINES = ("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE",)
 
 
 @dataclass
@@ -92,9 +89,9 @@ def triton_cache_dir(run_dir: Path) -> Path:
 
 def build_sides(spec: TaskSpec, run_dir: Path, device: str) -> BuildRecord:
     """Build both sides, each with its kind's builder; a side that cannot run here gets a check only."""
-    kinds = {side: buildkinds.kind_of(spec.build, side) for side in SIDES}
-    builders = {side: buildkinds.builder_for(spec.build, side) for side in SIDES}
-    not_checked = buildkinds.not_checked_here(spec.build, device)
+    kinds = {side: buildrules.kind_of(spec.build, side) for side in SIDES}
+    builders = {side: builder_for(spec.build, side) for side in SIDES}
+    not_checked = buildrules.not_checked_here(spec.build, device)
     record = BuildRecord(
         kind=spec.build.kind,
         builder=_joined({side: builders[side].describe(spec.build) for side in SIDES}),
@@ -106,7 +103,7 @@ def build_sides(spec: TaskSpec, run_dir: Path, device: str) -> BuildRecord:
         compile_only=bool(not_checked),
         kinds=kinds,
         exports=[list(e) for e in spec.build.exports],
-        packages=buildkinds.package_versions(spec.build),
+        packages=buildrules.package_versions(spec.build),
         not_checked=not_checked,
     )
     skipped = []
@@ -121,13 +118,13 @@ def build_sides(spec: TaskSpec, run_dir: Path, device: str) -> BuildRecord:
     return record
 
 
-def _build_one(spec: TaskSpec, run_dir: Path, side: str, builder: buildkinds.Builder, *,
+def _build_one(spec: TaskSpec, run_dir: Path, side: str, builder: Builder, *,
                check_only: bool) -> tuple[SideBuild, str | None]:
     """The side's build (or, where it cannot run, its check) and a note when a check was skipped."""
     log = build_dir(run_dir, side).with_suffix(".log")
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    built = buildkinds.Built()
+    built = Built()
     with _output_to(log):
         try:
             if check_only:
@@ -135,7 +132,7 @@ def _build_one(spec: TaskSpec, run_dir: Path, side: str, builder: buildkinds.Bui
             else:
                 built = builder.build(spec, side, build_dir(run_dir, side))
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - a side that fails to build fails the build
-            built = buildkinds.Built(error=f"{type(exc).__name__}: {exc}")
+            built = Built(error=f"{type(exc).__name__}: {exc}")
             import traceback
 
             traceback.print_exc()
@@ -143,7 +140,7 @@ def _build_one(spec: TaskSpec, run_dir: Path, side: str, builder: buildkinds.Bui
     ok = built.error is None or built.error.startswith("inconclusive")
     description = builder.describe(spec.build)
     if check_only:
-        description = f"{description}; here only a check ({buildkinds.NOT_CHECKED}: no GPU)"
+        description = f"{description}; here only a check ({buildrules.NOT_CHECKED}: no GPU)"
     return SideBuild(side=side, ok=ok, seconds=seconds, log=str(log.relative_to(run_dir)), module=built.module,
                      error=built.error, kind=builder.kind, builder=description), built.note
 
@@ -160,7 +157,7 @@ def _joined(descriptions: dict[str, str]) -> str:
 
 def import_side(spec: TaskSpec, side: str, module_file: str | None = None) -> Any:
     """The one loader for both sides: what a side's calls go through (a module, or a tvm-ffi side's loader)."""
-    return buildkinds.builder_for(spec.build, side).load(spec, side, module_file)
+    return builder_for(spec.build, side).load(spec, side, module_file)
 
 
 def import_adapter(spec: TaskSpec) -> types.ModuleType:
@@ -198,8 +195,8 @@ def toolchain_versions() -> dict[str, Any]:
     except ImportError:
         versions["triton"] = None
     versions["nvcc"] = nvcc_version()
-    versions["tvm_ffi"] = buildkinds.distribution_version("apache-tvm-ffi")
-    versions["cutlass_dsl"] = buildkinds.distribution_version("nvidia-cutlass-dsl")
+    versions["tvm_ffi"] = buildrules.distribution_version("apache-tvm-ffi")
+    versions["cutlass_dsl"] = buildrules.distribution_version("nvidia-cutlass-dsl")
     return versions
 
 

@@ -29,10 +29,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import guard, harness, report
-from . import buildkinds
+from . import buildrules, guard, harness, report
 from .build import triton_cache_dir
-from .buildkinds import NOT_CHECKED
+from .buildrules import NOT_CHECKED
 from .children import ChildLimits, WorkerOutcome, crash_description, run_child
 from .correctness import ERROR, PASSED, TIMEOUT
 from .events import EventLog, read_events
@@ -297,8 +296,8 @@ class Runner:
         return row
 
     def _not_checked_here(self) -> dict[str, str]:
-        """{side: why} for the sides that cannot run on this device (buildkinds decides, per build kind)."""
-        return buildkinds.not_checked_here(self.ctx.spec.build, self.ctx.device)
+        """{side: why} for the sides that cannot run on this device (buildrules decides, per build kind)."""
+        return buildrules.not_checked_here(self.ctx.spec.build, self.ctx.device)
 
     def _run_worker(self, what: str, job: dict[str, Any], stem: Path, limit_s: float, *, ready: bool) -> WorkerOutcome:
         """Start a worker ("prepare") or a judge ("workload"), hold it to its time limit, and collect its result.
@@ -351,7 +350,7 @@ class Runner:
             env["CUDA_VISIBLE_DEVICES"] = self.ctx.gpu.uuid
         else:
             env["CUDA_VISIBLE_DEVICES"] = ""  # an unleased run must not touch any GPU
-            if buildkinds.needs_triton_interpreter(self.ctx.spec.build, self.ctx.device):
+            if buildrules.needs_triton_interpreter(self.ctx.spec.build, self.ctx.device):
                 env["TRITON_INTERPRET"] = "1"
         return env
 

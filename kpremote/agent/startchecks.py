@@ -35,7 +35,7 @@ def refuse_missing_packages(workspace: Path, spec: Any) -> None:
     task refusal; refused before any record or lease all the same."""
     if spec is None:
         return
-    from .buildkinds import check_packages
+    from .buildrules import check_packages
     from .taskspec import TaskSpecError
 
     try:

@@ -2,8 +2,8 @@
 
 Everything that could make the two sides differ is refused here, before anything is built or run. Every
 error names the file and the field and says what is allowed, e.g.
-`kernels/x/task.toml: [build] kind = "rust" — allowed: "triton", "cuda", ...`. The build kinds and their rules
-live in buildkinds.py.
+`kernels/x/task.toml: [build] kind = "rust" — allowed: "triton", "cuda", ...`. The build kinds' rules live in
+buildrules.py.
 Standard library only: the runner validates a task without importing torch.
 """
 
@@ -31,7 +31,6 @@ except ImportError:  # Python 3.10
 SIDES = ("baseline", "candidate")
 SIDE_FOLDERS = {"baseline": "baseline", "candidate": "solution"}
 ARCHES = ("b200", "h200", "h100", "any")
-BUILD_KINDS = ("triton", "cuda", "tvm-ffi", "cutedsl", "python")  # buildkinds.KINDS: their rules and builders
 WORKLOAD_ID = re.compile(r"[A-Za-z0-9_.-]+")
 ENTRY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ADAPTER_REQUIRED = ("make_case", "call_baseline", "call_candidate")
@@ -169,7 +168,7 @@ def load_task(task_dir: Path, *, timing_mode: str | None = None, packages: bool 
     baseline = _baseline_info(task_file, data["baseline"])
     build = _build_spec(task_file, data["build"])
     if packages:
-        from .buildkinds import check_packages
+        from .buildrules import check_packages
 
         check_packages(task_file, build)
     timing = _timing_settings(task_file, data.get("timing", {}))
@@ -351,7 +350,7 @@ def check_upstream_files(spec: TaskSpec) -> None:
 
 
 def _build_spec(path: Path, values: dict[str, Any]) -> BuildSpec:
-    from .buildkinds import parse_build
+    from .buildrules import parse_build
 
     _check_keys(path, "build", values, ("kind", "flags", "sources", "include_dirs", "entry", "exports"))
     return parse_build(path, values)
@@ -392,7 +391,7 @@ def check_sides_symmetric(spec: TaskSpec) -> None:
         folder = spec.side_dir(side)
         if not folder.is_dir():
             raise TaskSpecError(f"{_shown(folder)}: missing ({side} side)")
-    from .buildkinds import needed_field, needed_files
+    from .buildrules import needed_field, needed_files
 
     for side in SIDES:
         for name in needed_files(spec.build, side):

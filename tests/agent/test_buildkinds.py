@@ -10,8 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agent import build, buildkinds
-from kpremote.agent.buildkinds import FREE_BASELINE_KINDS, KINDS, NOT_CHECKED, parse_build
+from kpremote.agent import build, builders, buildrules
+from kpremote.agent.builders import compiler, tvmffi
+from kpremote.agent.buildrules import (
+    FREE_BASELINE_KINDS,
+    KINDS,
+    NOT_CHECKED,
+    parse_build,
+)
 from kpremote.agent.taskspec import TaskSpecError, load_task
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "tiny_rmsnorm"
@@ -58,7 +64,7 @@ def test_kind_pairs_follow_the_rule_sheet(baseline: str, candidate: str) -> None
     if baseline == candidate or baseline in FREE_BASELINE_KINDS:
         spec = parse_build(TOML, values)
         assert spec.kinds == (baseline, candidate)
-        assert buildkinds.kind_of(spec, "baseline") == baseline and buildkinds.kind_of(spec, "candidate") == candidate
+        assert buildrules.kind_of(spec, "baseline") == baseline and buildrules.kind_of(spec, "candidate") == candidate
         assert spec.kind == (baseline if baseline == candidate else f"{baseline}+{candidate}")
     else:
         message = refused(values)
@@ -98,7 +104,7 @@ def test_fast_math_is_refused_when_only_one_side_is_compiled() -> None:
 def test_fast_math_on_both_compiled_sides_is_one_list_for_both() -> None:
     spec = parse_build(TOML, {**minimal("cuda", "cuda"), "flags": ["-O3", "--use_fast_math"]})
     assert spec.flags == ("-O3", "--use_fast_math")
-    assert buildkinds.host_flags(spec.flags) == ["-O3"]
+    assert compiler.host_flags(spec.flags) == ["-O3"]
 
 
 def test_flags_and_sources_need_a_compiled_side() -> None:
@@ -138,12 +144,12 @@ def test_an_include_dir_is_searched_on_each_side_that_has_it_and_must_exist_on_o
         (task / side / "k.cuh").write_text("// kernel\n")
     spec = load_task(task)
     with pytest.raises(RuntimeError) as caught:
-        buildkinds.include_paths(spec, "baseline")
+        compiler.include_paths(spec, "baseline")
     assert str(caught.value) == ("tiny_rmsnorm/task.toml: [build] include_dirs 'upstream/include' — no such folder in "
                                  "baseline/ or solution/")
     (task / "baseline" / "upstream" / "include").mkdir(parents=True)
-    assert buildkinds.include_paths(spec, "baseline") == [str(task / "baseline"), str(task / "baseline" / "upstream" / "include")]
-    assert buildkinds.include_paths(spec, "candidate") == [str(task / "solution")]  # the candidate lacks it: skipped
+    assert compiler.include_paths(spec, "baseline") == [str(task / "baseline"), str(task / "baseline" / "upstream" / "include")]
+    assert compiler.include_paths(spec, "candidate") == [str(task / "solution")]  # the candidate lacks it: skipped
 
 
 def test_the_generated_unit_registers_each_export_with_the_rows_template_arguments(task: Path) -> None:
@@ -153,16 +159,16 @@ def test_the_generated_unit_registers_each_export_with_the_rows_template_argumen
     for side in ("baseline", "solution"):
         (task / side / "k.cuh").write_text("// kernel\n")
     spec = load_task(task)
-    args = ", ".join(buildkinds.cpp_args((128, True, torch.bfloat16, "kFoo")))
-    unit = buildkinds.generated_unit(spec, "candidate", args)
+    args = ", ".join(tvmffi.cpp_args((128, True, torch.bfloat16, "kFoo")))
+    unit = tvmffi.generated_unit(spec, "candidate", args)
     assert f'#include "{(task / "solution" / "k.cuh").resolve()}"' in unit
     assert unit.index("#include <tvm/ffi/function.h>") < unit.index("k.cuh")  # what load_inline puts first
     assert "TVM_FFI_DLL_EXPORT_TYPED_FUNC(scale, (Scale<128, true, bf16_t, kFoo>::run));" in unit
     assert "TVM_FFI_DLL_EXPORT_TYPED_FUNC(plain, (plain));" in unit
-    without_args = buildkinds.generated_unit(spec, "baseline", None)
+    without_args = tvmffi.generated_unit(spec, "baseline", None)
     assert "Scale<" not in without_args and "(plain, (plain))" in without_args
     with pytest.raises(TypeError, match="allowed bool, int, float, str or a torch dtype"):
-        buildkinds.cpp_args(([1],))
+        tvmffi.cpp_args(([1],))
 
 
 def test_a_source_that_registers_its_own_export_is_refused(task: Path) -> None:
@@ -170,9 +176,9 @@ def test_a_source_that_registers_its_own_export_is_refused(task: Path) -> None:
     (task / "baseline" / "k.cuh").write_text("// kernel\n")
     (task / "solution" / "k.cuh").write_text("TVM_FFI_DLL_EXPORT_TYPED_FUNC(scale, (Scale<1>::run));\n")
     spec = load_task(task)
-    assert "TVM_FFI_DLL_EXPORT_TYPED_FUNC(scale, (Scale<2>::run));" in buildkinds.generated_unit(spec, "baseline", "2")
+    assert "TVM_FFI_DLL_EXPORT_TYPED_FUNC(scale, (Scale<2>::run));" in tvmffi.generated_unit(spec, "baseline", "2")
     with pytest.raises(RuntimeError) as caught:
-        buildkinds.generated_unit(spec, "candidate", "2")
+        tvmffi.generated_unit(spec, "candidate", "2")
     assert str(caught.value).startswith(
         "tiny_rmsnorm/solution/k.cuh: registers its own TVM_FFI_DLL_EXPORT_TYPED_FUNC — refused: the builder writes "
         "one registration per [build] exports entry for both sides (rule sheet: the same registration style on both sides)")
@@ -184,8 +190,8 @@ def test_a_source_that_registers_its_own_export_is_refused(task: Path) -> None:
 def test_a_kind_whose_package_the_host_lacks_is_refused_naming_it(task: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     set_build(task, 'kind = {baseline = "triton", candidate = "cutedsl"}')
     (task / "solution" / "kernel.py").write_text("")
-    monkeypatch.setitem(buildkinds.PACKAGES, "cutedsl", ("kp_not_installed_anywhere", "nvidia-cutlass-dsl"))
-    monkeypatch.setattr(buildkinds, "gpu_driver_here", lambda: True)  # a GPU host, where the side would run
+    monkeypatch.setitem(buildrules.PACKAGES, "cutedsl", ("kp_not_installed_anywhere", "nvidia-cutlass-dsl"))
+    monkeypatch.setattr(buildrules, "gpu_driver_here", lambda: True)  # a GPU host, where the side would run
     with pytest.raises(TaskSpecError) as caught:
         load_task(task)
     message = str(caught.value)
@@ -198,20 +204,20 @@ def test_without_the_gpu_driver_only_the_packages_of_sides_that_run_there_are_ne
         task: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     set_build(task, 'kind = {baseline = "triton", candidate = "cutedsl"}')
     (task / "solution" / "kernel.py").write_text("")
-    monkeypatch.setitem(buildkinds.PACKAGES, "cutedsl", ("kp_not_installed_anywhere", "nvidia-cutlass-dsl"))
-    monkeypatch.setattr(buildkinds, "gpu_driver_here", lambda: False)
+    monkeypatch.setitem(buildrules.PACKAGES, "cutedsl", ("kp_not_installed_anywhere", "nvidia-cutlass-dsl"))
+    monkeypatch.setattr(buildrules, "gpu_driver_here", lambda: False)
     assert load_task(task).build.kinds == ("triton", "cutedsl")  # its rows will be NOT CHECKED, not refused
-    monkeypatch.setitem(buildkinds.PACKAGES, "triton", ("kp_not_installed_anywhere", "triton"))
+    monkeypatch.setitem(buildrules.PACKAGES, "triton", ("kp_not_installed_anywhere", "triton"))
     with pytest.raises(TaskSpecError, match=r"the baseline side needs the package triton"):
         load_task(task)  # a triton side runs here (the interpreter): its package is needed
 
 
 def test_package_versions_are_those_the_kinds_use() -> None:
     spec = parse_build(TOML, minimal("triton", "tvm-ffi"))
-    versions = buildkinds.package_versions(spec)
+    versions = buildrules.package_versions(spec)
     assert set(versions) == {"triton", "apache-tvm-ffi"}
     assert versions["triton"]  # installed here
-    assert buildkinds.package_versions(parse_build(TOML, minimal("python", "python"))) == {}
+    assert buildrules.package_versions(parse_build(TOML, minimal("python", "python"))) == {}
 
 
 # ------------------------------------------------------------------------------------------------ builders
@@ -219,11 +225,11 @@ def test_package_versions_are_those_the_kinds_use() -> None:
 
 def test_one_builder_per_kind() -> None:
     spec = parse_build(TOML, minimal("python", "cuda"))
-    assert isinstance(buildkinds.builder_for(spec, "baseline"), buildkinds.ModuleBuilder)
-    assert isinstance(buildkinds.builder_for(spec, "candidate"), buildkinds.CudaBuilder)
-    assert {k: buildkinds.BUILDERS[k].kind for k in KINDS} == {k: k for k in KINDS}
-    assert buildkinds.needed_files(spec, "baseline") == ["kernel.py"]
-    assert buildkinds.needed_files(spec, "candidate") == ["kernel.cu"]
+    assert isinstance(builders.builder_for(spec, "baseline"), builders.ModuleBuilder)
+    assert isinstance(builders.builder_for(spec, "candidate"), builders.CudaBuilder)
+    assert {k: builders.BUILDERS[k].kind for k in KINDS} == {k: k for k in KINDS}
+    assert buildrules.needed_files(spec, "baseline") == ["kernel.py"]
+    assert buildrules.needed_files(spec, "candidate") == ["kernel.cu"]
 
 
 def test_without_a_gpu_only_triton_and_python_sides_run() -> None:
@@ -231,13 +237,13 @@ def test_without_a_gpu_only_triton_and_python_sides_run() -> None:
         if baseline != candidate and baseline not in FREE_BASELINE_KINDS:
             continue
         spec = parse_build(TOML, minimal(baseline, candidate))
-        reasons = buildkinds.not_checked_here(spec, "cpu")
+        reasons = buildrules.not_checked_here(spec, "cpu")
         expected = {side for side, kind in (("baseline", baseline), ("candidate", candidate))
                     if kind not in ("triton", "python")}
         assert set(reasons) == expected, (baseline, candidate)
-        assert buildkinds.not_checked_here(spec, "cuda") == {}
-        assert buildkinds.needs_triton_interpreter(spec, "cpu") == ("triton" in (baseline, candidate))
-        assert not buildkinds.needs_triton_interpreter(spec, "cuda")
+        assert buildrules.not_checked_here(spec, "cuda") == {}
+        assert buildrules.needs_triton_interpreter(spec, "cpu") == ("triton" in (baseline, candidate))
+        assert not buildrules.needs_triton_interpreter(spec, "cuda")
 
 
 def test_a_triton_baseline_and_a_python_candidate_run_side_by_side_on_the_cpu(
@@ -270,13 +276,13 @@ def test_a_cutedsl_side_on_the_cpu_is_not_checked_and_never_imported(
         task: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     set_build(task, 'kind = {baseline = "triton", candidate = "cutedsl"}')
     (task / "solution" / "kernel.py").write_text("raise SystemExit('imported on a machine without a GPU')\n")
-    monkeypatch.setitem(buildkinds.PACKAGES, "cutedsl", ("json", "nvidia-cutlass-dsl"))  # present: not refused
+    monkeypatch.setitem(buildrules.PACKAGES, "cutedsl", ("json", "nvidia-cutlass-dsl"))  # present: not refused
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     record = build.build_sides(load_task(task), tmp_path / "run", "cpu")
     assert record.ok and record.compile_only
     assert record.not_checked == {"candidate": "candidate side (cutedsl) cannot run without a GPU"}
     assert NOT_CHECKED in record.sides["candidate"].builder
-    assert record.packages == {"nvidia-cutlass-dsl": buildkinds.distribution_version("nvidia-cutlass-dsl"),
+    assert record.packages == {"nvidia-cutlass-dsl": buildrules.distribution_version("nvidia-cutlass-dsl"),
                                "triton": record.packages["triton"]}
 
 
@@ -311,7 +317,7 @@ def tvm_ffi_task(task: Path, candidate_source: str) -> None:
     (task / "solution" / "scale.cuh").write_text(candidate_source)
 
 
-needs_nvcc = pytest.mark.skipif(buildkinds.find_nvcc() is None, reason="the compile-only check needs nvcc here")
+needs_nvcc = pytest.mark.skipif(compiler.find_nvcc() is None, reason="the compile-only check needs nvcc here")
 
 
 @needs_nvcc
@@ -372,11 +378,11 @@ def test_a_tvm_ffi_check_without_the_package_is_skipped_with_a_note(
         task: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tvm_ffi_task(task, TVM_KERNEL)
     spec = load_task(task)
-    monkeypatch.setattr(buildkinds, "find_nvcc", lambda: "/usr/bin/true")
-    real_find_spec = buildkinds.importlib.util.find_spec
-    monkeypatch.setattr(buildkinds.importlib.util, "find_spec",
+    monkeypatch.setattr(tvmffi, "find_nvcc", lambda: "/usr/bin/true")
+    real_find_spec = tvmffi.importlib.util.find_spec
+    monkeypatch.setattr(tvmffi.importlib.util, "find_spec",
                         lambda name, *a: None if name == "tvm_ffi" else real_find_spec(name, *a))
-    built = buildkinds.BUILDERS["tvm-ffi"].check(spec, "baseline", tmp_path / "b")
+    built = builders.BUILDERS["tvm-ffi"].check(spec, "baseline", tmp_path / "b")
     assert built.error is None
     assert built.note == "compile-only check skipped: apache-tvm-ffi (its headers) is not installed here"
 

@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from kpremote.agent import buildkinds
 from rig import REPO, idle_gpu, run_inv
+
+from kpremote.agent import buildrules
+from kpremote.agent.builders import compiler
 
 H200_TASKS = [
     "h200_diffusion_fuse_scale_shift__multi_shape",
@@ -61,7 +62,7 @@ def test_inv_check_says_not_checked_for_the_cuda_candidate_and_fails(tmp_path: P
     assert result.returncode == 1, output  # a check that did not run is not a pass (and not a refusal: 2)
     assert "Traceback" not in result.stderr, output
     rows = document["rows"]
-    assert {r["status"] for r in rows} == {buildkinds.NOT_CHECKED}, [(r["workload"], r["status"]) for r in rows]
+    assert {r["status"] for r in rows} == {buildrules.NOT_CHECKED}, [(r["workload"], r["status"]) for r in rows]
     assert all("candidate side (cuda) cannot run without a GPU" in r["message"] for r in rows)
     record = document["provenance"]["build"]
     assert record["kinds"] == {"baseline": "triton", "candidate": "cuda"}
@@ -70,7 +71,7 @@ def test_inv_check_says_not_checked_for_the_cuda_candidate_and_fails(tmp_path: P
     assert record["sides"]["candidate"]["ok"] and record["sides"]["candidate"]["error"] is None
     run_dir = next((tmp_path / "kernels" / NORM_INFER / "results" / "check").glob("*/summary")).parent
     candidate_log = (run_dir / record["sides"]["candidate"]["log"]).read_text()
-    if buildkinds.find_nvcc() is None:
+    if compiler.find_nvcc() is None:
         assert record["note"].startswith("compile-only check skipped: nvcc not found")
     else:  # compiled, with the task's one flag list, into an object file and no further
         assert record["note"] is None

@@ -18,16 +18,17 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import tomllib
+from rig import REPO, run_inv
 
 from kpremote import baseline
-from kpremote.agent import build, buildkinds
+from kpremote.agent import build, buildrules
+from kpremote.agent.builders import compiler, tvmffi
 from kpremote.agent.taskspec import load_task
-from rig import REPO, run_inv
 
 QKNORM = "h200_diffusion_qknorm_rope__multi_shape"
 CUTEDSL = "h200_diffusion_cutedsl_norm_scale_shift__multi_shape"
@@ -71,12 +72,12 @@ def test_inv_check_says_not_checked_for_every_row_and_fails(task: str, kernels: 
     results = json.loads(summary.read_text())
     rows = results["rows"]
     assert rows and all(row["smoke"] for row in rows)
-    assert {row["status"] for row in rows} == {buildkinds.NOT_CHECKED}, [(r["workload"], r["status"]) for r in rows]
+    assert {row["status"] for row in rows} == {buildrules.NOT_CHECKED}, [(r["workload"], r["status"]) for r in rows]
     record = results["provenance"]["build"]
     assert record["ok"] and record["compile_only"]
     assert set(record["not_checked"]) == NOT_RUNNABLE_HERE[task]
     assert all("cannot run without a GPU" in why for why in record["not_checked"].values())
-    if task == QKNORM and buildkinds.find_nvcc() is None:
+    if task == QKNORM and compiler.find_nvcc() is None:
         assert record["note"].startswith("compile-only check skipped: nvcc not found")
     elif task == QKNORM:  # both tvm-ffi sides got the compile-only check, with the one flag list
         assert record["exports"] == [["qknorm_rope", "QKNormRopeKernel<{args}>::run"]] and record["note"] is None
@@ -95,22 +96,22 @@ def test_both_qknorm_sides_compile_for_every_production_rows_template_arguments(
     pytest.importorskip("tvm_ffi")
     from tvm_ffi import libinfo
 
-    nvcc = buildkinds.find_nvcc()
+    nvcc = compiler.find_nvcc()
     if nvcc is None:
         pytest.fail("nvcc not found: the compile check of the production instantiations needs a CUDA toolkit")
     spec = load_task(kernels / QKNORM)
     adapter = build.import_adapter(spec)
-    instances = sorted({", ".join(buildkinds.cpp_args(adapter.template_args(w.params)))
+    instances = sorted({", ".join(tvmffi.cpp_args(adapter.template_args(w.params)))
                         for w in spec.workloads if w.production})
     assert instances, "no production row"
     (target,) = [t for _, t in spec.build.exports]
 
     def compile_side(side: str) -> subprocess.CompletedProcess:
         unit = tmp_path / f"{side}.cu"
-        unit.write_text(buildkinds.generated_unit(spec, side, None) + "".join(
+        unit.write_text(tvmffi.generated_unit(spec, side, None) + "".join(
             f"TVM_FFI_DLL_EXPORT_TYPED_FUNC(row_{i}, ({target.replace('{args}', args)}));\n"
             for i, args in enumerate(instances)))
-        includes = [*buildkinds.include_paths(spec, side), libinfo.find_include_path(), libinfo.find_dlpack_include_path()]
+        includes = [*compiler.include_paths(spec, side), libinfo.find_include_path(), libinfo.find_dlpack_include_path()]
         command = [nvcc, "-std=c++17", "-O2", "-gencode=arch=compute_90,code=sm_90", *spec.build.flags,
                    *(f"-I{p}" for p in includes), "-c", str(unit), "-o", str(tmp_path / f"{side}.o")]
         return subprocess.run(command, capture_output=True, text=True, timeout=900)

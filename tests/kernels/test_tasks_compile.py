@@ -190,7 +190,7 @@ def _nvcc_command(nvcc: str, source: Path, flags: list[str], module: str, output
 @pytest.mark.timeout(900)
 def _cuda_sides(name: str) -> list[str]:
     """The sides built by torch.utils.cpp_extension (a Triton baseline may face a CUDA candidate)."""
-    from kpremote.agent.buildkinds import kind_of
+    from kpremote.agent.buildrules import kind_of
 
     return [side for side in ("baseline", "candidate") if kind_of(_spec(name).build, side) == "cuda"]
 

@@ -13,17 +13,33 @@ AGENT = harness.AGENT_DIR
 ENTRY_POINTS = ("runner.py", "judge.py", "side.py", "worker.py", "audit.py")  # the processes of one run
 
 
-def agent_imports(path: Path) -> set[str]:
-    """The agent modules path imports (relative or absolute, at the top or inside a function), as file names."""
-    names: set[str] = set()
+def agent_imports(name: str) -> set[str]:
+    """The agent modules the file `name` imports (relative or absolute, at the top or inside a function), as paths
+    from the agent's folder ("build.py", "builders/cuda.py"); importing a package's module imports its __init__.py."""
+    path = AGENT / name
+    found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if not isinstance(node, ast.ImportFrom):
             continue
-        if node.level == 1:
-            names.update([node.module.split(".")[0]] if node.module else [alias.name for alias in node.names])
-        elif node.level == 0 and (node.module or "").startswith("kpremote.agent."):
-            names.add(node.module.split(".")[2])
-    return {f"{name}.py" for name in names if (AGENT / f"{name}.py").is_file()}
+        if node.level:
+            base = path.parents[node.level - 1]
+        elif (node.module or "").startswith("kpremote.agent."):
+            base = AGENT
+        else:
+            continue
+        module = node.module[len("kpremote.agent."):] if not node.level else node.module
+        target = base.joinpath(*module.split(".")) if module else base
+        found |= module_files(target, [alias.name for alias in node.names])
+    return found
+
+
+def module_files(target: Path, names: list[str]) -> set[str]:
+    """The agent files behind `from target import names`: target's module, or a package's __init__.py and the
+    names that are its modules, with the __init__.py of every package on the way."""
+    files = [target.with_suffix(".py"), target / "__init__.py", *(target / f"{name}.py" for name in names)]
+    files = [file for file in files if file.is_file() and file != AGENT / "__init__.py"]
+    packages = [folder / "__init__.py" for file in files for folder in file.parents if AGENT in folder.parents]
+    return {file.relative_to(AGENT).as_posix() for file in files + packages}
 
 
 def imported_by_a_run() -> set[str]:
@@ -33,7 +49,7 @@ def imported_by_a_run() -> set[str]:
         name = todo.pop()
         if name not in seen:
             seen.add(name)
-            todo.extend(agent_imports(AGENT / name))
+            todo.extend(agent_imports(name))
     return seen
 
 
@@ -50,7 +66,15 @@ def test_the_two_lists_name_real_files_and_never_the_same_one():
 
 def test_the_digest_changes_with_any_harness_file(tmp_path):
     for name in harness.HARNESS_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(f"# {name}\n")
     before = harness.harness_digest(tmp_path)
     (tmp_path / "children.py").write_text("# changed\n")
     assert harness.harness_digest(tmp_path) != before
+
+
+def test_the_modules_of_a_package_are_followed_into_the_digest():
+    """build.py reaches the builders through builders/__init__.py: each kind's builder decides how a side is built."""
+    reached = imported_by_a_run()
+    assert {"builders/__init__.py", "builders/base.py", "builders/cuda.py", "builders/tvmffi.py"} <= reached
+    assert {"builders/cuda.py", "builders/tvmffi.py", "buildrules.py"} <= set(harness.HARNESS_FILES)
