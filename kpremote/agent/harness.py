@@ -21,7 +21,7 @@ HARNESS_FILES = (
     "audit.py", "build.py", "builders/__init__.py", "builders/base.py", "builders/compiler.py", "builders/cuda.py",
     "builders/imported.py", "builders/tvmffi.py", "buildrules.py", "channel.py", "children.py", "contract.py",
     "correctness.py", "guard.py", "guards.py", "harness.py", "judge.py", "ncu.py", "profiledcall.py", "report.py",
-    "runner.py", "runoptions.py", "side.py", "stats.py", "taskspec.py", "timing.py", "worker.py",
+    "runner.py", "runoptions.py", "side.py", "stats.py", "taskfiles.py", "taskspec.py", "timing.py", "worker.py",
 )
 # The other agent modules a run imports, and why none of them decides a verdict or a number
 # (tests/unit/test_harness_files.py: every module a run imports is in one of the two lists).

@@ -1,15 +1,15 @@
-"""A task folder's contract (docs/task-contract.md): task.toml and bench/workloads.toml, validated.
+"""A task folder's contract (docs/task-contract.md): task.toml and bench/workloads.toml, read and validated into
+the values the agent runs by (TaskSpec).
 
 Everything that could make the two sides differ is refused here, before anything is built or run. Every
 error names the file and the field and says what is allowed, e.g.
 `kernels/x/task.toml: [build] kind = "rust" — allowed: "triton", "cuda", ...`. The build kinds' rules live in
-buildrules.py.
+buildrules.py; the checks of the folder's files (each side's, the adapter, the pinned upstream) in taskfiles.py.
 Standard library only: the runner validates a task without importing torch.
 """
 
 from __future__ import annotations
 
-import ast
 import difflib
 import json
 import math
@@ -32,15 +32,6 @@ SIDES = ("baseline", "candidate")
 SIDE_FOLDERS = {"baseline": "baseline", "candidate": "solution"}
 ARCHES = ("b200", "h200", "h100", "any")
 WORKLOAD_ID = re.compile(r"[A-Za-z0-9_.-]+")
-ENTRY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-ADAPTER_REQUIRED = ("make_case", "call_baseline", "call_candidate")
-ADAPTER_OPTIONAL = ("bind", "reference", "bytes_moved")
-# Names whose use means a side compiles or loads its own binary, outside the one symmetric builder.
-SELF_BUILD_NAMES = frozenset({"cpp_extension", "load_inline", "build_inline", "load_library", "load_module", "CDLL",
-                              "cdll", "PyDLL", "LoadLibrary", "dlopen"})
-# Importing or running code by a computed name hides a self-build from the check above
-# (importlib.import_module("torch.utils.cpp_" + "extension")): refused in sides and the adapter too.
-DYNAMIC_CODE_NAMES = frozenset({"import_module", "__import__", "exec", "eval"})
 PER_SIDE_TABLES = ("candidate", "solution", "baseline_build", "candidate_build")
 
 
@@ -176,9 +167,12 @@ def load_task(task_dir: Path, *, timing_mode: str | None = None, packages: bool 
         _check_choice(task_file, "timing", "mode", timing_mode, TIMING_MODES, origin="--mode")
         timing = replace(timing, mode=timing_mode)
     spec = TaskSpec(root, task, baseline, build, timing, tuple(load_workloads(root / "bench" / "workloads.toml")))
-    check_sides_symmetric(spec)
-    check_upstream_files(spec)
-    check_adapter(spec.adapter_path)
+    # Imported here, not at the top: taskfiles imports TaskSpec from this module.
+    from . import taskfiles
+
+    taskfiles.check_sides_symmetric(spec)
+    taskfiles.check_upstream_files(spec)
+    taskfiles.check_adapter(spec.adapter_path)
     return spec
 
 
@@ -332,23 +326,6 @@ def _pinned_digests(path: Path, table: Any) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(table.items()))
 
 
-def check_upstream_files(spec: TaskSpec) -> None:
-    """Each file [baseline.sha256] pins is in baseline/upstream/ with exactly that sha256: the baseline that runs
-    is the pinned upstream code, byte for byte."""
-    import hashlib
-
-    upstream = spec.side_dir("baseline") / "upstream"
-    for rel, want in spec.baseline.sha256:
-        local = upstream / rel
-        if local.is_symlink() or not local.is_file():
-            raise TaskSpecError(f"{_shown(local)}: missing — task.toml [baseline.sha256] pins it (the client puts it "
-                                "there: inv baseline --materialize, inv run, inv sync)")
-        got = hashlib.sha256(local.read_bytes()).hexdigest()
-        if got != want:
-            raise TaskSpecError(f"{_shown(local)}: sha256 {got} differs from task.toml [baseline.sha256] {want} — "
-                                "refused: the baseline must be the pinned upstream file")
-
-
 def _build_spec(path: Path, values: dict[str, Any]) -> BuildSpec:
     from .buildrules import parse_build
 
@@ -380,112 +357,6 @@ def _timing_settings(path: Path, values: dict[str, Any]) -> TimingSettings:
     if timing.max_time_s < timing.min_time_s:
         raise TaskSpecError(f"{_shown(path)}: [timing] max_time_s = {timing.max_time_s} — must be >= min_time_s")
     return timing
-
-
-# ------------------------------------------------------------------------------------------------ symmetry
-
-
-def check_sides_symmetric(spec: TaskSpec) -> None:
-    """Both side folders exist, hold what the one build recipe needs, and neither builds itself."""
-    for side in SIDES:
-        folder = spec.side_dir(side)
-        if not folder.is_dir():
-            raise TaskSpecError(f"{_shown(folder)}: missing ({side} side)")
-    from .buildrules import needed_field, needed_files
-
-    for side in SIDES:
-        for name in needed_files(spec.build, side):
-            if not (spec.side_dir(side) / name).is_file():
-                raise TaskSpecError(
-                    f"{_shown(spec.root / 'task.toml')}: [build] {needed_field(spec.build, side)} needs {name!r} "
-                    f"{'in the ' + side + ' side' if spec.build.kinds[:1] != spec.build.kinds[1:] else 'on both sides'}; "
-                    f"missing in {_shown(spec.side_dir(side))}"
-                )
-    for python_file in [*_python_files(spec.side_dir("baseline")), spec.adapter_path]:
-        _refuse_self_build(python_file, dynamic_code=False)  # trusted and pinned (docs/trust.md): symmetry only
-    for python_file in _python_files(spec.side_dir("candidate")):
-        _refuse_self_build(python_file, dynamic_code=True)
-
-
-def _python_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
-
-
-def _refuse_self_build(path: Path, *, dynamic_code: bool) -> None:
-    """A side that builds or loads its own binary breaks the one-builder rule; in the untrusted candidate, code
-    imported or run by a computed name is refused too, since it could hide exactly that."""
-    try:
-        tree = ast.parse(path.read_text(errors="replace"), filename=str(path))
-    except (FileNotFoundError, SyntaxError):
-        return  # a missing adapter or a broken side is reported by its own check or by its import
-    for node in ast.walk(tree):
-        name = _self_build_name(node)
-        if name:
-            raise TaskSpecError(
-                f"{_shown(path)}:{node.lineno}: builds or loads its own binary ({name}) — refused: both sides are "
-                f"built by the agent with the same builder and flags; use [build] kind = \"cuda\" and sources"
-            )
-        name = _dynamic_code_name(node) if dynamic_code else None
-        if name:
-            raise TaskSpecError(
-                f"{_shown(path)}:{node.lineno}: imports or runs code by a computed name ({name}) — refused: it would "
-                f"hide a self-built binary from this check; import modules by name"
-            )
-
-
-def _self_build_name(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Import):
-        return next((a.name for a in node.names if "cpp_extension" in a.name or a.name == "tvm_ffi.cpp"), None)
-    if isinstance(node, ast.ImportFrom):
-        if "cpp_extension" in (node.module or "") or (node.module or "") == "tvm_ffi.cpp":
-            return f"from {node.module} import ..."
-        if node.module == "tvm_ffi" and any(a.name == "cpp" for a in node.names):
-            return "from tvm_ffi import cpp"
-        return next((a.name for a in node.names if a.name in SELF_BUILD_NAMES), None)
-    if isinstance(node, ast.Attribute) and node.attr in SELF_BUILD_NAMES:
-        return f".{node.attr}"
-    if isinstance(node, ast.Name) and node.id in SELF_BUILD_NAMES:
-        return node.id
-    return None
-
-
-def _dynamic_code_name(node: ast.AST) -> str | None:
-    if not isinstance(node, ast.Call):
-        return None
-    function = node.func
-    name = function.id if isinstance(function, ast.Name) else function.attr if isinstance(function, ast.Attribute) else None
-    return name if name in DYNAMIC_CODE_NAMES else None
-
-
-def check_adapter(path: Path) -> None:
-    """bench/adapter.py defines the contract's functions, and both calls take the same parameters."""
-    try:
-        tree = ast.parse(path.read_text(), filename=str(path))
-    except FileNotFoundError:
-        raise TaskSpecError(f"{_shown(path)}: missing (see docs/task-contract.md)") from None
-    except SyntaxError as exc:
-        raise TaskSpecError(f"{_shown(path)}:{exc.lineno}: syntax error: {exc.msg}") from None
-    functions = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    missing = [name for name in ADAPTER_REQUIRED if name not in functions]
-    if missing:
-        raise TaskSpecError(f"{_shown(path)}: defines no {', '.join(missing)} — required: {_listed(ADAPTER_REQUIRED)}")
-    shapes = {name: _parameter_shape(functions[name].args) for name in ("call_baseline", "call_candidate")}
-    if shapes["call_baseline"] != shapes["call_candidate"]:
-        raise TaskSpecError(
-            f"{_shown(path)}: call_baseline and call_candidate take different parameters — both sides must go "
-            f"through the same path: (workload, inputs, outputs)"
-        )
-
-
-def _parameter_shape(args: ast.arguments) -> tuple[Any, ...]:
-    """What a caller can pass: counts of positional parameters and defaults, keyword-only names, * and **."""
-    return (
-        len(args.posonlyargs) + len(args.args),
-        len(args.defaults),
-        tuple(a.arg for a in args.kwonlyargs),
-        args.vararg is not None,
-        args.kwarg is not None,
-    )
 
 
 # ------------------------------------------------------------------------------------------------ helpers
