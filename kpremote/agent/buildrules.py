@@ -32,10 +32,10 @@ from .taskspec import (
     SIDES,
     BuildSpec,
     TaskSpecError,
-    _listed,
-    _shown,
-    _string_list,
-    _toml,
+    listed,
+    shown,
+    string_list,
+    toml_text,
 )
 
 KINDS = ("triton", "cuda", "tvm-ffi", "cutedsl", "python")
@@ -59,26 +59,26 @@ def parse_build(path: Path, values: dict[str, Any]) -> BuildSpec:
     """task.toml's [build] table, validated: kinds by the rule sheet, one flags list, what each kind needs."""
     kinds = side_kinds(path, values.get("kind"))
     compiled = [k for k in kinds if k in COMPILED_KINDS]
-    flags = tuple(_string_list(path, "build", "flags", values.get("flags", [])))
-    sources = tuple(_string_list(path, "build", "sources", values.get("sources", [])))
-    include_dirs = tuple(_string_list(path, "build", "include_dirs", values.get("include_dirs", [])))
+    flags = tuple(string_list(path, "build", "flags", values.get("flags", [])))
+    sources = tuple(string_list(path, "build", "sources", values.get("sources", [])))
+    include_dirs = tuple(string_list(path, "build", "include_dirs", values.get("include_dirs", [])))
     kind = kinds[0] if kinds[0] == kinds[1] else f"{kinds[0]}+{kinds[1]}"
     if flags and not compiled:
         raise TaskSpecError(
-            f"{_shown(path)}: [build] flags = {list(flags)!r} — must be [] for kind = {_kind_text(kinds)} "
+            f"{shown(path)}: [build] flags = {list(flags)!r} — must be [] for kind = {_kind_text(kinds)} "
             f"(no side is compiled from sources; both are JIT-compiled with the same options)"
         )
     fast = [f for f in flags if FAST_MATH.fullmatch(f)]
     if fast and len(compiled) == 1:
         raise TaskSpecError(
-            f"{_shown(path)}: [build] flags {fast[0]!r} — refused: only the {_compiled_side(kinds)} side is compiled, "
+            f"{shown(path)}: [build] flags {fast[0]!r} — refused: only the {_compiled_side(kinds)} side is compiled, "
             f"so fast math would change one side's numerics (rule sheet: no fast math unless both sides use it)"
         )
     _check_sources(path, sources, compiled, kinds)
     _check_include_dirs(path, include_dirs, compiled, kinds)
     entry = values.get("entry", "kernel")
     if not isinstance(entry, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", entry):
-        raise TaskSpecError(f"{_shown(path)}: [build] entry = {entry!r} — allowed: a Python module name, e.g. \"kernel\"")
+        raise TaskSpecError(f"{shown(path)}: [build] entry = {entry!r} — allowed: a Python module name, e.g. \"kernel\"")
     exports = _exports(path, values.get("exports"), kinds)
     return BuildSpec(kind=kind, flags=flags, sources=sources, entry=entry, kinds=kinds, exports=exports,
                      include_dirs=include_dirs)
@@ -91,22 +91,22 @@ def side_kinds(path: Path, value: Any) -> tuple[str, str]:
         return value, value
     if not isinstance(value, dict):
         raise TaskSpecError(
-            f"{_shown(path)}: [build] kind = {value!r} — allowed: one of {_listed(KINDS)}, or "
+            f"{shown(path)}: [build] kind = {value!r} — allowed: one of {listed(KINDS)}, or "
             f"{{baseline = \"triton\", candidate = \"cuda\"}} where the rule sheet lets the sides differ"
         )
     unknown = [k for k in value if k not in SIDES]
     missing = [s for s in SIDES if s not in value]
     if unknown or missing:
         what = f"unknown key {unknown[0]!r}" if unknown else f"missing {missing[0]!r}"
-        raise TaskSpecError(f"{_shown(path)}: [build] kind — {what}; a per-side kind is {{baseline = ..., candidate = ...}}")
+        raise TaskSpecError(f"{shown(path)}: [build] kind — {what}; a per-side kind is {{baseline = ..., candidate = ...}}")
     for side in SIDES:
         _check_kind(path, f"kind.{side}", value[side])
     baseline, candidate = value["baseline"], value["candidate"]
     if baseline != candidate and baseline not in FREE_BASELINE_KINDS:
         raise TaskSpecError(
-            f"{_shown(path)}: [build] kind = {_kind_text((baseline, candidate))} — refused: a {_toml(baseline)} baseline "
+            f"{shown(path)}: [build] kind = {_kind_text((baseline, candidate))} — refused: a {toml_text(baseline)} baseline "
             f"needs the candidate built by the same builder with the same registration style (rule sheet: a CUDA/C++ "
-            f"baseline and its candidate use the same build and export path); allowed: kind = {_toml(baseline)}. "
+            f"baseline and its candidate use the same build and export path); allowed: kind = {toml_text(baseline)}. "
             f"Only a {' / '.join(FREE_BASELINE_KINDS)} baseline may face a candidate of another kind"
         )
     return baseline, candidate
@@ -114,60 +114,60 @@ def side_kinds(path: Path, value: Any) -> tuple[str, str]:
 
 def _check_kind(path: Path, field: str, value: Any) -> None:
     if value not in KINDS:
-        raise TaskSpecError(f"{_shown(path)}: [build] {field} = {_toml(value)} — allowed: {_listed(KINDS)}")
+        raise TaskSpecError(f"{shown(path)}: [build] {field} = {toml_text(value)} — allowed: {listed(KINDS)}")
 
 
 def _check_sources(path: Path, sources: tuple[str, ...], compiled: list[str], kinds: tuple[str, str]) -> None:
     if not compiled:
         if sources:
             raise TaskSpecError(
-                f"{_shown(path)}: [build] sources — only for a compiled side ({_listed(COMPILED_KINDS)}); "
-                f"kind = {_kind_text(kinds)} imports {_listed(MODULE_KINDS)} sides from `entry`"
+                f"{shown(path)}: [build] sources — only for a compiled side ({listed(COMPILED_KINDS)}); "
+                f"kind = {_kind_text(kinds)} imports {listed(MODULE_KINDS)} sides from `entry`"
             )
         return
     if not sources:
-        raise TaskSpecError(f"{_shown(path)}: [build] sources — needed for kind = {_toml(compiled[0])}, e.g. [\"kernel.cu\"]")
+        raise TaskSpecError(f"{shown(path)}: [build] sources — needed for kind = {toml_text(compiled[0])}, e.g. [\"kernel.cu\"]")
     for source in sources:
         if Path(source).is_absolute() or ".." in Path(source).parts:
-            raise TaskSpecError(f"{_shown(path)}: [build] sources {source!r} — must be relative to each side's folder")
+            raise TaskSpecError(f"{shown(path)}: [build] sources {source!r} — must be relative to each side's folder")
     if len(set(sources)) != len(sources):
-        raise TaskSpecError(f"{_shown(path)}: [build] sources = {list(sources)!r} — lists a file twice")
+        raise TaskSpecError(f"{shown(path)}: [build] sources = {list(sources)!r} — lists a file twice")
 
 
 def _check_include_dirs(path: Path, folders: tuple[str, ...], compiled: list[str], kinds: tuple[str, str]) -> None:
     if folders and not compiled:
         raise TaskSpecError(
-            f"{_shown(path)}: [build] include_dirs — only for a compiled side ({_listed(COMPILED_KINDS)}); "
+            f"{shown(path)}: [build] include_dirs — only for a compiled side ({listed(COMPILED_KINDS)}); "
             f"kind = {_kind_text(kinds)} compiles nothing"
         )
     for folder in folders:
         if not folder or Path(folder).is_absolute() or ".." in Path(folder).parts:
             raise TaskSpecError(
-                f"{_shown(path)}: [build] include_dirs {folder!r} — must be a folder relative to each side's folder, "
+                f"{shown(path)}: [build] include_dirs {folder!r} — must be a folder relative to each side's folder, "
                 f"e.g. \"upstream/include\" (baseline/upstream/include on the baseline side)"
             )
     if len(set(folders)) != len(folders):
-        raise TaskSpecError(f"{_shown(path)}: [build] include_dirs = {list(folders)!r} — lists a folder twice")
+        raise TaskSpecError(f"{shown(path)}: [build] include_dirs = {list(folders)!r} — lists a folder twice")
 
 
 def _exports(path: Path, value: Any, kinds: tuple[str, str]) -> tuple[tuple[str, str], ...]:
     """tvm-ffi: {export name = "C++ callable"}, where "{args}" stands for the row's template arguments."""
     if "tvm-ffi" not in kinds:
         if value is not None:
-            raise TaskSpecError(f"{_shown(path)}: [build] exports — only for kind = \"tvm-ffi\"")
+            raise TaskSpecError(f"{shown(path)}: [build] exports — only for kind = \"tvm-ffi\"")
         return ()
     example = '{qknorm_rope = "QKNormRopeKernel<{args}>::run"}'
     if not isinstance(value, dict) or not value:
         raise TaskSpecError(
-            f"{_shown(path)}: [build] exports — needed for kind = \"tvm-ffi\": export name = C++ callable, "
+            f"{shown(path)}: [build] exports — needed for kind = \"tvm-ffi\": export name = C++ callable, "
             f"e.g. exports = {example}"
         )
     for name, target in value.items():
         if not EXPORT_NAME.fullmatch(name):
-            raise TaskSpecError(f"{_shown(path)}: [build] exports {name!r} — allowed: a C identifier")
+            raise TaskSpecError(f"{shown(path)}: [build] exports {name!r} — allowed: a C identifier")
         if not _export_target_ok(target):
             raise TaskSpecError(
-                f"{_shown(path)}: [build] exports {name} = {target!r} — allowed: one C++ callable expression "
+                f"{shown(path)}: [build] exports {name} = {target!r} — allowed: one C++ callable expression "
                 f"(no ';', '#', newline; '{{args}}' is the only placeholder), e.g. exports = {example}"
             )
     return tuple(value.items())
@@ -182,8 +182,8 @@ def _export_target_ok(target: Any) -> bool:
 
 def _kind_text(kinds: tuple[str, str]) -> str:
     if kinds[0] == kinds[1]:
-        return _toml(kinds[0])
-    return f"{{baseline = {_toml(kinds[0])}, candidate = {_toml(kinds[1])}}}"
+        return toml_text(kinds[0])
+    return f"{{baseline = {toml_text(kinds[0])}, candidate = {toml_text(kinds[1])}}}"
 
 
 def _compiled_side(kinds: tuple[str, str]) -> str:
@@ -218,7 +218,7 @@ def check_packages(path: Path, build: BuildSpec) -> None:
             continue
         if module and importlib.util.find_spec(module) is None:
             raise TaskSpecError(
-                f"{_shown(path)}: [build] kind = {_kind_text(tuple(kind_of(build, s) for s in SIDES))} — the {side} side "
+                f"{shown(path)}: [build] kind = {_kind_text(tuple(kind_of(build, s) for s in SIDES))} — the {side} side "
                 f"needs the package {distribution} (import {module}), which this host's Python ({sys.executable}) "
                 f"lacks; install it there (pip install {distribution})"
             )

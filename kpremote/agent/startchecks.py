@@ -45,9 +45,9 @@ def refuse_missing_packages(workspace: Path, spec: Any) -> None:
 
 
 def _users_path(message: str, workspace: Path, task: str) -> str:
-    from .taskspec import _shown
+    from .taskspec import shown
 
-    for form in {str(workspace), str(workspace.resolve()), _shown(workspace)}:
+    for form in {str(workspace), str(workspace.resolve()), shown(workspace)}:
         message = message.replace(form, f"kernels/{task}")
     return message
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .buildrules import needed_field, needed_files
-from .taskspec import SIDES, TaskSpec, TaskSpecError, _listed, _shown
+from .taskspec import SIDES, TaskSpec, TaskSpecError, listed, shown
 
 ADAPTER_REQUIRED = ("make_case", "call_baseline", "call_candidate")
 # Names whose use means a side compiles or loads its own binary, outside the one symmetric builder.
@@ -32,11 +32,11 @@ def check_upstream_files(spec: TaskSpec) -> None:
     for rel, want in spec.baseline.sha256:
         local = upstream / rel
         if local.is_symlink() or not local.is_file():
-            raise TaskSpecError(f"{_shown(local)}: missing — task.toml [baseline.sha256] pins it (the client puts it "
+            raise TaskSpecError(f"{shown(local)}: missing — task.toml [baseline.sha256] pins it (the client puts it "
                                 "there: inv baseline --materialize, inv run, inv sync)")
         got = hashlib.sha256(local.read_bytes()).hexdigest()
         if got != want:
-            raise TaskSpecError(f"{_shown(local)}: sha256 {got} differs from task.toml [baseline.sha256] {want} — "
+            raise TaskSpecError(f"{shown(local)}: sha256 {got} differs from task.toml [baseline.sha256] {want} — "
                                 "refused: the baseline must be the pinned upstream file")
 
 
@@ -45,14 +45,14 @@ def check_sides_symmetric(spec: TaskSpec) -> None:
     for side in SIDES:
         folder = spec.side_dir(side)
         if not folder.is_dir():
-            raise TaskSpecError(f"{_shown(folder)}: missing ({side} side)")
+            raise TaskSpecError(f"{shown(folder)}: missing ({side} side)")
     for side in SIDES:
         for name in needed_files(spec.build, side):
             if not (spec.side_dir(side) / name).is_file():
                 raise TaskSpecError(
-                    f"{_shown(spec.root / 'task.toml')}: [build] {needed_field(spec.build, side)} needs {name!r} "
+                    f"{shown(spec.root / 'task.toml')}: [build] {needed_field(spec.build, side)} needs {name!r} "
                     f"{'in the ' + side + ' side' if spec.build.kinds[:1] != spec.build.kinds[1:] else 'on both sides'}; "
-                    f"missing in {_shown(spec.side_dir(side))}"
+                    f"missing in {shown(spec.side_dir(side))}"
                 )
     for python_file in [*_python_files(spec.side_dir("baseline")), spec.adapter_path]:
         _refuse_self_build(python_file, dynamic_code=False)  # trusted and pinned (docs/trust.md): symmetry only
@@ -75,13 +75,13 @@ def _refuse_self_build(path: Path, *, dynamic_code: bool) -> None:
         name = _self_build_name(node)
         if name:
             raise TaskSpecError(
-                f"{_shown(path)}:{node.lineno}: builds or loads its own binary ({name}) — refused: both sides are "
+                f"{shown(path)}:{node.lineno}: builds or loads its own binary ({name}) — refused: both sides are "
                 f"built by the agent with the same builder and flags; use [build] kind = \"cuda\" and sources"
             )
         name = _dynamic_code_name(node) if dynamic_code else None
         if name:
             raise TaskSpecError(
-                f"{_shown(path)}:{node.lineno}: imports or runs code by a computed name ({name}) — refused: it would "
+                f"{shown(path)}:{node.lineno}: imports or runs code by a computed name ({name}) — refused: it would "
                 f"hide a self-built binary from this check; import modules by name"
             )
 
@@ -115,17 +115,17 @@ def check_adapter(path: Path) -> None:
     try:
         tree = ast.parse(path.read_text(), filename=str(path))
     except FileNotFoundError:
-        raise TaskSpecError(f"{_shown(path)}: missing (see docs/task-contract.md)") from None
+        raise TaskSpecError(f"{shown(path)}: missing (see docs/task-contract.md)") from None
     except SyntaxError as exc:
-        raise TaskSpecError(f"{_shown(path)}:{exc.lineno}: syntax error: {exc.msg}") from None
+        raise TaskSpecError(f"{shown(path)}:{exc.lineno}: syntax error: {exc.msg}") from None
     functions = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     missing = [name for name in ADAPTER_REQUIRED if name not in functions]
     if missing:
-        raise TaskSpecError(f"{_shown(path)}: defines no {', '.join(missing)} — required: {_listed(ADAPTER_REQUIRED)}")
+        raise TaskSpecError(f"{shown(path)}: defines no {', '.join(missing)} — required: {listed(ADAPTER_REQUIRED)}")
     shapes = {name: _parameter_shape(functions[name].args) for name in ("call_baseline", "call_candidate")}
     if shapes["call_baseline"] != shapes["call_candidate"]:
         raise TaskSpecError(
-            f"{_shown(path)}: call_baseline and call_candidate take different parameters — both sides must go "
+            f"{shown(path)}: call_baseline and call_candidate take different parameters — both sides must go "
             f"through the same path: (workload, inputs, outputs)"
         )
 

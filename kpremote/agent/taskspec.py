@@ -132,7 +132,7 @@ class TaskSpec:
         known = {w.id for w in self.workloads}
         unknown = [i for i in ids if i not in known]
         if unknown:
-            where = _shown(self.root / "bench" / "workloads.toml")
+            where = shown(self.root / "bench" / "workloads.toml")
             raise TaskSpecError(
                 f"{where}: no workload {', '.join(map(repr, unknown))}{_suggestion(unknown[0], known)}"
                 f" — known: {', '.join(sorted(known))}"
@@ -151,7 +151,7 @@ def load_task(task_dir: Path, *, timing_mode: str | None = None, packages: bool 
     run elsewhere, and a host that lacks them is a host problem, not the task's (state.start says so apart)."""
     root = Path(task_dir)
     if not root.is_dir():
-        raise TaskSpecError(f"{_shown(root)}: no such task folder")
+        raise TaskSpecError(f"{shown(root)}: no such task folder")
     task_file = root / "task.toml"
     data = _read_toml(task_file)
     _check_tables(task_file, data, required=("task", "baseline", "build"), optional=("timing",))
@@ -181,25 +181,25 @@ def load_workloads(path: Path) -> list[Workload]:
     _check_tables(path, data, required=("workload",), optional=("defaults",))
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
-        raise TaskSpecError(f"{_shown(path)}: [defaults] must be a table")
+        raise TaskSpecError(f"{shown(path)}: [defaults] must be a table")
     rows = data["workload"]
     if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
-        raise TaskSpecError(f"{_shown(path)}: needs at least one [[workload]] table")
+        raise TaskSpecError(f"{shown(path)}: needs at least one [[workload]] table")
     if "id" in defaults:
-        raise TaskSpecError(f"{_shown(path)}: [defaults] id — not allowed: each row sets its own")
+        raise TaskSpecError(f"{shown(path)}: [defaults] id — not allowed: each row sets its own")
     workloads: list[Workload] = []
     seen: set[str] = set()
     for number, row in enumerate(rows, start=1):
         workload = _workload(path, number, {**defaults, **row})
         if workload.id in seen:
-            raise TaskSpecError(f"{_shown(path)}: [[workload]] #{number} id = {workload.id!r} — ids must be unique")
+            raise TaskSpecError(f"{shown(path)}: [[workload]] #{number} id = {workload.id!r} — ids must be unique")
         seen.add(workload.id)
         workloads.append(workload)
     return workloads
 
 
 def _workload(path: Path, number: int, merged: dict[str, Any]) -> Workload:
-    where = f"{_shown(path)}: [[workload]] #{number}"
+    where = f"{shown(path)}: [[workload]] #{number}"
     wid = merged.get("id")
     if not isinstance(wid, str) or not WORKLOAD_ID.fullmatch(wid):
         raise TaskSpecError(f"{where} id = {wid!r} — allowed: a string of letters, digits, '_', '.', '-'")
@@ -223,16 +223,16 @@ def _workload(path: Path, number: int, merged: dict[str, Any]) -> Workload:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     if tomllib is None:
-        raise TaskSpecError(f"{_shown(path)}: reading TOML needs Python >= 3.11 (tomllib) or the tomli package")
+        raise TaskSpecError(f"{shown(path)}: reading TOML needs Python >= 3.11 (tomllib) or the tomli package")
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
     except FileNotFoundError:
-        raise TaskSpecError(f"{_shown(path)}: missing (see docs/task-contract.md)") from None
+        raise TaskSpecError(f"{shown(path)}: missing (see docs/task-contract.md)") from None
     except tomllib.TOMLDecodeError as exc:
-        raise TaskSpecError(f"{_shown(path)}: not valid TOML: {exc}") from None
+        raise TaskSpecError(f"{shown(path)}: not valid TOML: {exc}") from None
     except UnicodeDecodeError as exc:
-        raise TaskSpecError(f"{_shown(path)}: not UTF-8 text (byte {exc.start}), so not TOML") from None
+        raise TaskSpecError(f"{shown(path)}: not UTF-8 text (byte {exc.start}), so not TOML") from None
 
 
 def _check_tables(path: Path, data: dict[str, Any], *, required: tuple[str, ...], optional: tuple[str, ...]) -> None:
@@ -240,31 +240,31 @@ def _check_tables(path: Path, data: dict[str, Any], *, required: tuple[str, ...]
     for key in data:
         if key in PER_SIDE_TABLES:
             raise TaskSpecError(
-                f"{_shown(path)}: [{_named(key)}] — per-side settings are refused: both sides are built by the same builder "
+                f"{shown(path)}: [{_named(key)}] — per-side settings are refused: both sides are built by the same builder "
                 f"with the one [build] flags list (docs/task-contract.md)"
             )
         if key not in allowed:
             raise TaskSpecError(
-                f"{_shown(path)}: [{_named(key)}] — unknown table{_suggestion(key, allowed)}; allowed: {_listed(allowed)}"
+                f"{shown(path)}: [{_named(key)}] — unknown table{_suggestion(key, allowed)}; allowed: {listed(allowed)}"
             )
     for key in required:
         if key not in data:
-            raise TaskSpecError(f"{_shown(path)}: [{key}] is missing")
+            raise TaskSpecError(f"{shown(path)}: [{key}] is missing")
 
 
 def _check_keys(path: Path, table: str, values: dict[str, Any], allowed: tuple[str, ...]) -> None:
     if not isinstance(values, dict):
-        raise TaskSpecError(f"{_shown(path)}: [{table}] must be a table")
+        raise TaskSpecError(f"{shown(path)}: [{table}] must be a table")
     for key in values:
         if key in allowed:
             continue
         if table in ("build", "baseline") and _is_per_side(key, values[key]):
             raise TaskSpecError(
-                f"{_shown(path)}: [{table}] {_named(key)} — per-side build settings are refused: both sides are built by "
+                f"{shown(path)}: [{table}] {_named(key)} — per-side build settings are refused: both sides are built by "
                 f"the same builder with the one [build] flags list (docs/task-contract.md)"
             )
         raise TaskSpecError(
-            f"{_shown(path)}: [{table}] {_named(key)} — unknown key{_suggestion(key, allowed)}; allowed: {_listed(allowed)}"
+            f"{shown(path)}: [{table}] {_named(key)} — unknown key{_suggestion(key, allowed)}; allowed: {listed(allowed)}"
         )
 
 
@@ -285,7 +285,7 @@ def _task_info(path: Path, values: dict[str, Any], root: Path) -> TaskInfo:
     # On a host the task lives in tasks/<name>/workspace; locally in kernels/<name>.
     folder = root.resolve()
     if name not in (folder.name, folder.parent.name):
-        raise TaskSpecError(f"{_shown(path)}: [task] name = {name!r} — must equal the folder name {folder.name!r}")
+        raise TaskSpecError(f"{shown(path)}: [task] name = {name!r} — must equal the folder name {folder.name!r}")
     arch = _string(path, "task", "arch", values)
     _check_choice(path, "task", "arch", arch, ARCHES)
     return TaskInfo(name=name, arch=arch, family=_string(path, "task", "family", values))
@@ -294,10 +294,10 @@ def _task_info(path: Path, values: dict[str, Any], root: Path) -> TaskInfo:
 def _baseline_info(path: Path, values: dict[str, Any]) -> BaselineInfo:
     _check_keys(path, "baseline", values,
                 ("repo", "ref", "commit", "files", "follows", "release", "wheel", "wheel_sha256", "sha256"))
-    files = _string_list(path, "baseline", "files", values.get("files", []))
+    files = string_list(path, "baseline", "files", values.get("files", []))
     for key in ("follows", "release", "wheel", "wheel_sha256"):
         if values.get(key) is not None and not isinstance(values[key], str):
-            raise TaskSpecError(f"{_shown(path)}: [baseline] {key} = {values[key]!r} — allowed: a string")
+            raise TaskSpecError(f"{shown(path)}: [baseline] {key} = {values[key]!r} — allowed: a string")
     return BaselineInfo(
         repo=_string(path, "baseline", "repo", values),
         ref=str(values.get("ref", "")),
@@ -314,14 +314,14 @@ def _baseline_info(path: Path, values: dict[str, Any]) -> BaselineInfo:
 def _pinned_digests(path: Path, table: Any) -> tuple[tuple[str, str], ...]:
     """[baseline.sha256]: relative paths (nothing outside baseline/upstream/) to 64-hex sha256s."""
     if not isinstance(table, dict):
-        raise TaskSpecError(f"{_shown(path)}: [baseline] sha256 must be a table: [baseline.sha256] \"path\" = \"<sha256>\"")
+        raise TaskSpecError(f"{shown(path)}: [baseline] sha256 must be a table: [baseline.sha256] \"path\" = \"<sha256>\"")
     for rel, digest in table.items():
         parts = rel.split("/")
         if not rel or rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in parts):
-            raise TaskSpecError(f"{_shown(path)}: [baseline.sha256] {json.dumps(rel)} — allowed: a path relative to "
+            raise TaskSpecError(f"{shown(path)}: [baseline.sha256] {json.dumps(rel)} — allowed: a path relative to "
                                 "baseline/upstream/ (no '..', no leading '/')")
         if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
-            raise TaskSpecError(f"{_shown(path)}: [baseline.sha256] {json.dumps(rel)} = {digest!r} — allowed: a sha256 "
+            raise TaskSpecError(f"{shown(path)}: [baseline.sha256] {json.dumps(rel)} = {digest!r} — allowed: a sha256 "
                                 "(64 lowercase hex digits)")
     return tuple(sorted(table.items()))
 
@@ -345,21 +345,21 @@ def _timing_settings(path: Path, values: dict[str, Any]) -> TimingSettings:
         if f.name == "mode":
             _check_choice(path, "timing", "mode", value, TIMING_MODES)
         elif not _finite_number(value) or value <= 0:
-            raise TaskSpecError(f"{_shown(path)}: [timing] {f.name} = {value!r} — allowed: a number > 0")
+            raise TaskSpecError(f"{shown(path)}: [timing] {f.name} = {value!r} — allowed: a number > 0")
         elif isinstance(getattr(defaults, f.name), int) and not isinstance(value, int):
-            raise TaskSpecError(f"{_shown(path)}: [timing] {f.name} = {value!r} — allowed: a whole number > 0")
+            raise TaskSpecError(f"{shown(path)}: [timing] {f.name} = {value!r} — allowed: a whole number > 0")
         settled[f.name] = value
     timing = replace(defaults, **settled)
     if timing.target_rse >= 1:
-        raise TaskSpecError(f"{_shown(path)}: [timing] target_rse = {timing.target_rse} — allowed: 0 < x < 1")
+        raise TaskSpecError(f"{shown(path)}: [timing] target_rse = {timing.target_rse} — allowed: 0 < x < 1")
     if timing.max_samples < timing.min_samples:
-        raise TaskSpecError(f"{_shown(path)}: [timing] max_samples = {timing.max_samples} — must be >= min_samples")
+        raise TaskSpecError(f"{shown(path)}: [timing] max_samples = {timing.max_samples} — must be >= min_samples")
     if timing.max_time_s < timing.min_time_s:
-        raise TaskSpecError(f"{_shown(path)}: [timing] max_time_s = {timing.max_time_s} — must be >= min_time_s")
+        raise TaskSpecError(f"{shown(path)}: [timing] max_time_s = {timing.max_time_s} — must be >= min_time_s")
     return timing
 
 
-# ------------------------------------------------------------------------------------------------ helpers
+# ---------------------------------------------------- message helpers (shown, listed, string_list, toml_text: shared)
 
 
 def _finite_number(value: Any) -> bool:
@@ -375,25 +375,27 @@ def _finite_number(value: Any) -> bool:
 def _string(path: Path, table: str, key: str, values: dict[str, Any]) -> str:
     value = values.get(key)
     if value is None:
-        raise TaskSpecError(f"{_shown(path)}: [{table}] {key} is missing")
+        raise TaskSpecError(f"{shown(path)}: [{table}] {key} is missing")
     if not isinstance(value, str) or not value.strip():
-        raise TaskSpecError(f"{_shown(path)}: [{table}] {key} = {value!r} — allowed: a non-empty string")
+        raise TaskSpecError(f"{shown(path)}: [{table}] {key} = {value!r} — allowed: a non-empty string")
     return value
 
 
-def _string_list(path: Path, table: str, key: str, value: Any) -> list[str]:
+def string_list(path: Path, table: str, key: str, value: Any) -> list[str]:
+    """[table] key as a list of non-empty strings, or the refusal that names it."""
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        raise TaskSpecError(f"{_shown(path)}: [{table}] {key} = {value!r} — allowed: a list of non-empty strings")
+        raise TaskSpecError(f"{shown(path)}: [{table}] {key} = {value!r} — allowed: a list of non-empty strings")
     return list(value)
 
 
 def _check_choice(path: Path, table: str, key: str, value: Any, allowed: tuple[str, ...], origin: str = "") -> None:
     if value not in allowed:
-        where = origin or f"{_shown(path)}: [{table}] {key}"
-        raise TaskSpecError(f"{where} = {_toml(value)} — allowed: {_listed(allowed)}")
+        where = origin or f"{shown(path)}: [{table}] {key}"
+        raise TaskSpecError(f"{where} = {toml_text(value)} — allowed: {listed(allowed)}")
 
 
-def _toml(value: Any) -> str:
+def toml_text(value: Any) -> str:
+    """A value as a message quotes it: a string as TOML writes it, anything else as Python shows it."""
     if not isinstance(value, str):
         return repr(value)
     return f'"{value}"' if value.isprintable() else json.dumps(value)  # a message stays one line, escapes inert
@@ -404,7 +406,8 @@ def _named(key: str) -> str:
     return key if key.isprintable() and key.strip() == key and key else json.dumps(key)
 
 
-def _listed(allowed: tuple[str, ...] | list[str]) -> str:
+def listed(allowed: tuple[str, ...] | list[str]) -> str:
+    """Allowed values as a message lists them: "a", "b", "c"."""
     return ", ".join(f'"{a}"' for a in allowed)
 
 
@@ -413,7 +416,7 @@ def _suggestion(word: str, known: Any) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _shown(path: Path) -> str:
+def shown(path: Path) -> str:
     """The path as the user knows it: relative to the working folder where possible."""
     path = Path(path)
     try:

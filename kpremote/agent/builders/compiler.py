@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ..buildrules import COMPILED_KINDS, kind_of
-from ..taskspec import SIDES, TaskSpec, _shown
+from ..taskspec import SIDES, TaskSpec, shown
 
 HOST_FLAG_PREFIXES = ("-O", "-std=", "-D", "-U", "-I")
 MISSING_HEADER = re.compile(r"fatal error: ([^\s:]+): No such file or directory")
@@ -29,7 +29,7 @@ def include_paths(spec: TaskSpec, side: str) -> list[str]:
         found = [s for s in SIDES if kind_of(spec.build, s) in COMPILED_KINDS and (spec.side_dir(s) / name).is_dir()]
         if not found:
             where = " or ".join(f"{spec.side_dir(s).name}/" for s in SIDES if kind_of(spec.build, s) in COMPILED_KINDS)
-            raise RuntimeError(f"{_shown(spec.root / 'task.toml')}: [build] include_dirs {name!r} — no such folder "
+            raise RuntimeError(f"{shown(spec.root / 'task.toml')}: [build] include_dirs {name!r} — no such folder "
                                f"in {where}")
         if side in found:
             folders.append(spec.side_dir(side) / name)

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..taskspec import BuildSpec, TaskSpec, _shown
+from ..taskspec import BuildSpec, TaskSpec, shown
 from .base import Builder, Built, module_name
 from .compiler import (
     default_standard,
@@ -135,7 +135,7 @@ def _refuse_own_registration(spec: TaskSpec, side: str, source: str, path: Path)
         return  # the compiler names it
     if SELF_REGISTRATION.search(text):
         raise RuntimeError(
-            f"{_shown(spec.side_dir(side) / source)}: registers its own {SELF_REGISTRATION.pattern} — refused: the "
+            f"{shown(spec.side_dir(side) / source)}: registers its own {SELF_REGISTRATION.pattern} — refused: the "
             f"builder writes one registration per [build] exports entry for both sides (rule sheet: the same "
             f"registration style on both sides); remove it and name the callable in exports"
         )
