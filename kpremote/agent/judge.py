@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import guard, stats, timing
+from . import floors, guard, stats, timing
 from .channel import BadReply, Channel, ChannelClosed, encode_values, share_cpu_tensor
 from .correctness import (ERROR, INCORRECT, PASSED, CaseView, Refused, SideFailed, Verdict, check_case, clone_tensors,
                           compare_output, describe, mutated_inputs, poison_outputs, reference_inputs,
@@ -377,7 +377,7 @@ class Judge:
         result.update(
             timing=pair.to_json(),
             samples={side: getattr(pair, side).times_us for side in SIDES},
-            gbps={side: timing.achieved_gbps(bytes_moved, medians[side]) for side in SIDES},
+            gbps={side: floors.achieved_gbps(bytes_moved, medians[side]) for side in SIDES},
             verdict=stats.row_verdict(pair.baseline.times_us, pair.candidate.times_us),
             checks={"timing_cases": len(cases), "checked_samples": dict(self.checked), "refreshes": self.refreshes,
                     "check_fraction": CHECK_FRACTION, "memory_isolation": self.sharing.isolation},
@@ -388,9 +388,10 @@ class Judge:
             result["invalid"] = "; ".join(f"the {side} side started {threads_after[side] - threads_before[side]} "
                                           f"thread(s) during timing" for side in grew)
         if self.device == "cuda":
-            floor = self._floor(mode, bytes_moved)
+            floor = floors.floor_bandwidth(mode, bytes_moved, self.job.get("l2_bytes") or 0, self.job.get("copy_gbps"),
+                                           self.job.get("l2_copy_gbps"))
             for side in ("candidate", "baseline"):
-                reason = timing.floor_check(bytes_moved, medians[side], *floor)
+                reason = floors.floor_check(bytes_moved, medians[side], *floor)
                 if reason:
                     return _implausible(side, reason, result)
         return result
@@ -402,12 +403,6 @@ class Judge:
             value = self.adapter.bytes_moved(self.params)
             return int(value) if value else None
         return None
-
-    def _floor(self, mode: str, bytes_moved: int) -> tuple[float | None, str]:
-        l2, dram, warm = self.job.get("l2_bytes") or 0, self.job.get("copy_gbps"), self.job.get("l2_copy_gbps")
-        if mode == "graph" and warm and dram and warm > dram and bytes_moved <= l2:
-            return warm, "L2-resident copy bandwidth (graph mode, working set fits in the L2)"
-        return dram, "device-to-device copy bandwidth"
 
     # ---------------------------------------------------------------- one row
 
@@ -511,7 +506,7 @@ class Sampler:
         persisting = reply.get("persisting_l2_bytes")
         if isinstance(persisting, int) and not isinstance(persisting, bool) and persisting > 0:
             raise Refused(Verdict(INCORRECT if side == "candidate" else ERROR,
-                                  f"{side}: {timing.IMPLAUSIBLE_PREFIX.split(':')[0]}: it reserved {persisting} bytes "
+                                  f"{side}: {floors.IMPLAUSIBLE_PREFIX.split(':')[0]}: it reserved {persisting} bytes "
                                   f"of persisting L2 (cudaLimitPersistingL2CacheSize): data kept in L2 across the "
                                   f"flush makes its timing a fiction", f"timing, {side}",
                                   {"kind": "persisting_l2", "bytes": persisting}))
