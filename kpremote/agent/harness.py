@@ -17,9 +17,10 @@ HARNESS_VERSION = "2.1"  # 2.0: process boundary (judge + one process per side),
 AGENT_DIR = Path(__file__).resolve().parent
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 HARNESS_FILES = (
-    "audit.py", "build.py", "buildkinds.py", "channel.py", "children.py", "contract.py", "correctness.py", "floors.py",
-    "guard.py", "guards.py", "harness.py", "judge.py", "ncu.py", "profiledcall.py", "report.py", "runner.py",
-    "runoptions.py", "side.py", "stats.py", "taskspec.py", "timing.py", "worker.py",
+    "audit.py", "build.py", "buildkinds.py", "cases.py", "channel.py", "children.py", "contract.py", "correctness.py",
+    "floors.py", "guard.py", "guards.py", "harness.py", "judge.py", "ncu.py", "profiledcall.py", "report.py",
+    "runner.py", "runoptions.py", "sampling.py", "side.py", "sideprocess.py", "stats.py", "taskspec.py", "timing.py",
+    "worker.py",
 )
 # The other agent modules a run imports, and why none of them decides a verdict or a number
 # (tests/unit/test_harness_files.py: every module a run imports is in one of the two lists).
