@@ -19,9 +19,10 @@ AGENT_DIR = Path(__file__).resolve().parent
 # A module inside a package is named by its path from here, e.g. "builders/cuda.py".
 HARNESS_FILES = (
     "audit.py", "build.py", "builders/__init__.py", "builders/base.py", "builders/compiler.py", "builders/cuda.py",
-    "builders/imported.py", "builders/tvmffi.py", "buildrules.py", "channel.py", "children.py", "contract.py",
-    "correctness.py", "guard.py", "guards.py", "harness.py", "judge.py", "ncu.py", "profiledcall.py", "report.py",
-    "runner.py", "runoptions.py", "side.py", "stats.py", "taskfiles.py", "taskspec.py", "timing.py", "worker.py",
+    "builders/imported.py", "builders/tvmffi.py", "buildrules.py", "cases.py", "channel.py", "children.py",
+    "contract.py", "correctness.py", "floors.py", "guard.py", "guards.py", "harness.py", "judge.py", "ncu.py",
+    "profiledcall.py", "report.py", "runner.py", "runoptions.py", "sampling.py", "side.py", "sideprocess.py",
+    "stats.py", "taskfiles.py", "taskspec.py", "timing.py", "worker.py",
 )
 # The other agent modules a run imports, and why none of them decides a verdict or a number
 # (tests/unit/test_harness_files.py: every module a run imports is in one of the two lists).

@@ -1,4 +1,4 @@
-"""Timing both sides of one workload, the same way, interleaved; and the physical floors a timing must respect.
+"""Timing both sides of one workload, the same way, interleaved.
 
 The loop (sample_abba) is driven by the row's judge (judge.py); every timed call runs in a side process
 (side.py) and only its raw time comes back. CUDA ("cold" mode), per sample: the judge poisons the side's
@@ -11,10 +11,7 @@ was under 75 % of its maximum are dropped and counted. "graph" mode captures N b
 graph (one replay >= ~1 ms) and reports replay / N; an empty capture is an error. On the CPU (smoke runs
 through Triton's interpreter) a few perf_counter samples are taken and labelled as meaningless.
 
-Floors: a side whose median is below bytes_moved / (1.1 x the device-to-device copy bandwidth) cannot be
-moving its bytes through DRAM and is "implausible"; the copy bandwidth is measured before any task code is
-imported (worker.py prepare). In graph mode a working set that fits in the L2 is held to the L2-resident
-copy bandwidth instead, since back-to-back calls legitimately find their data there.
+Whether a measured time is physically possible at all is floors.py's question.
 """
 
 from __future__ import annotations
@@ -27,7 +24,6 @@ from typing import Any, Callable
 from . import stats
 from .taskspec import TimingSettings
 
-IMPLAUSIBLE_PREFIX = "implausible"
 OFF_STREAM = "implausible: work not on the current stream"
 CLOCK_SAG_FRACTION = 0.75
 FALLBACK_L2_BYTES = 60 * 1024 * 1024
@@ -35,8 +31,6 @@ GRAPH_TARGET_US = 1000.0
 GRAPH_MAX_CALLS = 4096
 SMOKE_SAMPLES = 4  # two ABBA rounds: enough to exercise the path on a slow interpreter
 HEAD_START_MAX_US = 2000.0
-# Achieved bandwidth above this multiple of the measured copy bandwidth cannot be the bytes the row moves.
-FLOOR_FACTOR = 1.1
 STREAM_CHECK_REPEATS = 11
 STREAM_CHECK_DELAY_US = 2000.0
 PROBE_REPEATS = 5
@@ -393,25 +387,6 @@ def _cycles_per_us(torch: Any) -> float:
     return _sleep_rate
 
 
-def floor_check(bytes_moved: int | None, median_us: float | None, copy_gbps: float | None,
-                what: str = "device-to-device copy bandwidth") -> str | None:
-    """Why `median_us` is faster than moving `bytes_moved` can be (FLOOR_FACTOR x the copy bandwidth), or None."""
-    achieved = achieved_gbps(bytes_moved, median_us)
-    if achieved is None or not copy_gbps:
-        return None
-    if achieved > FLOOR_FACTOR * copy_gbps:
-        floor_us = bytes_moved / (FLOOR_FACTOR * copy_gbps * 1e3)
-        return (
-            f"{IMPLAUSIBLE_PREFIX}: {median_us:.3g} us is under the physical floor of {floor_us:.3g} us "
-            f"({achieved:.0f} GB/s for {bytes_moved} bytes moved, more than {FLOOR_FACTOR} x the {copy_gbps:.0f} GB/s "
-            f"{what}; or bytes_moved is wrong)"
-        )
-    return None
-
-
-bandwidth_check = floor_check  # the older name
-
-
 def head_start_us(host_launch_us: float) -> float:
     """Delay the GPU by ~2x the host's launch time, so the start event never waits for the launch."""
     return min(HEAD_START_MAX_US, 2.0 * host_launch_us + 20.0)
@@ -426,60 +401,6 @@ def _median_host_launch_us(call: Call, torch: Any, repeats: int = 5) -> float:
         spent.append((time.perf_counter() - started) * 1e6)
     torch.cuda.synchronize()
     return stats.median(spent)
-
-
-def achieved_gbps(bytes_moved: int | None, median_us: float | None) -> float | None:
-    if not bytes_moved or not median_us or median_us <= 0:
-        return None
-    return bytes_moved / (median_us * 1e-6) / 1e9
-
-
-# --------------------------------------------------------------------------------------------- copy bandwidth
-
-
-def measure_copy_bandwidth(device: str, *, max_bytes: int = 1 << 30, repeats: int = 10, copies: int = 1) -> dict[str, Any]:
-    """Device-to-device copy bandwidth (bytes read + written per second): the roofline for memory-bound rows.
-
-    `copies` back-to-back copies per event pair: a buffer that fits in the L2 copies in a few microseconds,
-    too short for one event pair to time without its own overhead dominating.
-    """
-    import torch
-
-    if device.startswith("cuda"):
-        free, _total = torch.cuda.mem_get_info()
-        nbytes = int(min(max_bytes, free // 4))
-        src = torch.ones(nbytes, dtype=torch.uint8, device=device)
-        dst = torch.empty_like(src)
-        for _ in range(3):
-            dst.copy_(src)
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        spent_us = []
-        for _ in range(repeats):
-            start.record()
-            for _ in range(copies):
-                dst.copy_(src)
-            end.record()
-            torch.cuda.synchronize()
-            spent_us.append(start.elapsed_time(end) * 1000.0 / copies)
-    else:
-        nbytes = 32 * 1024 * 1024
-        src = torch.ones(nbytes, dtype=torch.uint8)
-        dst = torch.empty_like(src)
-        dst.copy_(src)
-        spent_us = []
-        for _ in range(repeats):
-            started = time.perf_counter()
-            dst.copy_(src)
-            spent_us.append((time.perf_counter() - started) * 1e6)
-    median_us = stats.median(spent_us)
-    return {
-        "gbps": round(2 * nbytes / (median_us * 1e-6) / 1e9, 1),
-        "bytes": nbytes,
-        "median_us": round(median_us, 2),
-        "repeats": repeats,
-        "device": device,
-    }
 
 
 def _finite_or_none(value: float) -> float | None:

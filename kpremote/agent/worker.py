@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import build, timing
+from . import build, floors, timing
 from .atomicfile import write_json_atomically
 from .correctness import ERROR
 from .runstate import DISK_FULL_EXIT, is_disk_full
@@ -90,10 +90,10 @@ def probe_device(device: str) -> dict[str, Any]:
         }
     else:
         info = {"name": platform.processor() or platform.machine() or "cpu", "cc": None, "l2_bytes": None}
-    info["copy_bandwidth"] = timing.measure_copy_bandwidth(device)
+    info["copy_bandwidth"] = floors.measure_copy_bandwidth(device)
     if device.startswith("cuda"):
         # Back-to-back copies of a working set a quarter of the L2: the floor for graph-mode rows that fit there.
-        info["l2_copy_bandwidth"] = timing.measure_copy_bandwidth(device, max_bytes=max(1, info["l2_bytes"] // 8),
+        info["l2_copy_bandwidth"] = floors.measure_copy_bandwidth(device, max_bytes=max(1, info["l2_bytes"] // 8),
                                                                   copies=20)
         info["l2_flush_probe"] = timing.flush_probe(info["l2_bytes"])
     return info

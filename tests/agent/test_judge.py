@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from kpremote.agent import channel, guard
+from kpremote.agent.cases import SEED_BITS, derive_seed
 from kpremote.agent.channel import HEADER, MAX_REPLY_BYTES, BadReply, Channel
-from kpremote.agent.judge import SEED_BITS, derive_seed
 
 
 def pair() -> tuple[Channel, Channel]:
@@ -100,10 +100,10 @@ def test_every_sample_checked_and_refreshed_inputs_still_pass_an_honest_candidat
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agent.test_runner import REPO, copy_fixture
-    from kpremote.agent import judge
+    from kpremote.agent import judge, sampling
 
-    monkeypatch.setattr(judge, "CHECK_FRACTION", 1.0)
-    monkeypatch.setattr(judge, "REFRESH_CHANCE", 1.0)
+    monkeypatch.setattr(sampling, "CHECK_FRACTION", 1.0)
+    monkeypatch.setattr(sampling, "REFRESH_CHANCE", 1.0)
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
@@ -113,7 +113,7 @@ def test_every_sample_checked_and_refreshed_inputs_still_pass_an_honest_candidat
     result = judge.run_row(job, os.urandom(32), lambda: ready.append(True))
     assert ready == [True] and result["status"] == "PASSED", result.get("message")
     checks = result["checks"]
-    assert checks["refreshes"] == judge.MAX_REFRESHES and len(result["seeds"]["refresh"]) == judge.MAX_REFRESHES
+    assert checks["refreshes"] == sampling.MAX_REFRESHES and len(result["seeds"]["refresh"]) == sampling.MAX_REFRESHES
     samples = len(result["samples"]["candidate"])
     assert checks["checked_samples"] == {"baseline": samples, "candidate": samples}
 
@@ -136,10 +136,10 @@ def rmsnorm(x, weight, out, eps):
 
 def test_an_output_cache_keyed_by_address_goes_stale_on_a_refresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from agent.test_runner import REPO, copy_fixture
-    from kpremote.agent import judge
+    from kpremote.agent import judge, sampling
 
-    monkeypatch.setattr(judge, "CHECK_FRACTION", 1.0)
-    monkeypatch.setattr(judge, "REFRESH_CHANCE", 1.0)
+    monkeypatch.setattr(sampling, "CHECK_FRACTION", 1.0)
+    monkeypatch.setattr(sampling, "REFRESH_CHANCE", 1.0)
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     task = copy_fixture(tmp_path)

@@ -1,0 +1,40 @@
+"""floors: the physical floor a timing must respect (bytes_moved at 1.1 x the copy bandwidth), which copy bandwidth
+a row is held to, and how that bandwidth is counted."""
+
+from __future__ import annotations
+
+import pytest
+
+from kpremote.agent import floors
+
+
+def test_bandwidth_beyond_the_copy_roofline_is_implausible() -> None:
+    # 4 MB moved in 1 us is 4000 GB/s: possible on a 4300 GB/s GPU, not on a 2000 GB/s one.
+    assert floors.achieved_gbps(4_000_000, 1.0) == pytest.approx(4000.0)
+    assert floors.floor_check(4_000_000, 1.0, 4300.0) is None
+    reason = floors.floor_check(4_000_000, 1.0, 2000.0)
+    assert reason is not None and reason.startswith(floors.IMPLAUSIBLE_PREFIX)
+    assert floors.floor_check(None, 1.0, 2000.0) is None and floors.floor_check(4_000_000, 1.0, None) is None
+
+
+def test_the_floor_is_one_point_one_times_the_copy_bandwidth() -> None:
+    # 1 MB moved at a 1000 GB/s copy bandwidth: the floor is 1e6 / 1.1e12 s = 0.909 us.
+    assert floors.floor_check(1_000_000, 0.95, 1000.0) is None
+    reason = floors.floor_check(1_000_000, 0.85, 1000.0)
+    assert reason is not None and reason.startswith("implausible: 0.85 us is under the physical floor of 0.909 us")
+    assert "L2" in (floors.floor_check(1_000_000, 0.5, 1000.0, "L2-resident copy bandwidth") or "")
+
+
+def test_copy_bandwidth_counts_bytes_read_and_written() -> None:
+    measured = floors.measure_copy_bandwidth("cpu", repeats=3)
+    assert measured["gbps"] == pytest.approx(2 * measured["bytes"] / (measured["median_us"] * 1e-6) / 1e9, rel=0.01)
+
+
+def test_only_a_graph_mode_working_set_that_fits_in_the_l2_is_held_to_the_l2_copy_bandwidth() -> None:
+    l2, dram, warm = 50_000_000, 4000.0, 9000.0
+    assert floors.floor_bandwidth("graph", 1_000_000, l2, dram, warm) == (warm, floors.L2_COPY)
+    assert floors.floor_bandwidth("graph", 60_000_000, l2, dram, warm) == (dram, floors.DRAM_COPY)
+    assert floors.floor_bandwidth("cold", 1_000_000, l2, dram, warm) == (dram, floors.DRAM_COPY)
+    assert floors.floor_bandwidth("graph", 1_000_000, l2, dram, 3000.0) == (dram, floors.DRAM_COPY)  # only if faster
+    assert floors.floor_bandwidth("graph", 1_000_000, l2, dram, None) == (dram, floors.DRAM_COPY)
+    assert floors.floor_bandwidth("graph", 1_000_000, 0, None, warm) == (None, floors.DRAM_COPY)
