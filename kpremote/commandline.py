@@ -6,6 +6,7 @@ import functools
 import json
 import shlex
 import sys
+import threading
 from typing import Any, Callable
 
 from invoke import Task, task
@@ -54,6 +55,8 @@ def command(help: dict[str, str] | None = None, short: dict[str, str] | None = N
             except KeyboardInterrupt:
                 interrupt.cancel_registered(say)
                 error_line("interrupted")
+                if threading.active_count() > 1:  # a start or follow thread may be in native code: no shutdown
+                    interrupt.leave_now(EXIT_INTERRUPTED)
                 interrupt.exit_now_after(interrupt.EXIT_WATCHDOG_S, EXIT_INTERRUPTED)
                 raise Exit(code=EXIT_INTERRUPTED) from None
 

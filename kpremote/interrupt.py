@@ -210,6 +210,18 @@ def _describe(entry: Registered, answer: dict) -> str:
     return f"cancelled {where}: its processes are gone and its GPU lease is released"
 
 
+def leave_now(code: int) -> None:
+    """Exit at once with code, output flushed, without Python's shutdown: a start thread may be inside native code
+    (paramiko's key exchange in cryptography's Rust), and a daemon thread stopped there at shutdown aborts the whole
+    process ("FATAL: exception not rethrown", exit -6) instead of exiting 130. Nothing is left to tidy by then: the
+    cancels are done and every `with` block the KeyboardInterrupt crossed has closed."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
 def exit_now_after(seconds: float, code: int) -> None:
     """A watchdog: if something (a thread, a stuck flush) still holds the process after `seconds`, leave anyway."""
 
