@@ -186,13 +186,19 @@ def _started(host: Host, task: str, result: Completed) -> StartedRun:
         raise HostCannotTake(f"{host.name}: {error_message(result)}")
     if result.exit_code == TASK_REFUSED and _last_json(result).get("error") in REFUSALS:
         raise TaskRefusedByHost(f"{host.name} refused the task: {error_message(result)}")
+    raise_unless_started(host, result, "start")
+    answer = _last_json(result)
+    return StartedRun(host=host.name, task=task, run_id=answer["run_id"], gpu=answer.get("gpu"))
+
+
+def raise_unless_started(host: Host, result: Completed, verb: str) -> None:
+    """What every way of starting a run (start, slurm-submit) says when the host did not: stopped before it
+    began, or failed."""
     if result.exit_code == START_CANCELLED:
         raise StartStopped(f"{host.name}: {error_message(result)}")
     if not result.ok:
-        raise RemoteCommandError(host.name, f"could not start the run: {error_message(result)}", result.exit_code,
+        raise RemoteCommandError(host.name, f"could not {verb} the run: {error_message(result)}", result.exit_code,
                                  result.stderr_tail())
-    answer = _last_json(result)
-    return StartedRun(host=host.name, task=task, run_id=answer["run_id"], gpu=answer.get("gpu"))
 
 
 def follow_run(session: RunSession, task: str, run_id: str, on_event: Callable[[dict[str, Any]], None],

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .agent.protocol import ExitCode
 from .config import Host
-from .errors import KpremoteError, RemoteCommandError
+from .errors import KpremoteError
 
 if TYPE_CHECKING:
     from .gpustatus import HostReport
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 AGENT_SUBCOMMANDS = {"follow": "slurm-follow", "status": "slurm-status", "cancel": "slurm-cancel"}
 BAD_REQUEST = ExitCode.BAD_REQUEST
 NEED_FULL_SYNC = ExitCode.NEED_FULL_SYNC
-START_CANCELLED = ExitCode.CANCELLED_BEFORE_START
 
 
 def agent_subcommand(host: Host, name: str) -> str:
@@ -73,18 +72,14 @@ def _submitted(session: "RunSession", run_id: str, result: "Completed") -> dict[
     """slurm-submit's answer; its refusals as the errors start_run raises (the run id unregistered: no job)."""
     from .agentclient import error_message
     from .interrupt import REGISTRY
-    from .runs import StartStopped
+    from .runs import raise_unless_started
 
     host = session.host
     if not result.ok:
         REGISTRY.discard(host.name, run_id)  # refused or failed before sbatch took it: no job exists
     if result.exit_code == BAD_REQUEST:
         raise KpremoteError(f"{host.name}: {error_message(result)}")
-    if result.exit_code == START_CANCELLED:
-        raise StartStopped(f"{host.name}: {error_message(result)}")
-    if not result.ok:
-        raise RemoteCommandError(host.name, f"could not submit the run: {error_message(result)}", result.exit_code,
-                                 result.stderr_tail())
+    raise_unless_started(host, result, "submit")
     return json.loads(result.stdout)
 
 
