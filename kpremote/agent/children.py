@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import threading
@@ -61,6 +62,7 @@ class PipeReader:
         self.ready = threading.Event()
         self.closed = threading.Event()  # every writer closed its end: nothing more will come
         self.lines: list[dict[str, Any]] = []
+        self.arrived: queue.Queue[dict[str, Any]] = queue.Queue()  # each line as it comes, for a child of many rows
         self._buffer = b""
         self._thread = threading.Thread(target=self._drain, daemon=True)
         self._thread.start()
@@ -90,6 +92,7 @@ class PipeReader:
             return
         if isinstance(value, dict):
             self.lines.append(value)
+            self.arrived.put(value)
             if value.get("ready"):
                 self.ready.set()
 
@@ -121,7 +124,7 @@ def run_child(command_for: Callable[[int], list[str]], limits: ChildLimits) -> W
             kill_tree(child)
         raise
     finally:
-        _kill_strays(limits.log_path)
+        kill_strays_noted(limits.log_path)
     seconds = time.monotonic() - started
     if timed_out:
         return WorkerOutcome(None, seconds, timed_out=timed_out)
@@ -143,7 +146,7 @@ def _hold(child: subprocess.Popen, pipe: PipeReader, limits: ChildLimits, starte
         except subprocess.TimeoutExpired:
             pass
         if limits.done_when_piped and pipe.closed.is_set():  # the result is in: a slow exit costs no row
-            return _wait_or_kill(child, EXIT_GRACE_S), None
+            return wait_or_kill(child, EXIT_GRACE_S), None
         now = time.monotonic()
         if ready_at is None and pipe.ready.is_set():
             ready_at = now
@@ -165,7 +168,7 @@ def _hand_over(child: subprocess.Popen, line: bytes | None) -> None:
         pass  # a child that died at once is reported by its exit
 
 
-def _wait_or_kill(process: subprocess.Popen, grace_s: float) -> int:
+def wait_or_kill(process: subprocess.Popen, grace_s: float) -> int:
     try:
         return process.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
@@ -173,7 +176,8 @@ def _wait_or_kill(process: subprocess.Popen, grace_s: float) -> int:
         return process.returncode
 
 
-def _kill_strays(log_path: Path) -> None:
+def kill_strays_noted(log_path: Path) -> None:
+    """Whatever a finished child left in the run's process group, killed, and named in its log."""
     strays = kill_strays()
     if strays:
         with open(log_path, "a") as log:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 WATCH_INTERVAL_S = 1.0
-OURS_PER_ROW = 3  # the judge and one process per side each hold a CUDA context
+OURS_PER_ROW = 3  # the judge and one process per side each hold a CUDA context (kept across clean rows)
 RESERVE_BYTES = 256 * 1024  # room kept for the final record, in case the disk fills up during the run
 
 
@@ -20,7 +20,8 @@ class ForeignWatch:
     """Polls NVML while workloads run; any process beyond ours on the leased GPU makes the rows it overlaps invalid.
 
     Inside a container NVML reports host pids, so ours cannot be recognised by pid: they are counted instead
-    (while a row runs, ours are its judge and its two side processes: OURS_PER_ROW).
+    (while a row runs, ours are the judge and its two side processes: OURS_PER_ROW). The memory check runs only
+    when none of ours is alive (after a row whose judge ended).
     """
 
     def __init__(self, uuid: str, baseline_pids: set[int], baseline_memory_mib: int, memory_margin_mib: int) -> None:
@@ -39,12 +40,13 @@ class ForeignWatch:
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
 
-    def row_ended(self) -> str | None:
-        """Stop polling, look once more with no worker of ours alive, and say what foreign use was seen."""
+    def row_ended(self, ours: int = 0) -> str | None:
+        """Stop polling, look once more (`ours`: how many of our processes are still alive, the judge and its
+        sides when they go on to the next row), and say what foreign use was seen."""
         self._stop.set()
         if self._thread:
             self._thread.join()
-        self._ours = 0
+        self._ours = ours
         self._look()
         return "; ".join(dict.fromkeys(self.seen)) or None
 

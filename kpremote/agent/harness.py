@@ -12,16 +12,17 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-HARNESS_VERSION = "2.1"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
-# 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked
+HARNESS_VERSION = "2.2"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+# 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
+# 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row
 AGENT_DIR = Path(__file__).resolve().parent
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # A module inside a package is named by its path from here, e.g. "builders/cuda.py".
 HARNESS_FILES = (
     "audit.py", "build.py", "builders/__init__.py", "builders/base.py", "builders/compiler.py", "builders/cuda.py",
     "builders/imported.py", "builders/tvmffi.py", "buildrules.py", "cases.py", "channel.py", "children.py",
-    "contract.py", "correctness.py", "floors.py", "guard.py", "guards.py", "harness.py", "judge.py", "ncu.py",
-    "profiledcall.py", "report.py", "runner.py", "runoptions.py", "sampling.py", "side.py", "sideprocess.py",
+    "contract.py", "correctness.py", "floors.py", "guard.py", "guards.py", "harness.py", "judge.py", "judgeprocess.py", "ncu.py",
+    "profiledcall.py", "report.py", "rowlog.py", "runner.py", "runoptions.py", "sampling.py", "side.py", "sideprocess.py",
     "stats.py", "taskfiles.py", "taskspec.py", "timing.py", "worker.py",
 )
 # The other agent modules a run imports, and why none of them decides a verdict or a number

@@ -1,6 +1,6 @@
-"""The trusted judge of one workload row: correctness, timing and every number, with the candidate kept outside.
+"""The trusted judge of a run's workload rows: correctness, timing and every number, with the candidate kept outside.
 
-    python -m kpremote.agent.judge --result-fd N      (the job and the run's secret arrive as one JSON line on stdin)
+    python -m kpremote.agent.judge --result-fd N      (the run's secret, then one job a row, as JSON lines on stdin)
 
 The judge imports torch and the task's bench/adapter.py (trusted, pinned) but never a side's module, and never
 calls adapter.bind. It starts one side process per side (side.py), each holding the adapter and only its own
@@ -11,12 +11,18 @@ and its own outputs. The judge poisons outputs before every call and every timed
 copies of the inputs a call mutates in place, which it then judges like outputs), compares them itself, recomputes every statistic, verdict and speedup from the raw sample times, and checks them against
 physical floors. A side sends back only JSON: acknowledgements and raw times.
 
+One judge and its two sides serve the rows of a run one after another (a Bench: the task, the adapter, the
+sides); each row starts from nothing of the last one but those processes: its own secret-seeded cases, its own
+log (the judge and both sides write to raw/workloads/<row>.log while it runs). The runner (judgeprocess.py)
+keeps them only after a row that PASSED with nothing invalid; any other row ends them and the next row gets fresh
+ones.
+
 Its helpers, one job each: sideprocess.py (a side's process and the judge's end of its socket), cases.py (the
 secret seeds, each case copied into memory each side may see), sampling.py (the timed loop with its checked
 samples and refreshes), floors.py (the physical floors).
 
-The result goes to the runner through the inherited pipe N (a "ready" line once both sides are up, then
-the result), never through a file a side could reach. The judge makes itself undumpable first.
+Results go to the runner through the inherited pipe N (per row a "ready" line once both sides are up, then the
+result), never through a file a side could reach. The judge makes itself undumpable first.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from . import floors, guard, sampling, stats, timing
+from .rowlog import write_output_to
 from .cases import SharedCase, Sharing, derive_seed, make_case_guarded
 from .channel import encode_values
 from .correctness import (ERROR, INCORRECT, PASSED, CaseView, Refused, SideFailed, Verdict, check_case,
@@ -46,20 +53,73 @@ TIMING_CASES_CPU = 2  # the interpreter is slow: fewer on a smoke run, the same 
 # --------------------------------------------------------------------------------------------- the row
 
 
-class Judge:
-    """One row, start to end, with both sides in their own processes."""
+class Bench:
+    """What the rows of a run share: the task, its adapter, the memory each side may see, and the side processes."""
 
-    def __init__(self, job: dict[str, Any], secret: bytes, announce_ready: Any) -> None:
-        self.job = job
-        self.secret = secret
-        self.announce_ready = announce_ready
+    def __init__(self, job: dict[str, Any]) -> None:
         self.spec: TaskSpec = load_task(Path(job["task_dir"]), timing_mode=job.get("mode"))
-        self.workload: Workload = next(w for w in self.spec.workloads if w.id == job["workload"])
-        self.params = self.workload.params
         self.device = "cuda" if job["device"].startswith("cuda") else "cpu"
+        self.run_dir = Path(job.get("run_dir") or ".")
+        self.modules = job.get("modules") or {}
         self.sides: dict[str, SideProcess] = {}
         self.adapter: Any = None
         self.sharing: Sharing | None = None
+        self.rows_started = 0  # rows these side processes have begun (1 for the first row they serve)
+
+    def processes(self) -> dict[str, Any]:
+        """Which processes ran the row, for the record: a pid shared by two rows is one process serving both."""
+        return {"judge": os.getpid(), **{side: process.pid for side, process in self.sides.items()},
+                "row_of_these": self.rows_started}
+
+    def start(self) -> dict[str, Any] | None:
+        """Both side processes up with their modules imported; None, or the row's ERROR."""
+        if self.sides:
+            self.rows_started += 1
+            return None
+        self.rows_started = 1
+        env = dict(os.environ)
+        self.sides = {side: SideProcess(side, env, self.run_dir) for side in SIDES}  # they import while we do
+        from . import build
+
+        failed = self._import_all(build)
+        if failed:
+            self.stop()  # the next row tries afresh
+        return failed
+
+    def _import_all(self, build: Any) -> dict[str, Any] | None:
+        try:
+            self.adapter = build.import_adapter(self.spec)
+        except Exception as exc:  # noqa: BLE001 - a task that does not import is this row's ERROR
+            return {"status": ERROR, "message": f"import: bench/adapter.py: {type(exc).__name__}: {exc}",
+                    "where": "import", "traceback": traceback.format_exc()}
+        self.sharing = self.sharing or Sharing(self.device)
+        for side, process in self.sides.items():
+            try:
+                process.request({"op": "start", "side": side, "task_dir": str(self.spec.root), "device": self.device,
+                                 "module_file": self.modules.get(side)})
+            except SideFailed as exc:
+                return {"status": ERROR, "message": f"import: {side}: {exc.message}", "where": "import",
+                        "traceback": exc.traceback_text}
+        return None
+
+    def stop(self) -> None:
+        for process in self.sides.values():
+            process.stop()
+        self.sides = {}
+
+
+class Judge:
+    """One row, start to end, with both sides in their own processes (the bench's)."""
+
+    def __init__(self, bench: Bench, job: dict[str, Any], secret: bytes, announce_ready: Any) -> None:
+        self.bench = bench
+        self.job = job
+        self.secret = secret
+        self.announce_ready = announce_ready
+        self.spec = bench.spec
+        self.workload: Workload = next(w for w in self.spec.workloads if w.id == job["workload"])
+        self.params = self.workload.params
+        self.device = bench.device
         self.cases: dict[int, SharedCase] = {}
         self.next_id = 0
         self.seeds: dict[str, list[int]] = {"correctness": [], "timing": [], "refresh": []}
@@ -68,37 +128,38 @@ class Judge:
         self.refreshes = 0
         self.largest: dict[str, float] = {}
 
+    @property
+    def sides(self) -> dict[str, SideProcess]:
+        return self.bench.sides
+
+    @property
+    def adapter(self) -> Any:
+        return self.bench.adapter
+
+    @property
+    def sharing(self) -> Sharing:
+        return self.bench.sharing
+
     # ---------------------------------------------------------------- start and stop
 
     def start(self) -> dict[str, Any] | None:
-        """Both side processes up with their modules imported; None, or the row's ERROR."""
-        env = dict(os.environ)
-        cwd = Path(self.job.get("run_dir") or ".")
-        self.sides = {side: SideProcess(side, env, cwd) for side in SIDES}  # they import while the judge does
-        from . import build
-
-        try:
-            self.adapter = build.import_adapter(self.spec)
-        except Exception as exc:  # noqa: BLE001 - a task that does not import is this row's ERROR
-            return {"status": ERROR, "message": f"import: bench/adapter.py: {type(exc).__name__}: {exc}",
-                    "where": "import", "traceback": traceback.format_exc()}
-        self.sharing = Sharing(self.device)
-        modules = self.job.get("modules") or {}
+        """The bench's sides up, told this row's workload and log; None, or the row's ERROR."""
+        failed = self.bench.start()
+        if failed:
+            return failed
         for side, process in self.sides.items():
             try:
-                process.request({"op": "start", "side": side, "task_dir": str(self.spec.root), "device": self.device,
-                                 "workload": self.params, "module_file": modules.get(side)})
+                process.request({"op": "row", "workload": self.params, "log": self.job.get("log")})
             except SideFailed as exc:
-                return {"status": ERROR, "message": f"import: {side}: {exc.message}", "where": "import",
+                return {"status": ERROR, "message": f"{side}: {exc.message}", "where": "import",
                         "traceback": exc.traceback_text}
         self.announce_ready()
         return None
 
     def stop(self) -> None:
-        for process in self.sides.values():
-            process.stop()
         for case in self.cases.values():
             case.close()
+        self.cases = {}
 
     # ---------------------------------------------------------------- cases
 
@@ -235,7 +296,7 @@ class Judge:
 
     def run(self) -> dict[str, Any]:
         failed = self.start()
-        _log("sides ready")
+        _log(f"sides ready (row {self.bench.rows_started} of these processes)")
         if failed:
             return failed
         verdict, cases = self.correctness()
@@ -261,12 +322,12 @@ class Judge:
         return result
 
 
-_STARTED = __import__("time").monotonic()
+_ROW_STARTED = [__import__("time").monotonic()]
 
 
 def _log(what: str) -> None:
-    """A line in the row's log with the seconds since the judge started: where a row's time went."""
-    print(f"judge +{__import__('time').monotonic() - _STARTED:.2f} s: {what}", file=sys.stderr, flush=True)
+    """A line in the row's log with the seconds since the row began: where a row's time went."""
+    print(f"judge +{__import__('time').monotonic() - _ROW_STARTED[0]:.2f} s: {what}", file=sys.stderr, flush=True)
 
 
 def _implausible(side: str, reason: str, result: dict[str, Any]) -> dict[str, Any]:
@@ -278,8 +339,8 @@ def _implausible(side: str, reason: str, result: dict[str, Any]) -> dict[str, An
 # --------------------------------------------------------------------------------------------- entry point
 
 
-def run_row(job: dict[str, Any], secret: bytes, announce_ready: Any) -> dict[str, Any]:
-    judge = Judge(job, secret, announce_ready)
+def run_row(bench: Bench, job: dict[str, Any], secret: bytes, announce_ready: Any) -> dict[str, Any]:
+    judge = Judge(bench, job, secret, announce_ready)
     try:
         return judge.run()
     finally:
@@ -293,26 +354,41 @@ def write_line(fd: int, value: dict[str, Any]) -> None:
         data = data[written:]
 
 
+def serve_rows(lines: Any, secret: bytes, result_fd: int) -> None:
+    """One row per job line, until stdin closes; the bench (and its sides) lives as long as the lines come."""
+    bench: Bench | None = None
+    try:
+        for line in lines:
+            job = json.loads(line)["job"]
+            write_output_to(job.get("log"))
+            _ROW_STARTED[0] = __import__("time").monotonic()
+            workload = job["workload"]
+            try:
+                bench = bench or Bench(job)
+                result = run_row(bench, job, secret, lambda: write_line(result_fd, {"ready": workload}))
+                if bench.sides:
+                    result["processes"] = bench.processes()
+            except Exception as exc:  # noqa: BLE001 - the runner gets a result it can show, never a dead process
+                result = {"status": ERROR, "message": f"judge: {type(exc).__name__}: {exc}", "where": "judge",
+                          "traceback": traceback.format_exc()}
+            write_line(result_fd, {"result": result, "workload": workload})
+    finally:
+        if bench is not None:
+            bench.stop()
+
+
 def main(argv: list[str]) -> int:
     guard.make_undumpable()
     guard.safe_sys_path()
     parser = argparse.ArgumentParser(prog="python -m kpremote.agent.judge")
     parser.add_argument("--result-fd", type=int, required=True)
-    parser.add_argument("--run-dir", help="the run folder (for people reading `ps`; the job comes on stdin)")
+    parser.add_argument("--run-dir", help="the run folder (for people reading `ps`; the jobs come on stdin)")
     args = parser.parse_args(argv)
-    message = json.loads(sys.stdin.readline())
-    sys.stdin.close()
-    job, secret = message["job"], bytes.fromhex(message["secret"])
-    try:
-        result = run_row(job, secret, lambda: write_line(args.result_fd, {"ready": True}))
-    except Exception as exc:  # noqa: BLE001 - the runner gets a result it can show, never just a dead process
-        result = {"status": ERROR, "message": f"judge: {type(exc).__name__}: {exc}", "where": "judge",
-                  "traceback": traceback.format_exc()}
-    write_line(args.result_fd, {"result": result})
+    secret = bytes.fromhex(json.loads(sys.stdin.readline())["secret"])
+    serve_rows(sys.stdin, secret, args.result_fd)
     os.close(args.result_fd)
     return 0
 
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
-

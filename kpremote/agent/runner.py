@@ -2,10 +2,11 @@
 
 `python -m kpremote.agent.runner` (its options: runoptions.py) is what `start` spawns for a timing run.
 
-The runner itself never imports torch: the builds run in a worker process (worker.py) and each workload row in
-its own judge (judge.py), which keeps each side of the row in a process of its own; each has a timeout, so a
+The runner itself never imports torch: the builds run in a worker process (worker.py) and the workload rows in
+a judge (judge.py, driven through judgeprocess.py), which keeps each side in a process of its own; the judge and
+its sides serve row after row while rows pass clean, and any other row ends them. Every row has a timeout, so a
 hang or a crash costs one row. The runner draws the run's secret (the seeds of every case derive from it) and
-hands it with the job to each judge on stdin; a judge's result comes back through a pipe no side inherits.
+hands it to the judge on stdin with each row's job; results come back through a pipe no side inherits.
 state.json says where the run is; raw/events.jsonl says what happened, as it happens.
 
 Exit codes: 0 every selected workload PASSED; 1 some row did not pass, its timing is invalid, or a check did not
@@ -33,6 +34,7 @@ from . import buildrules, guard, harness, report
 from .build import triton_cache_dir
 from .buildrules import NOT_CHECKED
 from .children import ChildLimits, WorkerOutcome, crash_description, run_child
+from .judgeprocess import JudgeProcess
 from .correctness import ERROR, PASSED, TIMEOUT
 from .events import EventLog, read_events
 from .guards import OURS_PER_ROW, DiskReserve, ForeignWatch
@@ -97,7 +99,8 @@ class Runner:
         self.events: EventLog | None = None
         self.ctx = RunContext()
         self.started_iso = _utc_now()
-        self.secret = secrets.token_bytes(32)  # seeds every case of this run; only judges ever see it
+        self.secret = secrets.token_bytes(32)  # seeds every case of this run; only the judge ever sees it
+        self.judges: JudgeProcess | None = None
 
     # ---------------------------------------------------------------- top level
 
@@ -138,8 +141,11 @@ class Runner:
     def _run_all(self) -> tuple[str, int]:
         self._get_ready()
         self._phase("workloads")
-        for number, workload in enumerate(self.ctx.selected, start=1):
-            self._run_row(number, workload)
+        try:
+            for number, workload in enumerate(self.ctx.selected, start=1):
+                self._run_row(number, workload)
+        finally:
+            self._judges().close()  # before the audit: its processes measure on a GPU nobody else uses
         self._audit()
         return self._verdict()
 
@@ -228,7 +234,7 @@ class Runner:
         spec = self.ctx.spec
         job = {"task_dir": str(spec.root), "run_dir": str(self.run_dir), "device": self.ctx.device,
                "mode": self.options.mode}
-        outcome = self._run_worker("prepare", job, self.raw / "prepare", PREPARE_LIMIT_S, ready=False)
+        outcome = self._run_worker("prepare", job, self.raw / "prepare", PREPARE_LIMIT_S)
         result = outcome.result or {}
         if self.ctx.device == "cuda":  # only the probe taken before any task code ran counts
             result["device"] = (outcome.piped or {}).get("probe")
@@ -285,9 +291,8 @@ class Runner:
                "l2_bytes": device_info.get("l2_bytes")}
         if self.ctx.watch:
             self.ctx.watch.row_started(ours=OURS_PER_ROW)
-        outcome = self._run_worker("workload", job, self.raw / "workloads" / workload.id,
-                                   self.ctx.spec.timing.timeout_s, ready=True)
-        foreign = self.ctx.watch.row_ended() if self.ctx.watch else None
+        outcome = self._judge_row(job, self.raw / "workloads" / workload.id)
+        foreign = self.ctx.watch.row_ended(ours=OURS_PER_ROW if self._judges().alive else 0) if self.ctx.watch else None
         row = {**base, **_outcome_fields(outcome), "smoke": smoke, "label": report.SMOKE_LABEL if smoke else None,
                "seconds": round(outcome.seconds, 3), "log": f"raw/workloads/{workload.id}.log"}
         row["speedup"] = (row.get("timing") or {}).get("speedup") if row["status"] == PASSED else None
@@ -299,43 +304,46 @@ class Runner:
         """{side: why} for the sides that cannot run on this device (buildrules decides, per build kind)."""
         return buildrules.not_checked_here(self.ctx.spec.build, self.ctx.device)
 
-    def _run_worker(self, what: str, job: dict[str, Any], stem: Path, limit_s: float, *, ready: bool) -> WorkerOutcome:
-        """Start a worker ("prepare") or a judge ("workload"), hold it to its time limit, and collect its result.
+    def _judges(self) -> JudgeProcess:
+        if self.judges is None:
+            self.judges = JudgeProcess(self._worker_env(), self.run_dir, self.run_dir, self.secret)
+        return self.judges
 
-        Both get a pipe for their trusted output (the probe; the judge's ready line and result) that no process
-        they start inherits. A judge gets its job and the run's secret on stdin, never from a file or the
-        environment; job.json is written for the record only.
-        """
+    def _judge_row(self, job: dict[str, Any], stem: Path) -> WorkerOutcome:
+        """One row through the run's judge (started for the first row, and again after a row that did not pass)."""
         stem.parent.mkdir(parents=True, exist_ok=True)
         out, job_path, log_path = stem.with_suffix(".json"), stem.with_suffix(".job.json"), stem.with_suffix(".log")
         ready_path = stem.with_suffix(".ready")  # touched by the runner when the pipe says so: a marker for people
         for stale in (out, ready_path):
             stale.unlink(missing_ok=True)
+        job_path.write_text(json.dumps(job, indent=1))  # for the record: the judge gets its job on stdin
+        outcome = self._judges().row(job, log_path, self.ctx.spec.timing.timeout_s, ready_path)
+        if outcome.result is not None:
+            out.write_text(json.dumps(outcome.result, indent=1, default=str))  # the record, written by the runner
+        return outcome
+
+    def _run_worker(self, what: str, job: dict[str, Any], stem: Path, limit_s: float) -> WorkerOutcome:
+        """Start a worker (the "prepare" step), hold it to its time limit, and collect its result.
+
+        It gets a pipe for its trusted output (the device probe) that no process it starts inherits.
+        """
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        out, job_path, log_path = stem.with_suffix(".json"), stem.with_suffix(".job.json"), stem.with_suffix(".log")
+        out.unlink(missing_ok=True)
         job_path.write_text(json.dumps(job, indent=1))
-        judge = what == "workload"
 
         def command(result_fd: int) -> list[str]:
-            if judge:  # the run folder in the command line: `ps` shows whose it is
-                return [sys.executable, "-m", "kpremote.agent.judge", "--result-fd", str(result_fd),
-                        "--run-dir", str(self.run_dir)]
             return [sys.executable, "-m", "kpremote.agent.worker", what, "--job", str(job_path), "--out", str(out),
                     "--result-fd", str(result_fd)]
 
-        handed = (json.dumps({"job": job, "secret": self.secret.hex()}) + "\n").encode() if judge else None
-        outcome = run_child(command, ChildLimits(self._worker_env(), self.run_dir, log_path, limit_s, handed,
-                                                 from_ready=ready, ready_path=ready_path, done_when_piped=judge))
+        outcome = run_child(command, ChildLimits(self._worker_env(), self.run_dir, log_path, limit_s))
         if outcome.timed_out:
             return outcome
-        result = outcome.piped.get("result") if judge else None
-        if isinstance(result, dict):
-            out.write_text(json.dumps(result, indent=1, default=str))  # the record, written by the runner
-        elif not judge and out.exists():
-            result = json.loads(out.read_text())
-        elif outcome.returncode == DISK_FULL_EXIT:
+        if out.exists():
+            return replace(outcome, result=json.loads(out.read_text()))
+        if outcome.returncode == DISK_FULL_EXIT:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out))
-        else:
-            return replace(outcome, crashed=crash_description(outcome.returncode, log_path))
-        return replace(outcome, result=result)
+        return replace(outcome, crashed=crash_description(outcome.returncode, log_path))
 
     def _worker_env(self) -> dict[str, str]:
         env = dict(os.environ)

@@ -1,4 +1,4 @@
-"""One side of one row in its own process: imports the adapter and ONE side's module, and only executes calls.
+"""One side of a run's rows in its own process: imports the adapter and ONE side's module, and only executes calls.
 
     python -m kpremote.agent.side --fd N [--side S --run-dir R]
 
@@ -8,6 +8,8 @@ over a Unix socket (channel.py): commands come down pickled (the judge is truste
 raises when used), the seeds, the expected outputs, or the other side's tensors. Whatever a side reports
 about itself is a raw sample time or an acknowledgement; every verdict and statistic is the judge's.
 What a side reports can only make its own row fail (a crash, an exception, an output it replaced).
+The process imports once ("start") and then serves the rows the judge hands it ("row": the workload, and the
+row's log for its stdout and stderr); the judge's cases of one row are dropped before the next.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class Side:
         from . import build
         from .taskspec import SIDES, load_task
 
-        self.side, self.workload, self.device = command["side"], command["workload"], command["device"]
+        self.side, self.device = command["side"], command["device"]
         spec = load_task(Path(command["task_dir"]))
         module = build.import_side(spec, self.side, command.get("module_file"))
         self.adapter = build.import_adapter(spec)
@@ -69,6 +71,17 @@ class Side:
             from . import timing
 
             timing.reset_persisting_l2()  # once, after the side's module was imported: no set-aside, no such lines
+        return {"ok": True}
+
+    def row(self, command: dict[str, Any]) -> dict[str, Any]:
+        """The next row: its workload's parameters, and its log for this process's output from now on."""
+        from .rowlog import write_output_to
+
+        write_output_to(command.get("log"))
+        self.workload = command["workload"]
+        self.cases.clear()
+        self.graphs.clear()
+        self.mutates.clear()
         return {"ok": True}
 
     def case(self, command: dict[str, Any], fds: list[int]) -> dict[str, Any]:
@@ -191,7 +204,7 @@ class Side:
 
 
 COMMANDS = {
-    "start": Side.start, "drop": Side.drop, "call": Side.call, "stream_check": Side.stream_check,
+    "start": Side.start, "row": Side.row, "drop": Side.drop, "call": Side.call, "stream_check": Side.stream_check,
     "warm_up": Side.warm_up, "head_start": Side.head_start, "capture": Side.capture, "sample": Side.sample,
 }
 

@@ -96,6 +96,16 @@ def test_the_thread_count_is_read_from_outside() -> None:
     assert guard.thread_count(2**22 + 12345) is None
 
 
+def run_one_row(job: dict, announce_ready) -> dict:
+    from kpremote.agent import judge
+
+    bench = judge.Bench(job)
+    try:
+        return judge.run_row(bench, job, os.urandom(32), announce_ready)
+    finally:
+        bench.stop()
+
+
 def test_every_sample_checked_and_refreshed_inputs_still_pass_an_honest_candidate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -110,7 +120,7 @@ def test_every_sample_checked_and_refreshed_inputs_still_pass_an_honest_candidat
     task = copy_fixture(tmp_path)
     job = {"task_dir": str(task), "run_dir": str(tmp_path), "device": "cpu", "workload": "grid_r1_c33", "mode": None}
     ready: list[bool] = []
-    result = judge.run_row(job, os.urandom(32), lambda: ready.append(True))
+    result = run_one_row(job, lambda: ready.append(True))
     assert ready == [True] and result["status"] == "PASSED", result.get("message")
     checks = result["checks"]
     assert checks["refreshes"] == sampling.MAX_REFRESHES and len(result["seeds"]["refresh"]) == sampling.MAX_REFRESHES
@@ -146,5 +156,5 @@ def test_an_output_cache_keyed_by_address_goes_stale_on_a_refresh(tmp_path: Path
     (task / "solution" / "kernel.py").rename(task / "solution" / "honest.py")
     (task / "solution" / "kernel.py").write_text(CACHES_BY_ADDRESS)
     job = {"task_dir": str(task), "run_dir": str(tmp_path), "device": "cpu", "workload": "grid_r1_c33", "mode": None}
-    result = judge.run_row(job, os.urandom(32), lambda: None)
+    result = run_one_row(job, lambda: None)
     assert result["status"] == "INCORRECT" and "candidate" in result["message"], result["message"]
