@@ -193,7 +193,8 @@ def _context_lines(prov: dict[str, Any]) -> list[str]:
         lines.append(f"- GPU readings from: {prov.get('gpu_readings')}; audit: {prov.get('audit')}")
     probe = prov.get("l2_flush_probe") or {}
     if probe:
-        lines.append(f"- L2 flush probe: re-read {probe.get('warm_us')} us warm, {probe.get('flushed_us')} us flushed "
+        what = "copy" if probe.get("method") == "copy" else "re-read"
+        lines.append(f"- L2 flush probe: {what} {probe.get('warm_us')} us warm, {probe.get('flushed_us')} us flushed "
                      f"({'evicts' if probe.get('evicts') else 'DOES NOT EVICT'}); persisting-L2 reset "
                      f"{probe.get('persisting_reset')}")
     record = prov.get("harness") or {}
