@@ -45,6 +45,16 @@ def seconds(results: list[dict]) -> dict[str, list[float]]:
     return found
 
 
+def total_seconds(results: list[dict]) -> float:
+    """Seconds per row over whole runs: a process started once for many rows counts once, as it costs."""
+    per_run = []
+    for res in results:
+        rows = [float(r["seconds"]) for r in res.get("rows", []) if r.get("seconds") is not None]
+        if rows:
+            per_run.append(sum(rows) / len(rows))
+    return statistics.fmean(per_run) if per_run else float("nan")
+
+
 def spread(values: list[float]) -> float | None:
     return (max(values) - min(values)) / statistics.fmean(values) if len(values) > 1 else None
 
@@ -81,6 +91,9 @@ def main() -> None:
               f"| `{workload}` | {side} | – | {new_mean:.2f} | – | {spread_cell} | {wall} |")
     print(f"\nlargest |new - old| of a median: {worst_diff * 100:.2f} %; largest wall-time ratio per row: "
           f"{worst_ratio:.2f}×")
+    old_total, new_total = total_seconds(old), total_seconds(new)
+    print(f"wall time per row over a whole run (the sum of the rows' seconds / rows, mean of the runs): "
+          f"old {old_total:.2f} s → new {new_total:.2f} s ({new_total / old_total:.2f}×)")
 
 
 if __name__ == "__main__":

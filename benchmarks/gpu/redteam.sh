@@ -8,7 +8,7 @@
 # Environment: OUT (default /tmp/kp-redteam-out) gets redteam.md (the table for docs/redteam.md), redteam.json,
 # machine.txt and redteam-logs.tgz (each run's log, summary/ and events); WORK (default /tmp/kp-redteam) holds the
 # assembled task folders, run folders and the table so far (REDTEAM_FRESH=1 empties it first);
-# REDTEAM_RUNNER_ARGS adds runner options; PYTHON (default python3); REDTEAM_DEVICE=cpu tries the script without a
+# REDTEAM_SKIP_DONE=1 leaves out the attacks already recorded there; REDTEAM_RUNNER_ARGS adds runner options; PYTHON (default python3); REDTEAM_DEVICE=cpu tries the script without a
 # GPU (CPU attacks, smoke rows). Exit code 0 only when every attack run so far ended as attacks.toml expects.
 set -uo pipefail
 out=${OUT:-/tmp/kp-redteam-out}
@@ -24,6 +24,7 @@ case "${1:-all}" in
   all|cpu|gpu) args+=(--set "${1:-all}") ;;
   *) args+=(--only "$1") ;;
 esac
+[ "${REDTEAM_SKIP_DONE:-0}" = 1 ] && args+=(--skip-done)  # a second call goes on where the first stopped
 for extra in ${REDTEAM_RUNNER_ARGS:-}; do args+=("--runner-arg=$extra"); done
 
 {

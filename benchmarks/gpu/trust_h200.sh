@@ -7,7 +7,9 @@
 # cost     the same production rows of the fuse_scale_shift task (the pre-trust task folder in .oldharness, so the
 #          kernels are identical) through the harness before issue 11 (.oldharness/kpremote) and through this one
 #          (--audit off): medians, spread, wall seconds per row -> cost.md (benchmarks/gpu/cost_report.py)
-# redteam  the red team's GPU attacks and both controls (benchmarks/gpu/redteam.sh)
+# redteam  the red team: every attack (REDTEAM_SET=all, the default) or a list, through benchmarks/gpu/redteam.sh
+# probe    the L2 flush probe (timing.flush_probe) five times
+# tvmffi   install the carried .whl/apache_tvm_ffi-*.whl (for the tvm-ffi task; REFRESH_TASKS names it)
 # Upstream baseline files are git-ignored: .gpustage/upstream.tgz holds them (made by `inv baseline --materialize`
 # on the client). Everything lands in $OUT/trust.tgz (the device tool brings back at most 8 files).
 set -uo pipefail
@@ -41,21 +43,37 @@ step_refresh() {
   done
 }
 
-step_cost() {
+step_cost() {  # COST_RUNS runs of each harness, alternating new and old, so drift lands on both
   local rows; rows=$(prod .oldharness/kernels/$fuse)
-  timed cost-new "${COST_S:-120}" python3 -m kpremote.agent run --task-dir .oldharness/kernels/$fuse \
-    --run-dir /tmp/kp-cost/new --device cuda --root /tmp/kp-cost/root --workloads "$rows" --audit off
-  (cd .oldharness && timed cost-old "${COST_S:-120}" python3 -m kpremote.agent run --task-dir kernels/$fuse \
-    --run-dir /tmp/kp-cost/old --device cuda --root /tmp/kp-cost/root --workloads "$rows")
-  python3 benchmarks/gpu/cost_report.py --old /tmp/kp-cost/old --new /tmp/kp-cost/new > "$out/cost.md" 2>&1
-  cp /tmp/kp-cost/new/summary/results.json "$out/cost-new.results.json" 2>/dev/null
-  cp /tmp/kp-cost/old/summary/results.json "$out/cost-old.results.json" 2>/dev/null
+  local n olds="" news=""
+  for n in $(seq 1 "${COST_RUNS:-2}"); do
+    timed cost-new-$n "${COST_S:-120}" python3 -m kpremote.agent run --task-dir .oldharness/kernels/$fuse \
+      --run-dir /tmp/kp-cost/new$n --device cuda --root /tmp/kp-cost/root --workloads "$rows" --audit off
+    (cd .oldharness && timed cost-old-$n "${COST_S:-120}" python3 -m kpremote.agent run --task-dir kernels/$fuse \
+      --run-dir /tmp/kp-cost/old$n --device cuda --root /tmp/kp-cost/root --workloads "$rows")
+    news="$news${news:+,}/tmp/kp-cost/new$n"; olds="$olds${olds:+,}/tmp/kp-cost/old$n"
+    cp /tmp/kp-cost/new$n/summary/results.json "$out/cost-new$n.results.json" 2>/dev/null
+    cp /tmp/kp-cost/old$n/summary/results.json "$out/cost-old$n.results.json" 2>/dev/null
+  done
+  python3 benchmarks/gpu/cost_report.py --old "$olds" --new "$news" > "$out/cost.md" 2>&1
   cat "$out/cost.md"; pack
 }
 
+step_tvmffi() {  # the tvm-ffi wheel carried in .whl/ (a GPU host brings its own packages; this one has no network)
+  timed tvmffi-install 120 python3 -m pip install --no-deps --no-index .whl/apache_tvm_ffi-*.whl
+  python3 -c 'import tvm_ffi; print("tvm_ffi", tvm_ffi.__version__)' | tee -a "$out/machine.txt"
+}
+
+step_probe() {  # the L2 flush probe as the prepare worker takes it, five times
+  timed probe 60 python3 -c 'import json
+from kpremote.agent import timing
+for _ in range(5): print(json.dumps(timing.flush_probe()))'
+  cat "$out/probe.txt"
+}
+
 step_redteam() {
-  OUT="$out/redteam" WORK=/tmp/kp-redteam timed redteam "${REDTEAM_S:-230}" bash benchmarks/gpu/redteam.sh \
-    "${REDTEAM_SET:-control_fast,control_same,side_stream,background_thread,persisting_l2,patch_timer_stats,patch_sync,patch_baseline_sleep,sleep_first_call,graph_replay,empty_graph,geomean_collapse}"
+  OUT="$out/redteam" WORK=/tmp/kp-redteam timed redteam "${REDTEAM_S:-540}" bash benchmarks/gpu/redteam.sh \
+    "${REDTEAM_SET:-all}"
   cat "$out/redteam/redteam.md" 2>/dev/null | tail -25; pack
 }
 
