@@ -59,7 +59,9 @@ def test_an_honest_candidate_passes_with_checked_samples(tmp_path: Path, mode: s
     results = results_of(tmp_path / "run")
     prov = results["provenance"]
     assert prov["audit"] == "unaudited: --no-audit" and prov["gpu_readings"] == "nvml"
-    assert prov["l2_flush_probe"]["evicts"] and prov["l2_copy_bandwidth"]["gbps"] > prov["copy_bandwidth"]["gbps"]
+    # (the L2-resident copy bandwidth is used only where it exceeds DRAM's: on the H200 it read 2,615 GB/s
+    # against DRAM's 4,182, so the floor stays DRAM's; both must have been measured)
+    assert prov["l2_flush_probe"]["evicts"] and prov["l2_copy_bandwidth"]["gbps"] > 0 and prov["copy_bandwidth"]["gbps"] > 0
     for row in results["rows"]:
         assert row["status"] == "PASSED" and not row.get("invalid"), row
         assert row["checks"]["memory_isolation"] == "a CUDA memory pool per side"
@@ -71,8 +73,10 @@ def test_an_honest_candidate_passes_with_checked_samples(tmp_path: Path, mode: s
 def test_a_copy_of_the_baseline_is_same(tmp_path: Path) -> None:
     task = copy_fixture(tmp_path)
     shutil.copy(task / "baseline" / "kernel.py", task / "solution" / "kernel.py")
-    assert gpu_run(task, tmp_path / "run").returncode == 0
-    assert {r["verdict"]["verdict"] for r in results_of(tmp_path / "run")["rows"]} == {"SAME"}
+    done = gpu_run(task, tmp_path / "run")
+    assert done.returncode == 0, done.stdout[-2000:]
+    rows = results_of(tmp_path / "run")["rows"]
+    assert {r["verdict"]["verdict"] for r in rows} == {"SAME"}, [(r["workload"], r["verdict"]) for r in rows]
 
 
 @pytest.mark.parametrize("mode", ["cold", "graph"])
@@ -83,7 +87,9 @@ def test_correct_once_per_address_then_idle_is_incorrect(tmp_path: Path, mode: s
     done = gpu_run(task, tmp_path / "run", "--mode", mode)
     assert done.returncode == 1
     for row in results_of(tmp_path / "run")["rows"]:
-        assert row["status"] == "INCORRECT" and "changed behaviour during timing" in row["message"], row["message"]
+        # Caught during timing, or already at the gate: a later correctness case reuses a freed output's address
+        assert row["status"] == "INCORRECT" and ("changed behaviour during timing" in row["message"]
+                                                 or "output 'out' is wrong" in row["message"]), row["message"]
     assert results_of(tmp_path / "run")["headline"]["geomean"] is None
 
 
