@@ -104,3 +104,24 @@ def test_a_wide_interval_is_same_even_off_one() -> None:
     assert stats.change_verdict(1.05, 0.97, 1.13) == stats.SAME  # holds 1.0
     assert stats.change_verdict(1.05, 1.001, 1.20) == stats.SAME  # change within the interval's half-width
     assert stats.change_verdict(1.05, 1.04, 1.06) == stats.FASTER
+
+
+def test_medians_a_timer_tick_apart_are_the_same_however_tight_the_interval() -> None:
+    # The H200 read a copy of the baseline as 0.974x (SLOWER) on a ~1.2 us row: every sample on one 32 ns tick.
+    tick = 0.032
+    baseline = [37 * tick] * 60 + [38 * tick] * 5
+    candidate = [38 * tick] * 60 + [39 * tick] * 5
+    verdict = stats.row_verdict(baseline, candidate)
+    assert verdict["low"] == verdict["high"] or verdict["high"] - verdict["low"] < 0.01
+    assert verdict["verdict"] == stats.SAME and abs(verdict["timer_quantum_us"] - tick) < 1e-6
+    assert stats.row_verdict(baseline, [t + 10 * tick for t in baseline])["verdict"] == stats.SLOWER
+    assert stats.row_verdict(baseline, [t * 0.7 for t in baseline])["verdict"] == stats.FASTER
+
+
+def test_samples_that_are_not_quantized_keep_the_one_percent_floor() -> None:
+    import random
+
+    rng = random.Random(7)
+    baseline = [10.0 + rng.random() * 0.01 for _ in range(200)]
+    verdict = stats.row_verdict(baseline, [t * 0.95 for t in baseline])
+    assert verdict["noise"] == stats.NOISE_FLOOR and verdict["verdict"] == stats.FASTER
