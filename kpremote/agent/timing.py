@@ -35,6 +35,7 @@ STREAM_CHECK_REPEATS = 11
 STREAM_CHECK_DELAY_US = 2000.0
 PROBE_REPEATS = 5
 FLUSH_PROBE_MIN_RATIO = 1.1  # a flushed copy must be this much slower than a warm one (H200: 1.16-1.31, docs/trust.md)
+PROBE_RAMP_S = 0.1  # copies before the probe: on the H200 one run's probe read 17.5 us warm (8 us as a rule)
 PROBE_HEAD_START_US = 20.0  # the sleep queued before each probe copy, so its launch stays out of the window
 
 Call = Callable[[], None]
@@ -312,6 +313,11 @@ def flush_probe(l2_bytes: int | None = None) -> dict[str, Any]:
         torch.cuda.synchronize()
         return start.elapsed_time(end) * 1000.0
 
+    ramp_until = time.perf_counter() + PROBE_RAMP_S  # an idle GPU's clocks come up before anything is timed
+    while time.perf_counter() < ramp_until:
+        for _ in range(20):
+            target.copy_(source)
+        torch.cuda.synchronize()
     warm, cold = [], []
     for _ in range(PROBE_REPEATS):
         target.copy_(source)
