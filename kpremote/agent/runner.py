@@ -141,13 +141,18 @@ class Runner:
     def _run_all(self) -> tuple[str, int]:
         self._get_ready()
         self._phase("workloads")
-        try:
-            for number, workload in enumerate(self.ctx.selected, start=1):
-                self._run_row(number, workload)
-        finally:
-            self._judges().close()  # before the audit: its processes measure on a GPU nobody else uses
+        self._run_rows(self.ctx.selected)
         self._audit()
         return self._verdict()
+
+    def _run_rows(self, workloads: list[Workload]) -> None:
+        """The rows, one after another through the run's judge, which is ended once they are done: what comes
+        next (the audit, a profile under ncu) measures on a GPU that no process of the rows still holds."""
+        try:
+            for number, workload in enumerate(workloads, start=1):
+                self._run_row(number, workload, len(workloads))
+        finally:
+            self._judges().close()
 
     # ---------------------------------------------------------------- steps
 
@@ -256,8 +261,7 @@ class Runner:
             failed = [f"{s}: {r['error']}" for s, r in build["sides"].items() if not r["ok"]]
             raise Abort(f"build failed — {'; '.join(failed)} (logs in raw/build/)")
 
-    def _run_row(self, number: int, workload: Workload) -> None:
-        total = len(self.ctx.selected)
+    def _run_row(self, number: int, workload: Workload, total: int) -> None:
         self._phase("workload", workload=workload.id, i=number, n=total)
         update_state(self.run_dir, workload={"i": number, "n": total, "id": workload.id})
         row = self._row_result(workload)
