@@ -295,7 +295,7 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
     [task_dir] = find_tasks(KERNELS, [task])
     checks.check_tasks([task_dir], timing_mode=None, workloads=[workload])
     outcome = run_profile(selected[0], task_dir, workload, request, wait=checks.wait_seconds(wait),
-                          detach=detach, quiet=json or detach)
+                          detach=detach, quiet=json)
     if json:
         print_document("profile", outcome.model_dump())
     else:

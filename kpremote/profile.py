@@ -28,6 +28,7 @@ from .taskdir import TaskDir, find_task
 from .views import terminal
 from .views.results import summary_markdown
 from .views.run import RunView
+from .views.start import StartView
 
 RAW_FOLDER = ".raw"
 
@@ -37,41 +38,46 @@ RAW_FOLDER = ".raw"
 
 def profile(host: Host, task: TaskDir, workload: str, request: ProfileRequest, *,
             wait: Optional[float] = None, detach: bool = False, quiet: bool = False) -> Outcome:
-    """Start a profile run of one workload on an idle GPU of host, follow it, and fetch its summary."""
+    """Start a profile run of one workload on an idle GPU of host, follow it, and fetch its summary.
+
+    While it starts, the run's line says so (connecting, syncing, starting, waiting for a GPU) as `inv run`'s does;
+    quiet (--json) says nothing on the way.
+    """
     problems = request.problems()
     if problems:
         raise KpremoteError("; ".join(problems))
     options = RunOptions(workloads=workload, profile=request.to_json(), wait=wait)
     started_at = time.monotonic()
     session = RunSession(host)
-    try:
-        run = start_run(session, task, options)
-    except BaseException:
-        session.close()
-        raise
-    outcome = Outcome(host=run.host, task=task.name, run_id=run.run_id, status="detached" if detach else "running",
-                      synced_files=run.synced_files)
-    try:
-        if not detach:
-            _follow_and_fetch(session, run.gpu, outcome, task, quiet)
-    except HostError as exc:
-        outcome.status = "connection lost"
-        outcome.error = f"{exc}; {reattach_hint(run.host, task.name, run.run_id)}"
-    finally:
-        outcome.channels = session.channels
-        outcome.seconds = time.monotonic() - started_at
-        session.close()
+    key = f"{host.name}/{task.name}"
+    with RunView(quiet=quiet) as live:
+        try:
+            with StartView(live, key, task.name, silent=quiet) as shown:
+                run = start_run(session, task, options, on_progress=shown.on(host.name))
+                if not detach:
+                    live.add(key, run.host, task.name, run.run_id, run.gpu)  # in place of its starting line
+        except BaseException:
+            session.close()
+            raise
+        outcome = Outcome(host=run.host, task=task.name, run_id=run.run_id, status="detached" if detach else "running",
+                          synced_files=run.synced_files)
+        try:
+            if not detach:
+                _follow_and_fetch(session, live, key, outcome, task)
+        except HostError as exc:
+            outcome.status = "connection lost"
+            outcome.error = f"{exc}; {reattach_hint(run.host, task.name, run.run_id)}"
+        finally:
+            outcome.channels = session.channels
+            outcome.seconds = time.monotonic() - started_at
+            session.close()
     return outcome
 
 
-def _follow_and_fetch(session: RunSession, gpu: Optional[dict], outcome: Outcome, task: TaskDir,
-                      quiet: bool) -> None:
-    key = f"{outcome.host}/{outcome.run_id}"
-    with RunView(quiet=quiet) as live:
-        live.add(key, outcome.host, outcome.task, outcome.run_id, gpu)
-        summary = SummaryReceiver(session.host, outcome.run_id)
-        state = follow_run(session, outcome.task, outcome.run_id, lambda event: live.event(key, event),
-                           summary_sink=summary)
+def _follow_and_fetch(session: RunSession, live: RunView, key: str, outcome: Outcome, task: TaskDir) -> None:
+    summary = SummaryReceiver(session.host, outcome.run_id)
+    state = follow_run(session, outcome.task, outcome.run_id, lambda event: live.event(key, event),
+                       summary_sink=summary)
     outcome.status = state.get("status", "unknown")
     outcome.exit_code = state.get("exit_code")
     outcome.headline = state.get("headline")

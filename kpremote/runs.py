@@ -107,7 +107,7 @@ def start_run(session: RunSession, task: TaskDir, options: RunOptions, run_id: O
     if session.host.is_cluster:  # Slurm: the same sync, then sbatch instead of a lease (kpremote/slurm.py)
         from .slurm import submit_run
 
-        return submit_run(session, task, options, run_id)
+        return submit_run(session, task, options, run_id, on_progress)
     args = [*_start_args(session.host, task.name, options), "--run-id", run_id, "--progress"]
     on_progress({"event": "connecting"})
     session.agent.transport.connect_soon()  # the handshake's round trips pass while the task is scanned

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Callable, TYPE_CHECKING, Any
 
 from .agent.protocol import ExitCode
 from .config import Host
@@ -32,10 +32,12 @@ def agent_subcommand(host: Host, name: str) -> str:
     return AGENT_SUBCOMMANDS.get(name, name) if host.is_cluster else name
 
 
-def submit_run(session: "RunSession", task: "TaskDir", options: "RunOptions", run_id: str) -> "StartedRun":
+def submit_run(session: "RunSession", task: "TaskDir", options: "RunOptions", run_id: str,
+               on_progress: Callable[[dict[str, Any]], None] = lambda event: None) -> "StartedRun":
     """Sync the task to the login node and submit its job in one channel; a second only for a full re-sync.
 
     run_id is registered for Ctrl-C before the submit may reach the host (interrupt.py), as runs.start_run does.
+    on_progress hears `connecting`, `syncing` (files, bytes) and `submitted` (the job id), as a start's does.
     """
     from .interrupt import REGISTRY
     from .runs import StartedRun
@@ -47,6 +49,7 @@ def submit_run(session: "RunSession", task: "TaskDir", options: "RunOptions", ru
         raise KpremoteError(f"{host.name}: --gpu does not apply to a Slurm cluster: Slurm picks the GPU (set gres "
                             "or constraint for this host in hosts.toml)")
     args = submit_args(host, task.name, options, run_id)
+    on_progress({"event": "connecting"})
     session.agent.transport.connect_soon()
     tree = scan_task(task)
     session.agent.transport.connect()
@@ -60,10 +63,12 @@ def submit_run(session: "RunSession", task: "TaskDir", options: "RunOptions", ru
         submitted.append(_submitted(session, run_id, result))
         return submitted[0]["sync"]
 
-    synced = exchange(host, tree, submit_with_sync, resend=over_sync_apply(session.agent, task.name))
+    synced = exchange(host, tree, submit_with_sync, resend=over_sync_apply(session.agent, task.name),
+                      on_plan=lambda plan: on_progress(plan.syncing_event()))
     if not submitted:
         submitted.append(_submitted(session, run_id, session.agent.call("slurm-submit", *args)))
     answer = submitted[0]
+    on_progress({"event": "submitted", "job_id": answer["job_id"]})
     return StartedRun(host=host.name, task=task.name, run_id=answer["run_id"], job_id=answer["job_id"],
                       gpu={"index": "-", "name": f"Slurm job {answer['job_id']}"}, synced_files=synced.files_sent)
 

@@ -87,12 +87,15 @@ def test_profile_brings_the_summary_home_and_leaves_the_reports_on_the_host(rig,
     hosts = rig.write_hosts_toml(workdir / "hosts.toml", [host])
     done = profile(workdir, hosts, "profiler-a", "--json")
     assert done.returncode == 0, done.stderr
+    assert "profiler-a: tiny_rmsnorm: connecting" not in done.stderr  # --json: nothing said on the way
     outcome = json.loads(done.stdout)
     assert outcome["status"] == "passed" and outcome["error"] is None
 
     summary = workdir / outcome["summary_dir"]
     assert {"profile.md", "profile.csv", "results.json"} <= {p.name for p in summary.iterdir()}
     assert not [p for p in summary.rglob("*") if p.suffix in (".ncu-rep", ".csv") and p.name != "profile.csv"]
+    seen = [json.loads(line) for line in (host.bin_dir / "ncu.seen").read_text().splitlines()]
+    assert seen and all(s["judges"] == [] for s in seen), seen  # the gate's judge ended before ncu ran
     remote = run_dir_of(host, outcome["run_id"])
     reports = {side: remote / "raw" / "ncu" / f"{side}-{WORKLOAD}.ncu-rep" for side in ("baseline", "candidate")}
     assert all(report.is_file() for report in reports.values())  # the heavy files stay where they were made
@@ -129,6 +132,8 @@ def test_profile_failures_are_one_line_and_leave_nothing_that_looks_valid(rig, w
     missing = profile(workdir, hosts, "profiler-b")
     assert missing.returncode == 1
     assert "ncu (Nsight Compute) not found on this host" in missing.stderr
+    said = [line.split(": ", 2)[2] for line in missing.stderr.splitlines() if line.startswith("profiler-b: tiny_rmsnorm: ")]
+    assert said[:2] == ["connecting", said[1]] and said[1].startswith("syncing") and "starting" in said, said
     assert not (only_run(host) / "raw" / "build").exists()
 
     install_stand_in(host, mode="no-permission")

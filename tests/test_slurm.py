@@ -6,6 +6,7 @@ its login node one of tests/rig.py's loopback sshd hosts. CPU smoke runs of the 
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -246,6 +247,17 @@ def test_run_on_the_cluster_is_a_job_on_an_allocated_gpu(cluster, time_limited):
     assert job["TresPerNode"] == "gres:gpu:1", job
     fetched = cluster.path / outcome["summary_dir"]
     assert (fetched / "results.json").is_file() and "SMOKE RUN" in (fetched / "results.md").read_text()
+
+
+def test_a_submission_says_how_far_it_is_then_the_job_id(cluster):
+    done = cluster.inv("run", "--host", "cluster", "--task", "tiny_rmsnorm", "--workloads", SMALL, "--detach")
+    assert done.returncode == 0, done.stderr + done.stdout
+    lines = [line for line in done.stderr.splitlines() if line.startswith("cluster: tiny_rmsnorm: ")]
+    phases = [line.split(": ", 2)[2] for line in lines]
+    assert phases[0] == "connecting" and phases[1].startswith("syncing"), lines
+    assert re.fullmatch(r"submitted as Slurm job \d+", phases[-1]), lines
+    job_id = phases[-1].rsplit(" ", 1)[1]
+    wait_for(lambda: cluster.job(job_id)["JobState"] == "COMPLETED", 60, "the submitted job runs to its end")
 
 
 def test_detached_run_status_logs_follow_and_gpu_status(cluster):

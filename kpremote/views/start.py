@@ -1,4 +1,5 @@
-"""What `inv run` shows while a run starts: connecting, syncing (files, bytes), starting, waiting for a GPU.
+"""What `inv run` and `inv profile` show while a run starts: connecting, syncing (files, bytes), starting, waiting
+for a GPU; on a Slurm cluster, the job id once sbatch took it (then the run's line shows Slurm's reason while pending).
 
 On a terminal the task's line in the live run view says it, with the seconds so far, until the run's own live line
 takes its place; elsewhere (a pipe, CI, --detach) one plain line per phase on stderr; with --json none of it.
@@ -62,6 +63,8 @@ PHASES = {"connecting": "connecting", "created": "starting", "waiting": "waiting
 
 def phase_text(event: dict[str, Any]) -> Optional[str]:
     """`connecting`, `syncing 12 files (3.4 MiB)`, `starting`, `waiting for a GPU`: a start's progress in words."""
+    if event.get("event") == "submitted":
+        return f"submitted as Slurm job {event.get('job_id')}"
     if event.get("event") != "syncing":
         return PHASES.get(str(event.get("event")))
     files = int(event.get("files") or 0)

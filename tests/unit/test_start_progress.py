@@ -68,6 +68,7 @@ def test_each_phase_in_words():
     assert phase_text({"event": "syncing", "files": 0, "bytes": 0}) == "syncing: nothing changed"
     assert phase_text({"event": "created", "run_id": "x"}) == "starting"
     assert phase_text({"event": "waiting", "gpus": []}) == "waiting for a GPU"
+    assert phase_text({"event": "submitted", "job_id": "42"}) == "submitted as Slurm job 42"
 
 
 @pytest.fixture
