@@ -63,8 +63,8 @@ class JudgeProcess:
         except BaseException:  # Cancelled above all: no judge outlives the runner's decision to stop
             self.close(log_path, kill=True)
             raise
-        if outcome.result is None or not keeps_its_judge(outcome.result):
-            self.close(log_path, kill=outcome.result is None)
+        if not keeps_its_judge(outcome.result):
+            self.close(log_path, kill=True)  # nothing of it is wanted: no wait for torch's teardown
         return outcome
 
     def close(self, log_path: Path | None = None, *, kill: bool = False) -> None:
