@@ -24,15 +24,16 @@ def load(path: str) -> dict:
     return json.loads(p.read_text())
 
 
-def medians(results: list[dict]) -> dict[tuple[str, str], list[float]]:
+def per_side(results: list[dict], statistic: str = "median") -> dict[tuple[str, str], list[float]]:
+    """One statistic of each run's samples (median, p90, ...), per row and side."""
     found: dict[tuple[str, str], list[float]] = {}
     for res in results:
         for row in res.get("rows", []):
             timing = row.get("timing") or {}
             for side in SIDES:
-                median = (timing.get(side) or {}).get("median")
-                if median:
-                    found.setdefault((row["workload"], side), []).append(float(median))
+                value = (timing.get(side) or {}).get(statistic)
+                if value:
+                    found.setdefault((row["workload"], side), []).append(float(value))
     return found
 
 
@@ -66,12 +67,14 @@ def main() -> None:
     args = parser.parse_args()
     old = [load(p) for p in args.old.split(",") if p]
     new = [load(p) for p in args.new.split(",") if p]
-    old_m, new_m = medians(old), medians(new)
+    old_m, new_m = per_side(old), per_side(new)
+    old_p90, new_p90 = per_side(old, "p90"), per_side(new, "p90")
     old_s, new_s = seconds(old), seconds(new)
     print(f"old harness: {old[0]['provenance'].get('harness', {}).get('version', 'pre-trust')} ({len(old)} runs); "
           f"new harness: {new[0]['provenance'].get('harness', {}).get('version', '?')} ({len(new)} runs)\n")
-    print("| workload | side | old median µs | new median µs | new vs old | spread of new medians | wall s/row old → new |")
-    print("|---|---|---|---|---|---|---|")
+    print("| workload | side | old median µs | new median µs | new vs old | spread of new medians | "
+          "largest p90 old → new µs | wall s/row old → new |")
+    print("|---|---|---|---|---|---|---|---|")
     worst_diff, worst_ratio = 0.0, 0.0
     for (workload, side), values in sorted(new_m.items()):
         before = old_m.get((workload, side))
@@ -86,9 +89,11 @@ def main() -> None:
         if diff is not None:
             worst_diff = max(worst_diff, abs(diff))
         spread_cell = f"{sp * 100:.2f} %" if sp is not None else "– (one run)"
+        tails = (f"{max(old_p90.get((workload, side), [float('nan')])):.2f} → "
+                 f"{max(new_p90.get((workload, side), [float('nan')])):.2f}")
         print(f"| `{workload}` | {side} | {statistics.fmean(before):.2f} | {new_mean:.2f} | "
-              f"{diff * 100:+.2f} % | {spread_cell} | {wall} |" if before else
-              f"| `{workload}` | {side} | – | {new_mean:.2f} | – | {spread_cell} | {wall} |")
+              f"{diff * 100:+.2f} % | {spread_cell} | {tails} | {wall} |" if before else
+              f"| `{workload}` | {side} | – | {new_mean:.2f} | – | {spread_cell} | {tails} | {wall} |")
     print(f"\nlargest |new - old| of a median: {worst_diff * 100:.2f} %; largest wall-time ratio per row: "
           f"{worst_ratio:.2f}×")
     old_total, new_total = total_seconds(old), total_seconds(new)

@@ -6,7 +6,8 @@
 #          the fetched results.md/json
 # cost     the same production rows of the fuse_scale_shift task (the pre-trust task folder in .oldharness, so the
 #          kernels are identical) through the harness before issue 11 (.oldharness/kpremote) and through this one
-#          (--audit off): medians, spread, wall seconds per row -> cost.md (benchmarks/gpu/cost_report.py)
+#          (--audit off): medians, spread, wall seconds per row -> cost.md (benchmarks/gpu/cost_report.py);
+#          COST_OLD=DIR compares against another harness tree instead (DIR/kpremote, e.g. an earlier commit's)
 # redteam  the red team: every attack (REDTEAM_SET=all, the default) or a list, through benchmarks/gpu/redteam.sh
 # probe    the L2 flush probe (timing.flush_probe) five times
 # tvmffi   install the carried .whl/apache_tvm_ffi-*.whl (for the tvm-ffi task; REFRESH_TASKS names it)
@@ -45,12 +46,14 @@ step_refresh() {
 
 step_cost() {  # COST_RUNS runs of each harness, alternating new and old, so drift lands on both
   local rows; rows=$(prod .oldharness/kernels/$fuse)
-  local n olds="" news=""
+  local n olds="" news="" task=$PWD/.oldharness/kernels/$fuse
+  local old=${COST_OLD:-.oldharness}  # the harness to compare against: a tree holding kpremote/
+  local old_audit=""; [ "$old" != .oldharness ] && old_audit="--audit off"  # the pre-trust harness has no audit
   for n in $(seq 1 "${COST_RUNS:-2}"); do
-    timed cost-new-$n "${COST_S:-120}" python3 -m kpremote.agent run --task-dir .oldharness/kernels/$fuse \
+    timed cost-new-$n "${COST_S:-120}" python3 -m kpremote.agent run --task-dir "$task" \
       --run-dir /tmp/kp-cost/new$n --device cuda --root /tmp/kp-cost/root --workloads "$rows" --audit off
-    (cd .oldharness && timed cost-old-$n "${COST_S:-120}" python3 -m kpremote.agent run --task-dir kernels/$fuse \
-      --run-dir /tmp/kp-cost/old$n --device cuda --root /tmp/kp-cost/root --workloads "$rows")
+    (cd "$old" && timed cost-old-$n "${COST_S:-120}" python3 -m kpremote.agent run --task-dir "$task" \
+      --run-dir /tmp/kp-cost/old$n --device cuda --root /tmp/kp-cost/root --workloads "$rows" $old_audit)
     news="$news${news:+,}/tmp/kp-cost/new$n"; olds="$olds${olds:+,}/tmp/kp-cost/old$n"
     cp /tmp/kp-cost/new$n/summary/results.json "$out/cost-new$n.results.json" 2>/dev/null
     cp /tmp/kp-cost/old$n/summary/results.json "$out/cost-old$n.results.json" 2>/dev/null

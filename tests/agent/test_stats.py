@@ -125,3 +125,17 @@ def test_samples_that_are_not_quantized_keep_the_one_percent_floor() -> None:
     baseline = [10.0 + rng.random() * 0.01 for _ in range(200)]
     verdict = stats.row_verdict(baseline, [t * 0.95 for t in baseline])
     assert verdict["noise"] == stats.NOISE_FLOOR and verdict["verdict"] == stats.FASTER
+
+
+def test_gpu_medians_closer_than_the_process_floor_are_the_same() -> None:
+    # Two processes read one kernel up to ~PROCESS_FLOOR_US apart on the H200: not a win on a 4 us row, but the
+    # same gap is still a win where the judge passes no floor (CPU rows), and a 30 % gain still counts.
+    tick = 0.032
+    baseline = [130 * tick] * 80 + [131 * tick] * 20  # 4.16 us
+    candidate = [126 * tick] * 80 + [127 * tick] * 20  # 4 ticks (128 ns) faster: 3.2 %
+    floor = stats.PROCESS_FLOOR_US
+    assert stats.row_verdict(baseline, candidate, process_floor_us=floor)["verdict"] == stats.SAME
+    assert stats.row_verdict(baseline, candidate)["verdict"] == stats.FASTER
+    assert stats.row_verdict(baseline, [t * 0.7 for t in baseline], process_floor_us=floor)["verdict"] == stats.FASTER
+    slower_by_a_floor = [t + 0.6 for t in baseline]  # 0.6 us slower: SLOWER on CPU, SAME on a GPU row
+    assert stats.row_verdict(baseline, slower_by_a_floor, process_floor_us=floor)["verdict"] == stats.SAME
