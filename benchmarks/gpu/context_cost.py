@@ -12,7 +12,7 @@ kernel, event. The variants differ in who does the first two and whose memory th
   ipc        as judge, on tensors the other process allocated and shared by CUDA IPC (harness 2.x: a pool per side)
   ipc+max    as ipc, then the timing process reads one byte per 64 KiB of each tensor's storage (a strided max
              per tensor, as first tried for harness 2.4) before the head start
-  ipc+gather as ipc, the same bytes read by one index_select per tensor instead (timing.warm_translations)
+  ipc+gather as ipc, the same bytes read by one index_select per tensor instead
   own+max    as judge, with ipc+max's reads
 Per variant and shape: the median of each repeat, and the largest p90 and p99 over the repeats.
 """
@@ -21,14 +21,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
-from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from kpremote.agent import timing  # noqa: E402
 
 VARIANTS = ("same", "judge", "ipc", "ipc+max", "ipc+gather", "own+max")
 SHAPES = {"s19 (4 us)": (19, 3072), "s4096 (16 us)": (4096, 3072)}
@@ -78,7 +73,8 @@ class Timing:
         conn.send({label: row[3] for label, row in self.own.items()})
         self.max_reads = {(k, label): [storage_bytes(t)[::STRIDE] for t in row]
                           for k, rows in (("own", self.own), ("ipc", self.ipc)) for label, row in rows.items()}
-        self.gathers = {label: timing.translation_touches(list(row)) for label, row in self.ipc.items()}
+        self.gathers = {label: [(storage_bytes(t), torch.arange(0, storage_bytes(t).numel(), STRIDE, device="cuda"))
+                                for t in row] for label, row in self.ipc.items()}
 
     @staticmethod
     def cycles_per_us() -> int:
@@ -103,7 +99,8 @@ class Timing:
             for read in self.max_reads[("ipc" if ipc else "own", label)]:
                 read.max()
         elif variant == "ipc+gather":
-            timing.warm_translations(self.gathers[label])
+            for storage, offsets in self.gathers[label]:
+                storage.index_select(0, offsets)
         torch.cuda._sleep(self.sleep)
         self.start.record()
         torch.addcmul(shift, x, scale, out=out)
