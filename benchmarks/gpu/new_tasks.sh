@@ -35,7 +35,7 @@
 #   (W = nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl)
 # Reassembly and install (what `install` does):
 #   cat /tmp/kp-wheels/W.parta? > /tmp/kp-wheels/W; sha256sum -c (the sum below)
-#   python3 -m pip install --no-deps --target /tmp/site <each wheel>   (cuda-bindings, cuda-pathfinder,
+#   python3 -m pip install --no-deps --target /tmp/site <all the wheels, one command>   (cuda-bindings, cuda-pathfinder,
 #     einops, protobuf only where python3 cannot import them already)
 #   export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
 #   (the cutlass-dsl wheel's .pth file is not read for a --target install, hence the second entry)
@@ -103,12 +103,15 @@ install() {
   "$py" -c 'import einops' 2> /dev/null || wheels+=(einops)
   "$py" -c 'import google.protobuf' 2> /dev/null || wheels+=(protobuf)
   mkdir -p "$site"
+  local files=() name file
   for name in "${wheels[@]}"; do
-    local file
     file=$(ls "$stage/$name"*.whl 2> /dev/null | head -1 || true)
     [ -n "$file" ] || { echo "no $name*.whl in $stage (KP_WHEELS)"; exit 3; }
-    "$py" -m pip install -q --no-deps --no-index --target "$site" --upgrade "$file"
+    files+=("$file")
   done
+  # One pip command for them all: the cutlass-dsl wheels share the nvidia_cutlass_dsl/ folder, and one
+  # `pip install --target --upgrade` a wheel replaced that folder whole (cutlass.cute went missing on the H200).
+  "$py" -m pip install -q --no-deps --no-index --target "$site" --upgrade "${files[@]}"
   echo "installed into $site: ${wheels[*]}"
 }
 
