@@ -124,6 +124,20 @@ def row_speedup_draws(
     ]
 
 
+def with_process_offset(draws: Sequence[float], relative: float, *, seed: int = 0) -> list[float]:
+    """A row's speedup draws, each scaled by a factor drawn uniformly (in log) from [1/(1+relative), 1+relative].
+
+    relative is the row's process floor over its shorter median: how far the two side processes' own offsets may
+    move its speedup. The offset holds for a whole run, so the row's samples cannot show it; this carries it
+    into the headline's interval (report.headline). No offset (CPU rows, relative 0): the draws unchanged.
+    """
+    if relative <= 0:
+        return list(draws)
+    rng = random.Random(seed)
+    span = math.log1p(relative)
+    return [d * math.exp(rng.uniform(-span, span)) for d in draws]
+
+
 def hierarchical_geomean_ci(
     draws_per_row: Sequence[Sequence[float]], *, seed: int = 0, n_boot: int = 10_000, level: float = 0.95
 ) -> tuple[float, float]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -289,3 +290,24 @@ def test_the_audit_state_says_why_a_run_is_unaudited(tmp_path: Path) -> None:
     assert status("cuda", "off") == "unaudited: --no-audit"
     has_audit = importlib.util.find_spec("kpremote.agent.audit") is not None
     assert status("cuda", None) == ("unaudited: audit module missing" if not has_audit else status("cuda", "on"))
+
+
+def test_the_headline_interval_carries_each_gpu_rows_process_floor() -> None:
+    # Two 4 us rows, 1.1x each, samples tight enough that their own draws barely move: without the floor the
+    # interval would exclude 1.0; with 0.75 us of possible offset between the sides' processes it must not.
+    rng = random.Random(5)
+    samples, rows = {}, []
+    for name in ("a", "b"):
+        base = [4.4 + rng.gauss(0, 0.01) for _ in range(400)]
+        cand = [4.0 + rng.gauss(0, 0.01) for _ in range(400)]
+        samples[name] = {"baseline": base, "candidate": cand}
+        timing = {"baseline": {"median": 4.4}, "candidate": {"median": 4.0}}
+        rows.append({"workload": name, "production": True, "status": "PASSED", "speedup": 1.1, "timing": timing,
+                     "verdict": {"process_floor_us": 0.75}})
+    gpu = report.headline(rows, samples, smoke=False)
+    assert gpu["geomean"] == pytest.approx(1.1) and gpu["low"] < 1.0 < 1.2 < gpu["high"]
+    for row in rows:
+        row["verdict"] = {"process_floor_us": 0.0}  # a CPU row: no floor, the samples' own interval
+    cpu = report.headline(rows, samples, smoke=False)
+    assert 1.09 < cpu["low"] <= cpu["high"] < 1.11
+    assert report.process_offset_share(rows[0]) == 0.0 and report.process_offset_share({"speedup": 2.0}) == 0.0
