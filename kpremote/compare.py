@@ -5,8 +5,10 @@ The interval of a speedup change comes from the spread each run recorded: a spee
 log space its standard error is sqrt(rse_baseline² + rse_candidate²) (each side's relative standard error of the
 median, as timing.py measured it), and a change of speedup between two independent runs adds the two in quadrature:
 change × exp(±1.96·se). Where a row carries its own speedup interval, that interval's width is used instead. A row is
-FASTER only when the whole interval lies above 1 and the change is at least MIN_CHANGE; SLOWER likewise below; else
-SAME: nothing is claimed inside the noise.
+FASTER only when the whole interval lies above 1 and the change is at least MIN_CHANGE and beyond the two runs' own
+noise thresholds (each row's verdict `noise`: on a GPU it holds the process floor, how far apart two side processes
+read one kernel, which no interval of one run shows); SLOWER likewise below; else SAME: nothing is claimed inside
+the noise.
 """
 
 from __future__ import annotations
@@ -44,12 +46,18 @@ def log_se_of_speedup(row: dict[str, Any]) -> Optional[float]:
     return math.sqrt(sum(p * p for p in parts))
 
 
-def verdict(change: float, low: Optional[float], high: Optional[float]) -> str:
-    if low is not None and low > 1.0 and change >= 1.0 + MIN_CHANGE:
+def verdict(change: float, low: Optional[float], high: Optional[float], threshold: float = MIN_CHANGE) -> str:
+    if low is not None and low > 1.0 and change >= 1.0 + threshold:
         return "FASTER"
-    if high is not None and high < 1.0 and change <= 1.0 - MIN_CHANGE:
+    if high is not None and high < 1.0 and change <= 1.0 - threshold:
         return "SLOWER"
     return "SAME"
+
+
+def change_threshold(base: dict[str, Any], new: dict[str, Any]) -> float:
+    """The smallest change of a row's speedup that says anything: MIN_CHANGE, or both runs' noise in quadrature."""
+    noises = [float((row.get("verdict") or {}).get("noise") or 0.0) for row in (base, new)]
+    return max(MIN_CHANGE, math.hypot(*noises))
 
 
 def _side(row: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
@@ -75,7 +83,8 @@ def compare_rows(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     if all(se is not None for se in ses):
         spread = Z95 * math.sqrt(sum(se * se for se in ses))
         low, high = change * math.exp(-spread), change * math.exp(spread)
-    entry.update(change=change, low=low, high=high, verdict=verdict(change, low, high))
+    threshold = change_threshold(base, new)
+    entry.update(change=change, low=low, high=high, threshold=threshold, verdict=verdict(change, low, high, threshold))
     if low is None:
         entry["note"] = "no spread recorded: no interval, so no claim"
     return entry

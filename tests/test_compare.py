@@ -133,3 +133,14 @@ def test_history_table_and_plot(project):
         [line] = [line for line in text.splitlines() if run_id in line]
         assert "passed" in line
     assert "1111111111" in text and "1.060x" in text
+
+
+def test_a_change_inside_both_runs_noise_is_same():
+    # Two runs of a 4 us row: 1.00x then 1.10x, each with a tight interval, but each run's verdict noise is 18 %
+    # (the GPU process floor over a 4 us median): a 10 % change between them says nothing.
+    base, new = row("w", 4.0, 4.0, rse=0.0005), row("w", 4.4, 4.0, rse=0.0005)
+    assert compare_rows(base, new)["verdict"] == "FASTER"  # rows without a recorded noise: the 1 % floor
+    base["verdict"], new["verdict"] = {"noise": 0.18}, {"noise": 0.18}
+    entry = compare_rows(base, new)
+    assert entry["verdict"] == "SAME" and entry["threshold"] == pytest.approx(0.2546, abs=1e-3)
+    assert compare_rows(base, row("w", 6.0, 4.0, rse=0.0005) | {"verdict": {"noise": 0.18}})["verdict"] == "FASTER"
