@@ -7,7 +7,8 @@
 # cost     the same production rows of the fuse_scale_shift task (the pre-trust task folder in .oldharness, so the
 #          kernels are identical) through the harness before issue 11 (.oldharness/kpremote) and through this one
 #          (--audit off): medians, spread, wall seconds per row -> cost.md (benchmarks/gpu/cost_report.py);
-#          COST_OLD=DIR compares against another harness tree instead (DIR/kpremote, e.g. an earlier commit's)
+#          COST_OLD=DIR compares against another harness tree instead (DIR/kpremote, e.g. an earlier commit's:
+#          `mkdir .h23 && git archive 86b04c7 kpremote | tar -x -C .h23`, .h23 in .git/info/exclude, carried)
 # redteam  the red team: every attack (REDTEAM_SET=all, the default) or a list, through benchmarks/gpu/redteam.sh
 # probe    the L2 flush probe (timing.flush_probe) five times
 # tvmffi   install the carried .whl/apache_tvm_ffi-*.whl (for the tvm-ffi task; REFRESH_TASKS names it)
