@@ -129,6 +129,7 @@ def test_results_json_carries_provenance_rows_and_headline(smoke_run: tuple[Path
     assert prov["copy_bandwidth"]["gbps"] > 0 and prov["gpu"] is None
     rows = results["rows"]
     assert [r["workload"] for r in rows] == ["prod_r4_c64", "prod_r3_c100", "grid_r1_c33"]
+    assert all(r["verdict"]["process_floor_us"] == 0.0 for r in rows)  # the GPU's process floor is a GPU row's only
     assert prov["harness"] == harness.harness_record() and prov["harness"]["version"] == harness.HARNESS_VERSION
     assert prov["pinned"] == harness.pinned_inputs(run_dir.parents[1] / "tiny_rmsnorm")
     assert prov["gpu_readings"] == "none (CPU run)" and prov["audit"] == "unaudited: CPU run"
