@@ -14,6 +14,12 @@ kernel, event. The variants differ in who does the first two and whose memory th
              per tensor, as first tried for harness 2.4) before the head start
   ipc+gather as ipc, the same bytes read by one index_select per tensor instead
   own+max    as judge, with ipc+max's reads
+  judge+own  as judge, and the timing process also flushes in its own context (queued, no sync) before the head
+             start: its last work before the timed call is its own again, as in `same`
+  same+sync  as same, then a synchronize before the head start (the GPU idles between flush and sleep)
+  warm       no poison and no flush at all
+  copyK      as judge, on the K-th of four extra sets of the timing process's own tensors, each allocated after a
+             64 MiB spacer (K = 0..3): one process, four placements
 Per variant and shape: the median of each repeat, and the largest p90 and p99 over the repeats.
 """
 
@@ -25,7 +31,8 @@ import statistics
 import torch
 import torch.multiprocessing as mp
 
-VARIANTS = ("same", "judge", "ipc", "ipc+max", "ipc+gather", "own+max")
+VARIANTS = ("same", "judge", "ipc", "ipc+max", "ipc+gather", "own+max", "judge+own", "same+sync", "warm",
+            "copy0", "copy1", "copy2", "copy3")
 SHAPES = {"s19 (4 us)": (19, 3072), "s4096 (16 us)": (4096, 3072)}
 STRIDE = 64 * 1024
 
@@ -69,6 +76,10 @@ class Timing:
         self.sleep = self.cycles_per_us() * 30
         self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         self.own = {label: make_row(*shape) for label, shape in SHAPES.items()}
+        self.spacers, self.copies = [], []
+        for _ in range(4):
+            self.spacers.append(torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda"))
+            self.copies.append({label: make_row(*shape) for label, shape in SHAPES.items()})
         self.ipc = conn.recv()
         conn.send({label: row[3] for label, row in self.own.items()})
         self.max_reads = {(k, label): [storage_bytes(t)[::STRIDE] for t in row]
@@ -88,13 +99,20 @@ class Timing:
 
     def sample(self, variant: str, label: str) -> float:
         ipc = variant.startswith("ipc")
-        x, scale, shift, out = (self.ipc if ipc else self.own)[label]
-        if variant == "same":
+        rows = self.copies[int(variant[4:])] if variant.startswith("copy") else self.ipc if ipc else self.own
+        x, scale, shift, out = rows[label]
+        if variant.startswith("same"):
             out.fill_(float("nan"))
             self.flush.max()
+            if variant == "same+sync":
+                torch.cuda.synchronize()
+        elif variant == "warm":
+            pass
         else:
             self.conn.send(("sample", label, ipc))
             self.conn.recv()
+            if variant == "judge+own":
+                self.flush.max()
         if variant.endswith("+max"):
             for read in self.max_reads[("ipc" if ipc else "own", label)]:
                 read.max()
@@ -143,15 +161,16 @@ def main() -> None:
     repeats = [one_repeat(args.samples, variants) for _ in range(args.repeats)]
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}; {args.samples} samples per cell, "
           f"{args.repeats} process pairs")
-    print("| shape | variant | median us, each repeat | mean vs `same` | largest p90 | largest p99 |")
-    print("|---|---|---|---|---|---|")
+    print("| shape | variant | median us, each repeat | spread | mean vs `same` | largest p90 | largest p99 |")
+    print("|---|---|---|---|---|---|---|")
     for shape in SHAPES:
         base = statistics.mean(statistics.median(r[(variants[0], shape)]) for r in repeats)
         for variant in variants:
             medians = [statistics.median(r[(variant, shape)]) for r in repeats]
             p90 = max(quantile(r[(variant, shape)], 0.9) for r in repeats)
             p99 = max(quantile(r[(variant, shape)], 0.99) for r in repeats)
-            print(f"| {shape} | {variant} | {' / '.join(f'{m:.3f}' for m in medians)} | "
+            spread = (max(medians) - min(medians)) / statistics.mean(medians) * 100
+            print(f"| {shape} | {variant} | {' / '.join(f'{m:.3f}' for m in medians)} | {spread:.1f} % | "
                   f"{(statistics.mean(medians) / base - 1) * 100:+.2f} % | {p90:.2f} | {p99:.2f} |")
 
 

@@ -58,6 +58,8 @@ step_cost() {  # COST_RUNS runs of each harness, alternating new and old, so dri
     news="$news${news:+,}/tmp/kp-cost/new$n"; olds="$olds${olds:+,}/tmp/kp-cost/old$n"
     cp /tmp/kp-cost/new$n/summary/results.json "$out/cost-new$n.results.json" 2>/dev/null
     cp /tmp/kp-cost/old$n/summary/results.json "$out/cost-old$n.results.json" 2>/dev/null
+    gzip -c /tmp/kp-cost/new$n/raw/samples.jsonl > "$out/cost-new$n.samples.jsonl.gz" 2>/dev/null
+    gzip -c /tmp/kp-cost/old$n/raw/samples.jsonl > "$out/cost-old$n.samples.jsonl.gz" 2>/dev/null
   done
   python3 benchmarks/gpu/cost_report.py --old "$olds" --new "$news" > "$out/cost.md" 2>&1
   cat "$out/cost.md"; pack

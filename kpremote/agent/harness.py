@@ -12,13 +12,15 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-HARNESS_VERSION = "2.5"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+HARNESS_VERSION = "2.6"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
 # 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
 # 2.3: a row's noise threshold covers two timer ticks; the flush probe ramps the clocks first (no timed number moves)
 # 2.4: a GPU row's noise threshold covers how far apart two side processes read one kernel (stats.PROCESS_FLOOR_US)
 # 2.5: the headline's interval carries that floor too (stats.with_process_offset); rows' numbers and verdicts as 2.4
-# 2.4: a side warms its call's address translations (one byte per 64 KiB) after the judge's flush, before a sample
+# 2.6: a side reads one byte per 64 KiB of its case's tensors before each head start (its address translations warm:
+#      without, one 4 us kernel read 0.74 us apart from one process to the next); a sample whose window opened before
+#      its call was queued is dropped and taken again with a longer head start (host time had been in such windows)
 AGENT_DIR = Path(__file__).resolve().parent
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # A module inside a package is named by its path from here, e.g. "builders/cuda.py".

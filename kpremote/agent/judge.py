@@ -247,14 +247,14 @@ class Judge:
             head_start = timing.head_start_us(max(float(h or 0.0) for h in hosts))
             for side in SIDES:
                 self.sides[side].request({"op": "head_start", "us": head_start})
-        sampler = sampling.Sampler(self, cases, mode)
+        sampler = sampling.Sampler(self, cases, mode, head_start)
         if mode == "graph":
             sampler.capture_graphs()
         # Counted before the first sample command: a side that recognises a timed call and starts a thread then
         # is seen, however early (the correctness calls and the warm-up have run every other code path).
         threads_before = {side: self.sides[side].threads() for side in SIDES}
         sampler.prime()
-        pair = sampler.run(settings, head_start)
+        pair = sampler.run(settings)
         threads_after = {side: self.sides[side].threads() for side in SIDES}
         sampler.final_checks()
         for case in cases:

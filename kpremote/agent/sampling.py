@@ -24,15 +24,19 @@ if TYPE_CHECKING:
 CHECK_FRACTION = 0.25  # samples whose outputs are compared afterwards (plus each side's last one)
 MAX_REFRESHES = 2  # times a case's inputs are rewritten in place (same addresses) before a checked sample
 REFRESH_CHANCE = 0.5  # of a checked candidate sample, while refreshes are left
+LATE_TRIES = 4  # a sample whose window opened before its side had queued the call is taken again, up to this often
+HEAD_START_GROWTH = 1.5  # after each, both sides' head start grows by this factor at least (to HEAD_START_MAX_US)
 
 
 class Sampler:
     """The timed loop: ABBA over the sides, rotating over the timing cases, poisoning and checking outputs."""
 
-    def __init__(self, judge: Judge, cases: list[SharedCase], mode: str) -> None:
+    def __init__(self, judge: Judge, cases: list[SharedCase], mode: str, head_start_us: float = 0.0) -> None:
         self.judge = judge
         self.cases = cases
         self.mode = mode
+        self.head_start_us = head_start_us
+        self.late = {side: 0 for side in SIDES}  # samples taken again: the window opened before the call was queued
         self.turn = {side: 0 for side in SIDES}
         self.last: dict[str, tuple[SharedCase, int]] = {}  # each side's last sampled case, and its generation
         self.last_checked: dict[str, bool] = {}
@@ -52,7 +56,7 @@ class Sampler:
                 request_guarded(self.judge.sides[side], {"op": "capture", "id": case.id, "n": self.calls_per_sample},
                                  f"{case.label}, {side} graph capture")
 
-    def run(self, settings: Any, head_start: float) -> timing.PairTiming:
+    def run(self, settings: Any) -> timing.PairTiming:
         gpu = self.judge.job.get("gpu") or {}
         clock, clock_check = (None, "off: CPU smoke run")
         if self.judge.device == "cuda":
@@ -62,7 +66,10 @@ class Sampler:
             settings = type(settings)(min_samples=timing.SMOKE_SAMPLES, min_time_s=0.0,
                                       max_samples=timing.SMOKE_SAMPLES, max_time_s=60.0, target_rse=0.5)
         reason = timing.sample_abba(sides, lambda s: self.measure(s.name), settings, clock)
-        return timing.PairTiming(self.mode, self.calls_per_sample, sides[0], sides[1], reason, clock_check, head_start)
+        for side in sides:
+            side.late = self.late[side.name]
+        return timing.PairTiming(self.mode, self.calls_per_sample, sides[0], sides[1], reason, clock_check,
+                                 self.head_start_us)
 
     def measure(self, side: str) -> float:
         case = self.cases[self.turn[side] % len(self.cases)]
@@ -83,6 +90,31 @@ class Sampler:
                 self._timed(side, case)
 
     def _timed(self, side: str, case: SharedCase, *, graph: bool | None = None) -> float:
+        """One sample's time; a sample whose window opened while its side was still queueing the call (its head
+        start ran out: host time would be in it) is dropped, counted, and taken again with a longer head start."""
+        for _ in range(LATE_TRIES):
+            value, late_host_us = self._timed_once(side, case, graph=graph)
+            if late_host_us is None:
+                return value
+            self.late[side] += 1
+            self._lengthen_head_start(late_host_us)
+        raise Refused(Verdict(ERROR, f"{side}: {LATE_TRIES} samples in a row opened their window before the side had "
+                                     f"queued the call, the last with a head start of {self.head_start_us:.0f} us: "
+                                     f"their times would hold host time, not the kernel's", f"timing, {side}",
+                              {"kind": "late_launch", "head_start_us": round(self.head_start_us, 2)}))
+
+    def _lengthen_head_start(self, host_us: float) -> None:
+        """At least HEAD_START_GROWTH x, and enough for the host time the late sample's side took to queue it."""
+        wanted = max(self.head_start_us * HEAD_START_GROWTH, timing.head_start_us(host_us))
+        longer = min(timing.HEAD_START_MAX_US, wanted)
+        if longer > self.head_start_us:
+            self.head_start_us = longer
+            for side in SIDES:  # both sides alike: the head start is outside the window, but keep them symmetric
+                request_guarded(self.judge.sides[side], {"op": "head_start", "us": longer},
+                                f"timing, {side} head start")
+
+    def _timed_once(self, side: str, case: SharedCase, *, graph: bool | None) -> tuple[float, float | None]:
+        """The sample's time, and None or, when its window opened too early, the host time its side took to queue."""
         graph = self.mode == "graph" if graph is None else graph
         poison_outputs(case.outputs[side])
         case.restore(side)  # fresh copies of the mutated inputs, outside the timed window like the poison
@@ -102,7 +134,11 @@ class Sampler:
                                   f"of persisting L2 (cudaLimitPersistingL2CacheSize): data kept in L2 across the "
                                   f"flush makes its timing a fiction", f"timing, {side}",
                                   {"kind": "persisting_l2", "bytes": persisting}))
-        return float(value)
+        if reply.get("late") is not True:
+            return float(value), None
+        host_us = reply.get("host_us")
+        finite = isinstance(host_us, (int, float)) and not isinstance(host_us, bool) and math.isfinite(host_us)
+        return float(value), float(host_us) if finite and host_us > 0 else 0.0
 
     def verify(self, side: str, case: SharedCase, when: str) -> None:
         """The outputs (and mutated inputs) of the sample just taken against the case's expected result."""

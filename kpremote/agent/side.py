@@ -47,6 +47,7 @@ class Side:
         self.cases: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         self.graphs: dict[int, Any] = {}
         self.mutates: dict[int, tuple[str, ...]] = {}  # per case: the inputs its calls rewrite in place
+        self.translation_reads: dict[int, Any] = {}  # per case on a GPU: timing.TranslationReads of its tensors
         self.graph_calls = 1
         self.sleep_cycles = 0
 
@@ -82,6 +83,7 @@ class Side:
         self.cases.clear()
         self.graphs.clear()
         self.mutates.clear()
+        self.translation_reads.clear()
         return {"ok": True}
 
     def case(self, command: dict[str, Any], fds: list[int]) -> dict[str, Any]:
@@ -90,12 +92,17 @@ class Side:
         self.cases[command["id"]] = (inputs, outputs)
         self.mutates[command["id"]] = tuple(command.get("mutates") or ())
         self.graphs.pop(command["id"], None)
+        if self.device == "cuda":
+            from .timing import TranslationReads
+
+            self.translation_reads[command["id"]] = TranslationReads([*inputs.values(), *outputs.values()])
         return {"ok": True}
 
     def drop(self, command: dict[str, Any]) -> dict[str, Any]:
         self.cases.pop(command["id"], None)
         self.graphs.pop(command["id"], None)
         self.mutates.pop(command["id"], None)
+        self.translation_reads.pop(command["id"], None)
         return {"ok": True}
 
     def call(self, command: dict[str, Any]) -> dict[str, Any]:
@@ -160,7 +167,8 @@ class Side:
         return {"ok": True}
 
     def sample(self, command: dict[str, Any]) -> dict[str, Any]:
-        """One timed sample: the judge flushed the L2 and poisoned the outputs; microseconds of the call(s)."""
+        """One timed sample: the judge flushed the L2 and poisoned the outputs; this side's address translations
+        of the case are made warm, then microseconds of the call(s)."""
         case_id = command["id"]
         if self.device != "cuda":
             inputs, outputs = self.cases[case_id]
@@ -180,6 +188,8 @@ class Side:
         if command.get("graph") and graph is None:
             return {"ok": False, "error": f"no graph captured for case {case_id}"}
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self.translation_reads[case_id].queue()  # before the head start: done before the call, not in its window
+        queueing = time.perf_counter()
         if self.sleep_cycles:
             torch.cuda._sleep(self.sleep_cycles)
         start.record()
@@ -187,9 +197,14 @@ class Side:
             graph.replay()
         else:
             self._call(*self.cases[case_id])
+        # The GPU already past the start event while this host was still queueing the call: the head start ran
+        # out, and the window holds host time. The judge drops such a sample and lengthens the head start.
+        late = bool(self.sleep_cycles) and start.query()
+        host_us = (time.perf_counter() - queueing) * 1e6
         end.record()
         torch.cuda.synchronize()
-        return {"ok": True, "us": start.elapsed_time(end) * 1000.0, "persisting_l2_bytes": persisting}
+        return {"ok": True, "us": start.elapsed_time(end) * 1000.0, "late": late, "host_us": host_us,
+                "persisting_l2_bytes": persisting}
 
     # ---------------------------------------------------------------- helpers
 

@@ -37,6 +37,7 @@ PROBE_REPEATS = 5
 FLUSH_PROBE_MIN_RATIO = 1.1  # a flushed copy must be this much slower than a warm one (H200: 1.16-1.31, docs/trust.md)
 PROBE_RAMP_S = 0.1  # copies before the probe: on the H200 one run's probe read 17.5 us warm (8 us as a rule)
 PROBE_HEAD_START_US = 20.0  # the sleep queued before each probe copy, so its launch stays out of the window
+TRANSLATION_STRIDE = 64 * 1024  # a side reads one byte per 64 KiB of its case's memory before each sample
 
 Call = Callable[[], None]
 
@@ -47,6 +48,7 @@ class SideSamples:
     call: Call | None = None
     times_us: list[float] = field(default_factory=list)
     dropped_clock: int = 0
+    late: int = 0  # samples dropped and taken again: the window opened before the call was queued
     wall_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -54,6 +56,7 @@ class SideSamples:
         return {
             **summary,
             "dropped_clock": self.dropped_clock,
+            "dropped_late": self.late,
             "wall_s": round(self.wall_s, 4),
             "rse": _finite_or_none(stats.median_rse(self.times_us)) if self.times_us else None,
         }
@@ -195,6 +198,40 @@ class L2Flusher:
     def flush(self) -> None:
         reset_persisting_l2()
         self.flush_buffer.max()
+
+
+class TranslationReads:
+    """A side's reads of one byte per 64 KiB of each of a case's tensors, queued before each sample's head start.
+
+    Address translations belong to a process (its CUDA context). After the judge's flush, how cold a side's
+    translations of its case's memory were depended on the process: on an H200, one 4 us kernel read 5.86 us in
+    one process and 6.59 us in the next, alternately from one process pair to the next and steadily for a run,
+    on whichever of its tensors it ran (benchmarks/gpu/context_cost.py). With these reads first, every process
+    read it 5.86 us. They bring at most one 32-byte sector per 64 KiB of each tensor into the L2.
+    """
+
+    def __init__(self, tensors: list[Any]) -> None:
+        import torch
+
+        self.torch = torch
+        self.reads: list[tuple[Any, Any, Any]] = []
+        seen: set[int] = set()
+        for tensor in tensors:
+            if not torch.is_tensor(tensor) or tensor.device.type != "cuda":
+                continue
+            storage = tensor.untyped_storage()
+            size, address = storage.nbytes(), storage.data_ptr()
+            if not size or address in seen:
+                continue
+            seen.add(address)
+            offsets = sorted({*range(0, size, TRANSLATION_STRIDE), size - 1})
+            whole = torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(storage)
+            index = torch.tensor(offsets, dtype=torch.int64, device=tensor.device)
+            self.reads.append((whole, index, torch.empty(len(offsets), dtype=torch.uint8, device=tensor.device)))
+
+    def queue(self) -> None:
+        for whole, index, into in self.reads:
+            self.torch.index_select(whole, 0, index, out=into)
 
 
 def calls_per_graph(single_call_us: float) -> int:

@@ -1,0 +1,81 @@
+"""A sample whose window opened before its side had queued the call (the head start ran out, so host time is in
+it) is dropped, counted, and taken again with a head start long enough for both sides; four in a row end the row.
+The judge's end of it (sampling.Sampler._timed) against scripted side replies; the side's end, which reads the
+start event after queueing the call, is tests/agent/test_trust_gpu.py's (a GPU only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kpremote.agent import sampling, timing
+from kpremote.agent.correctness import ERROR, Refused
+from kpremote.agent.taskspec import SIDES
+
+
+class ScriptedSide:
+    """Answers 'sample' from a script, everything else with ok; keeps every command it got."""
+
+    def __init__(self, samples: list[dict]) -> None:
+        self.samples = list(samples)
+        self.commands: list[dict] = []
+
+    def request(self, command: dict, fds: tuple = ()) -> dict:
+        self.commands.append(command)
+        return self.samples.pop(0) if command["op"] == "sample" else {"ok": True}
+
+    def head_starts(self) -> list[float]:
+        return [c["us"] for c in self.commands if c["op"] == "head_start"]
+
+
+class OneCase:
+    id = 0
+    mutates = ()
+    outputs: dict = {side: {} for side in SIDES}
+
+    def restore(self, side: str) -> None:
+        pass
+
+
+class Judge:
+    device = "cpu"
+    job: dict = {}
+
+    def __init__(self, candidate_samples: list[dict]) -> None:
+        self.sides = {"baseline": ScriptedSide([]), "candidate": ScriptedSide(candidate_samples)}
+
+
+def sampler_for(candidate_samples: list[dict], head_start_us: float = 100.0) -> sampling.Sampler:
+    return sampling.Sampler(Judge(candidate_samples), [OneCase()], "cold", head_start_us)
+
+
+def test_a_late_sample_is_taken_again_with_a_head_start_that_covers_its_host_time() -> None:
+    sampler = sampler_for([{"ok": True, "us": 480.0, "late": True, "host_us": 400.0}, {"ok": True, "us": 5.0}])
+    assert sampler._timed("candidate", OneCase()) == 5.0
+    assert sampler.late == {"baseline": 0, "candidate": 1}
+    assert sampler.head_start_us == timing.head_start_us(400.0) == 820.0
+    for side in SIDES:  # both sides get it: what the windows are preceded by stays the same for both
+        assert sampler.judge.sides[side].head_starts() == [820.0]
+
+
+def test_a_late_flag_without_a_usable_host_time_still_grows_the_head_start() -> None:
+    sampler = sampler_for([{"ok": True, "us": 50.0, "late": True, "host_us": "soon"}, {"ok": True, "us": 5.0}])
+    assert sampler._timed("candidate", OneCase()) == 5.0
+    assert sampler.head_start_us == 100.0 * sampling.HEAD_START_GROWTH
+
+
+def test_an_on_time_sample_changes_nothing() -> None:
+    sampler = sampler_for([{"ok": True, "us": 5.0, "late": False, "host_us": 30.0}])
+    assert sampler._timed("candidate", OneCase()) == 5.0
+    assert sampler.late["candidate"] == 0 and sampler.head_start_us == 100.0
+    assert sampler.judge.sides["baseline"].head_starts() == []
+
+
+def test_four_late_samples_in_a_row_end_the_row_and_the_head_start_stops_at_its_cap() -> None:
+    late = {"ok": True, "us": 9000.0, "late": True, "host_us": 1e6}
+    sampler = sampler_for([late] * sampling.LATE_TRIES)
+    with pytest.raises(Refused) as refused:
+        sampler._timed("candidate", OneCase())
+    verdict = refused.value.verdict
+    assert verdict.status == ERROR and "4 samples in a row opened their window" in verdict.message
+    assert sampler.head_start_us == timing.HEAD_START_MAX_US
+    assert sampler.judge.sides["candidate"].head_starts() == [timing.HEAD_START_MAX_US]  # sent once, not again
