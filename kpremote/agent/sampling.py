@@ -84,10 +84,11 @@ class Sampler:
         return elapsed
 
     def prime(self) -> None:
-        """One untimed sample per side and case, so first-use costs (event creation, graph upload) stay out."""
+        """One untimed sample per side and case, so first-use costs (event creation, graph upload) stay out; one
+        that came late (a first launch loading its module) is not taken again and does not lengthen the head start."""
         for side in SIDES:
             for case in self.cases:
-                self._timed(side, case)
+                self._timed_once(side, case, graph=None)
 
     def _timed(self, side: str, case: SharedCase, *, graph: bool | None = None) -> float:
         """One sample's time; a sample whose window opened while its side was still queueing the call (its head

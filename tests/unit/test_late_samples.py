@@ -79,3 +79,14 @@ def test_four_late_samples_in_a_row_end_the_row_and_the_head_start_stops_at_its_
     assert verdict.status == ERROR and "4 samples in a row opened their window" in verdict.message
     assert sampler.head_start_us == timing.HEAD_START_MAX_US
     assert sampler.judge.sides["candidate"].head_starts() == [timing.HEAD_START_MAX_US]  # sent once, not again
+
+
+def test_priming_takes_a_late_first_sample_as_it_comes() -> None:
+    # A process's first sample may be late for one-off reasons (a module loaded on first launch): priming keeps
+    # nothing, so it neither takes it again nor lets it lengthen every later sample's head start.
+    judge = Judge([{"ok": True, "us": 400.0, "late": True, "host_us": 900.0}])
+    judge.sides["baseline"].samples = [{"ok": True, "us": 5.0}]
+    sampler = sampling.Sampler(judge, [OneCase()], "cold", 100.0)
+    sampler.prime()
+    assert sampler.head_start_us == 100.0 and sampler.late == {"baseline": 0, "candidate": 0}
+    assert [c["op"] for c in judge.sides["candidate"].commands] == ["sample"]
