@@ -43,12 +43,12 @@ from .honest import rmsnorm as honest_rmsnorm
 
 
 def rmsnorm(x, weight, out, eps):
-    """The baseline's kernel, queued 300 us late by the host whenever the call is a timed sample."""
+    """The baseline's kernel, queued 1 ms late by the host whenever the call is a timed sample."""
     frame = sys._getframe(1)
     while frame is not None and not (frame.f_code.co_name == "sample" and frame.f_code.co_filename.endswith("side.py")):
         frame = frame.f_back
     if frame is not None:
-        until = time.perf_counter() + 300e-6
+        until = time.perf_counter() + 1e-3
         while time.perf_counter() < until:
             pass
     honest_rmsnorm(x, weight, out, eps)
@@ -100,9 +100,10 @@ def test_a_copy_of_the_baseline_is_same(tmp_path: Path) -> None:
 
 
 def test_host_time_before_the_launch_stays_out_of_the_window(tmp_path: Path) -> None:
-    # The baseline's own kernel, queued 300 us late in timed samples only (the warm-up that sets the head start sees
-    # no delay): the first such sample opens its window before the call is queued; it is dropped and the head start
-    # grows past the delay. Were it kept, the copy would read ~300 us slower.
+    # The baseline's own kernel, queued 1 ms late in timed samples only (the warm-up that sets the head start sees no
+    # delay, and on the H200 a row's head start stayed at 0.4-0.7 ms after its first sample): such a sample opens its
+    # window before the call is queued; it is dropped and the head start grows to cover the delay. Were it kept,
+    # the copy would read ~1 ms slower.
     task = copy_fixture(tmp_path)
     shutil.copy(task / "baseline" / "kernel.py", task / "solution" / "honest.py")
     (task / "solution" / "kernel.py").write_text(HOST_DELAYED_CANDIDATE)
@@ -110,9 +111,10 @@ def test_host_time_before_the_launch_stays_out_of_the_window(tmp_path: Path) -> 
     assert done.returncode == 0, done.stdout[-2000:]
     for row in results_of(tmp_path / "run")["rows"]:
         timing = row["timing"]
-        assert row["verdict"]["verdict"] == "SAME", (row["workload"], row["verdict"], timing["candidate"])
-        assert timing["candidate"]["dropped_late"] >= 1 and timing["head_start_us"] >= 620, timing
-        assert timing["candidate"]["p90"] < 2 * timing["baseline"]["p90"], timing
+        summary = (row["workload"], timing["head_start_us"], timing["baseline"], timing["candidate"])
+        assert row["verdict"]["verdict"] == "SAME", (row["verdict"], summary)
+        assert timing["candidate"]["dropped_late"] >= 1 and timing["head_start_us"] >= 1000, summary
+        assert timing["candidate"]["p90"] < 2 * timing["baseline"]["p90"], summary
 
 
 @pytest.mark.parametrize("mode", ["cold", "graph"])
