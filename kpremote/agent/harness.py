@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-HARNESS_VERSION = "2.6"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+HARNESS_VERSION = "2.7"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
 # 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
 # 2.3: a row's noise threshold covers two timer ticks; the flush probe ramps the clocks first (no timed number moves)
@@ -21,6 +21,8 @@ HARNESS_VERSION = "2.6"  # 2.0: process boundary (judge + one process per side),
 # 2.6: a side reads one byte per 64 KiB of its case's tensors before each head start (its address translations warm:
 #      without, one 4 us kernel read 0.74 us apart from one process to the next); a sample whose window opened before
 #      its call was queued is dropped and taken again with a longer head start (host time had been in such windows)
+# 2.7: a candidate late 4 times in a row at the longest head start (a host sync in its call) keeps its samples, host
+#      time and all, where 2.6 ended the row with ERROR; the baseline still ends it. Rows 2.6 finished: as in 2.6
 AGENT_DIR = Path(__file__).resolve().parent
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # A module inside a package is named by its path from here, e.g. "builders/cuda.py".

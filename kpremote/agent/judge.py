@@ -272,6 +272,10 @@ class Judge:
                     "check_fraction": sampling.CHECK_FRACTION, "memory_isolation": self.sharing.isolation},
             side_threads={"before": threads_before, "after": threads_after},
         )
+        if pair.candidate.host_bound:
+            result["message"] = (f"the candidate's calls wait on the host: {sampling.LATE_TRIES} samples in a row "
+                                 f"opened their window before it had queued the call, at a "
+                                 f"{timing.HEAD_START_MAX_US:.0f} us head start; its times hold that host time")
         grew = [side for side in SIDES if (threads_after[side] or 0) > (threads_before[side] or 0)]
         if grew:
             result["invalid"] = "; ".join(f"the {side} side started {threads_after[side] - threads_before[side]} "

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 CHECK_FRACTION = 0.25  # samples whose outputs are compared afterwards (plus each side's last one)
 MAX_REFRESHES = 2  # times a case's inputs are rewritten in place (same addresses) before a checked sample
 REFRESH_CHANCE = 0.5  # of a checked candidate sample, while refreshes are left
-LATE_TRIES = 4  # a sample whose window opened before its side had queued the call is taken again, up to this often
-HEAD_START_GROWTH = 1.5  # after each, both sides' head start grows by this factor at least (to HEAD_START_MAX_US)
+LATE_TRIES = 4  # late samples in a row at the longest head start: the side's calls wait on the host
+HEAD_START_GROWTH = 1.5  # after a late sample, both sides' head start grows by this factor at least (to the cap)
+MAX_TAKES = 24  # one sample's takes at most: the head start reaches its cap from 20 us in 12 growths
 
 
 class Sampler:
@@ -37,6 +38,7 @@ class Sampler:
         self.mode = mode
         self.head_start_us = head_start_us
         self.late = {side: 0 for side in SIDES}  # samples taken again: the window opened before the call was queued
+        self.host_bound: set[str] = set()  # sides whose calls wait on the host: their late samples are kept
         self.turn = {side: 0 for side in SIDES}
         self.last: dict[str, tuple[SharedCase, int]] = {}  # each side's last sampled case, and its generation
         self.last_checked: dict[str, bool] = {}
@@ -67,7 +69,7 @@ class Sampler:
                                       max_samples=timing.SMOKE_SAMPLES, max_time_s=60.0, target_rse=0.5)
         reason = timing.sample_abba(sides, lambda s: self.measure(s.name), settings, clock)
         for side in sides:
-            side.late = self.late[side.name]
+            side.late, side.host_bound = self.late[side.name], side.name in self.host_bound
         return timing.PairTiming(self.mode, self.calls_per_sample, sides[0], sides[1], reason, clock_check,
                                  self.head_start_us)
 
@@ -91,17 +93,29 @@ class Sampler:
                 self._timed_once(side, case, graph=None)
 
     def _timed(self, side: str, case: SharedCase, *, graph: bool | None = None) -> float:
-        """One sample's time; a sample whose window opened while its side was still queueing the call (its head
-        start ran out: host time would be in it) is dropped, counted, and taken again with a longer head start."""
-        for _ in range(LATE_TRIES):
+        """One sample's time. A sample whose window opened while its side was still queueing the call (its head
+        start ran out: host time would be in it) is dropped, counted, and taken again with a longer head start.
+        A candidate late LATE_TRIES times in a row at the longest head start waits on the host by itself (a host
+        sync in its call): its samples are kept as they come, host time and all, which only makes it slower. The
+        baseline's are not: a slow baseline would flatter the candidate, so the row ends instead."""
+        in_a_row = at_cap = 0
+        for _ in range(MAX_TAKES):
             value, late_host_us = self._timed_once(side, case, graph=graph)
-            if late_host_us is None:
+            if late_host_us is None or side in self.host_bound:
+                return value
+            in_a_row += 1
+            at_cap += int(self.head_start_us >= timing.HEAD_START_MAX_US)
+            if at_cap >= LATE_TRIES and side == "candidate":
+                self.host_bound.add(side)
                 return value
             self.late[side] += 1
+            if at_cap >= LATE_TRIES:
+                break
             self._lengthen_head_start(late_host_us)
-        raise Refused(Verdict(ERROR, f"{side}: {LATE_TRIES} samples in a row opened their window before the side had "
+        raise Refused(Verdict(ERROR, f"{side}: {in_a_row} samples in a row opened their window before the side had "
                                      f"queued the call, the last with a head start of {self.head_start_us:.0f} us: "
-                                     f"their times would hold host time, not the kernel's", f"timing, {side}",
+                                     f"their times would hold host time, not the kernel's (does the {side} wait on "
+                                     f"the host in its call, or is this host busy?)", f"timing, {side}",
                               {"kind": "late_launch", "head_start_us": round(self.head_start_us, 2)}))
 
     def _lengthen_head_start(self, host_us: float) -> None:

@@ -49,6 +49,7 @@ class SideSamples:
     times_us: list[float] = field(default_factory=list)
     dropped_clock: int = 0
     late: int = 0  # samples dropped and taken again: the window opened before the call was queued
+    host_bound: bool = False  # its calls wait on the host: late samples kept from then on (sampling.Sampler._timed)
     wall_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -57,6 +58,7 @@ class SideSamples:
             **summary,
             "dropped_clock": self.dropped_clock,
             "dropped_late": self.late,
+            "host_bound": self.host_bound,
             "wall_s": round(self.wall_s, 4),
             "rse": _finite_or_none(stats.median_rse(self.times_us)) if self.times_us else None,
         }
