@@ -15,7 +15,7 @@ from .lease import utc_now_iso
 from .liveness import current_state, group_is_run, looks_like_run, signal_group, wait_group_gone
 from .protocol import TERMINAL
 from .runpaths import existing_run_dir, tombstone_unless_recorded
-from .runstate import read_state, update_state
+from .runstate import mark_cancel_requested, read_state, update_state
 
 CANCEL_GRACE_S = 5.0
 
@@ -34,6 +34,9 @@ def cancel(root: Path, task: str, run_id: str, grace_s: float = CANCEL_GRACE_S,
     state = current_state(run_dir)
     if state.get("status") in TERMINAL:
         return {"cancelled": False, "state": state}
+    # Another look at the run while this one stops it (a second cancel, a follow, a status) finds its process gone
+    # before the record below is written: the mark makes that look record "cancelled" too, not "agent process died".
+    mark_cancel_requested(run_dir)
     for _ in range(3):  # a start may hand over to its runner while we stop it: then the runner's group goes
         if state.get("status") in TERMINAL:
             break

@@ -16,7 +16,7 @@ from .lease import utc_now_iso
 from .procfs import command_line, group_members, is_alive, pid_exists
 from .protocol import TERMINAL
 from .runpaths import recorded_run_dirs
-from .runstate import read_state, update_state
+from .runstate import cancel_requested, read_state, update_state
 
 
 def status(root: Path, task: str | None = None) -> dict[str, Any]:
@@ -37,6 +37,8 @@ def current_state(run_dir: Path) -> dict[str, Any]:
     if state.get("status") in TERMINAL:
         return state
     _end_leftovers(state, run_id)
+    if cancel_requested(run_dir):  # a cancel is stopping it: it ended because it was asked to
+        return update_state(run_dir, status="cancelled", finished=utc_now_iso())
     died = "agent process died" if state.get("pgid") else "its start process died before the run began"
     return update_state(run_dir, status="failed", error=died, finished=utc_now_iso())
 

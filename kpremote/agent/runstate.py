@@ -19,6 +19,19 @@ def state_path(run_dir: Path) -> Path:
     return Path(run_dir) / "state.json"
 
 
+CANCEL_MARK = "cancel_requested"
+"""runs/<id>/cancel_requested: a cancel is stopping this run. Apart from state.json, so no state write drops it."""
+
+
+def mark_cancel_requested(run_dir: Path) -> None:
+    """Before a cancel stops a run: whoever then finds its process gone records it cancelled, not failed."""
+    (Path(run_dir) / CANCEL_MARK).touch()
+
+
+def cancel_requested(run_dir: Path) -> bool:
+    return (Path(run_dir) / CANCEL_MARK).is_file()
+
+
 def read_state(run_dir: Path) -> dict[str, Any]:
     try:
         return json.loads(state_path(run_dir).read_text())

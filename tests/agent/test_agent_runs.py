@@ -23,7 +23,7 @@ from kpremote.agent.lease import holders
 from kpremote.agent.liveness import status
 from kpremote.agent.procfs import group_members
 from kpremote.agent.runpaths import RUN_ID, new_run
-from kpremote.agent.runstate import read_state, update_state
+from kpremote.agent.runstate import mark_cancel_requested, read_state, update_state
 from kpremote.agent.start import AGENT_HOME
 from waiting import wait_for
 
@@ -200,6 +200,30 @@ def test_cancel_escalates_to_sigkill_when_sigterm_is_ignored(root, workspace, st
     assert answer["state"]["status"] == "cancelled" and time.monotonic() - t0 < 4
     assert group_members(pgid) == []
     wait_for(lambda: holders(root) == {})
+
+
+def test_a_run_found_dead_while_a_cancel_stops_it_is_recorded_cancelled_not_failed(root, workspace, started):
+    # Two cancels of one run (Ctrl-C tries the run's own connection, then a fresh one) or a follow: the other look
+    # may find the runner gone before the cancel writes its record. It must not call that "agent process died".
+    workspace(events=1, hold_s=60)
+    result = started()
+    run_dir = Path(result["run_dir"])
+    wait_for(lambda: (run_dir / "raw" / "events.jsonl").exists())
+    pgid = read_state(run_dir)["pgid"]
+    mark_cancel_requested(run_dir)  # what cancel() does first
+    os.killpg(pgid, signal.SIGKILL)
+    wait_for(lambda: group_members(pgid) == [])
+    final = follow_to_end(root, result["run_id"])[-1]["state"]
+    assert final["status"] == "cancelled" and "error" not in final, final
+    assert status(root, TASK)["runs"][-1]["status"] == "cancelled"
+
+
+def test_a_runner_that_dies_with_no_cancel_asked_is_still_failed(root, workspace):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    run_dir = root / "tasks" / TASK / "runs" / "20250102-000000-aaaaaa"
+    update_state(run_dir, run_id="20250102-000000-aaaaaa", status="running", pid=dead.pid, pgid=dead.pid)
+    assert status(root, TASK)["runs"][-1]["error"] == "agent process died"
 
 
 def test_status_lists_runs_newest_last_and_fixes_up_dead_ones(root, workspace):
