@@ -28,6 +28,19 @@ MOMENTS = 20
 EXIT_WITHIN_S = 2.0
 
 
+@pytest.fixture(autouse=True, scope="module")
+def sigint_as_from_a_terminal():
+    """The client starts with SIGINT at its default, as a terminal starts it. A suite run as a background job of a
+    non-interactive shell (nohup, `cmd &`) has SIGINT ignored, which every child inherits through exec: the client
+    then ignores a press that comes before kpremote installs its handler (seen at 0.142 s: the run went on with
+    nobody following it). A handler of ours here instead is reset to the default in each child by exec."""
+    before = signal.getsignal(signal.SIGINT)
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.fixture(scope="module")
 def host(rig):
     return rig.add_host("ctrlc", gpus=[idle_gpu(0)])
