@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import ncu
+from . import ncu, sandbox
 from .procfs import kill_tree
 from .profiledcall import bound_adapter, call_main, job_task, profiled, side_call, synchronize, warm_up
 from .protocol import PROFILE_SIDES
@@ -155,7 +155,8 @@ def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], e
     """Re-measure each row of one side under ncu (a process per row) and compare with the harness's medians."""
     if side not in PROFILE_SIDES:
         raise ValueError(f"side {side!r}: allowed: {', '.join(PROFILE_SIDES)}")
-    env = _target_env(env)
+    scratch = sandbox.make_scratch(sandbox.side_scratch(Path(run_dir), side))
+    env = {**_target_env(env), **sandbox.scratch_env(scratch)}  # the audited calls run sandboxed (profiledcall.py)
     found = ncu.find_ncu(env)
     if found is None:
         return AuditReport(side, NCU_NOT_FOUND, [_unaudited(r, "ncu not found") for r in rows],
@@ -173,7 +174,7 @@ def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], e
                "warmup": warmup, "calls": calls, "seed": secrets.randbelow(2**31), "modules": modules,
                "flush_per_call": cache_control == "call"}
         try:
-            report.rows.append(_audit_one(found, folder, row, job, env, cache_control, row_limit_s))
+            report.rows.append(_audit_one(found, folder, row, job, env, cache_control, row_limit_s, scratch))
         except ncu.NcuError as exc:
             if exc.kind in WHOLE_SIDE:
                 whole_side = str(exc)
@@ -229,9 +230,9 @@ def _status(rows: list[RowAudit], whole_side: str | None) -> str:
 
 
 def _audit_one(found: str, folder: Path, row: AuditRow, job: dict[str, Any], env: dict[str, str],
-               cache_control: str, limit_s: float) -> RowAudit:
+               cache_control: str, limit_s: float, scratch: Path) -> RowAudit:
     stem = f"{job['side']}-{row.workload}"
-    report, done = folder / f"{stem}.ncu-rep", folder / f"{stem}.call.json"
+    report, done = folder / f"{stem}.ncu-rep", scratch / f"{stem}.call.json"  # the sandboxed target writes only there
     job_path, log_path = folder / f"{stem}.job.json", folder / f"{stem}.log"
     for stale in (report, done):
         stale.unlink(missing_ok=True)

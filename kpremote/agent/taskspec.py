@@ -170,6 +170,7 @@ def load_task(task_dir: Path, *, timing_mode: str | None = None, packages: bool 
     # Imported here, not at the top: taskfiles imports TaskSpec from this module.
     from . import taskfiles
 
+    taskfiles.check_no_bytecode(spec)
     taskfiles.check_sides_symmetric(spec)
     taskfiles.check_upstream_files(spec)
     taskfiles.check_adapter(spec.adapter_path)
