@@ -281,16 +281,26 @@ def test_no_headline_while_any_production_row_failed_or_is_in_doubt() -> None:
     assert "geometric-mean" not in markdown
 
 
-def test_the_audit_state_says_why_a_run_is_unaudited(tmp_path: Path) -> None:
+def test_the_audit_state_says_why_a_run_is_unaudited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def status(device: str, audit: str | None) -> str:
         run = runner.Runner(runner.Options(task_dir=tmp_path, run_dir=tmp_path / "run", audit=audit), [])
         run.ctx.device = device
         return run._audit_status()
 
+    standin_ncu = REPO / "tests" / "fixtures" / "ncu" / "ncu"
+    monkeypatch.setenv("KPREMOTE_NCU", str(standin_ncu))
     assert status("cpu", None) == "unaudited: CPU run"
     assert status("cuda", "off") == "unaudited: --no-audit"
-    has_audit = importlib.util.find_spec("kpremote.agent.audit") is not None
-    assert status("cuda", None) == ("unaudited: audit module missing" if not has_audit else status("cuda", "on"))
+    assert status("cuda", None) == "on"
+    assert status("cuda", "on") == "on"
+    not_executable = tmp_path / "ncu"
+    not_executable.write_text("")
+    monkeypatch.setenv("KPREMOTE_NCU", str(not_executable))
+    assert status("cuda", None) == "unaudited: ncu not found"
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "kpremote.agent.audit" else real_find_spec(name, *a))
+    assert status("cuda", None) == "unaudited: audit module missing"
 
 
 def test_the_headline_interval_carries_each_gpu_rows_process_floor() -> None:
