@@ -68,6 +68,47 @@ def test_attack_through_inv_check(attack: kit.Attack, inv_checks: dict[str, Futu
         assert result.returncode != 0, console[-2500:]
     else:
         assert result.returncode == 0, console[-2500:]
+        problems = clean_pass_problems(attack, results, outcome, console)
+        assert not problems, f"{attack.id}: {problems}; rows {outcome.rows}\n{console[-2500:]}"
+
+
+# What a clean CPU pass must not be, beyond passing: on a CPU smoke run the interpreter's timings say little about a
+# trick's gain, but a candidate that runs the baseline's own kernels every call cannot come out FASTER.
+NOT_FASTER_ON_CPU = {
+    "control_same": "the baseline's kernels, copied",
+    "phase_poison_detect": "computes through the baseline's kernels whenever out is poisoned, so every timed call",
+}
+
+
+def clean_pass_problems(attack: kit.Attack, results: dict[str, Any] | None, outcome: kit.Outcome,
+                        console: str) -> list[str]:
+    """Why a run that exited 0 is not the clean, checked, timed pass the attack expects (empty when it is)."""
+    if results is None:
+        return ["no results.json"]
+    problems = [] if results.get("status") == "passed" else [f"run status {results.get('status')!r}"]
+    for row in results.get("rows") or []:
+        name = row.get("workload")
+        if row.get("status") != "PASSED" or row.get("invalid") or row.get("implausible"):
+            problems.append(f"{name}: {row.get('status')}, invalid {row.get('invalid')!r}, "
+                            f"implausible {row.get('implausible')!r}")
+        if not (row.get("correctness") or {}).get("seeds_checked"):
+            problems.append(f"{name}: no correctness seed was checked")
+        if not ((row.get("checks") or {}).get("checked_samples") or {}).get("candidate"):
+            problems.append(f"{name}: no timed candidate sample was checked")
+        if kit.row_verdict(row) not in kit.ROW_VERDICTS:
+            problems.append(f"{name}: no FASTER/SAME/SLOWER verdict")
+    if not results.get("rows"):
+        problems.append("no rows")
+    head = results.get("headline") or {}
+    if head.get("geomean") is None or not outcome.headline_printed:
+        problems.append(f"no headline reported ({head.get('note')})")
+    if attack.id in NOT_FASTER_ON_CPU and outcome.verdict == "FASTER":
+        problems.append(f"FASTER ({outcome.message}) for {NOT_FASTER_ON_CPU[attack.id]}")
+    return problems
+
+
+def test_the_not_faster_list_names_cpu_attacks() -> None:
+    assert set(NOT_FASTER_ON_CPU) <= {a.id for a in CPU_ATTACKS if a.expected not in kit.FAILURES}
 
 
 def test_every_issue_class_has_a_fixture() -> None:
