@@ -60,8 +60,10 @@ class ForeignWatch:
         gpu = nvml.snapshot().find(self.uuid)
         if gpu is None:
             return
-        others = [p for p in gpu.processes if p.get("pid") not in self.baseline_pids]
-        if len(others) > self._ours:
+        others = [p for p in gpu.processes or [] if p.get("pid") not in self.baseline_pids]
+        if gpu.processes is None:  # a look that could not be taken is not a clean look
+            self.seen.append("the GPU's process list was unreadable during the run")
+        elif len(others) > self._ours:
             names = ", ".join(f"pid {p.get('pid')} {p.get('name') or '?'} {p.get('used_mib')} MiB" for p in others)
             self.seen.append(f"foreign process on the GPU during the run ({names})")
         if self._ours == 0 and gpu.memory_used_mib > self.memory_limit_mib:

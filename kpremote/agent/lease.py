@@ -29,13 +29,17 @@ LOCK_TRIES = 3
 
 
 def idle_verdict(gpu: GpuState, policy: IdlePolicy) -> tuple[bool, str]:
-    """(idle, why not); the reason is "idle" when it is."""
+    """(idle, why not); the reason is "idle" when it is. A reading NVML could not give counts as busy."""
     reasons = []
-    if gpu.processes and not policy.allow_processes:
+    if gpu.processes is None and not policy.allow_processes:
+        reasons.append("process list unreadable")
+    elif gpu.processes and not policy.allow_processes:
         reasons.append(_describe_processes(gpu.processes))
     if gpu.memory_used_mib > policy.max_memory_mib:
         reasons.append(f"{gpu.memory_used_mib} MiB used > {policy.max_memory_mib} MiB")
-    if gpu.util_pct > policy.max_util_pct:
+    if gpu.util_pct is None:
+        reasons.append("utilization unreadable")
+    elif gpu.util_pct > policy.max_util_pct:
         reasons.append(f"util {gpu.util_pct}% > {policy.max_util_pct}%")
     return (not reasons, "; ".join(reasons) or "idle")
 
@@ -235,12 +239,16 @@ def _try_lock(root: Path, gpu: GpuState) -> Lease | None:
 def _busy_table(snap: Snapshot, verdicts: dict[str, str], wanted: str | None) -> str:
     headline = f"GPU {wanted} on {snap.hostname} is not free" if wanted else f"no idle GPU on {snap.hostname}"
     rows = [
-        f"  {g.index:>2}  {g.name:<24} {g.memory_used_mib:>7}/{g.memory_total_mib} MiB  util {g.util_pct:>3}%  "
+        f"  {g.index:>2}  {g.name:<24} {g.memory_used_mib:>7}/{g.memory_total_mib} MiB  util {_percent(g.util_pct)}  "
         f"{verdicts.get(g.uuid, 'wrong arch')}"
         for g in snap.gpus
         if wanted is None or g.uuid in verdicts
     ]
     return "\n".join([headline, *rows])
+
+
+def _percent(value: int | None) -> str:
+    return "  ?%" if value is None else f"{value:>3}%"
 
 
 def holders(root: Path) -> dict[str, dict]:
