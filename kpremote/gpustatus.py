@@ -44,6 +44,7 @@ class GpuReport(BaseModel):
     idle: bool
     reason: Optional[str] = None
     arch_ok: bool = True
+    arch_reason: Optional[str] = None  # why the host's arch does not run on this GPU
 
 
 class HostAnswer(BaseModel):

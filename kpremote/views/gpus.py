@@ -59,6 +59,8 @@ def _details(gpu: GpuReport, options: GpuViewOptions) -> list[str]:
             details.append(",".join(gpu.clock_event_reasons))
         if gpu.reason and not gpu.idle:
             details.append(f"busy: {gpu.reason}")
+        if gpu.arch_reason and not gpu.arch_ok:
+            details.append(f"wrong arch: {gpu.arch_reason}")
     return details
 
 
