@@ -94,6 +94,7 @@ def arch_refusal(arch: str | Sequence[str], gpu: GpuState) -> str | None:
 
 
 def _why_not(model: GpuModel, gpu: GpuState, plural: bool = False) -> str | None:
+    """The first check the GPU fails ("is not an H200", "has 80 GiB of memory (...)"), or None: it is that model."""
     verb = ("are", "have") if plural else ("is", "has")
     if not model.name.search(gpu.name):
         return f"{verb[0]} not {model.called}"
@@ -215,19 +216,19 @@ def _arch_message(arch: str | Sequence[str], gpus: list[GpuState]) -> str:
     """"task arch h200 needs an H200: GPUs 0,1 (NVIDIA H100 80GB HBM3) are not an H200", alike GPUs grouped."""
     arches = task_arches(arch)
     models = [ARCH_MODELS[name] for name in arches]
-    groups: dict[tuple[str, tuple[str | None, ...]], list[int]] = {}
+    groups: dict[tuple[str, tuple[str | None, ...]], list[GpuState]] = {}
     for g in gpus:
-        groups.setdefault((g.name, tuple(_why_not(m, g) for m in models)), []).append(g.index)
-    described = "; ".join(_group_refusal(name, indexes, models, gpus) for (name, _), indexes in groups.items())
+        groups.setdefault((g.name, tuple(_why_not(m, g) for m in models)), []).append(g)
+    described = "; ".join(_group_refusal(group, models) for group in groups.values())
     wanted = " or ".join(m.called for m in models)
     return f"task arch {','.join(arches)} needs {wanted}: {described}"
 
 
-def _group_refusal(name: str, indexes: list[int], models: list[GpuModel], gpus: list[GpuState]) -> str:
-    gpu = next(g for g in gpus if g.index == indexes[0])
-    plural = len(indexes) > 1
-    reasons = " and ".join(dict.fromkeys(str(_why_not(m, gpu, plural)) for m in models))
-    return f"GPU{'s' if plural else ''} {','.join(map(str, indexes))} ({name}) {reasons}"
+def _group_refusal(group: list[GpuState], models: list[GpuModel]) -> str:
+    """Alike GPUs (same name, same reasons) in one phrase: "GPUs 0,1 (NVIDIA H200) are not a B200"."""
+    plural = len(group) > 1
+    reasons = " and ".join(dict.fromkeys(str(_why_not(m, group[0], plural)) for m in models))
+    return f"GPU{'s' if plural else ''} {','.join(str(g.index) for g in group)} ({group[0].name}) {reasons}"
 
 
 def _lease_first_idle(
