@@ -33,17 +33,18 @@ class GpuReport(BaseModel):
     cc: tuple[int, int]
     memory_used_mib: int
     memory_total_mib: int
-    util_pct: int
+    util_pct: Optional[int]  # None: NVML could not read it (the GPU then counts as busy)
     temperature_c: Optional[int] = None
     power_w: Optional[float] = None
     sm_clock_mhz: Optional[int] = None
     sm_clock_max_mhz: Optional[int] = None
     clock_event_reasons: list[str] = []
-    processes: list[Process] = []
+    processes: Optional[list[Process]] = []  # None: NVML could not read the list (the GPU then counts as busy)
     lease: Optional[dict[str, Any]] = None
     idle: bool
     reason: Optional[str] = None
     arch_ok: bool = True
+    arch_reason: Optional[str] = None  # why the host's arch does not run on this GPU
 
 
 class HostAnswer(BaseModel):

@@ -206,10 +206,11 @@ def _torch_cuda_unimported() -> dict[str, Any]:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from .lease import IdlePolicy, arch_allows, describe_holder, holders, idle_verdict
+    from .lease import IdlePolicy, arch_refusal, describe_holder, holders, idle_verdict, task_arches
     from .nvml import snapshot
 
     policy = IdlePolicy.from_json(args.idle)
+    arch = task_arches(args.arch)
     snap = snapshot()
     held = holders(_root(args)) if snap.gpus else {}
     report = snap.to_json()
@@ -219,7 +220,8 @@ def _probe(args: argparse.Namespace) -> int:
         lease = held.get(gpu.uuid)
         if lease is not None:
             idle, reason = False, "leased: " + describe_holder(lease) + ("" if idle else f"; {reason}")
-        record.update(lease=lease, idle=idle, reason=reason, arch_ok=arch_allows(args.arch, gpu.cc))
+        refusal = arch_refusal(arch, gpu)
+        record.update(lease=lease, idle=idle, reason=reason, arch_ok=refusal is None, arch_reason=refusal)
     _print_json(report)
     return 0
 

@@ -67,9 +67,11 @@ class ForeignWatch:
         from .procfs import descendants, pid_exists
 
         self.known_ours.update(descendants(os.getpid()))
-        others = [p for p in gpu.processes if p.get("pid") not in self.baseline_pids | self.known_ours]
+        others = [p for p in gpu.processes or [] if p.get("pid") not in self.baseline_pids | self.known_ours]
         unseen = [p for p in others if not pid_exists(int(p.get("pid") or 0))]  # host pids of a container's NVML
-        if len(others) > len(unseen) or len(unseen) > self._ours:
+        if gpu.processes is None:  # a look that could not be taken is not a clean look
+            self.seen.append("the GPU's process list was unreadable during the run")
+        elif len(others) > len(unseen) or len(unseen) > self._ours:
             names = ", ".join(f"pid {p.get('pid')} {p.get('name') or '?'} {p.get('used_mib')} MiB" for p in others)
             self.seen.append(f"foreign process on the GPU during the run ({names})")
         if self._ours == 0 and gpu.memory_used_mib > self.memory_limit_mib:

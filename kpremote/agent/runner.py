@@ -204,7 +204,7 @@ class Runner:
         gpu = snap.find(self.ctx.lease.gpu.uuid) or self.ctx.lease.gpu
         self.ctx.gpu, self.ctx.driver, self.ctx.gpu_before = gpu, snap.driver, gpu.to_json()
         update_state(self.run_dir, gpu=gpu.to_json())
-        self.ctx.watch = ForeignWatch(gpu.uuid, {p.get("pid") for p in gpu.processes}, gpu.memory_used_mib,
+        self.ctx.watch = ForeignWatch(gpu.uuid, {p.get("pid") for p in gpu.processes or []}, gpu.memory_used_mib,
                                       policy.max_memory_mib)
 
     def _resolve_device(self) -> str:

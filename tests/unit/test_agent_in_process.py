@@ -66,9 +66,25 @@ def test_a_run_goes_to_the_idle_gpu_with_least_memory_used_and_leased_ones_are_s
 
 def test_a_task_for_another_arch_is_refused_with_what_the_host_has(agent, kernels, gpus, standin_runs):
     write(kernels / TASK / "task.toml", TASK_TOML.format(arch="b200"))
-    with pytest.raises(KpremoteError, match=r"task arch b200 needs compute capability 10.x; GPU 0 NVIDIA H200 is 9.0"):
+    with pytest.raises(KpremoteError, match=r"task arch b200 needs a B200: GPU 0 \(NVIDIA H200\) is not a B200"):
         start_run(session_of(agent), find_task(kernels, TASK), RunOptions())
     assert not list((workspace(agent).parent / "runs").iterdir())  # the refused run left no folder
+
+
+def test_a_task_of_two_arches_runs_on_either_and_an_h100_is_refused_by_model(agent, kernels, gpus, standin_runs):
+    write(kernels / TASK / "task.toml", TASK_TOML.replace("arch = '{arch}'", 'arch = ["h200", "b200"]'))
+    session = session_of(agent)
+    gpus(gpu(0, name="NVIDIA H100 80GB HBM3", memory_total_mib=81559))  # compute capability 9.0, as an H200
+    with pytest.raises(KpremoteError, match=r"task arch h200,b200 needs an H200 or a B200: GPU 0 \(NVIDIA H100 80GB "
+                                            r"HBM3\) is not an H200 and is not a B200"):
+        start_run(session, find_task(kernels, TASK), RunOptions())
+    gpus(gpu(0, name="NVIDIA H100 80GB HBM3", memory_total_mib=81559),
+         gpu(1, name="NVIDIA B200", cc=[10, 0], memory_total_mib=183359))
+    run = start_run(session, find_task(kernels, TASK), RunOptions())
+    try:
+        assert run.gpu["name"] == "NVIDIA B200"
+    finally:
+        cancel_run(session, TASK, run.run_id)
 
 
 def test_a_run_follows_to_its_end_and_its_summary_comes_on_the_same_channel(agent, kernels, gpus, standin_runs,
