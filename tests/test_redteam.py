@@ -40,12 +40,14 @@ PARALLEL_CHECKS = min(4, (os.cpu_count() or 2) + 1)
 TEST_NAME = "test_attack_through_inv_check"
 
 
-def _inv_check(attack: kit.Attack, project: Path) -> tuple[subprocess.CompletedProcess, dict[str, Any] | None]:
-    """`inv check --task redteam_<attack>` in a project folder of its own; its results.json if it wrote one."""
+def _inv_check(attack: kit.Attack, project: Path) -> tuple[subprocess.CompletedProcess, dict[str, Any] | None,
+                                                             Path | None]:
+    """`inv check --task redteam_<attack>` in a project folder of its own; its results.json if it wrote one, and
+    the check's folder."""
     kit.assemble(attack, project / "kernels")
     result = run_inv("check", "--task", attack.task_name, cwd=project, timeout=600)
     found = sorted((project / "kernels" / attack.task_name / "results" / "check").glob("*/summary/results.json"))
-    return result, json.loads(found[-1].read_text()) if found else None
+    return result, json.loads(found[-1].read_text()) if found else None, found[-1].parents[1] if found else None
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +61,11 @@ def inv_checks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 
 @pytest.mark.parametrize("attack", CPU_ATTACKS, ids=[a.id for a in CPU_ATTACKS])
 def test_attack_through_inv_check(attack: kit.Attack, inv_checks: dict[str, Future]) -> None:
-    result, results = inv_checks[attack.id].result()
+    result, results, run_dir = inv_checks[attack.id].result()
     console = result.stdout + result.stderr
+    if attack.sandboxed:  # stopped by the sandbox, not by luck: the attack's own lines say it was refused
+        refused, got_through = kit.sandbox_refusals(run_dir) if run_dir else ([], [])
+        assert refused and not got_through, f"{attack.id}: refused {refused}, got through {got_through}"
     outcome = kit.classify(results, None if results else result.returncode, console)
     caught, why = kit.judge(attack, outcome, gpu=False)
     assert caught, f"{attack.id}: {why}; rows {outcome.rows}\n{console[-2500:]}"

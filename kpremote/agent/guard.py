@@ -79,21 +79,25 @@ def schedule_of(pid: int) -> Schedule | None:
 
 
 def _helper_cpu_s(pid: int) -> float:
-    """CPU time of the process's threads but its main one, and of every process it started."""
+    """CPU time of the process's threads but its main one (ended threads included: the process's own count keeps
+    them), of the children it waited for, and of every process it started that still runs."""
     from .procfs import descendants
 
-    paths = [f"/proc/{pid}/task/{tid}/stat" for tid in os.listdir(f"/proc/{pid}/task") if tid != str(pid)]
-    paths += [f"/proc/{child}/stat" for child in descendants(pid)]
-    ticks = 0
-    for path in paths:
-        try:
-            with open(path, "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue  # a thread or child that ended meanwhile
-        fields = stat[stat.rindex(b")") + 2:].split()
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / CLOCK_TICKS
+    whole = _ticks(f"/proc/{pid}/stat", with_children=True)
+    main = _ticks(f"/proc/{pid}/task/{pid}/stat")
+    running = sum(_ticks(f"/proc/{child}/stat") for child in descendants(pid))
+    return (whole - main + running) / CLOCK_TICKS
+
+
+def _ticks(path: str, with_children: bool = False) -> int:
+    """utime + stime (and cutime + cstime) of a /proc stat file, in clock ticks; 0 for one that is gone."""
+    try:
+        with open(path, "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return 0
+    fields = stat[stat.rindex(b")") + 2:].split()  # fields[n - 3] is stat's field n
+    return sum(int(fields[i]) for i in ((11, 12, 13, 14) if with_children else (11, 12)))
 
 
 def interference(side: str, before: Schedule | None, after: Schedule | None, wall_s: float,
