@@ -71,6 +71,7 @@ class HostInfo(HostAnswer):
     tvm_ffi: Optional[str] = None  # apache-tvm-ffi, for build kind "tvm-ffi"
     cutlass_dsl: Optional[str] = None  # nvidia-cutlass-dsl, for build kind "cutedsl"
     cuda: Optional[str] = None
+    sandbox: Optional[str] = None  # what the host lets a side's sandbox hold: "sandboxed", "partial: ...", ...
     seconds: float = 0.0
 
 
@@ -131,7 +132,8 @@ def info_host(host: Host, agent: Agent) -> HostInfo:
         answer = agent.call_json("info", "--fast")
     except KpremoteError as exc:
         return HostInfo(host=host.name, ok=False, error=str(exc), seconds=time.monotonic() - started)
-    fields = {k: answer.get(k) for k in ("hostname", "python", "torch", "triton", "pynvml", "tvm_ffi", "cutlass_dsl", "cuda")}
+    fields = {k: answer.get(k) for k in ("hostname", "python", "torch", "triton", "pynvml", "tvm_ffi", "cutlass_dsl", "cuda",
+                                        "sandbox")}
     return HostInfo(host=host.name, ok=True, seconds=time.monotonic() - started, **fields)
 
 

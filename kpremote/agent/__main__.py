@@ -176,10 +176,19 @@ def _info(args: argparse.Namespace) -> int:
             "pynvml": _version("nvidia-ml-py"),
             "tvm_ffi": _version("apache-tvm-ffi"),  # the packages the tvm-ffi and cutedsl build kinds need
             "cutlass_dsl": _version("nvidia-cutlass-dsl"),
+            "sandbox": _sandbox(),
             **(_torch_cuda_unimported() if args.fast else _torch_cuda()),
         }
     )
     return 0
+
+
+def _sandbox() -> str:
+    """What a run's sides would be held by here, in words: "sandboxed", or the level and what is missing."""
+    from . import sandbox
+
+    support = sandbox.support()
+    return support.level if support.level == "sandboxed" else f"{support.level}: {'; '.join(support.why_not)}"
 
 
 def _version(distribution: str) -> str | None:

@@ -447,6 +447,7 @@ class Runner:
     def _finish(self, status: str, exit_code: int, message: str | None) -> None:
         """Release the GPU, write the summary, and only then say the run is over (state last)."""
         head: dict[str, Any] | None = None
+        digest: str | None = None  # of summary/results.json: the client fetches only a summary that matches it
         self.reserve.give_back()  # its room is what lets a run on a full disk still record why it ended
         try:
             self._release_gpu()
@@ -456,6 +457,7 @@ class Runner:
                                            message=message, smoke=self.ctx.device != "cuda",
                                            unsandboxed=self._unsandboxed())
             report.write_summary(self.run_dir, results, read_events(self.raw / "events.jsonl")[0])
+            digest = harness.file_sha256(self.run_dir / "summary" / "results.json")
             head = results["headline"]
             self.events.emit("headline", **head)
         except Exception as exc:  # noqa: BLE001 - the run must still end with a terminal state
@@ -467,9 +469,9 @@ class Runner:
             with suppress(OSError):
                 self.events.emit("error", message=message)
         with suppress(OSError):  # a full disk may refuse the event; the state below is what must get written
-            self.events.emit("done", status=status, exit_code=exit_code, message=message)
+            self.events.emit("done", status=status, exit_code=exit_code, message=message, summary_sha256=digest)
         update_state(self.run_dir, status=status, phase="done", exit_code=exit_code, headline=head, message=message,
-                     finished=_utc_now())
+                     finished=_utc_now(), summary_sha256=digest)
         self.events.close()
         print(json.dumps({"run_dir": str(self.run_dir), "status": status, "exit_code": exit_code, "message": message,
                           "headline": head}, default=str), flush=True)

@@ -32,7 +32,8 @@ def hosts_view(hosts: Iterable[Host], infos: Optional[dict[str, HostInfo]] = Non
                                             for i in checked], whole=True))
         for header, attribute, drop in (("hostname", "hostname", 3), ("python", "python", 4), ("torch", "torch", 7),
                                         ("triton", "triton", 6), ("nvidia-ml-py", "pynvml", 5),
-                                        ("tvm-ffi", "tvm_ffi", 8), ("cutlass-dsl", "cutlass_dsl", 9)):
+                                        ("tvm-ffi", "tvm_ffi", 8), ("cutlass-dsl", "cutlass_dsl", 9),
+                                        ("sandbox", "sandbox", 2)):
             missing = "?" if attribute in ("hostname", "python") else "missing"
             columns.append(Column(header, [(getattr(i, attribute) or missing) if i.ok else "" for i in checked],
                                   drop=drop))

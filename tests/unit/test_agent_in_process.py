@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import hashlib
 import json
 import tarfile
 from dataclasses import replace
@@ -217,3 +218,18 @@ def test_fetch_refuses_an_archive_with_raw_files_or_escaping_paths(agent, kernel
 def test_fetch_refuses_a_run_id_the_host_made_up(agent, kernels):
     with pytest.raises(FetchRefused, match="invalid run id '../x'"):
         fetch_results(agent, TASK, "../x", kernels, agent.host.name)
+
+
+def test_fetch_takes_only_the_summary_its_runner_recorded(agent, kernels):
+    """state.json carries the sha256 of the results.json the runner wrote (harness 2.8): a summary rewritten by
+    anything else (a side's daemon, before the sandbox) is refused, and nothing lands."""
+    run_dir = finished_run(agent)
+    state = json.loads((run_dir / "state.json").read_text())
+    recorded = hashlib.sha256(b'{"headline": 2.0}').hexdigest()
+    (run_dir / "state.json").write_text(json.dumps({**state, "summary_sha256": recorded}))
+    (run_dir / "summary" / "results.json").write_text('{"headline": 3.2}')
+    with pytest.raises(FetchRefused, match=f"its runner recorded {recorded}: not fetched"):
+        fetch_results(agent, TASK, RUN_ID, kernels, agent.host.name)
+    assert not (kernels / TASK / "results" / agent.host.name / RUN_ID).exists()
+    (run_dir / "summary" / "results.json").write_text('{"headline": 2.0}')
+    assert fetch_results(agent, TASK, RUN_ID, kernels, agent.host.name)[0].outcome == "fetched"
