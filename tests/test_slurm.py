@@ -117,7 +117,9 @@ def test_slurmstepd_says_why_it_signalled_the_job(tmp_path):
                           ("slurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2026-11-23T13:28:09 DUE TO TIME LIMIT ***",
                            "TIMEOUT"),
                           ("*** JOB 12 ON n1 CANCELLED AT 2026-11-23T13:28:09 DUE TO PREEMPTION ***", "PREEMPTED"),
-                          ("*** JOB 12 ON n1 CANCELLED AT 2026-11-23T13:28:09 DUE TO NODE FAILURE ***", "NODE_FAIL")):
+                          ("*** JOB 12 ON n1 CANCELLED AT 2026-11-23T13:28:09 DUE TO NODE FAILURE ***", "NODE_FAIL"),
+                          ("slurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2026-11-23T13:28:09 DUE TO NODE FAILURE, "
+                           "SEE SLURMCTLD LOG FOR DETAILS ***", "NODE_FAIL")):
         out.write_text("some output\n" + line + "\n")
         assert stepd_verdict(tmp_path, "12") == verdict
     out.write_text("*** JOB 120 ON n1 CANCELLED AT 2026-11-23T13:28:09 DUE TO TIME LIMIT ***\n")
@@ -217,13 +219,24 @@ def cluster(tmp_path, slurm, login, rig) -> Cluster:
 
 @pytest.fixture(scope="session")
 def time_limited(tmp_path_factory, slurm, login, rig):
-    """A run started with the first test and checked after the others that need no node down: Slurm enforces a
-    one-minute limit in its own time (60-90 s after the start), meanwhile the other tests run."""
+    """A run started with the first test in the foreground, as a user would, and checked after the others that need
+    no node down: Slurm enforces a one-minute limit in its own time (60-90 s after the start), meanwhile the other
+    tests run. (client, run folder, job id)"""
     made = make_cluster(tmp_path_factory.mktemp("time-limited"), slurm, login, rig)
     made.gate.write_text("closed")
-    [outcome] = made.detach(host="short")
-    slurm.kept.add(outcome["job_id"])  # other tests' clean-up must not cancel it
-    return made, outcome
+    before = set(made.run_dirs())
+    client = made.inv_background("run", "--host", "short", "--task", "gated", "--workloads", SMALL)
+    def submitted() -> list[Path]:
+        assert client.poll() is None, client.communicate()
+        return [d for d in made.run_dirs() if d not in before and state_of(d).get("job_id")]
+
+    [run_dir] = wait_for(submitted, 60, "the run is submitted")
+    job_id = state_of(run_dir)["job_id"]
+    slurm.kept.add(job_id)  # other tests' clean-up must not cancel it
+    yield made, client, run_dir, job_id
+    if client.poll() is None:
+        client.kill()
+        client.communicate()
 
 
 def by_run(cluster: Cluster, outcomes: list[dict]) -> list[dict]:
@@ -382,22 +395,35 @@ def test_a_preempted_run_reads_as_such(cluster):
     assert '"phase": "workload"' in (run_dir / "raw" / "events.jsonl").read_text()
 
 
-def test_a_time_limit_kill_reads_as_such_and_keeps_what_the_run_wrote(time_limited):
-    made, outcome = time_limited
-    run_dir = made.run_dir(outcome["run_id"])
-
-    def ended() -> dict:
-        [answer] = json.loads(made.inv("status", "--host", "short", "--json").stdout)["hosts"]
-        [run] = [r for r in answer["runs"] if r["run_id"] == outcome["run_id"]]
-        return run if run["status"] not in ("pending", "running") else {}
-
-    run = wait_for(ended, 150, "Slurm ends the job at its time limit", poll=2)
+def test_a_time_limit_reads_as_a_timeout_in_every_record(time_limited):
+    """Slurm's TIMEOUT is what every record says: the run's own end line, state, `inv logs`, results.json,
+    results.md and `inv history`; never a cancel."""
+    made, client, run_dir, job_id = time_limited
+    out, err = client.communicate(timeout=150)
     made.gate.unlink(missing_ok=True)
+    printed = out + err
+    assert client.returncode == 1, printed
+    assert "cancelled" not in printed and "exit code 130" not in printed, printed
+    assert "failed (exit code 1)" in printed and f"Slurm job {job_id} TIMEOUT" in printed, printed
+    [answer] = json.loads(made.inv("status", "--host", "short", "--json").stdout)["hosts"]
+    [run] = [r for r in answer["runs"] if r["run_id"] == run_dir.name]
     assert run["status"] == "failed" and run["ended_by"] == "TIMEOUT", run
-    assert "reached its time limit" in run["message"], run
-    assert made.job(outcome["job_id"])["JobState"] == "TIMEOUT"
+    assert "reached its time limit" in run["message"] and "what the run wrote is kept" in run["message"], run
+    assert made.job(job_id)["JobState"] == "TIMEOUT"
+    logs = made.inv("logs", "--host", "short", "--run", run_dir.name).stdout
+    [done_line] = [line for line in logs.splitlines() if "done: " in line]
+    assert "done: failed (exit code 1)" in done_line and "reached its time limit" in done_line, logs
     events = (run_dir / "raw" / "events.jsonl").read_text()
-    assert '"phase": "workload"' in events and '"event": "slurm"' in events
+    assert '"phase": "workload"' in events  # what it wrote before the limit is kept
+    fetched = made.path / "kernels" / "gated" / "results" / "short" / run_dir.name
+    results = json.loads((fetched / "results.json").read_text())
+    assert (results["status"], results["ended_by"], results["exit_code"]) == ("failed", "TIMEOUT", 1), results
+    markdown = (fetched / "results.md").read_text()
+    assert "Status: **failed**" in markdown and "reached its time limit" in markdown, markdown
+    history = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "history", "--task", "gated",
+                              "--json"], cwd=made.path, env=made.env, capture_output=True, text=True, timeout=120)
+    [entry] = [e for e in json.loads(history.stdout)["runs"] if e["run_id"] == run_dir.name]
+    assert entry["status"] == "failed", entry
 
 
 def test_a_node_set_down_mid_run_reads_as_such(cluster):

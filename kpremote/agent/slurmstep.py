@@ -19,7 +19,7 @@ from .protocol import TERMINAL, AgentError, ExitCode, IdlePolicy, RunExit
 from .runpaths import existing_run_dir
 from .runstate import read_state, update_state
 from .slurmjobs import jobs
-from .slurmsettle import settle
+from .slurmsettle import settle, stopped_by_slurm
 from .start import runner_env
 from .startchecks import refuse_unusable_python, task_arch
 
@@ -97,13 +97,16 @@ def step(root: Path, task: str, run_id: str) -> int:
                  else None, device=device, started=utc_now_iso(),
                  slurm={"job_id": job_id, "state": "RUNNING", "node": node, "allocated_gpus": allocated_gpu_keys()})
     runner_pid = _fork_runner(_runner_argv(root, run_dir, request, device, lease),
-                              runner_env(root, device, gpu), run_dir / "raw" / "agent.log")
+                              runner_env(root, device, gpu), run_dir / "raw" / "agent.log", job_id)
     if lease:
         lease.write_record({**lease.record(), "pid": runner_pid, "job_id": job_id, "node": node})
         lease.hand_over()
     code = os.waitstatus_to_exitcode(os.waitpid(runner_pid, 0)[1])
     state = settle(run_dir, read_state(run_dir), jobs([job_id]).get(job_id) if job_id else None, in_job=True)
-    if not state.get("slurm_settled"):  # what Slurm will say once this step returns code
+    if state.get("ended_by") and not state.get("slurm_settled"):  # the runner recorded why Slurm stopped the job
+        update_state(run_dir, slurm={**(state.get("slurm") or {}), "state": state["ended_by"], "exit_code": code},
+                     slurm_settled=True)
+    elif not state.get("slurm_settled"):  # what Slurm will say once this step returns code
         update_state(run_dir, slurm={**(state.get("slurm") or {}), "state": "COMPLETED" if code == 0 else "FAILED",
                                      "exit_code": code})
     return code
@@ -138,9 +141,10 @@ def _runner_argv(root: Path, run_dir: Path, request: dict[str, Any], device: str
     return argv
 
 
-def _fork_runner(argv: list[str], env: dict[str, str], log_path: Path) -> int:
+def _fork_runner(argv: list[str], env: dict[str, str], log_path: Path, job_id: Optional[str]) -> int:
     """The runner in a forked child of this step: no second interpreter to start (a few hundred ms on a busy
-    node). The child inherits the lease's fd, as the runner's --lease-fd expects; its output goes to agent.log."""
+    node). The child inherits the lease's fd, as the runner's --lease-fd expects; its output goes to agent.log.
+    A signal that stops it is a cancel unless Slurm stopped the job itself (time limit, ...): it asks."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -158,7 +162,7 @@ def _fork_runner(argv: list[str], env: dict[str, str], log_path: Path) -> int:
         os.environ.update(env)
         from .runner import main as runner_main
 
-        code = runner_main(argv)
+        code = runner_main(argv, stopped_by=lambda run_dir: stopped_by_slurm(run_dir, job_id))
     except BaseException:  # noqa: BLE001 - whatever happens, the child must not return into the step's code
         import traceback
 
