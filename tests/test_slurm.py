@@ -368,6 +368,20 @@ def test_pending_shows_slurms_reason_and_place_then_runs(cluster):
     wait_for(lambda: state_of(run_dir).get("status") == "passed", 120, "the run starts and passes once GPUs free up")
 
 
+def test_a_run_cancelled_while_pending_logs_a_plain_cancel(cluster):
+    blocker = cluster.slurm.client("sbatch", "--parsable", "--gres=gpu:8", "-o", "/dev/null", "--wrap", "sleep 300",
+                                   check=True).stdout.decode().strip()
+    wait_for(lambda: cluster.job(blocker)["JobState"] == "RUNNING", 30, "the blocker holds all 8 GPUs")
+    [outcome] = cluster.detach(task="tiny_rmsnorm")
+    wait_for(lambda: cluster.job(outcome["job_id"])["JobState"] == "PENDING", 30, "the run's job waits")
+    done = cluster.inv("cancel", "--host", "cluster", "--run", outcome["run_id"])
+    assert done.returncode == 0 and f"run {outcome['run_id']}: cancelled" in done.stdout, done.stdout + done.stderr
+    logs = cluster.inv("logs", "--host", "cluster", "--run", outcome["run_id"]).stdout
+    [done_line] = [line for line in logs.splitlines() if "done: " in line]
+    assert done_line.split("done: ", 1)[1] == "cancelled  scancel while queued: the job never started", logs
+    assert "exit code" not in logs, logs  # it never ran: no exit code to show
+
+
 def test_eight_one_gpu_runs_at_once_on_the_eight_gpus(cluster):
     cluster.gate.write_text("closed")
     outcomes = cluster.detach(count=8)
@@ -473,9 +487,22 @@ def test_a_bad_sbatch_setting_is_refused_before_anything_is_submitted(cluster, s
     assert f"{bad.hosts_toml}: [hosts.cluster] sbatch_args" in done.stderr and "--output is not allowed" in done.stderr
     assert "Traceback" not in done.stderr
     refused = make_cluster(tmp_path / "refused", slurm, login, rig, partition="nosuch")
+    runs = login.root / "tasks" / "tiny_rmsnorm" / "runs"
+    earlier = set(runs.glob("*"))
     done = refused.inv("run", "--host", "cluster", "--task", "tiny_rmsnorm", "--json")
-    assert done.returncode != 0 and "Invalid partition name" in done.stdout + done.stderr, done.stdout + done.stderr
+    assert done.returncode == 2 and "Invalid partition name" in done.stdout + done.stderr, done.stdout + done.stderr
     assert slurm.client("squeue", "-h", "-t", "all", "-o", "%i").stdout.split() == before  # nothing submitted
+    # the refused run leaves a record that says why, where a user looks; the error names it
+    [run_id] = [p.name for p in set(runs.glob("*")) - earlier]
+    assert f"recorded as run {run_id}" in done.stdout, done.stdout
+    [answer] = json.loads(refused.inv("status", "--host", "cluster", "--task", "tiny_rmsnorm", "--json").stdout)["hosts"]
+    [run] = [r for r in answer["runs"] if r["run_id"] == run_id]
+    assert run["status"] == "error" and "Invalid partition name" in run["message"], run
+    table = refused.inv("status", "--host", "cluster", "--task", "tiny_rmsnorm").stdout
+    [line] = [line for line in table.splitlines() if run_id in line]
+    assert "error" in line and "Invalid partition name" in line, table
+    logs = refused.inv("logs", "--host", "cluster", "--run", run_id).stdout
+    assert "done: error (exit code 2)" in logs and "Invalid partition name" in logs, logs
 
 
 def test_the_slurm_benchmark_runs_at_its_smallest_size():

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from .lease import utc_now_iso
-from .protocol import BadRequest
+from .events import EventLog
+from .protocol import BadRequest, RunExit
 from .runpaths import claim_run, task_dir
 from .runstate import update_state
 from .slurmjobs import SCHEDULER, SlurmError, slurm
@@ -49,11 +50,22 @@ def submit(root: Path, request: dict[str, Any], settings: dict[str, Any]) -> dic
     try:
         done = slurm(*argv)
     except SlurmError as exc:
-        update_state(run_dir, status="error", phase="done", message=f"not submitted: {exc}", finished=utc_now_iso())
-        raise
+        _record_not_submitted(run_dir, f"not submitted: {exc}")
+        raise SlurmError(f"{exc} (recorded as run {run_id}: error)") from None
     job_id = done.stdout.strip().split(";")[0]
     state = update_state(run_dir, job_id=job_id, slurm={"job_id": job_id, "state": "PENDING"})
     return {"run_id": run_id, "run_dir": str(run_dir), "job_id": job_id, "gpu": None, "state": state}
+
+
+def _record_not_submitted(run_dir: Path, message: str) -> None:
+    """Slurm refused the job: the run ends error with Slurm's line, in its state and its events (status, logs)."""
+    log = EventLog(run_dir / "raw" / "events.jsonl")
+    try:
+        log.emit("done", status="error", exit_code=int(RunExit.REFUSED), message=message)
+    finally:
+        log.close()
+    update_state(run_dir, status="error", phase="done", exit_code=int(RunExit.REFUSED), message=message,
+                 finished=utc_now_iso())
 
 
 def sbatch_options(settings: dict[str, Any]) -> list[str]:
