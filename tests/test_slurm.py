@@ -23,7 +23,7 @@ from kpremote.config import parse_inventory
 from kpremote.errors import ConfigError
 from rig import REPO, idle_gpu
 from slurm_rig import PACKAGES, SlurmRig, missing_tools
-from waiting import state_of, wait_for
+from waiting import alive, state_of, wait_for
 
 TINY = REPO / "tests" / "fixtures" / "tasks" / "tiny_rmsnorm"
 SMALL = "grid_r1_c33"
@@ -345,6 +345,42 @@ def test_ctrl_c_in_inv_run_cancels_the_job(cluster):
     state = state_of(run_dir)
     assert state["status"] == "cancelled" and state["cancel_requested"], state
     wait_for(lambda: cluster.job(state["job_id"])["JobState"] == "CANCELLED", 30, "Slurm says CANCELLED")
+
+
+def job_processes(job_id: str) -> list[int]:
+    """Live processes of a Slurm job, by the SLURM_JOB_ID every one of them inherits (whoever its parent now is)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if f"\0SLURM_JOB_ID={job_id}\0".encode() in b"\0" + environ and alive(int(proc.name)):
+            found.append(int(proc.name))
+    return found
+
+
+def test_nothing_of_a_job_outlives_its_step_and_runner_killed_with_sigkill(cluster):
+    """proctrack/linuxproc (the rig's) loses a process whose parent died: the step's reaper empties its group. The
+    candidate starts a process that watches nobody (as a build's compiler would not), then waits at the gate."""
+    import signal
+
+    task = cluster.path / "kernels" / "lingering"
+    shutil.copytree(cluster.path / "kernels" / "gated", task)
+    (task / "task.toml").write_text((task / "task.toml").read_text().replace('name = "gated"', 'name = "lingering"'))
+    with open(task / "solution" / "kernel.py", "a") as f:
+        f.write("\nimport subprocess as _subprocess\n_LINGERING = _subprocess.Popen(['sleep', '600'])\n")
+    cluster.gate.write_text("closed")
+    [outcome] = cluster.detach(task="lingering")
+    run_dir = cluster.run_dir(outcome["run_id"], "lingering")
+    state = wait_for(lambda: (s := state_of(run_dir)).get("phase") == "workload" and s, 120, "the run's workload")
+    step, runner = state["pgid"], state["pid"]
+    wait_for(lambda: [p for p in job_processes(outcome["job_id"]) if Path(f"/proc/{p}/cmdline").read_bytes()
+                      .startswith(b"sleep")], 60, "the candidate's lingering process")
+    for pid in (runner, step):
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: cluster.job(outcome["job_id"])["JobState"] not in ("RUNNING", "COMPLETING"), 30, "the job ends")
+    wait_for(lambda: not job_processes(outcome["job_id"]), 30, "no process of the job is left", poll=0.5)
 
 
 def test_pending_shows_slurms_reason_and_place_then_runs(cluster):

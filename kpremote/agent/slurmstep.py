@@ -19,6 +19,7 @@ from .protocol import TERMINAL, AgentError, ExitCode, IdlePolicy, RunExit
 from .runpaths import existing_run_dir
 from .runstate import read_state, update_state
 from .slurmjobs import jobs
+from .slurmreaper import start_reaper
 from .slurmsettle import settle, stopped_by_slurm
 from .start import runner_env
 from .startchecks import refuse_unusable_python, task_arch
@@ -96,8 +97,11 @@ def step(root: Path, task: str, run_id: str) -> int:
     update_state(run_dir, status="running", phase="starting", hostname=node, node=node, gpu=gpu.to_json() if gpu
                  else None, device=device, started=utc_now_iso(),
                  slurm={"job_id": job_id, "state": "RUNNING", "node": node, "allocated_gpus": allocated_gpu_keys()})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    reaper_fd = start_reaper()  # whatever ends this step, nothing of the run outlives it (slurmreaper.py)
     runner_pid = _fork_runner(_runner_argv(root, run_dir, request, device, lease),
-                              runner_env(root, device, gpu), run_dir / "raw" / "agent.log", job_id)
+                              runner_env(root, device, gpu), run_dir / "raw" / "agent.log", job_id, reaper_fd)
     if lease:
         lease.write_record({**lease.record(), "pid": runner_pid, "job_id": job_id, "node": node})
         lease.hand_over()
@@ -141,7 +145,8 @@ def _runner_argv(root: Path, run_dir: Path, request: dict[str, Any], device: str
     return argv
 
 
-def _fork_runner(argv: list[str], env: dict[str, str], log_path: Path, job_id: Optional[str]) -> int:
+def _fork_runner(argv: list[str], env: dict[str, str], log_path: Path, job_id: Optional[str],
+                 reaper_fd: Optional[int]) -> int:
     """The runner in a forked child of this step: no second interpreter to start (a few hundred ms on a busy
     node). The child inherits the lease's fd, as the runner's --lease-fd expects; its output goes to agent.log.
     A signal that stops it is a cancel unless Slurm stopped the job itself (time limit, ...): it asks."""
@@ -152,6 +157,8 @@ def _fork_runner(argv: list[str], env: dict[str, str], log_path: Path, job_id: O
         return pid
     code = 3
     try:
+        if reaper_fd is not None:
+            os.close(reaper_fd)  # the reaper waits for the step alone
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
         log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
