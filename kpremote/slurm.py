@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Callable, TYPE_CHECKING, Any
+from typing import Callable, TYPE_CHECKING, Any, Optional
 
 from .agent.protocol import ExitCode
 from .config import Host
@@ -93,6 +93,23 @@ def submit_args(host: Host, task: str, options: "RunOptions", run_id: str) -> li
                "host_alias": host.name, "arch": host.arch, "idle": host.idle.model_dump(), "run_id": run_id}
     settings = {key: value for key, value in (host.slurm or {}).items() if value is not None}
     return ["--task", task, "--request", json.dumps(request), "--settings", json.dumps(settings)]
+
+
+# ------------------------------------------------------------------------------------------ hosts --check
+
+
+def check_cluster(host: Host, agent: Any) -> tuple[Optional[dict[str, Any]], Optional[str]]:
+    """(slurm-check's answer, the error naming the first check that failed, or None): sinfo answers from the login
+    node's non-interactive session, the partition exists, sbatch --test-only takes the host's settings."""
+    settings = {key: value for key, value in (host.slurm or {}).items() if value is not None}
+    try:
+        answer = agent.call_json("slurm-check", "--settings", json.dumps(settings))
+    except KpremoteError as exc:
+        return None, f"{host.name}: Slurm check: {exc}"
+    failed = [c for c in answer.get("checks", []) if not c.get("ok")]
+    if failed:
+        return answer, f"{host.name}: Slurm: {failed[0]['check']}: {failed[0]['detail']}"
+    return answer, None
 
 
 # ------------------------------------------------------------------------------------------ gpu-status

@@ -541,6 +541,40 @@ def test_a_bad_sbatch_setting_is_refused_before_anything_is_submitted(cluster, s
     assert "done: error (exit code 2)" in logs and "Invalid partition name" in logs, logs
 
 
+def test_hosts_check_asks_slurm_what_a_run_needs(cluster, slurm, login, rig, tmp_path):
+    """Reachable is not enough: sinfo must answer in the login node's non-interactive session, the partition exist,
+    and sbatch --test-only take the host's settings."""
+    def checked(made: Cluster) -> tuple[subprocess.CompletedProcess, dict[str, dict]]:
+        done = made.inv("hosts", "--check", "--json")
+        return done, {h["name"]: h["check"] for h in json.loads(done.stdout)["hosts"]}
+
+    done, hosts = checked(cluster)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [c["check"] for c in hosts["cluster"]["slurm"]["checks"]] == ["sinfo", "partition", "sbatch"]
+    assert "partition debug exists" in hosts["cluster"]["slurm"]["checks"][1]["detail"], hosts["cluster"]
+    assert "to start at" in hosts["cluster"]["slurm"]["checks"][2]["detail"], hosts["cluster"]  # Slurm's own answer
+
+    nosuch = make_cluster(tmp_path / "nosuch", slurm, login, rig, partition="nosuch")
+    done, hosts = checked(nosuch)
+    assert done.returncode == 1 and not hosts["cluster"]["ok"], done.stdout
+    assert hosts["cluster"]["error"] == "cluster: Slurm: partition: partition nosuch is not one of this cluster's " \
+                                       "(debug, urgent)", hosts["cluster"]
+    table = nosuch.inv("hosts", "--check").stdout
+    [line] = [line.split() for line in table.splitlines() if line.startswith("cluster ")]
+    assert line[5:7] == ["yes", "no"], table  # reachable yes, slurm no
+    assert "partition nosuch is not one of this cluster's" in table, table
+
+    # a login node whose non-interactive sessions do not get SLURM_CONF: sinfo cannot reach Slurm
+    bare = rig.add_host("bare-login", gpus=[])
+    bare_toml = rig.write_hosts_toml(tmp_path / "bare.toml", [bare], local=False, overrides={
+        bare.name: {"scheduler": "slurm", "partition": "debug"}})
+    done = Cluster(slurm, bare, tmp_path, bare_toml, tmp_path / "gate").inv("hosts", "--check", "--json")
+    [host] = json.loads(done.stdout)["hosts"]
+    assert done.returncode == 1 and host["check"]["python"] and not host["check"]["ok"], done.stdout
+    assert host["check"]["error"].startswith("bare-login: Slurm: sinfo: sinfo failed:"), host["check"]
+    assert "configuration" in host["check"]["error"], host["check"]  # Slurm's own line
+
+
 def test_the_slurm_benchmark_runs_at_its_smallest_size():
     """benchmarks/bench_slurm.py keeps working (its own Slurm and login node; no timing assertion)."""
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_slurm.py"), "--repeats", "1",
