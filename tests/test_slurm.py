@@ -150,6 +150,18 @@ def login(rig, slurm):
     return rig.add_host("login", gpus=[idle_gpu(i) for i in range(8)], extra_env=slurm.env)
 
 
+@pytest.fixture(scope="session")
+def bare_login(rig):
+    """A login node whose non-interactive sessions do not get SLURM_CONF: Slurm's commands there cannot reach it."""
+    return rig.add_host("bare-login", gpus=[])
+
+
+def bare_cluster(rig, bare_login, slurm, tmp_path: Path) -> "Cluster":
+    toml = rig.write_hosts_toml(tmp_path / "bare.toml", [bare_login], local=False, overrides={
+        bare_login.name: {"scheduler": "slurm", "partition": "debug"}})
+    return Cluster(slurm, bare_login, tmp_path, toml, tmp_path / "gate")
+
+
 @dataclass
 class Cluster:
     slurm: SlurmRig
@@ -541,7 +553,7 @@ def test_a_bad_sbatch_setting_is_refused_before_anything_is_submitted(cluster, s
     assert "done: error (exit code 2)" in logs and "Invalid partition name" in logs, logs
 
 
-def test_hosts_check_asks_slurm_what_a_run_needs(cluster, slurm, login, rig, tmp_path):
+def test_hosts_check_asks_slurm_what_a_run_needs(cluster, slurm, login, rig, bare_login, tmp_path):
     """Reachable is not enough: sinfo must answer in the login node's non-interactive session, the partition exist,
     and sbatch --test-only take the host's settings."""
     def checked(made: Cluster) -> tuple[subprocess.CompletedProcess, dict[str, dict]]:
@@ -565,14 +577,34 @@ def test_hosts_check_asks_slurm_what_a_run_needs(cluster, slurm, login, rig, tmp
     assert "partition nosuch is not one of this cluster's" in table, table
 
     # a login node whose non-interactive sessions do not get SLURM_CONF: sinfo cannot reach Slurm
-    bare = rig.add_host("bare-login", gpus=[])
-    bare_toml = rig.write_hosts_toml(tmp_path / "bare.toml", [bare], local=False, overrides={
-        bare.name: {"scheduler": "slurm", "partition": "debug"}})
-    done = Cluster(slurm, bare, tmp_path, bare_toml, tmp_path / "gate").inv("hosts", "--check", "--json")
+    done = bare_cluster(rig, bare_login, slurm, tmp_path).inv("hosts", "--check", "--json")
     [host] = json.loads(done.stdout)["hosts"]
     assert done.returncode == 1 and host["check"]["python"] and not host["check"]["ok"], done.stdout
     assert host["check"]["error"] == "bare-login: Slurm: sinfo: sinfo failed: Could not establish a configuration " \
                                      "source", host["check"]  # Slurm's own line
+
+
+def test_gpu_status_shows_a_draining_node_and_a_slurm_it_cannot_reach_apart(cluster, rig, bare_login, tmp_path):
+    blocker = cluster.slurm.client("sbatch", "--parsable", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "sleep 300",
+                                   check=True).stdout.decode().strip()
+    wait_for(lambda: cluster.job(blocker)["JobState"] == "RUNNING", 30, "a job runs on the node")
+    cluster.slurm.set_node("drain", reason="maintenance test")
+    try:
+        table = cluster.inv("gpu-status", "--host", "cluster").stdout
+        [line] = [line for line in table.splitlines() if f"│ {cluster.slurm.node} " in line]
+        assert "draining: maintenance test" in line, table  # jobs still on it: Slurm's "drng"
+        cluster.slurm.client("scancel", blocker, check=True)
+        wait_for(lambda: cluster.slurm.node_state() == "drain", 30, "the node is drained")
+        table = cluster.inv("gpu-status", "--host", "cluster").stdout
+        assert "drained: maintenance test" in table, table
+    finally:
+        cluster.slurm.resume_node()
+
+    done = bare_cluster(rig, bare_login, cluster.slurm, tmp_path).inv("gpu-status")
+    assert done.returncode == 1, done.stdout + done.stderr
+    [row] = [line.split("│")[1:-1] for line in done.stdout.splitlines() if line.startswith("│ bare-login ")]
+    assert [cell.strip() for cell in row[:4]] == ["bare-login", "-", "", "no answer"], done.stdout
+    assert "Could not establish a configuration source" in done.stdout.split("│ bare-login ", 1)[1].split("\n", 1)[1]
 
 
 def test_the_slurm_benchmark_runs_at_its_smallest_size():
