@@ -285,6 +285,28 @@ def test_a_submission_says_how_far_it_is_then_the_job_id(cluster):
     wait_for(lambda: cluster.job(job_id)["JobState"] == "COMPLETED", 60, "the submitted job runs to its end")
 
 
+def test_sync_lines_agree_for_host_aliases_sharing_a_remote_root(cluster, slurm, login, rig, tmp_path):
+    """`cluster` and `short` are one login node and one remote_root: what one synced, the other need not send. A
+    client that remembers nothing (a fresh cache) sends its files, and says the workspace had them, not 'nothing'."""
+    task = cluster.path / "kernels" / "aliased"
+    shutil.copytree(TINY, task)
+    (task / "task.toml").write_text((task / "task.toml").read_text().replace('name = "tiny_rmsnorm"', 'name = "aliased"'))
+
+    def syncing(made: Cluster, host: str) -> list[str]:
+        done = made.inv("run", "--host", host, "--task", "aliased", "--workloads", SMALL, "--detach")
+        assert done.returncode == 0, done.stderr + done.stdout
+        return [line.split(": ", 2)[2] for line in done.stderr.splitlines()
+                if line.startswith(f"{host}: aliased: syncing")]
+
+    [first] = syncing(cluster, "cluster")
+    assert re.fullmatch(r"syncing \d+ files \(.*\)", first), first
+    assert syncing(cluster, "short") == ["syncing: nothing changed"]
+    fresh = make_cluster(tmp_path / "fresh", slurm, login, rig)
+    shutil.copytree(task, fresh.path / "kernels" / "aliased")
+    sent, answered = syncing(fresh, "cluster")
+    assert sent == first and answered == "syncing: the workspace had them already (synced from elsewhere)", answered
+
+
 def test_detached_run_status_logs_follow_and_gpu_status(cluster):
     cluster.gate.write_text("closed")
     [outcome] = cluster.detach()
