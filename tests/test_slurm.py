@@ -272,6 +272,10 @@ def test_run_on_the_cluster_is_a_job_on_an_allocated_gpu(cluster, time_limited):
     assert job["TresPerNode"] == "gres:gpu:1", job
     fetched = cluster.path / outcome["summary_dir"]
     assert (fetched / "results.json").is_file() and "SMOKE RUN" in (fetched / "results.md").read_text()
+    # gres gave a GPU, but the node's NVML does not answer (the rig's GPUs are fakes): the run says it smoke-ran
+    logs = cluster.inv("logs", "--host", "cluster", "--run", outcome["run_id"]).stdout
+    assert re.search(r"warning: job \d+ on \S+ was allocated GPU \d+ \(gres\), but NVML does not answer on this node "
+                     r"\(GPU readings: fixture\): a CPU smoke run", logs), logs
 
 
 def test_a_submission_says_how_far_it_is_then_the_job_id(cluster):

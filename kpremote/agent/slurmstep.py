@@ -119,10 +119,14 @@ def step(root: Path, task: str, run_id: str) -> int:
 def _lease_allocated(root: Path, run_dir: Path, request: dict[str, Any], where: str) -> tuple[str, Any]:
     """(device, lease): one of the GPUs Slurm allocated, checked against the task's arch and the idle rule; no
     lease when the job has no GPU (a CPU smoke run)."""
-    snap = allocated_only(snapshot(), allocated_gpu_keys())
+    keys = allocated_gpu_keys()
+    snap = allocated_only(snapshot(), keys)
     device = request.get("device") or "auto"
     if device == "auto":
         device = "cuda" if snap.source == "nvml" and snap.gpus else "cpu"
+        if keys and device == "cpu":  # gres gave GPUs this node's NVML cannot show: said in the run, not silent
+            _warn(run_dir, f"{where} was allocated GPU {','.join(keys)} (gres), but NVML does not answer on this "
+                           f"node (GPU readings: {snap.source}): a CPU smoke run, its timings not meaningful")
     if device == "cuda" and not snap.gpus:
         raise Refused(f"{where} was allocated no GPU NVML can see: set gres (e.g. \"gpu:1\") for this host in "
                       "hosts.toml")
@@ -178,6 +182,14 @@ def _fork_runner(argv: list[str], env: dict[str, str], log_path: Path, job_id: O
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _warn(run_dir: Path, message: str) -> None:
+    log = EventLog(run_dir / "raw" / "events.jsonl")
+    try:
+        log.emit("warning", message=message)
+    finally:
+        log.close()
 
 
 def _record_refusal(run_dir: Path, job_id: Optional[str], node: str, message: str) -> None:
