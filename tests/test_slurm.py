@@ -23,7 +23,7 @@ from kpremote.config import parse_inventory
 from kpremote.errors import ConfigError
 from rig import REPO, idle_gpu
 from slurm_rig import PACKAGES, SlurmRig, missing_tools
-from waiting import alive, state_of, wait_for
+from waiting import alive, processes_mentioning, state_of, wait_for
 
 TINY = REPO / "tests" / "fixtures" / "tasks" / "tiny_rmsnorm"
 SMALL = "grid_r1_c33"
@@ -631,6 +631,48 @@ def test_gpu_status_shows_a_draining_node_and_a_slurm_it_cannot_reach_apart(clus
     [row] = [line.split("│")[1:-1] for line in done.stdout.splitlines() if line.startswith("│ bare-login ")]
     assert [cell.strip() for cell in row[:4]] == ["bare-login", "-", "", "no answer"], done.stdout
     assert "Could not establish a configuration source" in done.stdout.split("│ bare-login ", 1)[1].split("\n", 1)[1]
+
+
+def test_the_rig_finds_its_recipe_beside_the_checkout(tmp_path):
+    from slurm_rig import recipe_dir
+
+    recipe = tmp_path / "shared" / "reference" / "slurm-one-node"
+    recipe.mkdir(parents=True)
+    assert recipe_dir(tmp_path / "wt" / "checkout" / "tests" / "slurm_rig.py") == recipe
+    assert recipe_dir(tmp_path / "elsewhere" / "tests" / "slurm_rig.py") == recipe
+    assert recipe_dir(Path("/nonexistent-root/checkout/tests/slurm_rig.py")) is None
+
+
+def test_the_documented_one_node_slurm_runs_a_task(tmp_path):
+    """docs/slurm.md's "Trying it on this machine", as written: `python tests/slurm_rig.py up DIR`, then the printed
+    SLURM_CONF and hosts.toml: hosts --check, a run; kill stops every daemon."""
+    base = Path(tempfile.mkdtemp(prefix="kp-slurm-up-", dir="/tmp"))
+    up = subprocess.Popen([sys.executable, str(REPO / "tests" / "slurm_rig.py"), "up", str(base)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        said = [up.stdout.readline() for _ in range(6)]
+        assert said[0].startswith("up: a one-node Slurm") and said[-1].startswith("Ctrl-C (or kill) stops it"), said
+        [conf] = re.findall(r"export SLURM_CONF=(\S+)", "".join(said))
+        [hosts] = re.findall(r"hosts.toml: (\S+)", "".join(said))
+        project = tmp_path / "project"
+        shutil.copytree(TINY, project / "kernels" / "tiny_rmsnorm")
+        env = {**os.environ, "SLURM_CONF": conf, "KPREMOTE_CACHE": str(project / ".cache"), "NO_COLOR": "1"}
+
+        def inv(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), args[0], "--hosts", hosts,
+                                   *args[1:]], cwd=project, env=env, capture_output=True, text=True, timeout=300)
+
+        check = inv("hosts", "--check", "--json")
+        assert check.returncode == 0 and json.loads(check.stdout)["hosts"][0]["check"]["slurm"]["ok"], check.stdout
+        done = inv("run", "--host", "local-slurm", "--task", "tiny_rmsnorm", "--workloads", SMALL)
+        assert done.returncode == 0 and "submitted as Slurm job" in done.stderr, done.stdout + done.stderr
+        assert "tiny_rmsnorm: passed (exit code 0)" in done.stdout, done.stdout
+    finally:
+        up.terminate()
+        up.wait(timeout=60)
+    assert up.returncode == 0
+    assert not [pid for pid in processes_mentioning(str(base)) if pid != os.getpid()]  # the daemons are gone
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def test_the_slurm_benchmark_runs_at_its_smallest_size():
