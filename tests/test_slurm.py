@@ -456,6 +456,26 @@ def test_a_run_cancelled_while_pending_logs_a_plain_cancel(cluster):
     assert "exit code" not in logs, logs  # it never ran: no exit code to show
 
 
+def test_closing_the_terminal_of_a_foreground_run_leaves_its_job_queued(cluster):
+    """docs/slurm.md: SIGHUP (the terminal closed) ends the client, not the job; only Ctrl-C cancels."""
+    import signal
+
+    blocker = cluster.slurm.client("sbatch", "--parsable", "--gres=gpu:8", "-o", "/dev/null", "--wrap", "sleep 300",
+                                   check=True).stdout.decode().strip()
+    wait_for(lambda: cluster.job(blocker)["JobState"] == "RUNNING", 30, "the blocker holds all 8 GPUs")
+    before = set(cluster.run_dirs("tiny_rmsnorm"))
+    client = cluster.inv_background("run", "--host", "cluster", "--task", "tiny_rmsnorm", "--workloads", SMALL)
+    [run_dir] = wait_for(lambda: [d for d in cluster.run_dirs("tiny_rmsnorm") if d not in before
+                                  and state_of(d).get("job_id")], 60, "the run is submitted")
+    client.send_signal(signal.SIGHUP)
+    client.communicate(timeout=60)
+    assert client.returncode == -signal.SIGHUP
+    job_id = state_of(run_dir)["job_id"]
+    assert cluster.job(job_id)["JobState"] == "PENDING" and state_of(run_dir)["status"] == "pending"
+    cluster.slurm.client("scancel", blocker, check=True)
+    wait_for(lambda: state_of(run_dir).get("status") == "passed", 120, "the run goes on and passes")
+
+
 def test_eight_one_gpu_runs_at_once_on_the_eight_gpus(cluster):
     cluster.gate.write_text("closed")
     outcomes = cluster.detach(count=8)
