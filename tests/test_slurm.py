@@ -294,7 +294,8 @@ def test_sync_lines_agree_for_host_aliases_sharing_a_remote_root(cluster, slurm,
     client that remembers nothing (a fresh cache) sends its files, and says the workspace had them, not 'nothing'."""
     task = cluster.path / "kernels" / "aliased"
     shutil.copytree(TINY, task)
-    (task / "task.toml").write_text((task / "task.toml").read_text().replace('name = "tiny_rmsnorm"', 'name = "aliased"'))
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace('name = "tiny_rmsnorm"', 'name = "aliased"'))
 
     def syncing(made: Cluster, host: str) -> list[str]:
         done = made.inv("run", "--host", host, "--task", "aliased", "--workloads", SMALL, "--detach")
@@ -589,7 +590,8 @@ def test_a_bad_sbatch_setting_is_refused_before_anything_is_submitted(cluster, s
     # the refused run leaves a record that says why, where a user looks; the error names it
     [run_id] = [p.name for p in set(runs.glob("*")) - earlier]
     assert f"recorded as run {run_id}" in done.stdout, done.stdout
-    [answer] = json.loads(refused.inv("status", "--host", "cluster", "--task", "tiny_rmsnorm", "--json").stdout)["hosts"]
+    status = refused.inv("status", "--host", "cluster", "--task", "tiny_rmsnorm", "--json")
+    [answer] = json.loads(status.stdout)["hosts"]
     [run] = [r for r in answer["runs"] if r["run_id"] == run_id]
     assert run["status"] == "error" and "Invalid partition name" in run["message"], run
     table = refused.inv("status", "--host", "cluster", "--task", "tiny_rmsnorm").stdout
@@ -679,8 +681,8 @@ def test_the_documented_one_node_slurm_runs_a_task(tmp_path):
         env = {**os.environ, "SLURM_CONF": conf, "KPREMOTE_CACHE": str(project / ".cache"), "NO_COLOR": "1"}
 
         def inv(*args: str) -> subprocess.CompletedProcess:
-            return subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), args[0], "--hosts", hosts,
-                                   *args[1:]], cwd=project, env=env, capture_output=True, text=True, timeout=300)
+            argv = [sys.executable, "-m", "invoke", "--search-root", str(REPO), args[0], "--hosts", hosts, *args[1:]]
+            return subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True, timeout=300)
 
         check = inv("hosts", "--check", "--json")
         assert check.returncode == 0 and json.loads(check.stdout)["hosts"][0]["check"]["slurm"]["ok"], check.stdout

@@ -87,7 +87,8 @@ def stopped_by_slurm(run_dir: Path, job_id: Optional[str]) -> Optional[dict[str,
     if verdict not in KILLED_BY_SLURM:
         return None
     record = {"job_id": job_id, "state": verdict, "node": os.environ.get("SLURMD_NODENAME")}
-    return {"status": "failed", "exit_code": int(RunExit.FAILED), "ended_by": verdict, "message": killed_message(record)}
+    return {"status": "failed", "exit_code": int(RunExit.FAILED), "ended_by": verdict,
+            "message": killed_message(record)}
 
 
 def killed_message(record: dict[str, Any]) -> str:
