@@ -34,7 +34,8 @@ def hosts_view(hosts: Iterable[Host], infos: Optional[dict[str, HostInfo]] = Non
             columns.append(Column("slurm", [_slurm_cell(h, i) for h, i in zip(hosts, checked)], whole=True))
         for header, attribute, drop in (("hostname", "hostname", 3), ("python", "python", 4), ("torch", "torch", 7),
                                         ("triton", "triton", 6), ("nvidia-ml-py", "pynvml", 5),
-                                        ("tvm-ffi", "tvm_ffi", 8), ("cutlass-dsl", "cutlass_dsl", 9)):
+                                        ("tvm-ffi", "tvm_ffi", 8), ("cutlass-dsl", "cutlass_dsl", 9),
+                                        ("sandbox", "sandbox", 2)):
             missing = "?" if attribute in ("hostname", "python") else "missing"
             columns.append(Column(header, [(getattr(i, attribute) or missing) if i.reachable else "" for i in checked],
                                   drop=drop))
