@@ -331,17 +331,18 @@ class OpenSSHTransport(Transport):
     # --- commands -----------------------------------------------------------------------------------------------
 
     def send(self, command: Command) -> Completed:
-        """Run the command over the master; if the master died before the command said anything, once more."""
+        """Run the command over the master; if the master died before the command printed anything, once more
+        (with the same stdin: bytes or none), else the connection was lost (HostError)."""
         replayable = command.stdin is None or isinstance(command.stdin, (bytes, bytearray, memoryview))
         for attempt in (1, 2):
             self.connect()
             self.channels.note(command.argv)
             master = self._master
             result, heard = self._exec(command)
-            if result.exit_code != 255 or heard or self.master_pid() == master:
-                return result
+            if result.exit_code != 255 or self.master_pid() == master:
+                return result  # 255 with the master still there: the command's own exit code
             self._master = None  # the master died or expired under the command (ControlPersist's race)
-            if attempt == 2 or not replayable:
+            if heard or attempt == 2 or not replayable:  # it may have done something: running it again is not ours
                 raise HostError(self.host, "connection lost mid-command (the master connection to the host ended)")
         raise AssertionError("unreachable")
 
