@@ -31,7 +31,8 @@ from .streams import Output, feed_in_background
 
 CONTROL_DIR_ENV = "KPREMOTE_SSH_CONTROL_DIR"
 PERSIST = "10m"  # how long an idle master stays for the next command (of this process or another)
-KEEPALIVE_S = 5
+KEEPALIVE_S = 5  # at most this long between keepalives
+KEEPALIVES_MISSED = 3  # unanswered in a row: the link is dead
 SOCKET_PATH_MAX = 104 - 17  # sun_path's limit, less the suffix ssh adds while it creates the socket
 MASTER_SETUP_S = 30  # beyond connect_timeout: authentication, ProxyJump hops
 
@@ -120,8 +121,10 @@ class OpenSSHTransport(Transport):
             "  GlobalKnownHostsFile /dev/null",
             "  UpdateHostKeys no",
             f"  ConnectTimeout {max(1, math.ceil(self.connect_timeout))}",
-            f"  ServerAliveInterval {KEEPALIVE_S}",
-            f"  ServerAliveCountMax {max(2, math.ceil(self.connect_timeout / KEEPALIVE_S))}",
+            # A dead link is given up on after ~connect_timeout without an answer, as paramiko's TCP_USER_TIMEOUT
+            # does: OpenSSH counts unanswered keepalives even while data it sent waits unacknowledged.
+            f"  ServerAliveInterval {self.keepalive_interval()}",
+            f"  ServerAliveCountMax {KEEPALIVES_MISSED}",
         ]
         if self.identity_file:
             lines += [f"  IdentityFile {_quoted(self.identity_file)}", "  IdentitiesOnly yes"]
@@ -129,6 +132,10 @@ class OpenSSHTransport(Transport):
         includes = [self.ssh_config] if self.ssh_config else [os.path.expanduser("~/.ssh/config"), "/etc/ssh/ssh_config"]
         lines += [f"Include {_quoted(path, tokens=False)}" for path in includes]
         return "\n".join(lines) + "\n"
+
+    def keepalive_interval(self) -> int:
+        """Seconds between keepalives: KEEPALIVES_MISSED of them span about connect_timeout (1 to KEEPALIVE_S)."""
+        return max(1, min(KEEPALIVE_S, math.ceil(self.connect_timeout / KEEPALIVES_MISSED)))
 
     def _prepare(self) -> tuple[Path, str]:
         """The policy file (named by its content, written once) and the ControlPath of this policy's masters."""
@@ -335,7 +342,13 @@ class OpenSSHTransport(Transport):
         (with the same stdin: bytes or none), else the connection was lost (HostError)."""
         replayable = command.stdin is None or isinstance(command.stdin, (bytes, bytearray, memoryview))
         for attempt in (1, 2):
-            self.connect()
+            try:
+                self.connect()
+            except HostError as exc:
+                if attempt == 1:
+                    raise
+                raise HostError(self.host, f"connection lost mid-command, and connecting again failed: "
+                                           f"{exc.cause}") from None
             self.channels.note(command.argv)
             master = self._master
             result, heard = self._exec(command)
