@@ -138,5 +138,21 @@ def test_a_control_folder_others_can_open_is_refused_in_one_line(rig, box, tmp_p
     loose.chmod(0o755)
     monkeypatch.setenv(CONTROL_DIR_ENV, str(loose))
     transport, _ = transport_for(rig, box, tmp_path)
-    with pytest.raises(HostError, match=f"{loose} must be a folder of yours with mode 0700"):
+    with pytest.raises(HostError, match=f"^{box.name}: {loose} must be a folder of yours with mode 0700"):
         transport.run(["true"])
+
+
+def test_paths_with_spaces_and_percent_signs_reach_ssh_as_they_are(rig, box, tmp_path):
+    odd = tmp_path / "my keys %d %h"
+    odd.mkdir()
+    (odd / "known hosts").write_text(rig.known_hosts.read_text())
+    rig.client = "openssh"
+    try:
+        toml = rig.write_hosts_toml(tmp_path / "hosts.toml", [box], local=False,
+                                    overrides={box.name: {"known_hosts": str(odd / "known hosts")}})
+    finally:
+        rig.client = None
+    assert open_transport(load_inventory(toml).hosts[box.name]).run(["echo", "ok"]).stdout == b"ok\n"
+    (odd / "known hosts").write_text("")  # the same path, the key gone: refused, so that file was the one read
+    with pytest.raises(HostError, match="is not in .*my keys %d %h/known hosts"):
+        open_transport(load_inventory(toml).hosts[box.name]).run(["true"])

@@ -42,7 +42,7 @@ def ssh_client() -> Optional[str]:
     return shutil.which("ssh")
 
 
-def control_dir() -> Path:
+def control_dir(host: str) -> Path:
     """The private folder of the masters' sockets: $KPREMOTE_SSH_CONTROL_DIR, else $XDG_RUNTIME_DIR/kpremote-ssh,
     else /tmp/kpremote-ssh-UID. Short (a socket path has ~104 bytes), ours alone, mode 0700: whoever can open a
     master's socket runs commands as us on every host it reaches."""
@@ -56,9 +56,9 @@ def control_dir() -> Path:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         info = os.lstat(path)
     except OSError as exc:
-        raise HostError("ssh", f"cannot make the folder of ssh's control sockets {path}: {exc}") from None
+        raise HostError(host, f"cannot make the folder of ssh's control sockets {path}: {exc}") from None
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise HostError("ssh", f"{path} must be a folder of yours with mode 0700 (it holds ssh's control sockets): "
+        raise HostError(host, f"{path} must be a folder of yours with mode 0700 (it holds ssh's control sockets): "
                                f"fix it with chmod 700 {path}, or set {CONTROL_DIR_ENV} to another folder")
     return path
 
@@ -75,7 +75,7 @@ def split_target(target: str) -> tuple[list[str], str]:
 def _quoted(path: str, tokens: bool = True) -> str:
     """A path as one ssh_config word; % doubled where ssh expands %-tokens in it."""
     if any(ch in path for ch in '"\n\r'):
-        raise HostError("ssh", f"{path!r}: a path for ssh_config cannot hold quotes or line breaks")
+        raise ValueError(f"{path!r}: a path in ssh_config cannot hold quotes or line breaks")
     return '"' + (path.replace("%", "%%") if tokens else path) + '"'
 
 
@@ -112,6 +112,12 @@ class OpenSSHTransport(Transport):
 
     def policy(self) -> str:
         """kpremote's ssh_config: its settings first (ssh takes the first value it reads), then the user's files."""
+        try:
+            return self._policy_lines()
+        except ValueError as exc:
+            raise HostError(self.host, str(exc)) from None
+
+    def _policy_lines(self) -> str:
         lines = [
             "# Written by kpremote (kpremote/transport/openssh.py): its policy first, then the user's ssh_config.",
             "Host *",
@@ -144,7 +150,7 @@ class OpenSSHTransport(Transport):
             # known_hosts as it is now is part of the name: a master is reused only under the very keys it was
             # verified against, so a key removed or replaced takes effect at the next command, as with paramiko.
             digest = hashlib.sha256(text.encode() + b"\0" + _contents(self.known_hosts)).hexdigest()[:10]
-            folder = control_dir()
+            folder = control_dir(self.host)
             config = folder / f"{digest}.conf"
             if not config.exists():
                 fd, tmp = tempfile.mkstemp(prefix=".conf-", dir=folder)
