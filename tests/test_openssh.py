@@ -156,3 +156,16 @@ def test_paths_with_spaces_and_percent_signs_reach_ssh_as_they_are(rig, box, tmp
     (odd / "known hosts").write_text("")  # the same path, the key gone: refused, so that file was the one read
     with pytest.raises(HostError, match="is not in .*my keys %d %h/known hosts"):
         open_transport(load_inventory(toml).hosts[box.name]).run(["true"])
+
+
+def test_without_an_ssh_client_the_default_is_paramiko_and_openssh_is_one_line(rig, box, tmp_path, monkeypatch):
+    from kpremote.transport.ssh import SSHTransport
+
+    toml = rig.write_hosts_toml(tmp_path / "hosts.toml", [box], local=False)  # no transport: the default client
+    assert isinstance(open_transport(load_inventory(toml).hosts[box.name]), OpenSSHTransport)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert isinstance(open_transport(load_inventory(toml).hosts[box.name]), SSHTransport)
+    chosen = rig.write_hosts_toml(tmp_path / "chosen.toml", [box], local=False,
+                                  overrides={box.name: {"transport": "openssh"}})
+    with pytest.raises(HostError, match=f'^{box.name}: transport = "openssh", but there is no ssh client on PATH'):
+        open_transport(load_inventory(chosen).hosts[box.name])
