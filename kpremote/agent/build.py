@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import buildrules
+from . import buildrules, sourceonly
 from .builders import builder_for
 from .builders.base import Builder, Built, import_file
 from .builders.compiler import find_nvcc, host_flags
@@ -159,11 +159,14 @@ def _joined(descriptions: dict[str, str]) -> str:
 
 
 def import_side(spec: TaskSpec, side: str, module_file: str | None = None) -> Any:
-    """The one loader for both sides: what a side's calls go through (a module, or a tvm-ffi side's loader)."""
+    """The one loader for both sides: what a side's calls go through (a module, or a tvm-ffi side's loader).
+    Task code comes from its source, never from bytecode beside it (sourceonly.py)."""
+    sourceonly.install(spec.root)
     return builder_for(spec.build, side).load(spec, side, module_file)
 
 
 def import_adapter(spec: TaskSpec) -> types.ModuleType:
+    sourceonly.install(spec.root)
     return import_file("kp_adapter", spec.adapter_path)
 
 

@@ -24,7 +24,7 @@ HARNESS_VERSION = "2.8"  # 2.0: process boundary (judge + one process per side),
 # 2.7: a candidate late 4 times in a row at the longest head start (a host sync in its call) keeps its samples, host
 #      time and all, where 2.6 ended the row with ERROR; the baseline still ends it. Rows 2.6 finished: as in 2.6
 # 2.8: each side, each side's build and the audited calls run sandboxed (sandbox/: Landlock, seccomp, the judge's PID
-#      namespace); bytecode only from kpremote's own cache; a row whose side leaves a process behind, is reniced,
+#      namespace); task code imported from source only; a row whose side leaves a process behind, is reniced,
 #      re-pinned or starved, or whose candidate runs a helper thread while timed, is void (guard.py)
 AGENT_DIR = Path(__file__).resolve().parent
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
@@ -35,6 +35,7 @@ HARNESS_FILES = (
     "contract.py", "correctness.py", "floors.py", "guard.py", "guards.py", "harness.py", "judge.py", "judgeprocess.py", "ncu.py",
     "profiledcall.py", "report.py", "rowlog.py", "runner.py", "runoptions.py", "sampling.py", "sandbox/__init__.py",
     "sandbox/landlock.py", "sandbox/members.py", "sandbox/namespace.py", "sandbox/seccomp.py", "side.py",
+    "sourceonly.py",
     "sideprocess.py", "stats.py", "taskfiles.py", "taskspec.py", "timing.py", "worker.py",
 )
 # The other agent modules a run imports, and why none of them decides a verdict or a number

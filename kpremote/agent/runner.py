@@ -44,7 +44,6 @@ from .runstate import DISK_FULL_EXIT, disk_full_message, is_disk_full, update_st
 from .taskspec import TaskSpec, TaskSpecError, Workload, load_task
 
 EXIT_PASSED, EXIT_FAILED, EXIT_REFUSED, EXIT_INFRA, EXIT_CANCELLED = 0, 1, 2, 3, 130
-PYCACHE_NAME = ".pycache"  # beside the run folders: kpremote's own bytecode, shared by a task's runs
 PREPARE_LIMIT_S = 3600.0  # both builds (a CUDA build can take many minutes) and the device probe
 # The folder holding the `kpremote` package: workers import the very same agent copy.
 AGENT_HOME = Path(__file__).resolve().parents[2]
@@ -373,9 +372,6 @@ class Runner:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(AGENT_HOME), env.get("PYTHONPATH")]))
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONSAFEPATH"] = "1"  # Python >= 3.11: the working directory never shadows torch or the agent
-        # Bytecode only from a cache of kpremote's processes, never a __pycache__ beside a source: a .pyc planted in
-        # the task tree, the agent or site-packages is not read (sandboxed processes read this cache, never write it).
-        env["PYTHONPYCACHEPREFIX"] = str(self.run_dir.parent / PYCACHE_NAME)
         env["TRITON_CACHE_DIR"] = str(triton_cache_dir(self.run_dir))
         # An autotuned kernel keeps the configuration it chose in the run's cache: the Nsight Compute audit then runs
         # the configuration that was timed (choosing afresh under ncu picked one 1.3-1.9x slower for SGLang's rotary).

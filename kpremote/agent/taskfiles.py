@@ -42,8 +42,8 @@ def check_upstream_files(spec: TaskSpec) -> None:
 
 def check_no_bytecode(spec: TaskSpec) -> None:
     """No compiled Python outside a __pycache__ folder: Python imports a lone foo.pyc as module foo, so a reviewed
-    foo.py could be shadowed, or replaced, by code nobody reads. (__pycache__ folders are never read: every
-    process of a run takes bytecode from kpremote's own cache, runner.PYCACHE_NAME.)"""
+    foo.py could be shadowed, or replaced, by code nobody reads. (__pycache__ folders are never read: a run's
+    processes import task code from source, sourceonly.py.)"""
     tops = [p for p in spec.root.iterdir() if p.name not in ("results", ".kpremote", ".git", "__pycache__")]
     found = [p for top in tops for p in ([top] if top.is_file() else top.rglob("*.py[co]"))
              if p.suffix in (".pyc", ".pyo") and "__pycache__" not in p.relative_to(spec.root).parts]

@@ -199,3 +199,42 @@ def test_an_unsandboxed_run_says_so_in_its_results_and_headline() -> None:
     clean = report.build_results(provenance={"task": {"name": "t"}}, rows=[], samples={}, status="passed",
                                  exit_code=0, message=None, smoke=False)
     assert clean["headline"]["label"] is None and "UNSANDBOXED" not in report.render_results_md(clean)
+
+
+def test_task_code_is_imported_from_source_never_from_a_planted_pyc(tmp_path: Path) -> None:
+    """A .pyc stamped with the source's mtime and size, beside it in __pycache__, is what Python would load; a
+    run's processes compile task code from source instead (sourceonly.py), for a file and for a package's module."""
+    code = textwrap.dedent('''
+        import importlib, importlib.util, json, sys, types
+        from importlib._bootstrap_external import _code_to_timestamp_pyc
+        from pathlib import Path
+        from kpremote.agent import sourceonly
+        from kpremote.agent.builders.base import import_file
+        root = Path(sys.argv[1])
+        for name in ("adapter", "helper"):
+            source = root / "side" / f"{name}.py"
+            stat = source.stat()
+            forged = _code_to_timestamp_pyc(compile("VALUE = 'planted'", str(source), "exec"), int(stat.st_mtime),
+                                            stat.st_size)
+            Path(importlib.util.cache_from_source(str(source))).parent.mkdir(exist_ok=True)
+            Path(importlib.util.cache_from_source(str(source))).write_bytes(forged)
+        if sys.argv[2] == "sourceonly":
+            sourceonly.install(root)
+        holder = types.ModuleType("kp_side")
+        holder.__path__ = [str(root / "side")]
+        sys.modules["kp_side"] = holder
+        print(json.dumps({"file": import_file("kp_adapter", root / "side" / "adapter.py").VALUE,
+                          "package": importlib.import_module("kp_side.helper").VALUE}))
+    ''')
+    (tmp_path / "side").mkdir()
+    for name in ("adapter", "helper"):
+        (tmp_path / "side" / f"{name}.py").write_text("VALUE = 'source'\n")
+    for mode in ("sourceonly", "python's own"):
+        done = subprocess.run([sys.executable, "-c", code, str(tmp_path), mode], capture_output=True, text=True,
+                              env={**ENV, "PYTHONDONTWRITEBYTECODE": "1"}, timeout=60)
+        assert done.returncode == 0, done.stderr
+        seen = json.loads(done.stdout.strip().splitlines()[-1])
+        if mode == "sourceonly":
+            assert seen == {"file": "source", "package": "source"}
+        else:  # without it, Python itself takes the planted bytecode for the package's module
+            assert seen["package"] == "planted"

@@ -48,7 +48,10 @@ def module_name(side: str) -> str:
 
 
 def import_file(name: str, path: Path) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
+    """A task file imported by its path, from its source (sourceonly.py: no bytecode beside it is read)."""
+    from ..sourceonly import load_file
+
+    spec = load_file(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
