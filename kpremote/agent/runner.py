@@ -495,7 +495,8 @@ class Runner:
         if support is None:
             return None
         if support.level != "sandboxed":
-            return f"this host allows a {support.level} sandbox ({'; '.join(support.why_not)})"
+            why = "; ".join(support.why_not)
+            return f"no sandbox ({why})" if support.level == "unsandboxed" else f"only a partial sandbox here ({why})"
         loose = sorted({f"{side}: {how}" for row in self.ctx.rows for side, how in (row.get("sandbox") or {}).items()
                         if how.startswith("unsandboxed") or "missing" in how})
         return "; ".join(loose) or None

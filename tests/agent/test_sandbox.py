@@ -238,3 +238,30 @@ def test_task_code_is_imported_from_source_never_from_a_planted_pyc(tmp_path: Pa
             assert seen == {"file": "source", "package": "source"}
         else:  # without it, Python itself takes the planted bytecode for the package's module
             assert seen["package"] == "planted"
+
+
+def test_a_run_records_what_held_its_sides_and_says_unsandboxed_when_nothing_did(tmp_path: Path) -> None:
+    """End to end through the real runner on the CPU: a sandboxed run's rows name what each side entered and its
+    processes by this host's pids (the judge is process 1 only inside its namespace); with KPREMOTE_SANDBOX=off the
+    run still works and says unsandboxed in results.json, results.md and the headline's label."""
+    from agent.test_runner import agent_env, copy_fixture, results_of, runner_command
+
+    task = copy_fixture(tmp_path)
+    runs = {}
+    for mode in ("on", "off"):
+        run_dir = tmp_path / f"run-{mode}"
+        done = subprocess.run(runner_command(task, run_dir), env={**agent_env(), sandbox.DISABLE_ENV: mode},
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[mode] = (results_of(run_dir), (run_dir / "summary" / "results.md").read_text())
+    sandboxed, markdown = runs["on"]
+    assert sandboxed["unsandboxed"] is None and sandboxed["provenance"]["sandbox"]["level"] == "sandboxed"
+    for row in sandboxed["rows"]:
+        assert set(row["sandbox"]) == {"baseline", "candidate"}
+        assert all(how.startswith("landlock ABI") and "seccomp" in how for how in row["sandbox"].values()), row
+        assert row["processes"]["judge"] != 1 and row["processes"]["baseline"] > 3  # this host's pids
+    assert "UNSANDBOXED" not in markdown and "- sandbox: sandboxed" in markdown
+    loose, markdown = runs["off"]
+    assert "KPREMOTE_SANDBOX=off" in loose["unsandboxed"] and loose["headline"]["label"].endswith("unsandboxed")
+    assert all(how.startswith("unsandboxed") for row in loose["rows"] for how in row["sandbox"].values())
+    assert "**UNSANDBOXED**" in markdown
