@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Neighbours (issue 33) on a lent host of two or more GPUs: one task's small rows alone on GPU 0, then two runs of it
+# at once (GPU 0 and GPU 1), then alone again, each through `python -m kpremote.agent.runner` with the Nsight Compute
+# audit on, so a neighbouring run's load (its own audit included) falls on this run's timed windows as on a shared box.
+# From the repository root on the GPU machine (device tool):
+#   TASK_DIR=kernels/<task> WORKLOADS=a,b bash benchmarks/gpu/neighbours.sh
+# (default: the red team's control_fast task, whose arch is "any", on its tiny and mid rows). Writes $OUT/neighbours.md:
+# per run and row the verdict, both medians, the audit's numbers and whether it agreed.
+set -uo pipefail
+out=${OUT:-/tmp/kp-neighbours}; mkdir -p "$out"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+work=/tmp/kp-neighbours; rm -rf "$work"; mkdir -p "$work"
+task=${TASK_DIR:-}
+if [ -z "$task" ]; then
+  python3 -c 'import sys, pathlib; sys.path.insert(0, "tests/fixtures/redteam"); import redteam_kit as k
+k.assemble(next(a for a in k.load_attacks() if a.id == "control_fast"), pathlib.Path(sys.argv[1]))' "$work/kernels"
+  task=$work/kernels/redteam_control_fast
+fi
+rows=${WORKLOADS:-tiny,mid}
+nvidia-smi --query-gpu=index,name,uuid --format=csv,noheader > "$out/machine.txt"
+run() {  # run NAME GPU_INDEX
+  python3 -m kpremote.agent.runner --task-dir "$task" --run-dir "$work/runs/$1" --device cuda --gpu "$2" \
+    --root "$work/root" --workloads "$rows" --audit on > "$out/$1.log" 2>&1
+  echo "$1 exit $?" >> "$out/steps.txt"
+}
+run alone-1 0
+run pair-a 0 & sleep 1; run pair-b 1 & wait
+run alone-2 0
+python3 - "$work/runs" > "$out/neighbours.md" <<'PY'
+import json, sys, pathlib
+print("| run | row | status | verdict | speedup | baseline us | candidate us | audit (harness / ncu us, side) | invalid |")
+print("|---|---|---|---|---:|---:|---:|---|---|")
+for run in ("alone-1", "pair-a", "pair-b", "alone-2"):
+    path = pathlib.Path(sys.argv[1]) / run / "summary" / "results.json"
+    if not path.exists():
+        print(f"| {run} | - | no results | | | | | | |"); continue
+    for row in json.loads(path.read_text())["rows"]:
+        t = row.get("timing") or {}
+        audit = row.get("audit") or {}
+        a = (f"{'agree' if audit.get('agree') else 'DISAGREE'} {audit.get('harness_us', 0):.2f} / "
+             f"{audit.get('ncu_us') or 0:.2f} {audit.get('side')}") if isinstance(audit, dict) and audit else "-"
+        print(f"| {run} | {row['workload']} | {row['status']} | {(row.get('verdict') or {}).get('verdict')} | "
+              f"{row.get('speedup') or 0:.3f} | {(t.get('baseline') or {}).get('median', 0):.2f} | "
+              f"{(t.get('candidate') or {}).get('median', 0):.2f} | {a} | {row.get('invalid') or ''} |")
+PY
+cat "$out/steps.txt" "$out/neighbours.md"
