@@ -176,6 +176,7 @@ def render_results_md(results: dict[str, Any], plot_missing: str | None = "not d
     rows = results.get("rows", [])
     if rows:
         lines += _row_table(rows, _copy_gbps(prov)) + [""]
+        lines += _statistics_table(rows)
         notes = [f"- `{r['workload']}`: {_row_note(r)}" for r in rows if _row_note(r)]
         if notes:
             lines += ["Notes:", "", *notes, ""]
@@ -297,6 +298,27 @@ def _row_table(rows: list[dict[str, Any]], copy_gbps: float | None) -> list[str]
             f"| {speedup} | {shown_verdict or '–'} | {_number(gbps) if gbps else '–'} | {percent} |"
         )
     return lines
+
+
+STATISTICS = ("n", "median", "mean", "std", "min", "p10", "p90")
+
+
+def _statistics_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Every timed row's samples per side as the task rule sheet asks a claim to report them: median, mean, std,
+    min, p10 and p90 (µs, with the sample count); none when no row was timed."""
+    timed = [(row["workload"], side, (row.get("timing") or {}).get(side)) for row in rows for side in SIDES_SHOWN]
+    timed = [(workload, side, stats) for workload, side, stats in timed if stats and stats.get("n")]
+    if not timed:
+        return []
+    lines = ["Timing statistics per workload (µs per call):", "",
+             "| workload | side | " + " | ".join(STATISTICS) + " |", "|---|---|" + "---:|" * len(STATISTICS)]
+    for workload, side, stats in timed:
+        cells = [str(stats["n"])] + [_number(stats[k]) if stats.get(k) is not None else "–" for k in STATISTICS[1:]]
+        lines.append(f"| `{workload}` | {side} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+SIDES_SHOWN = ("baseline", "candidate")
 
 
 def _status_cell(row: dict[str, Any]) -> str:

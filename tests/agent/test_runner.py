@@ -113,6 +113,20 @@ def test_events_tell_the_run_in_order(smoke_run: tuple[Path, subprocess.Complete
     assert events[-1] == {**events[-1], "event": "done", "status": "passed", "exit_code": 0}
 
 
+def test_results_md_reports_every_statistic_the_rule_sheet_asks_for(
+    smoke_run: tuple[Path, subprocess.CompletedProcess],
+) -> None:
+    """The task rule sheet: a claim reports median, mean, std, min, p10 and p90 per workload (issue 28, item 2)."""
+    run_dir, _ = smoke_run
+    markdown = (run_dir / "summary" / "results.md").read_text()
+    assert "| workload | side | n | median | mean | std | min | p10 | p90 |" in markdown
+    for row in results_of(run_dir)["rows"]:
+        for side in ("baseline", "candidate"):
+            stats = row["timing"][side]
+            cells = [str(stats["n"])] + [report._number(stats[k]) for k in ("median", "mean", "std", "min", "p10", "p90")]
+            assert f"| `{row['workload']}` | {side} | " + " | ".join(cells) + " |" in markdown
+
+
 def test_results_json_carries_provenance_rows_and_headline(smoke_run: tuple[Path, subprocess.CompletedProcess]) -> None:
     run_dir, _ = smoke_run
     results = results_of(run_dir)
