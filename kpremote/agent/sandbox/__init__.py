@@ -127,7 +127,8 @@ def enter(scratch: Path | None = None, also: list[Path] = ()) -> str:
         try:
             # /proc: CUDA's initialisation writes files of its own process there (without, cudaGetDeviceCount fails
             # with error 304 on an H200: benchmarks/gpu/sandbox_diag.py); /dev: the GPU's nodes, opened to write.
-            done = landlock.restrict_self([folder, Path("/dev/shm"), *[p for p in also if Path(p).is_dir()]],
+            shared_memory = [Path("/dev/shm")] if Path("/dev/shm").is_dir() else []
+            done = landlock.restrict_self([folder, *shared_memory, *[p for p in also if Path(p).is_dir()]],
                                           [Path("/dev"), Path("/proc"), *[p for p in also if not Path(p).is_dir()]])
             applied.append(done.describe())
             signals_scoped = done.signals
