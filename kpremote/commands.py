@@ -389,7 +389,7 @@ def _ensure_upstream(tasks: list[TaskDir]) -> None:
 def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = None, json=False):
     """Did it help? Two fetched runs row by row: medians, speedup change with its interval, FASTER / SAME / SLOWER."""
     from .compare import compare as compare_runs
-    from .compare import last_runs, runs_to_compare, series
+    from .compare import last_runs, runs_to_compare, series, skipped_runs
     from .runstore import fetched_runs
     from .views.compare import compare_view
 
@@ -400,7 +400,9 @@ def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = N
         document = compare_runs(chosen[0], chosen[-1])
         document["series"] = series(chosen)
     else:
-        document = compare_runs(*runs_to_compare(runs, new, base, where))
+        chosen = list(runs_to_compare(runs, new, base, where))
+        document = compare_runs(*chosen)
+    document["skipped"] = skipped_runs(runs, chosen, to_the_newest=last is not None or new == "latest")
     if json:
         print_document("compare", document)
     else:

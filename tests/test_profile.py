@@ -145,7 +145,7 @@ def test_profile_failures_are_one_line_and_leave_nothing_that_looks_valid(rig, w
     run = only_run(host)
     assert not list((run / "raw" / "ncu").glob("*.ncu-rep"))
     fetched = workdir / "kernels" / "tiny_rmsnorm" / "results" / "profiler-b" / run.name
-    assert fetched.is_dir() and not (fetched / "profile.md").exists() and not (fetched / "profile.csv").exists()
+    assert not fetched.exists()  # a failed profile stays on the host: nothing to mistake for a run at home
 
     # a kernel regex that matches nothing, detached: the error is in the run's record, fetched like any summary
     install_stand_in(host, mode="ok")
@@ -162,6 +162,8 @@ def test_profile_failures_are_one_line_and_leave_nothing_that_looks_valid(rig, w
                   "--run", run_id, "--json")
     assert results.returncode == 0
     assert not (Path(json.loads(results.stdout)["fetched"][0]["path"]) / "profile.md").exists()
+    compared = inv(workdir, "compare", "--task", "tiny_rmsnorm")  # its one timed row is no timing run to compare
+    assert compared.returncode == 2 and f"{run_id}: a profile run, error" in compared.stderr, compared.stderr
 
     # a row that fails the correctness gate is never profiled
     wrong = profile(workdir, hosts, "profiler-b", task="wrong_rmsnorm")
