@@ -131,8 +131,8 @@ def sync(c, host, task, hosts=None, json=False):
     else:
         for warning in report.warnings:
             terminal.errors.print(f"warning: {warning}")
-        terminal.console.print(f"{selected.name}: {task}: {report.files_sent} files sent ({report.bytes_sent} bytes), "
-                               f"{report.deleted} deleted, {report.channels} channel(s)")
+        terminal.say(f"{selected.name}: {task}: {report.files_sent} files sent ({report.bytes_sent} bytes), "
+                     f"{report.deleted} deleted, {report.channels} channel(s)")
 
 
 @command(
@@ -211,8 +211,8 @@ def cancel(c, host, run, task=None, hosts=None):
     finally:
         session.close()
     state = answer.get("state", {})
-    terminal.console.print(f"{selected.name}: run {run}: {state.get('status', '?')}"
-                           + ("" if answer.get("cancelled") else " (it had already ended)"))
+    terminal.say(f"{selected.name}: run {run}: {state.get('status', '?')}"
+                 + ("" if answer.get("cancelled") else " (it had already ended)"))
 
 
 @command(help={"host": "host name", "task": TASK_HELP, "run": "a run id, a unique part of one, latest (default) or all",
@@ -241,8 +241,8 @@ def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=
                                          "fetched": [dataclasses.asdict(r) for r in reports]})
     else:
         for report in reports:
-            terminal.console.print(f"{selected.name}: {task} run {report.run_id} ({report.run_status}): "
-                                   f"{report.outcome} → {report.path}")
+            terminal.say(f"{selected.name}: {task} run {report.run_id} ({report.run_status}): "
+                         f"{report.outcome} → {report.path}")
 
 
 def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
@@ -250,15 +250,15 @@ def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
 
     def announce(info: dict) -> None:
         if not as_json:
-            terminal.console.print(f"{session.host.name}: raw/{info['name']}: {info['bytes']} bytes "
-                                   f"({info['bytes'] / 1048576:.2f} MiB), sha256 {info['sha256']}", markup=False)
+            terminal.say(f"{session.host.name}: raw/{info['name']}: {info['bytes']} bytes "
+                         f"({info['bytes'] / 1048576:.2f} MiB), sha256 {info['sha256']}")
 
     fetched = fetch_raw_file(session.agent, task, run, name, KERNELS, session.host.name, force=force, on_stat=announce)
     if as_json:
         print_document("fetch-results", {"host": session.host.name, "task": task, "fetched": [],
                                          "raw_file": dataclasses.asdict(fetched)})
     else:
-        terminal.console.print(f"{fetched.outcome} → {fetched.path}", markup=False)
+        terminal.say(f"{fetched.outcome} → {fetched.path}")
 
 
 @command(
@@ -323,7 +323,7 @@ def new_task(c, name):
     from .scaffold import new_task as scaffold
 
     path = scaffold(name, KERNELS)
-    terminal.console.print(f"created {path}; try: inv check --task {name}")
+    terminal.say(f"created {path}; try: inv check --task {name}")
 
 
 @command(help={"task": TASK_HELP, "repo": "the upstream repository: a URL git can fetch (or a local path); with "

@@ -91,15 +91,14 @@ def _follow_and_fetch(session: RunSession, live: RunView, key: str, outcome: Out
 def show_profile(outcome: Outcome) -> None:
     """profile.md as the host wrote it, or the run's one-line error."""
     if outcome.status == "detached":
-        terminal.console.print(f"{outcome.host}: {outcome.task}: started profile run {outcome.run_id} "
-                               f"(follow: inv logs --host {outcome.host} --run {outcome.run_id} --follow; "
-                               "then inv fetch-results)")
+        terminal.say(f"{outcome.host}: {outcome.task}: started profile run {outcome.run_id} "
+                     f"(follow: inv logs --host {outcome.host} --run {outcome.run_id} --follow; then inv fetch-results)")
         return
     profile_md = Path(outcome.summary_dir) / "profile.md" if outcome.summary_dir else None
     if profile_md and profile_md.is_file():
         terminal.console.print(summary_markdown(profile_md))
-        terminal.console.print(f"{outcome.host}: {outcome.task}: profile run {outcome.run_id} {outcome.status}; "
-                               f"summary: {outcome.summary_dir}")
+        terminal.say(f"{outcome.host}: {outcome.task}: profile run {outcome.run_id} {outcome.status}; "
+                     f"summary: {outcome.summary_dir}")
     if outcome.error:
         terminal.error_line(f"{outcome.task}: run {outcome.run_id or '-'}: {outcome.error}")
 

@@ -281,3 +281,24 @@ def test_a_run_on_a_terminal_shows_its_start_on_its_live_line(project):
     assert re.search(r"local\s+demo\s+starting …\s+\d+s", drawn), drawn
     assert re.search(rf"local\s+demo\s+{RUN_ID.pattern}", drawn), drawn
     assert "local: demo: connecting" not in drawn  # no plain lines beside the live one
+
+
+def test_ids_paths_and_commands_are_never_wrapped_even_piped_at_40_columns(project):
+    long_name = "a_task_name_longer_than_forty_columns_wide"
+    created = kp(project, "new-task", long_name, columns=40)
+    assert created.returncode == 0, created.stderr
+    assert created.stdout == f"created {project / 'kernels' / long_name}; try: inv check --task {long_name}\n"
+    detached = kp(project, "run", "--host", "local", "--task", TASK, "--device", "cpu", "--workloads", "grid_r3_c100",
+                  "--detach", columns=40)
+    assert detached.returncode == 0, detached.stderr
+    run_id = RUN_ID.search(detached.stdout).group(0)
+    assert f"(follow: inv logs --host local --run {run_id} --follow)" in detached.stdout.splitlines()[0]
+    followed = kp(project, "logs", "--host", "local", "--run", run_id, "--follow", columns=40)
+    assert f"run {run_id}: passed" in followed.stdout.splitlines()
+    fetched = kp(project, "fetch-results", "--host", "local", "--task", TASK, "--run", run_id, columns=40)
+    path = project / "kernels" / TASK / "results" / "local" / run_id
+    assert f"local: {TASK} run {run_id} (passed): fetched → {path}" in fetched.stdout.splitlines()
+    unknown = kp(project, "fetch-results", "--host", "local", "--task", TASK, "--run", "0ff0ff", columns=40)
+    assert unknown.returncode == 2
+    [error] = unknown.stderr.splitlines()
+    assert error.startswith("error: ") and run_id in error  # "no run '0ff0ff' ...; the newest: ..., <id>"

@@ -207,7 +207,8 @@ class RunView:
     def say(self, text: str) -> None:
         """A line for whoever watches: printed above the live lines while they are drawn (a print of its own on
         stderr would tear them), else on stderr (stdout stays for the results)."""
-        (self._live.console if self.drawing else terminal.errors).print(text, markup=False, highlight=False)
+        (self._live.console if self.drawing else terminal.errors).print(text, markup=False, highlight=False,
+                                                                         soft_wrap=True)
 
     def starting(self, key: str, host: str, task: str, phase: str) -> None:
         """The line of a run not begun yet: what its start does now (`syncing 12 files (3.4 MiB)`) and for how long
