@@ -389,10 +389,12 @@ def _ensure_upstream(tasks: list[TaskDir]) -> None:
 def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = None, json=False):
     """Did it help? Two fetched runs row by row: medians, speedup change with its interval, FASTER / SAME / SLOWER."""
     from .compare import compare as compare_runs
-    from .compare import last_runs, runs_to_compare, series, skipped_runs
+    from .compare import MAX_LAST, last_runs, runs_to_compare, series, skipped_runs
     from .runstore import fetched_runs
     from .views.compare import compare_view
 
+    if last is not None:
+        last = checks.whole_number("--last", last, minimum=2, maximum=MAX_LAST)
     runs = fetched_runs(KERNELS, task, host)
     where = f"of {task}" + (f" on {host}" if host else "")
     if last is not None:

@@ -22,6 +22,7 @@ from .runstore import FetchedRun, find_run
 
 Z95 = 1.959964
 MIN_CHANGE = 0.01  # a change under 1 % is SAME however tight its interval: run-to-run drift is about that size
+MAX_LAST = 1000  # --last N: a table of more runs than that is no comparison
 
 
 def side_rse(side: Optional[dict[str, Any]]) -> Optional[float]:
@@ -164,9 +165,9 @@ def runs_to_compare(runs: list[FetchedRun], new: str, base: Optional[str], where
 
 def last_runs(runs: list[FetchedRun], last: int, where: str) -> list[FetchedRun]:
     """The last `last` runs with results, oldest first: at least two."""
-    if int(last) < 2:
+    if last < 2:
         raise KpremoteError(f"--last {last}: compare needs at least 2 runs")
-    chosen = with_results(runs)[-int(last):]
+    chosen = with_results(runs)[-last:]
     if len(chosen) < 2:
         raise KpremoteError(f"--last {last}: only {len(chosen)} fetched run(s) with results {where}")
     return chosen

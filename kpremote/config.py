@@ -138,6 +138,8 @@ class HostModel(_Common):
     def _ssh_target_is_one_word(cls, value: Optional[str]) -> Optional[str]:
         if value is not None and not re.fullmatch(r"[A-Za-z0-9_.@:\[\]-]+", value):
             raise ValueError("must be an ~/.ssh/config alias or user@host[:port] (letters, digits, . _ - @ : only)")
+        if value is not None:
+            _check_user_host_port(value)
         return value
 
     @field_validator("groups")
@@ -147,6 +149,23 @@ class HostModel(_Common):
             if not re.fullmatch(NAME_PATTERN, group):
                 raise ValueError(f"group {group!r} must match {NAME_PATTERN}")
         return value
+
+
+def _check_user_host_port(target: str) -> None:
+    """user@host:port as the SSH connection reads it: a user and a host when written, and a port from 1 to 65535
+    after a single ':' (more than one ':' is an IPv6 address, without a port)."""
+    user, at, host_port = target.rpartition("@")
+    if at and not user:
+        raise ValueError("nothing before '@': write user@host, or leave the user out")
+    if host_port.count(":") != 1:
+        if not host_port:
+            raise ValueError("no host after '@'")
+        return
+    host, _, port = host_port.partition(":")
+    if not host:
+        raise ValueError("no host before ':'")
+    if not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"port {port!r} after ':' is not a port number (1 to 65535)")
 
 
 class HostsFileModel(_Strict):

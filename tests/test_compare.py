@@ -186,3 +186,11 @@ def test_last_n_shows_the_same_runs_at_any_width(runs_without_results, columns):
     assert header.split() == ["workload", "aaaaaa", "bbbbbb", "cccccc", "dddddd", "eeeeee"]
     for day, tail in enumerate(("aaaaaa", "bbbbbb", "cccccc", "dddddd", "eeeeee"), start=10):
         assert f"{tail}: 202611{day}-100000-{tail} (box)" in lines
+
+
+@pytest.mark.parametrize("value", ["abc", "1", "2.5", ""])
+def test_a_bad_last_is_one_line(project, value):
+    result = kp(project, "compare", "--task", TASK, "--last", value, program="kpremote")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    [line] = result.stderr.splitlines()
+    assert line == f"error: --last {value!r}: give a whole number from 2 to 1000"
