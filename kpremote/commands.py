@@ -15,7 +15,7 @@ interrupt.install_early()  # before the slower imports below: Ctrl-C from the fi
 
 from . import options as checks  # noqa: E402
 from .views import terminal  # noqa: E402
-from .commandline import EXIT_FAILED, EXIT_USAGE, command, finish  # noqa: E402
+from .commandline import EXIT_FAILED, EXIT_USAGE, command, finish, finish_asking  # noqa: E402
 from .config import load_inventory
 from .jsonout import print_document
 from .project import kernels_dir
@@ -46,7 +46,8 @@ def hosts(c, check=False, hosts=None, json=False):
         ]})
     else:
         terminal.show(hosts_view(selected, infos))
-    finish(infos is None or all(info.ok for info in infos.values()))
+    answers = list((infos or {}).values())
+    finish_asking([info.answered for info in answers], [info.ok for info in answers])
 
 
 @command(help={"host": "a host name or a group (default: every host)", "hosts": HOSTS_HELP,
@@ -80,19 +81,23 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
 
         for table in gpu_tables(reports, options):
             terminal.show(table)
-    finish(all(r.ok for r in reports))
+    finish_asking([r.answered for r in reports], [r.ok for r in reports])
 
 
 def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
-    """Refresh every SECONDS until Ctrl-C (exit 130, as for every Ctrl-C): the view, or one JSON document per line."""
+    """Refresh every SECONDS until Ctrl-C (exit 130, as for every Ctrl-C, with a calm line: it is how a watch
+    stops): the view, or one JSON document per line."""
     from . import gpustatus
     from .views.gpus import gpu_view, show_every, watch_header
 
-    if as_json:
-        while True:
-            print_document("gpu-status", gpustatus.gpu_status_body(gpustatus.gpu_status(selected)), one_line=True)
-            time.sleep(seconds)
-    show_every(seconds, lambda: gpu_view(gpustatus.gpu_status(selected), options, header=watch_header(seconds)))
+    try:
+        if as_json:
+            while True:
+                print_document("gpu-status", gpustatus.gpu_status_body(gpustatus.gpu_status(selected)), one_line=True)
+                time.sleep(seconds)
+        show_every(seconds, lambda: gpu_view(gpustatus.gpu_status(selected), options, header=watch_header(seconds)))
+    except KeyboardInterrupt:
+        raise interrupt.StoppedByUser("stopped watching") from None
 
 
 @command(help={"host": "the host whose key to accept", "fingerprint": "the SHA256:... fingerprint you verified",
@@ -179,7 +184,7 @@ def status(c, host=None, hosts=None, json=False, task=None):
         print_document("status", {"hosts": answers})
     else:
         terminal.show(runs_view(answers))
-    finish(all(a["ok"] for a in answers))
+    finish_asking([a["ok"] for a in answers], [a["ok"] for a in answers])  # not ok: the host could not be asked
 
 
 RUN_HELP = "a run id, a unique part of one (its last 6 characters will do), or latest"

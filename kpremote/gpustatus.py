@@ -54,6 +54,12 @@ class HostAnswer(BaseModel):
     error: Optional[str] = None
     hostname: Optional[str] = None
 
+    @property
+    def answered(self) -> bool:
+        """Whether the host was asked and answered: a failure it reports itself (NVML missing) comes with its
+        hostname; one that could not be asked (unreachable, refused key, no agent) has none."""
+        return self.ok or self.hostname is not None
+
 
 class HostReport(HostAnswer):
     driver: Optional[str] = None

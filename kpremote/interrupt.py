@@ -41,6 +41,15 @@ class Stopping(KpremoteError):
         super().__init__("interrupted before it started")
 
 
+class StoppedByUser(KeyboardInterrupt):
+    """Ctrl-C ended a command that runs until it is pressed (gpu-status --watch, logs --follow): the documented way
+    to stop it, so a calm line, not an error; it exits 130 all the same."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(line)
+        self.line = line
+
+
 @dataclass(frozen=True, eq=False)
 class Registered:
     host: "Host"

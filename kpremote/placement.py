@@ -14,6 +14,7 @@ from .config import Host
 from .errors import HostError, KpremoteError
 from .agent.protocol import TERMINAL
 from .fetch import SummaryReceiver, fetch_run
+from .interrupt import StoppedByUser
 from .jsonout import print_document
 from .runs import (HostCannotTake, NoIdleGpu, RunOptions, RunSession, find_task_of_run, follow_run, reattach_hint,
                    start_run)
@@ -207,9 +208,8 @@ def show_logs(host: Host, run_id: str, task: Optional[str], follow: bool) -> boo
         with BatchedPrinter(print_events) as printer:
             state = follow_run(session, task, run_id, printer.add, once=not follow)
     except KeyboardInterrupt:
-        terminal.say(f"stopped following; the run goes on (cancel it with: inv cancel --host {host.name} "
-                     f"--run {run_id})", stderr=True)
-        raise
+        raise StoppedByUser(f"stopped following; the run goes on (cancel it with: inv cancel --host {host.name} "
+                            f"--run {run_id})") from None
     finally:
         session.close()
     status = state.get("status", "?")

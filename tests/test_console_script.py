@@ -101,3 +101,39 @@ def test_completion_script_and_inv_in_the_repository():
     assert "kpremote --complete" in script.stdout
     listed = run_inv("--list")
     assert listed.returncode == 0 and "gpu-status" in listed.stdout
+
+
+PARSE_ERRORS = [
+    (["run", "--host", "local"], "error: run: --task VALUE is required (see: {p} --help run)"),
+    (["run", "--host", "local", "--task", TASK, "--bogus"], "error: run: unknown option --bogus"),
+    (["run", "--host", "local", "--task", TASK, "--hots", "x"],
+     "error: run: unknown option --hots — did you mean --hosts? (see: {p} --help run)"),
+    (["run", "--host", "local", "--task"], "error: run: --task needs a value (see: {p} --help run)"),
+    (["compare", "--task", TASK, "--json", "x"], "error: compare: unexpected 'x': every value follows its option"),
+    (["runn"], "error: unknown command 'runn' — did you mean run? (see: {p} --list)"),
+]
+
+
+@pytest.mark.parametrize("program", ["inv", "kpremote"])
+@pytest.mark.parametrize("args, line", PARSE_ERRORS, ids=[" ".join(a) for a, _ in PARSE_ERRORS])
+def test_a_command_line_that_cannot_be_parsed_is_one_line_in_kpremotes_words_exit_2(project, program, args, line):
+    result = kp(project, *args, program=program)
+    assert result.returncode == 2, result.stderr
+    [said] = result.stderr.splitlines()
+    assert said.startswith(line.format(p=program)), said
+
+
+@pytest.mark.parametrize("program", ["inv", "kpremote"])
+@pytest.mark.parametrize("asked", [["new-task", "--help"], ["new-task", "-h"], ["run", "--host", "x", "--help"]])
+def test_help_after_a_command_is_its_help_not_a_value(project, program, asked):
+    result = kp(project, *asked, program=program)
+    assert result.returncode == 0, result.stderr
+    assert f"Usage: {program}" in result.stdout and "Docstring:" in result.stdout
+    assert not (project / "kernels" / "--help").exists()
+
+
+def test_kpremote_help_lists_only_the_core_options_that_mean_something_here(project, tmp_path):
+    result = kpremote(project, "--help", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "--version" in result.stdout and "--print-completion-script" in result.stdout
+    assert not any(word in result.stdout for word in ("--pty", "--prompt-for-sudo-password", "--warn-only", "--echo"))

@@ -42,7 +42,7 @@ def gpu_lines(stdout: str) -> dict[int, list[str]]:
 @pytest.mark.parametrize("columns", [80, 100, 140])
 def test_gpu_status_is_one_line_per_gpu_and_no_wider_than_the_terminal(project, columns):
     result = kp(project, "gpu-status", columns=columns)
-    assert result.returncode == 1  # `gone` is down
+    assert result.returncode == 2  # `gone` is down: unreachable, as for every command
     lines = result.stdout.splitlines()
     assert all(len(line) <= columns for line in lines), lines
     by_gpu = gpu_lines(result.stdout)
@@ -83,6 +83,7 @@ def test_colors_only_when_wanted(project):
 def test_watch_shows_when_it_was_updated(project):
     result = watch_for(project, 8, "gpu-status", "--host", "local", "--watch", "0.5")  # room for a loaded 2-core machine
     assert result.returncode == 130, result.stderr  # Ctrl-C ends a watch with 130, as the README says
+    assert result.stderr.splitlines() == ["stopped watching"]  # how a watch stops: no error
     stamps = re.findall(r"^updated at \d\d:\d\d:\d\d · every 0.5 s", result.stdout, re.M)
     assert len(stamps) >= 2  # piped, each refresh is printed in turn under its own header
     assert result.stdout.count("[0] NVIDIA H200") == len(stamps)
@@ -227,7 +228,7 @@ def test_a_refused_host_key_shows_its_trust_command_whole_at_80_columns(rig, tmp
     hosts = rig.write_hosts_toml(tmp_path / "hosts.toml", [stranger], local=False)
     for command in (["hosts", "--check"], ["gpu-status"]):
         result = run_inv(*command, "--hosts", str(hosts), env={"COLUMNS": "80"})
-        assert result.returncode == 1, result.stderr
+        assert result.returncode == 2, result.stderr  # a refused key: not asked, as run and sync exit
         [line] = [line for line in result.stdout.splitlines() if "trust-host" in line]
         assert re.fullmatch(r"\s*inv trust-host --host stranger-view --fingerprint SHA256:\S{43}", line), line
 
@@ -302,3 +303,14 @@ def test_ids_paths_and_commands_are_never_wrapped_even_piped_at_40_columns(proje
     assert unknown.returncode == 2
     [error] = unknown.stderr.splitlines()
     assert error.startswith("error: ") and run_id in error  # "no run '0ff0ff' ...; the newest: ..., <id>"
+
+
+def test_a_host_that_answers_with_a_failure_exits_1_one_that_cannot_be_asked_2(project):
+    no_nvml = {"KPREMOTE_NVML_FIXTURE": str(project / "no-such-fixture.json")}
+    answered = kp(project, "gpu-status", "--host", "local", env=no_nvml)
+    assert answered.returncode == 1, answered.stdout  # asked, and it said what failed
+    for command in (["gpu-status"], ["status"], ["hosts", "--check"]):
+        unreachable = kp(project, *command, "--host", "gone") if command != ["hosts", "--check"] \
+            else kp(project, *command)
+        assert unreachable.returncode == 2, (command, unreachable.stdout, unreachable.stderr)
+    assert kp(project, "sync", "--host", "gone", "--task", TASK).returncode == 2  # the same host, the same code
