@@ -21,7 +21,8 @@ from .jsonout import print_document
 from .project import kernels_dir
 from .taskdir import TaskDir, find_task, find_tasks
 
-HOSTS_HELP = "hosts file (default: $KPREMOTE_HOSTS, else the project's hosts.toml, else ~/.config/kpremote/hosts.toml)"
+HOSTS_HELP = ("hosts file (default: $KPREMOTE_HOSTS, else the project's hosts.toml with ~/.config/kpremote/hosts.toml "
+              "layered over it, else that file alone)")
 
 
 @command(help={"check": "also connect to each host (in parallel): hostname, python, torch, triton, nvidia-ml-py",
@@ -47,7 +48,7 @@ def hosts(c, check=False, hosts=None, json=False):
     else:
         terminal.show(hosts_view(selected, infos))
     answers = list((infos or {}).values())
-    finish_asking([info.answered for info in answers], [info.ok for info in answers])
+    _finish_asking(inventory, None, [info.answered for info in answers], [info.ok for info in answers])
 
 
 @command(help={"host": "a host name or a group (default: every host)", "hosts": HOSTS_HELP,
@@ -67,7 +68,8 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
     watch = checks.watch_seconds(watch)
     if no_color:
         terminal.plain_output()
-    selected = load_inventory(hosts).select(host)
+    inventory = load_inventory(hosts)
+    selected = inventory.select(host)
     options = GpuViewOptions(pids=pids, uuid=uuid, all=show_all)
     if watch:
         _watch_gpus(selected, watch, options, json)
@@ -81,7 +83,7 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
 
         for table in gpu_tables(reports, options):
             terminal.show(table)
-    finish_asking([r.answered for r in reports], [r.ok for r in reports])
+    _finish_asking(inventory, host, [r.answered for r in reports], [r.ok for r in reports])
 
 
 def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
@@ -98,6 +100,17 @@ def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
         show_every(seconds, lambda: gpu_view(gpustatus.gpu_status(selected), options, header=watch_header(seconds)))
     except KeyboardInterrupt:
         raise interrupt.StoppedByUser("stopped watching") from None
+
+
+def _finish_asking(inventory, host: Optional[str], answered: list[bool], ok: list[bool]) -> None:
+    """finish_asking, and when hosts picked by default (no --host, no --hosts FILE, no $KPREMOTE_HOSTS) could not be
+    asked, where they came from and what to do."""
+    if not (host or inventory.chosen) and not all(answered):
+        own = "" if inventory.layers else (", or list your own in ~/.config/kpremote/hosts.toml (it layers over "
+                                           "the project's)")
+        terminal.say(f"hint: {answered.count(False)} of {len(answered)} hosts could not be asked; they are those of "
+                     f"{inventory.files}: pick one with --host NAME{own}", stderr=True)
+    finish_asking(answered, ok)
 
 
 @command(help={"host": "the host whose key to accept", "fingerprint": "the SHA256:... fingerprint you verified",
@@ -176,7 +189,8 @@ def status(c, host=None, hosts=None, json=False, task=None):
     from .runs import runs_or_error
     from .views.runlist import runs_view
 
-    selected = load_inventory(hosts).select(host)
+    inventory = load_inventory(hosts)
+    selected = inventory.select(host)
     with terminal.Waiting("status") as waiting:
         answers = gpustatus.on_every_host(selected, lambda h, agent: runs_or_error(h, agent, task),
                                           waiting.hosts(len(selected)))
@@ -184,7 +198,7 @@ def status(c, host=None, hosts=None, json=False, task=None):
         print_document("status", {"hosts": answers})
     else:
         terminal.show(runs_view(answers))
-    finish_asking([a["ok"] for a in answers], [a["ok"] for a in answers])  # not ok: the host could not be asked
+    _finish_asking(inventory, host, [a["ok"] for a in answers], [a["ok"] for a in answers])  # not ok: not asked
 
 
 RUN_HELP = "a run id, a unique part of one (its last 6 characters will do), or latest"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
@@ -207,6 +208,12 @@ class Host:
 class Inventory:
     path: Path
     hosts: dict[str, Host]
+    layers: tuple[Path, ...] = ()  # files layered over path (the user's own hosts): their hosts added or replaced
+    chosen: bool = False  # path was named (--hosts FILE, $KPREMOTE_HOSTS), not found
+
+    @property
+    def files(self) -> str:
+        return " + ".join(str(p) for p in (self.path, *self.layers))
 
     def select(self, name_or_group: Optional[str]) -> list[Host]:
         """All hosts, one host by name, or every host of a group; unknown names suggest the closest."""
@@ -218,7 +225,11 @@ class Inventory:
         if members:
             return members
         known = sorted(set(self.hosts) | {g for h in self.hosts.values() for g in h.groups})
-        raise ConfigError(f"{self.path}: unknown host or group {name_or_group!r}{_suggestion(name_or_group, known)}")
+        raise ConfigError(f"{self.files}: unknown host or group {name_or_group!r}{_suggestion(name_or_group, known)}"
+                          f"{'' if self.layers else OWN_HOSTS_HINT}")
+
+
+OWN_HOSTS_HINT = "; list your own hosts in ~/.config/kpremote/hosts.toml: it layers over the project's"
 
 
 def _suggestion(word: str, choices: Iterable[str]) -> str:
@@ -240,7 +251,22 @@ def find_hosts_file(explicit: Optional[str] = None) -> Path:
 
 
 def load_inventory(path: Optional[str | Path] = None) -> Inventory:
+    """The hosts of --hosts FILE or $KPREMOTE_HOSTS alone; else the project's, with the user's own file
+    (~/.config/kpremote/hosts.toml) layered over them: its hosts added, a host of the same name replaced whole, each
+    file's [defaults] applying to its own hosts."""
+    from .project import user_hosts_file
+
     file = find_hosts_file(str(path) if path else None)
+    inventory = read_inventory(file)
+    if path or os.environ.get(HOSTS_ENV):
+        return dataclasses.replace(inventory, chosen=True)
+    user = user_hosts_file()
+    if user is None or user.resolve() == file.resolve():
+        return inventory
+    return Inventory(path=file, hosts={**inventory.hosts, **read_inventory(user).hosts}, layers=(user,))
+
+
+def read_inventory(file: Path) -> Inventory:
     try:
         data = tomllib.loads(file.read_text())
     except FileNotFoundError:

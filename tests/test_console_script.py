@@ -137,3 +137,36 @@ def test_kpremote_help_lists_only_the_core_options_that_mean_something_here(proj
     assert result.returncode == 0, result.stderr
     assert "--version" in result.stdout and "--print-completion-script" in result.stdout
     assert not any(word in result.stdout for word in ("--pty", "--prompt-for-sudo-password", "--warn-only", "--echo"))
+
+
+def test_the_users_own_hosts_layer_over_the_projects(project, tmp_path):
+    home = tmp_path / "home"
+    (home / ".config" / "kpremote").mkdir(parents=True)
+    user = home / ".config" / "kpremote" / "hosts.toml"
+    user.write_text('[defaults]\nconnect_timeout = 2\n[hosts.mine]\ntransport = "local"\n'
+                    '[hosts.gone]\nssh = "me@127.0.0.1:10"\n')
+    env = {"HOME": str(home)}
+    listed = kpremote(project, "hosts", "--json", cwd=project, env=env)
+    assert listed.returncode == 0, listed.stderr
+    hosts = {h["name"]: h for h in json.loads(listed.stdout)["hosts"]}
+    assert list(hosts) == ["local", "gone", "mine"]  # the project's, then the user's own
+    assert hosts["gone"]["address"] == "me@127.0.0.1:10"  # a host of the same name: the user's table, whole
+    alone = kpremote(project, "hosts", "--json", "--hosts", str(project / "hosts.toml"), cwd=project, env=env)
+    assert [h["name"] for h in json.loads(alone.stdout)["hosts"]] == ["local", "gone"]  # --hosts FILE: that file only
+    user.write_text('[hosts.mine]\ntransport = "locl"\n')
+    broken = kpremote(project, "hosts", cwd=project, env=env)
+    assert broken.returncode == 2 and broken.stderr.startswith(f"error: {user}: [hosts.mine] transport"), broken.stderr
+
+
+def test_where_hosts_come_from_is_said_when_one_is_unknown_or_cannot_be_asked(project, tmp_path):
+    env = {"HOME": str(tmp_path)}
+    unknown = kpremote(project, "gpu-status", "--host", "mybox", cwd=project, env=env)
+    assert unknown.returncode == 2
+    assert "unknown host or group 'mybox'" in unknown.stderr
+    assert "list your own hosts in ~/.config/kpremote/hosts.toml: it layers over the project's" in unknown.stderr
+    everyone = kpremote(project, "status", cwd=project, env=env)
+    assert everyone.returncode == 2
+    assert (f"hint: 1 of 2 hosts could not be asked; they are those of {project / 'hosts.toml'}: pick one with "
+            "--host NAME, or list your own in ~/.config/kpremote/hosts.toml") in everyone.stderr
+    picked = kpremote(project, "status", "--host", "gone", cwd=project, env=env)
+    assert picked.returncode == 2 and "hint:" not in picked.stderr  # the user chose it: no advice
