@@ -314,3 +314,24 @@ def test_a_host_that_answers_with_a_failure_exits_1_one_that_cannot_be_asked_2(p
             else kp(project, *command)
         assert unreachable.returncode == 2, (command, unreachable.stdout, unreachable.stderr)
     assert kp(project, "sync", "--host", "gone", "--task", TASK).returncode == 2  # the same host, the same code
+
+
+def test_a_build_failure_names_the_command_that_brings_its_log_home(project):
+    import shutil
+
+    broken = project / "kernels" / "broken_build"
+    shutil.copytree(project / "kernels" / TASK, broken)
+    toml = broken / "task.toml"
+    toml.write_text(toml.read_text().replace(f'name = "{TASK}"', 'name = "broken_build"'))
+    (broken / "solution" / "kernel.py").write_text("def kernel(:\n")
+    done = kp(project, "run", "--host", "local", "--task", "broken_build", "--device", "cpu", columns=80)
+    assert done.returncode == 1, done.stderr
+    [error] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "build failed — candidate: SyntaxError" in error
+    command = re.search(r"inv fetch-results --host local --task broken_build --run (\S+) --raw-file build/candidate.log$",
+                        error)
+    assert command, error
+    fetched = kp(project, *command.group(0).split()[1:])
+    assert fetched.returncode == 0, fetched.stderr
+    [log] = (broken / "results" / "local" / ".raw" / command.group(1)).rglob("candidate.log")
+    assert "SyntaxError" in log.read_text()
