@@ -16,6 +16,7 @@ interrupt.install_early()  # before the slower imports below: Ctrl-C from the fi
 from . import options as checks  # noqa: E402
 from .views import terminal  # noqa: E402
 from .commandline import EXIT_FAILED, EXIT_USAGE, command, finish, finish_asking  # noqa: E402
+from .agent.protocol import RunExit
 from .config import load_inventory
 from .jsonout import print_document
 from .project import kernels_dir
@@ -333,7 +334,8 @@ def check(c, task, workloads=None, json=False):
     outcome = smoke_check(task_dir, workloads, quiet=json)
     if json:
         print_document("check", outcome)
-    finish(outcome["exit_code"] == 0)
+    refused = outcome["exit_code"] == RunExit.REFUSED  # the task itself is not one the runner takes: bad input
+    finish(outcome["exit_code"] == 0, EXIT_USAGE if refused else EXIT_FAILED)
 
 
 @command(help={"name": "the new task's folder name under kernels/"})

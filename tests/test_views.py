@@ -335,3 +335,18 @@ def test_a_build_failure_names_the_command_that_brings_its_log_home(project):
     assert fetched.returncode == 0, fetched.stderr
     [log] = (broken / "results" / "local" / ".raw" / command.group(1)).rglob("candidate.log")
     assert "SyntaxError" in log.read_text()
+
+
+def test_check_of_a_task_the_runner_refuses_names_it_and_exits_2(project):
+    import shutil
+
+    empty = project / "kernels" / "empty_solution"
+    shutil.copytree(project / "kernels" / TASK, empty)
+    toml = empty / "task.toml"
+    toml.write_text(toml.read_text().replace(f'name = "{TASK}"', 'name = "empty_solution"'))
+    for path in (empty / "solution").iterdir():
+        path.unlink()
+    result = kp(project, "check", "--task", "empty_solution", columns=100)
+    assert result.returncode == 2, result.stdout + result.stderr  # bad input, as the README promises
+    assert "empty_solution: error (exit code 2)" in result.stdout and "?:" not in result.stdout
+    assert "missing in kernels/empty_solution/solution" in result.stdout

@@ -80,7 +80,8 @@ def results_columns(rows: list[dict[str, Any]], copy_gbps: Optional[float]) -> l
 
 def _banner(results: dict[str, Any]) -> list[Text]:
     prov = results.get("provenance") or {}
-    task = (prov.get("task") or {}).get("name", "?")
+    task = prov.get("task") or {}
+    task = task.get("name") or (Path(task["dir"]).name if task.get("dir") else "?")  # refused: task.toml unread
     status = str(results.get("status", "?"))
     lines = [Text.assemble((f"{task}: ", "bold"), (status, "green" if status == "passed" else "red"),
                            f" (exit code {results.get('exit_code')})")]
