@@ -169,7 +169,7 @@ def render_results_md(results: dict[str, Any], plot_missing: str | None = "not d
             lines += ["Notes:", "", *notes, ""]
     lines += [_headline_line(results.get("headline") or {}), ""]
     lines += ["![speedup per row, with its 95 % interval and % of copy bandwidth](speedup.png)" if plot_missing is None
-              else f"No plot: {plot_missing}", ""]
+              else f"No plot: {plot_missing.removeprefix('no plot: ')}", ""]
     return "\n".join(lines)
 
 
