@@ -218,7 +218,21 @@ def test_the_live_line_never_cuts_the_run_id(width):
     live.event("k", {"event": "row", "workload": "a", "i": 3, "n": 14, "status": "PASSED", "label": "smoke: cpu"})
     console = Console(width=width, color_system=None, record=True, file=__import__("io").StringIO())
     console.print(live._current())
-    assert run_id in console.export_text(), console.export_text()  # logs, cancel and fetch-results take it whole
+    drawn = console.export_text()
+    assert run_id in drawn, drawn  # logs, cancel and fetch-results take it whole
+
+
+@pytest.mark.parametrize("width", [80, 140])
+def test_the_live_line_says_workload_once(width):
+    from kpremote.views import run as view
+
+    live = view.RunView(quiet=True)
+    live.add("k", "ion8-h200", "h200_diffusion_fuse_scale_shift", "20261123-164106-8d6c2f", None)
+    live.event("k", {"event": "phase", "phase": "workload", "workload": "a", "i": 3, "n": 14})
+    console = Console(width=width, color_system=None, record=True, file=__import__("io").StringIO())
+    console.print(live._current())
+    drawn = console.export_text()
+    assert "workload 3/14" in drawn and drawn.count("workload") == 1, drawn
 
 @pytest.mark.ssh
 def test_a_refused_host_key_shows_its_trust_command_whole_at_80_columns(rig, tmp_path):

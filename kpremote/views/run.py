@@ -277,8 +277,10 @@ class RunView:
                              elapsed])
                 continue
             counts = f"{line['passed']} passed" + (f", {line['failed']} not" if line["failed"] else "")
+            progress = progress_text(line)
+            phase = "" if line["phase"] == "workload" and progress else line["phase"]  # progress says "workload i/n"
             rows.append([line["host"], line["task"], line["run_id"], line["gpu"],
-                         Text(line["phase"], style=STATUS_STYLE.get(line["phase"], "cyan")), progress_text(line),
+                         Text(phase, style=STATUS_STYLE.get(phase, "cyan")), progress,
                          counts + (" (smoke)" if line["smoke"] else ""), elapsed])
         return _StatusLines(rows)
 
