@@ -47,6 +47,8 @@ def command(help: dict[str, str] | None = None, short: dict[str, str] | None = N
                 say(f"dry run, nothing was run: {_as_command_line(fn.__name__, kwargs)}")
                 return None
             interrupt.install(say)
+            if isinstance(kwargs.get("task"), str):
+                kwargs["task"] = as_typed(kwargs["task"])
             try:
                 return fn(c, *args, **kwargs)
             except KpremoteError as exc:
@@ -66,6 +68,11 @@ def command(help: dict[str, str] | None = None, short: dict[str, str] | None = N
         return task(wrapper, help=help or {}, auto_shortflags=False, klass=FlagTask, short_flags=short, **task_kwargs)
 
     return decorate
+
+
+def as_typed(tasks: str) -> str:
+    """--task as a shell completes it: `my_task/` (a folder's name, completed in kernels/) names my_task."""
+    return ",".join(name[:-1] if name.endswith("/") else name for name in tasks.split(","))
 
 
 def say(line: str) -> None:

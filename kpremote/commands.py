@@ -18,6 +18,7 @@ from .views import terminal  # noqa: E402
 from .commandline import EXIT_FAILED, EXIT_USAGE, command, finish, finish_asking  # noqa: E402
 from .agent.protocol import RunExit
 from .config import load_inventory
+from .errors import KpremoteError
 from .jsonout import print_document
 from .project import kernels_dir
 from .taskdir import TaskDir, find_task, find_tasks
@@ -341,8 +342,12 @@ def check(c, task, workloads=None, json=False):
 @command(help={"name": "the new task's folder name under kernels/"})
 def new_task(c, name):
     """Scaffold kernels/NAME: a complete small Triton task that passes `inv check` at once."""
+    from .project import find_root
     from .scaffold import new_task as scaffold
 
+    if find_root() is None:
+        raise KpremoteError(f"{Path.cwd()} is not inside a project (no hosts.toml, nor a pyproject.toml with "
+                            "[tool.kpremote], here or above): run new-task in a project, or start one with a hosts.toml")
     path = scaffold(name, KERNELS)
     terminal.say(f"created {path}; try: inv check --task {name}")
 

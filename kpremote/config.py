@@ -293,6 +293,11 @@ def parse_inventory(data: dict[str, Any], file: Path) -> Inventory:
             raise ConfigError(f"{file}: [hosts.{name}] {stray[0]}: a Slurm setting, but the host has no "
                               'scheduler = "slurm"')
         hosts[name] = _resolve(name, spec, model.defaults)
+    for name, host in hosts.items():
+        for group in host.groups:
+            if group in hosts or group == "local":
+                raise ConfigError(f"{file}: [hosts.{name}] groups: {group!r} is also a host's name, so --host {group} "
+                                  "could not mean the group: name the group otherwise")
     return Inventory(path=file, hosts=hosts)
 
 

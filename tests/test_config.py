@@ -61,6 +61,8 @@ transport = "local"
     ('[hosts.gpu1]\nssh = "@gpu1"', "[hosts.gpu1] ssh = '@gpu1': Value error, nothing before '@'"),
     ('[hosts.gpu1]\nssh = "me@"', "[hosts.gpu1] ssh = 'me@': Value error, no host after '@'"),
     ('[hosts.gpu1]\nssh = "me@:22"', "[hosts.gpu1] ssh = 'me@:22': Value error, no host before ':'"),
+    ('[hosts.a]\nssh = "a"\ngroups = ["b"]\n[hosts.b]\nssh = "b"', "[hosts.a] groups: 'b' is also a host's name"),
+    ('[hosts.a]\nssh = "a"\ngroups = ["local"]', "[hosts.a] groups: 'local' is also a host's name"),
 ])
 def test_errors_name_file_table_and_field(tmp_path, text, expected):
     path = write(tmp_path, text)

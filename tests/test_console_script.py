@@ -170,3 +170,17 @@ def test_where_hosts_come_from_is_said_when_one_is_unknown_or_cannot_be_asked(pr
             "--host NAME, or list your own in ~/.config/kpremote/hosts.toml") in everyone.stderr
     picked = kpremote(project, "status", "--host", "gone", cwd=project, env=env)
     assert picked.returncode == 2 and "hint:" not in picked.stderr  # the user chose it: no advice
+
+
+def test_new_task_outside_any_project_is_refused_and_creates_nothing(project, tmp_path):
+    nowhere = tmp_path / "nowhere"
+    nowhere.mkdir()
+    result = kpremote(project, "new-task", "foo", cwd=nowhere, env={"HOME": str(tmp_path)})
+    assert result.returncode == 2 and "is not inside a project" in result.stderr, result.stderr
+    assert list(nowhere.iterdir()) == []
+
+
+def test_a_task_name_as_the_shell_completes_it_names_the_task(project):
+    result = kpremote(project, "compare", "--task", f"{TASK}/", cwd=project / "kernels")
+    assert "invalid task name" not in result.stderr and "unknown task" not in result.stderr, result.stderr
+    assert "no fetched runs of demo" in result.stderr  # the task was found: it has no runs to compare yet
