@@ -183,13 +183,13 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
     finish(all(o.ok for o in outcomes), code=EXIT_USAGE if refused else EXIT_FAILED)
 
 
-@command(help={"host": "host name or group (default: every host)", "hosts": HOSTS_HELP, "json": "print JSON",
-               "task": "only this task's runs"})
-def status(c, host=None, hosts=None, json=False, task=None):
+@command(help={"host": "host name or group (default: every host)", "hosts": HOSTS_HELP, "json": "print JSON (every run)",
+               "task": "only this task's runs", "all": "list every run (default: the newest 10 of each task)"})
+def status(c, host=None, hosts=None, json=False, task=None, all=False):
     """Runs on the hosts: id, task, GPU, status and phase, age, headline."""
     from . import gpustatus
     from .runs import runs_or_error
-    from .views.runlist import runs_view
+    from .views.runlist import SHOWN, runs_view
 
     inventory = load_inventory(hosts)
     selected = inventory.select(host)
@@ -199,7 +199,7 @@ def status(c, host=None, hosts=None, json=False, task=None):
     if json:
         print_document("status", {"hosts": answers})
     else:
-        terminal.show(runs_view(answers))
+        terminal.show(runs_view(answers, shown=None if all else SHOWN))
     _finish_asking(inventory, host, [a["ok"] for a in answers], [a["ok"] for a in answers])  # not ok: not asked
 
 

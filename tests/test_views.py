@@ -364,3 +364,27 @@ def test_check_of_a_task_the_runner_refuses_names_it_and_exits_2(project):
     assert result.returncode == 2, result.stdout + result.stderr  # bad input, as the README promises
     assert "empty_solution: error (exit code 2)" in result.stdout and "?:" not in result.stdout
     assert "missing in kernels/empty_solution/solution" in result.stdout
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_status_lists_the_newest_runs_with_their_age_and_a_cancelled_wait_as_over(monkeypatch, width):
+    import io
+
+    from kpremote.views import runlist, terminal
+
+    console = Console(width=width, color_system=None, record=True, file=io.StringIO())
+    monkeypatch.setattr(terminal, "console", console)
+    runs = [{"run_id": f"20261120-10{minute:02d}00-aaaa{minute:02d}", "task": "t", "status": "passed", "phase": "done",
+             "started": f"2026-11-20T10:{minute:02d}:01Z", "gpu": {"index": 0}} for minute in range(12)]
+    runs.append({"run_id": "20261120-103000-cccccc", "task": "t", "status": "cancelled",
+                 "phase": "waiting for a GPU", "gpu": None})  # cancelled while it waited: never started
+    console.print(runlist.runs_view([{"host": "box", "ok": True, "runs": runs}]))
+    lines = console.export_text().splitlines()
+    [header] = [line for line in lines if line.startswith("run ")]
+    assert "age" in header.split(), header  # kept at 80 columns: the gpu index goes first
+    [cancelled] = [line for line in lines if "cccccc" in line]
+    assert re.search(r" \d+h\d\dm ", cancelled), cancelled  # its age, from its id: it never started
+    assert width == 80 or "ended in: waiting for a GPU" in cancelled, cancelled  # not waiting any more
+    assert sum(1 for line in lines if line.startswith("20261120-")) == runlist.SHOWN
+    assert "aaaa00" not in "\n".join(lines) and "aaaa11" in "\n".join(lines)  # the newest ones
+    assert "  and 3 older run(s) of t (inv status --all lists them)" in lines
