@@ -61,9 +61,10 @@ def test_bars_are_coloured_by_verdict_not_by_which_side_of_one_they_fall(tmp_pat
     plt.subplots.return_value = (MagicMock(), [[speed]])
     rows = [row("faster", 1.3, verdict={"verdict": "FASTER"}), row("same_above", 1.02, verdict={"verdict": "SAME"}),
             row("same_below", 0.98, verdict={"verdict": "SAME"}), row("slower", 0.7, verdict={"verdict": "SLOWER"}),
-            row("smoke", 1.5)]
+            row("no_verdict", 1.5), row("smoke", 1.5, smoke=True, verdict={"verdict": "FASTER"})]
     _draw(plt, {"rows": rows}, rows, tmp_path / "p.png")
-    assert speed.barh.call_args.kwargs["color"] == ["tab:green", "tab:gray", "tab:gray", "tab:red", "tab:gray"]
+    assert speed.barh.call_args.kwargs["color"] == ["tab:green", "tab:gray", "tab:gray", "tab:red", "tab:gray",
+                                                    "tab:gray"]
 
 
 def test_results_md_says_why_there_is_no_plot_once(tmp_path):

@@ -388,3 +388,17 @@ def test_status_lists_the_newest_runs_with_their_age_and_a_cancelled_wait_as_ove
     assert sum(1 for line in lines if line.startswith("20261120-")) == runlist.SHOWN
     assert "aaaa00" not in "\n".join(lines) and "aaaa11" in "\n".join(lines)  # the newest ones
     assert "  and 3 older run(s) of t (inv status --all lists them)" in lines
+
+
+def test_a_smoke_runs_rows_show_no_verdict_anywhere(tmp_path):
+    from kpremote.agent.report import render_results_md
+
+    document = results()
+    document["smoke"] = True
+    for row in document["rows"]:
+        row.update(smoke=True, label="smoke: timings are not meaningful",
+                   verdict={"verdict": row["verdict"], "low": 1.0, "high": 1.2})
+    shown = render(document, 140)
+    assert not any(word in shown for word in ("FASTER", "SLOWER", "SAME")), shown
+    markdown = render_results_md(document, plot_missing="no plot: smoke")
+    assert not any(word in markdown for word in ("FASTER", "SLOWER")), markdown

@@ -33,7 +33,7 @@ def bar_colour(row: dict[str, Any]) -> str:
     run): a speedup of 1.02x inside the noise is not a win, and its bar does not say it is."""
     verdict = row.get("verdict")
     verdict = verdict.get("verdict") if isinstance(verdict, dict) else verdict
-    return VERDICT_COLOURS.get(str(verdict), "tab:gray")
+    return "tab:gray" if row.get("smoke") else VERDICT_COLOURS.get(str(verdict), "tab:gray")
 
 
 def draw_speedup_plot(results: dict[str, Any], path: Path) -> Optional[str]:

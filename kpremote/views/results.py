@@ -130,7 +130,10 @@ def results_view(results: dict[str, Any], width: int) -> Group:
 
 
 def row_verdict(row: dict) -> Optional[str]:
-    """FASTER / SAME / SLOWER: the agent writes {"verdict", "speedup", "low", "high", ...} (results.json rows)."""
+    """FASTER / SAME / SLOWER: the agent writes {"verdict", "speedup", "low", "high", ...} (results.json rows);
+    None for a smoke row, whose timings (and so verdicts) mean nothing."""
+    if row.get("smoke") or row.get("label"):
+        return None
     verdict = row.get("verdict")
     if isinstance(verdict, dict):
         verdict = verdict.get("verdict")

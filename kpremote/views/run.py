@@ -108,7 +108,7 @@ def row_pieces(event: dict) -> list[tuple[str, Optional[str]]]:
     pieces: list[tuple[str, Optional[str]]] = [
         (f"[{event.get('i', '?')}/{event.get('n', '?')}] {event.get('workload', '?')}: ", None),
         (status, STATUS_STYLE.get(status))]
-    if event.get("verdict"):
+    if event.get("verdict") and not (event.get("label") or event.get("smoke")):  # a smoke verdict means nothing
         pieces.append((f"  {event['verdict']}", VERDICT_STYLE.get(str(event["verdict"]))))
     if event.get("speedup"):
         pieces.append((f"  speedup {event['speedup']:.3f}x", None))
