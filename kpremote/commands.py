@@ -28,14 +28,15 @@ HOSTS_HELP = ("hosts file (default: $KPREMOTE_HOSTS, else the project's hosts.to
 
 
 @command(help={"check": "also connect to each host (in parallel): hostname, python, torch, triton, nvidia-ml-py",
+               "host": "only this host, or the hosts of this group (default: every host)",
                "hosts": HOSTS_HELP, "json": "print JSON instead of a table"})
-def hosts(c, check=False, hosts=None, json=False):
+def hosts(c, check=False, host=None, hosts=None, json=False):
     """List the hosts of hosts.toml (name, address, arch, container, groups); --check reaches each one."""
     from . import gpustatus  # imported here: `inv run` and the others never need it
     from .views.hosts import hosts_view
 
     inventory = load_inventory(hosts)
-    selected = inventory.select(None)
+    selected = inventory.select(host)
     infos = None
     if check:
         with terminal.Waiting("hosts --check") as waiting:
@@ -50,7 +51,7 @@ def hosts(c, check=False, hosts=None, json=False):
     else:
         terminal.show(hosts_view(selected, infos))
     answers = list((infos or {}).values())
-    _finish_asking(inventory, None, [info.answered for info in answers], [info.ok for info in answers])
+    _finish_asking(inventory, host, [info.answered for info in answers], [info.ok for info in answers])
 
 
 @command(help={"host": "a host name or a group (default: every host)", "hosts": HOSTS_HELP,

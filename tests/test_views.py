@@ -402,3 +402,14 @@ def test_a_smoke_runs_rows_show_no_verdict_anywhere(tmp_path):
     assert not any(word in shown for word in ("FASTER", "SLOWER", "SAME")), shown
     markdown = render_results_md(document, plot_missing="no plot: smoke")
     assert not any(word in markdown for word in ("FASTER", "SLOWER")), markdown
+
+
+def test_hosts_check_keeps_what_it_checks_at_80_columns_and_takes_a_host(project):
+    checked = kp(project, "hosts", "--check", columns=80)
+    lines = checked.stdout.splitlines()
+    [header] = [line for line in lines if line.startswith("host ")]
+    assert {"reachable", "python", "torch", "triton", "nvidia-ml-py"} <= set(header.split()), header
+    assert all(len(line) <= 80 for line in lines), lines
+    one = kp(project, "hosts", "--check", "--host", "local", "--json")
+    assert one.returncode == 0, one.stderr  # only the reachable one asked
+    assert [h["name"] for h in __import__("json").loads(one.stdout)["hosts"]] == ["local"]
