@@ -107,6 +107,10 @@ def on_every_host(hosts: list[Host], ask: Callable[[Host, Agent], T],
         return list(pool.map(one, hosts))
 
 
+NO_NVIDIA_DRIVER = "NVML Shared Library Not Found"
+"""pynvml's word for a machine without the NVIDIA driver: on the `local` host, a CPU machine, not a failure."""
+
+
 def probe_host(host: Host, agent: Agent) -> HostReport:
     if host.is_cluster:  # a Slurm cluster: its nodes, from sinfo / squeue (kpremote/slurm.py)
         from .slurm import probe_cluster
@@ -118,6 +122,8 @@ def probe_host(host: Host, agent: Agent) -> HostReport:
     except KpremoteError as exc:
         return HostReport(host=host.name, ok=False, error=str(exc), source="none", seconds=time.monotonic() - started)
     error = answer.get("error")
+    if error and host.transport == "local" and NO_NVIDIA_DRIVER in error and not answer.get("gpus"):
+        error = None  # this machine has no NVIDIA driver: a CPU machine, where runs are smoke runs, not a failure
     return HostReport(
         host=host.name,
         ok=error is None,

@@ -413,3 +413,11 @@ def test_hosts_check_keeps_what_it_checks_at_80_columns_and_takes_a_host(project
     one = kp(project, "hosts", "--check", "--host", "local", "--json")
     assert one.returncode == 0, one.stderr  # only the reachable one asked
     assert [h["name"] for h in __import__("json").loads(one.stdout)["hosts"]] == ["local"]
+
+
+def test_the_local_host_without_an_nvidia_driver_is_a_cpu_machine_not_a_failure(project):
+    result = kp(project, "gpu-status", "--host", "local", env={"KPREMOTE_NVML_FIXTURE": ""})  # the real NVML
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no GPUs here (no NVIDIA driver): runs on this host are CPU smoke runs" in result.stdout or \
+        "[0] " in result.stdout  # a machine with a GPU shows it
+    assert "failed" not in result.stdout
