@@ -421,3 +421,21 @@ def test_the_local_host_without_an_nvidia_driver_is_a_cpu_machine_not_a_failure(
     assert "no GPUs here (no NVIDIA driver): runs on this host are CPU smoke runs" in result.stdout or \
         "[0] " in result.stdout  # a machine with a GPU shows it
     assert "failed" not in result.stdout
+
+
+def test_a_raising_solution_is_shown_with_the_file_and_line_that_raised(project):
+    import shutil
+
+    raising = project / "kernels" / "raising_solution"
+    shutil.copytree(project / "kernels" / TASK, raising)
+    toml = raising / "task.toml"
+    toml.write_text(toml.read_text().replace(f'name = "{TASK}"', 'name = "raising_solution"'))
+    kernel = raising / "solution" / "kernel.py"
+    source = kernel.read_text()
+    function = re.search(r"^def ([a-z]\w*)\(", source, re.M).group(1)  # the entry point the adapter calls
+    kernel.write_text(source + f"\n\ndef {function}(*args, **kwargs):\n    raise ValueError('boom in the candidate')\n")
+    line = len(kernel.read_text().splitlines())
+    result = kp(project, "check", "--task", "raising_solution", "--workloads", "grid_r3_c100", columns=100)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"ValueError: boom in the candidate (at solution/kernel.py:{line})" in " ".join(result.stdout.split()), \
+        result.stdout
