@@ -439,3 +439,15 @@ def test_a_raising_solution_is_shown_with_the_file_and_line_that_raised(project)
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"ValueError: boom in the candidate (at solution/kernel.py:{line})" in " ".join(result.stdout.split()), \
         result.stdout
+
+
+def test_a_leased_gpu_names_its_run_and_who_started_it():
+    from kpremote.gpustatus import GpuReport, HostReport
+    from kpremote.views.gpus import gpu_view
+
+    gpu = GpuReport.model_validate({"index": 0, "uuid": "GPU-0", "name": "NVIDIA H200", "cc": [9, 0],
+                                    "memory_used_mib": 0, "memory_total_mib": 143771, "util_pct": 0, "idle": True,
+                                    "lease": {"run_id": "20261126-070000-abcdef", "user": "alice", "pid": 7}})
+    console = Console(width=100, color_system=None, record=True, file=__import__("io").StringIO())
+    console.print(gpu_view([HostReport(host="box", ok=True, hostname="box", source="fixture", gpus=[gpu])]))
+    assert "leased by 20261126-070000-abcdef (alice)" in console.export_text()

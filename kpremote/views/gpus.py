@@ -30,7 +30,8 @@ class GpuViewOptions:
 def _verdict(gpu: GpuReport) -> Text:
     if gpu.lease:
         holder = gpu.lease.get("run_id") or f"pid {gpu.lease.get('pid')}"
-        return Text(f"leased by {holder}", style="yellow")
+        user = f" ({gpu.lease['user']})" if gpu.lease.get("user") else ""  # whom to ask about it
+        return Text(f"leased by {holder}{user}", style="yellow")
     if not gpu.arch_ok:
         return Text("wrong arch", style="magenta")
     if gpu.idle:
