@@ -451,3 +451,15 @@ def test_a_leased_gpu_names_its_run_and_who_started_it():
     console = Console(width=100, color_system=None, record=True, file=__import__("io").StringIO())
     console.print(gpu_view([HostReport(host="box", ok=True, hostname="box", source="fixture", gpus=[gpu])]))
     assert "leased by 20261126-070000-abcdef (alice)" in console.export_text()
+
+
+def test_a_row_line_names_host_and_task_only_when_several_runs_are_followed():
+    from kpremote.views import run as view
+
+    live = view.RunView(quiet=True)
+    live.add("a", "ion8-h200", "h200_diffusion_fuse_scale_shift__multi_shape", "20261123-164106-8d6c2f", None)
+    event = {"event": "row", "workload": "prod_r8_c256", "i": 1, "n": 2, "status": "PASSED", "speedup": 1.024}
+    text = lambda key: "".join(s.text for s in live._row_segments(live.lines[key], event))  # noqa: E731
+    assert text("a") == "[1/2] prod_r8_c256: PASSED  speedup 1.024x"  # one run: short, under 80 columns
+    live.add("b", "ion9-h200", "h200_diffusion_norm_infer__multi_shape", "20261123-164107-aaaaaa", None)
+    assert text("b").startswith("ion9-h200 h200_diffusion_norm_infer__multi_shape [1/2] prod_r8_c256: PASSED")

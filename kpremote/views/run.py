@@ -260,8 +260,10 @@ class RunView:
             line["phase"] = event.get("status", "done")
 
     def _row_segments(self, line: dict, event: dict) -> list[Segment]:
-        """One verdict line as plain segments: rich's Text layout costs ~60 µs a line, segments ~10."""
-        pieces = [(f"{line['host']} {line['task']} ", None), *row_pieces(event)]
+        """One verdict line as plain segments: rich's Text layout costs ~60 µs a line, segments ~10. The host and
+        task lead it only when several runs are followed: one run's lines stay short (an 80-column terminal)."""
+        whose = [(f"{line['host']} {line['task']} ", None)] if len(self.lines) > 1 else []
+        pieces = [*whose, *row_pieces(event)]
         return [Segment(strip_control_codes(text), Style.parse(style) if style else None) for text, style in pieces]
 
     def _current(self) -> "_StatusLines":
