@@ -7,6 +7,8 @@ like a fetched summary. A summary already there is never replaced: the same cont
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 import os
 import shutil
@@ -103,6 +105,7 @@ def fetch_one(agent: Agent, task_dir: Path, state: dict[str, Any], host_name: st
     run_id = checked_name(state.get("run_id"), "run id", host_name)
     data = summary if summary is not None else download_summary(agent, task_dir.name, run_id)
     members = read_members(data, refused_tops=NEVER_FETCHED)
+    refuse_unless_recorded(members, state, host_name, run_id)
     destination = real_folder(task_dir, "results", checked_name(host_name, "host name")) / run_id
     outcome = "unchanged" if destination.exists() or destination.is_symlink() else "fetched"
     if outcome == "unchanged":
@@ -112,6 +115,20 @@ def fetch_one(agent: Agent, task_dir: Path, state: dict[str, Any], host_name: st
     files = [m for m in members if m.data is not None]
     return FetchReport(host_name, task_dir.name, run_id, str(state.get("status")), outcome, destination, len(files),
                        sum(len(m.data or b"") for m in files), state.get("headline"))
+
+
+def refuse_unless_recorded(members: list[Member], state: dict[str, Any], host_name: str, run_id: str) -> None:
+    """The summary's results.json must be the one the run's runner wrote: its sha256 is in the run's final state
+    (a runner before harness 2.8 records none, and is taken as it is)."""
+    want = state.get("summary_sha256")
+    if not want:
+        return
+    results = next((m for m in members if m.path == "results.json" and m.data is not None), None)
+    got = hashlib.sha256(results.data).hexdigest() if results else None
+    if got != want:
+        raise FetchRefused(f"{host_name}: run {run_id}: its summary's results.json "
+                           f"{'has sha256 ' + got if got else 'is missing'}, but its runner recorded {want}: "
+                           "not fetched (something other than the runner wrote it)")
 
 
 def checked_name(name: Any, what: str, host_name: str = "") -> str:

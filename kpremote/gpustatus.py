@@ -33,17 +33,18 @@ class GpuReport(BaseModel):
     cc: tuple[int, int]
     memory_used_mib: int
     memory_total_mib: int
-    util_pct: int
+    util_pct: Optional[int]  # None: NVML could not read it (the GPU then counts as busy)
     temperature_c: Optional[int] = None
     power_w: Optional[float] = None
     sm_clock_mhz: Optional[int] = None
     sm_clock_max_mhz: Optional[int] = None
     clock_event_reasons: list[str] = []
-    processes: list[Process] = []
+    processes: Optional[list[Process]] = []  # None: NVML could not read the list (the GPU then counts as busy)
     lease: Optional[dict[str, Any]] = None
     idle: bool
     reason: Optional[str] = None
     arch_ok: bool = True
+    arch_reason: Optional[str] = None  # why the host's arch does not run on this GPU
 
 
 class HostAnswer(BaseModel):
@@ -76,6 +77,7 @@ class HostInfo(HostAnswer):
     tvm_ffi: Optional[str] = None  # apache-tvm-ffi, for build kind "tvm-ffi"
     cutlass_dsl: Optional[str] = None  # nvidia-cutlass-dsl, for build kind "cutedsl"
     cuda: Optional[str] = None
+    sandbox: Optional[str] = None  # what the host lets a side's sandbox hold: "sandboxed", "partial: ...", ...
     seconds: float = 0.0
 
 
@@ -142,7 +144,8 @@ def info_host(host: Host, agent: Agent) -> HostInfo:
         answer = agent.call_json("info", "--fast")
     except KpremoteError as exc:
         return HostInfo(host=host.name, ok=False, error=str(exc), seconds=time.monotonic() - started)
-    fields = {k: answer.get(k) for k in ("hostname", "python", "torch", "triton", "pynvml", "tvm_ffi", "cutlass_dsl", "cuda")}
+    fields = {k: answer.get(k) for k in ("hostname", "python", "torch", "triton", "pynvml", "tvm_ffi", "cutlass_dsl", "cuda",
+                                        "sandbox")}
     return HostInfo(host=host.name, ok=True, seconds=time.monotonic() - started, **fields)
 
 

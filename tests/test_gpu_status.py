@@ -15,7 +15,9 @@ from rig import busy_gpu, idle_gpu, run_inv
 @pytest.fixture(scope="module")
 def fleet(rig):
     a = rig.add_host("fleet-a", gpus=[idle_gpu(0), busy_gpu(1)])
-    b = rig.add_host("fleet-b", gpus=[idle_gpu(0, name="NVIDIA B200", cc=[10, 0])], container="sglang_bbuf")
+    b = rig.add_host("fleet-b", gpus=[idle_gpu(0, name="NVIDIA B200", cc=[10, 0], memory_total_mib=183359),
+                                      idle_gpu(1, name="NVIDIA H100 80GB HBM3", memory_total_mib=81559)],
+                     container="sglang_bbuf")
     down = rig.add_host("fleet-down")
     down.stop()
     return a, b, down
@@ -33,8 +35,11 @@ def test_gpu_status_shows_every_host_and_survives_one_down(rig, fleet, tmp_path)
     assert by_host["fleet-a"]["gpus"][1]["processes"][0]["pid"] == 4242
     assert "memory" in by_host["fleet-a"]["gpus"][1]["reason"] or "process" in by_host["fleet-a"]["gpus"][1]["reason"]
     assert by_host["fleet-a"]["source"] == "fixture"
-    # an h200 host entry with a B200 on it: the verdict says the arch does not fit
-    assert by_host["fleet-b"]["gpus"][0]["arch_ok"] is False
+    # an h200 host entry with a B200 and an H100 on it (the H100 is compute capability 9.0 as the H200 is): the
+    # verdict says the arch does not fit, and why
+    b200, h100 = by_host["fleet-b"]["gpus"]
+    assert (b200["arch_ok"], b200["arch_reason"]) == (False, "GPU 0 (NVIDIA B200) is not an H200")
+    assert (h100["arch_ok"], h100["arch_reason"]) == (False, "GPU 1 (NVIDIA H100 80GB HBM3) is not an H200")
     assert by_host["fleet-down"]["ok"] is False
     assert by_host["fleet-down"]["error"].startswith("fleet-down: unreachable")
 

@@ -40,12 +40,14 @@ PARALLEL_CHECKS = min(4, (os.cpu_count() or 2) + 1)
 TEST_NAME = "test_attack_through_inv_check"
 
 
-def _inv_check(attack: kit.Attack, project: Path) -> tuple[subprocess.CompletedProcess, dict[str, Any] | None]:
-    """`inv check --task redteam_<attack>` in a project folder of its own; its results.json if it wrote one."""
+def _inv_check(attack: kit.Attack, project: Path) -> tuple[subprocess.CompletedProcess, dict[str, Any] | None,
+                                                             Path | None]:
+    """`inv check --task redteam_<attack>` in a project folder of its own; its results.json if it wrote one, and
+    the check's folder."""
     kit.assemble(attack, project / "kernels")
     result = run_inv("check", "--task", attack.task_name, cwd=project, timeout=600)
     found = sorted((project / "kernels" / attack.task_name / "results" / "check").glob("*/summary/results.json"))
-    return result, json.loads(found[-1].read_text()) if found else None
+    return result, json.loads(found[-1].read_text()) if found else None, found[-1].parents[1] if found else None
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +61,11 @@ def inv_checks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 
 @pytest.mark.parametrize("attack", CPU_ATTACKS, ids=[a.id for a in CPU_ATTACKS])
 def test_attack_through_inv_check(attack: kit.Attack, inv_checks: dict[str, Future]) -> None:
-    result, results = inv_checks[attack.id].result()
+    result, results, run_dir = inv_checks[attack.id].result()
     console = result.stdout + result.stderr
+    if attack.sandboxed:  # stopped by the sandbox, not by luck: the attack's own lines say it was refused
+        refused, got_through = kit.sandbox_refusals(run_dir) if run_dir else ([], [])
+        assert refused and not got_through, f"{attack.id}: refused {refused}, got through {got_through}"
     outcome = kit.classify(results, None if results else result.returncode, console)
     caught, why = kit.judge(attack, outcome, gpu=False)
     assert caught, f"{attack.id}: {why}; rows {outcome.rows}\n{console[-2500:]}"
@@ -68,6 +73,47 @@ def test_attack_through_inv_check(attack: kit.Attack, inv_checks: dict[str, Futu
         assert result.returncode != 0, console[-2500:]
     else:
         assert result.returncode == 0, console[-2500:]
+        problems = clean_pass_problems(attack, results, outcome, console)
+        assert not problems, f"{attack.id}: {problems}; rows {outcome.rows}\n{console[-2500:]}"
+
+
+# What a clean CPU pass must not be, beyond passing: on a CPU smoke run the interpreter's timings say little about a
+# trick's gain, but a candidate that runs the baseline's own kernels every call cannot come out FASTER.
+NOT_FASTER_ON_CPU = {
+    "control_same": "the baseline's kernels, copied",
+    "phase_poison_detect": "computes through the baseline's kernels whenever out is poisoned, so every timed call",
+}
+
+
+def clean_pass_problems(attack: kit.Attack, results: dict[str, Any] | None, outcome: kit.Outcome,
+                        console: str) -> list[str]:
+    """Why a run that exited 0 is not the clean, checked, timed pass the attack expects (empty when it is)."""
+    if results is None:
+        return ["no results.json"]
+    problems = [] if results.get("status") == "passed" else [f"run status {results.get('status')!r}"]
+    for row in results.get("rows") or []:
+        name = row.get("workload")
+        if row.get("status") != "PASSED" or row.get("invalid") or row.get("implausible"):
+            problems.append(f"{name}: {row.get('status')}, invalid {row.get('invalid')!r}, "
+                            f"implausible {row.get('implausible')!r}")
+        if not (row.get("correctness") or {}).get("seeds_checked"):
+            problems.append(f"{name}: no correctness seed was checked")
+        if not ((row.get("checks") or {}).get("checked_samples") or {}).get("candidate"):
+            problems.append(f"{name}: no timed candidate sample was checked")
+        if kit.row_verdict(row) not in kit.ROW_VERDICTS:
+            problems.append(f"{name}: no FASTER/SAME/SLOWER verdict")
+    if not results.get("rows"):
+        problems.append("no rows")
+    head = results.get("headline") or {}
+    if head.get("geomean") is None or not outcome.headline_printed:
+        problems.append(f"no headline reported ({head.get('note')})")
+    if attack.id in NOT_FASTER_ON_CPU and outcome.verdict == "FASTER":
+        problems.append(f"FASTER ({outcome.message}) for {NOT_FASTER_ON_CPU[attack.id]}")
+    return problems
+
+
+def test_the_not_faster_list_names_cpu_attacks() -> None:
+    assert set(NOT_FASTER_ON_CPU) <= {a.id for a in CPU_ATTACKS if a.expected not in kit.FAILURES}
 
 
 def test_every_issue_class_has_a_fixture() -> None:

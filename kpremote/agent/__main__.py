@@ -176,10 +176,19 @@ def _info(args: argparse.Namespace) -> int:
             "pynvml": _version("nvidia-ml-py"),
             "tvm_ffi": _version("apache-tvm-ffi"),  # the packages the tvm-ffi and cutedsl build kinds need
             "cutlass_dsl": _version("nvidia-cutlass-dsl"),
+            "sandbox": _sandbox(),
             **(_torch_cuda_unimported() if args.fast else _torch_cuda()),
         }
     )
     return 0
+
+
+def _sandbox() -> str:
+    """What a run's sides would be held by here, in words: "sandboxed", or the level and what is missing."""
+    from . import sandbox
+
+    support = sandbox.support()
+    return support.level if support.level == "sandboxed" else f"{support.level}: {'; '.join(support.why_not)}"
 
 
 def _version(distribution: str) -> str | None:
@@ -206,10 +215,11 @@ def _torch_cuda_unimported() -> dict[str, Any]:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from .lease import IdlePolicy, arch_allows, describe_holder, holders, idle_verdict
+    from .lease import IdlePolicy, arch_refusal, describe_holder, holders, idle_verdict, task_arches
     from .nvml import snapshot
 
     policy = IdlePolicy.from_json(args.idle)
+    arch = task_arches(args.arch)
     snap = snapshot()
     held = holders(_root(args)) if snap.gpus else {}
     report = snap.to_json()
@@ -219,7 +229,8 @@ def _probe(args: argparse.Namespace) -> int:
         lease = held.get(gpu.uuid)
         if lease is not None:
             idle, reason = False, "leased: " + describe_holder(lease) + ("" if idle else f"; {reason}")
-        record.update(lease=lease, idle=idle, reason=reason, arch_ok=arch_allows(args.arch, gpu.cc))
+        refusal = arch_refusal(arch, gpu)
+        record.update(lease=lease, idle=idle, reason=reason, arch_ok=refusal is None, arch_reason=refusal)
     _print_json(report)
     return 0
 

@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import ncu
+from . import ncu, sandbox
 from .procfs import kill_tree
 from .profiledcall import bound_adapter, call_main, job_task, profiled, side_call, synchronize, warm_up
 from .protocol import PROFILE_SIDES
@@ -54,6 +54,11 @@ from .protocol import PROFILE_SIDES
 # The absolute part is the launch the harness's event pair holds and ncu's gpu__time_duration does not: on the H200
 # honest rows read 1.2-2.2 µs above ncu at every length (docs/trust.md, "Audit tolerance").
 TOLERANCES = ((20.0, 2.5, 0.08), (math.inf, 2.5, 0.05))
+# Cold rows (harness 2.8): a timed window holds its kernels and the event pair's own cost. Honest cold windows
+# read 0.7-2.2 µs above ncu on the H200 (587.0 vs 586.3 µs the closest, 4.00 vs 2.40 µs on a 2.4 µs row); a window
+# less than WINDOW_FLOOR above ncu lost work (forged event times, work on another stream or before the start
+# event), however short the row. (µs above ncu, less this share of ncu for its own measurement's spread.)
+WINDOW_FLOOR = (0.5, 0.005)
 WARMUP_CALLS = 3
 AUDIT_CALLS = 5
 ROW_LIMIT_S = 600.0
@@ -131,7 +136,25 @@ def per_call_us(durations_us: list[float], calls: int) -> tuple[float, float, st
     return statistics.median(sums), float(per_call), f"median over {calls} calls of {per_call} kernel(s) each"
 
 
-def judge_row(row: AuditRow, ncu_us: float, kernels_per_call: float, note: str, report: str | None) -> RowAudit:
+def window_floor_us(length_us: float) -> tuple[float, str]:
+    """How far above ncu's length (µs; below it, when negative) a cold window must be, and the rule."""
+    absolute, relative = WINDOW_FLOOR
+    return absolute - relative * length_us, f"a window holds its kernels + {absolute:g} µs - {relative:.1%}"
+
+
+def judge_row(row: AuditRow, ncu_us: float, kernels_per_call: float, note: str, report: str | None,
+              one_sided: bool = False) -> RowAudit:
+    """Agreement of the harness's median with ncu's length. one_sided (cold rows): the window may be longer than
+    the kernels by any amount (a neighbour's load lengthens both sides alike; a side's own excess only hurts it,
+    and audit_row compares the two sides' excesses), never shorter than the kernels and WINDOW_FLOOR."""
+    if one_sided:
+        allowed, rule = window_floor_us(ncu_us)
+        agree = row.harness_us >= ncu_us + allowed
+        verdict = "agree" if agree else "DISAGREE (the timed window is shorter than the kernels in it)"
+        text = (f"{verdict}: ncu {ncu_us:.2f} µs, harness {row.harness_us:.2f} µs, at least {ncu_us + allowed:.2f} "
+                f"µs ({rule}); {note}")
+        return RowAudit(row.workload, round(ncu_us, 4), row.harness_us, agree, round(allowed, 4), rule, text,
+                        kernels_per_call, report)
     allowed, rule = tolerance_us(ncu_us)
     agree = abs(ncu_us - row.harness_us) <= allowed
     verdict = "agree" if agree else "DISAGREE"
@@ -160,6 +183,8 @@ def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], e
     if found is None:
         return AuditReport(side, NCU_NOT_FOUND, [_unaudited(r, "ncu not found") for r in rows],
                            cache_control=cache_control, warmup=warmup, calls=calls)
+    scratch = sandbox.make_scratch(sandbox.side_scratch(Path(run_dir), side))
+    env = {**env, **sandbox.scratch_env(scratch)}  # the audited calls run sandboxed (profiledcall.py)
     report = AuditReport(side, "audited", [], found, ncu.ncu_version(found), cache_control, warmup, calls)
     folder = Path(raw_dir) if raw_dir else Path(run_dir) / "raw" / "audit"
     folder.mkdir(parents=True, exist_ok=True)
@@ -173,7 +198,7 @@ def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], e
                "warmup": warmup, "calls": calls, "seed": secrets.randbelow(2**31), "modules": modules,
                "flush_per_call": cache_control == "call"}
         try:
-            report.rows.append(_audit_one(found, folder, row, job, env, cache_control, row_limit_s))
+            report.rows.append(_audit_one(found, folder, row, job, env, cache_control, row_limit_s, scratch))
         except ncu.NcuError as exc:
             if exc.kind in WHOLE_SIDE:
                 whole_side = str(exc)
@@ -207,6 +232,8 @@ def audit_row(request: dict[str, Any]) -> dict[str, Any]:
         sides[side], status[side] = report.rows[0], report.status
     if not sides:
         return {"agree": None, "note": "no harness median to audit", "sides": {}}
+    if cache_control == "call":
+        _baseline_no_longer_than_the_candidate(sides)
     deciding = (next((r for r in sides.values() if r.agree is False), None)
                 or next((r for r in sides.values() if r.agree is None), None)
                 or sides.get("candidate") or next(iter(sides.values())))
@@ -216,6 +243,22 @@ def audit_row(request: dict[str, Any]) -> dict[str, Any]:
     return {"agree": agree, "side": side, "harness_us": deciding.harness_us, "ncu_us": deciding.ncu_us,
             "tolerance": deciding.tolerance, "tolerance_rule": deciding.tolerance_rule, "note": deciding.note,
             "status": status, "cache_control": cache_control, "sides": {k: v.to_json() for k, v in sides.items()}}
+
+
+def _baseline_no_longer_than_the_candidate(sides: dict[str, RowAudit]) -> None:
+    """Cold rows: the baseline's window may exceed its kernels by no more than the candidate's does, within the
+    two-sided tolerance: time in the baseline's windows that the candidate's do not hold flatters the candidate.
+    (A neighbour that lengthens every window, or a second kernel's launch gap, is within it.)"""
+    base, cand = sides.get("baseline"), sides.get("candidate")
+    if not base or not cand or base.agree is not True or cand.agree is None or base.ncu_us is None:
+        return
+    extra = (base.harness_us - base.ncu_us) - (cand.harness_us - (cand.ncu_us or 0.0))
+    allowed, rule = tolerance_us(base.ncu_us)
+    if extra > allowed:
+        base.agree = False
+        base.tolerance, base.tolerance_rule = round(allowed, 4), rule
+        base.note = (f"DISAGREE (the baseline's window holds {extra:.2f} µs more beyond its kernels than the "
+                     f"candidate's, allowed {allowed:.2f} µs: {rule}): " + base.note)
 
 
 def _status(rows: list[RowAudit], whole_side: str | None) -> str:
@@ -229,9 +272,9 @@ def _status(rows: list[RowAudit], whole_side: str | None) -> str:
 
 
 def _audit_one(found: str, folder: Path, row: AuditRow, job: dict[str, Any], env: dict[str, str],
-               cache_control: str, limit_s: float) -> RowAudit:
+               cache_control: str, limit_s: float, scratch: Path) -> RowAudit:
     stem = f"{job['side']}-{row.workload}"
-    report, done = folder / f"{stem}.ncu-rep", folder / f"{stem}.call.json"
+    report, done = folder / f"{stem}.ncu-rep", scratch / f"{stem}.call.json"  # the sandboxed target writes only there
     job_path, log_path = folder / f"{stem}.job.json", folder / f"{stem}.log"
     for stale in (report, done):
         stale.unlink(missing_ok=True)
@@ -247,14 +290,15 @@ def _audit_one(found: str, folder: Path, row: AuditRow, job: dict[str, Any], env
         if exc.kind != "no_kernels":
             report.unlink(missing_ok=True)
             raise
-        return judge_row(row, *per_call_us([], job["calls"]), None)
+        return judge_row(row, *per_call_us([], job["calls"]), None, one_sided=cache_control == "call")
     csv_text = ncu.import_report(found, report)
     (folder / f"{stem}.raw.csv").write_text(csv_text)
     launches = sorted(ncu.parse_raw_csv(csv_text), key=lambda launch: int(launch.identity.get("ID") or 0))
     seconds = [launch.metrics.get(ncu.AUDIT_METRIC) for launch in launches]
     if any(value is None for value in seconds):
         raise ncu.NcuError("ncu_failed", f"ncu's report {report.name} lacks {ncu.AUDIT_METRIC} for some kernels")
-    return judge_row(row, *per_call_us([value * 1e6 for value in seconds], job["calls"]), str(report))
+    return judge_row(row, *per_call_us([value * 1e6 for value in seconds], job["calls"]), str(report),
+                     one_sided=cache_control == "call")
 
 
 def _run(command: list[str], log_path: Path, env: dict[str, str], cwd: Path, limit_s: float) -> int:

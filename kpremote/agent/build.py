@@ -87,8 +87,11 @@ def triton_cache_dir(run_dir: Path) -> Path:
 # --------------------------------------------------------------------------------------------- building
 
 
-def build_sides(spec: TaskSpec, run_dir: Path, device: str) -> BuildRecord:
-    """Build both sides, each with its kind's builder; a side that cannot run here gets a check only."""
+def build_sides(spec: TaskSpec, run_dir: Path, device: str, build_one: Any = None) -> BuildRecord:
+    """Build both sides, each with its kind's builder; a side that cannot run here gets a check only.
+    `build_one(spec, run_dir, side, builder, check_only=...)` builds one side (default: here, in this process;
+    the worker passes one that builds each side in a sandboxed process of its own)."""
+    build_one = build_one or build_one_here
     kinds = {side: buildrules.kind_of(spec.build, side) for side in SIDES}
     builders = {side: builder_for(spec.build, side) for side in SIDES}
     not_checked = buildrules.not_checked_here(spec.build, device)
@@ -108,7 +111,7 @@ def build_sides(spec: TaskSpec, run_dir: Path, device: str) -> BuildRecord:
     )
     skipped = []
     for side in SIDES:
-        record.sides[side], note = _build_one(spec, run_dir, side, builders[side], check_only=side in not_checked)
+        record.sides[side], note = build_one(spec, run_dir, side, builders[side], check_only=side in not_checked)
         skipped.append(note)
     notes = [s.error for s in record.sides.values() if s.error and s.error.startswith("inconclusive")]
     notes += [note for note in skipped if note]
@@ -118,7 +121,7 @@ def build_sides(spec: TaskSpec, run_dir: Path, device: str) -> BuildRecord:
     return record
 
 
-def _build_one(spec: TaskSpec, run_dir: Path, side: str, builder: Builder, *,
+def build_one_here(spec: TaskSpec, run_dir: Path, side: str, builder: Builder, *,
                check_only: bool) -> tuple[SideBuild, str | None]:
     """The side's build (or, where it cannot run, its check) and a note when a check was skipped."""
     log = build_dir(run_dir, side).with_suffix(".log")

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +20,11 @@ RESERVE_BYTES = 256 * 1024  # room kept for the final record, in case the disk f
 class ForeignWatch:
     """Polls NVML while workloads run; any process beyond ours on the leased GPU makes the rows it overlaps invalid.
 
-    Inside a container NVML reports host pids, so ours cannot be recognised by pid: they are counted instead
-    (while a row runs, ours are the judge and its two side processes: OURS_PER_ROW). The memory check runs only
-    when none of ours is alive (after a row whose judge ended).
+    Ours are recognised by pid: every process this runner started (its descendants, gathered at each look and
+    remembered for the run, so a judge of an earlier row still tearing its CUDA context down is never foreign).
+    Inside a container NVML reports host pids this /proc does not show: those are counted instead (while a row
+    runs, ours are the judge and its two side processes: OURS_PER_ROW). The memory check runs only when none of
+    ours is alive (after a row whose judge ended).
     """
 
     def __init__(self, uuid: str, baseline_pids: set[int], baseline_memory_mib: int, memory_margin_mib: int) -> None:
@@ -29,6 +32,7 @@ class ForeignWatch:
         self.baseline_pids = baseline_pids
         self.memory_limit_mib = baseline_memory_mib + memory_margin_mib
         self.seen: list[str] = []
+        self.known_ours: set[int] = set()  # every pid of this runner's tree seen so far
         self._ours = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -60,8 +64,14 @@ class ForeignWatch:
         gpu = nvml.snapshot().find(self.uuid)
         if gpu is None:
             return
-        others = [p for p in gpu.processes if p.get("pid") not in self.baseline_pids]
-        if len(others) > self._ours:
+        from .procfs import descendants, pid_exists
+
+        self.known_ours.update(descendants(os.getpid()))
+        others = [p for p in gpu.processes or [] if p.get("pid") not in self.baseline_pids | self.known_ours]
+        unseen = [p for p in others if not pid_exists(int(p.get("pid") or 0))]  # host pids of a container's NVML
+        if gpu.processes is None:  # a look that could not be taken is not a clean look
+            self.seen.append("the GPU's process list was unreadable during the run")
+        elif len(others) > len(unseen) or len(unseen) > self._ours:
             names = ", ".join(f"pid {p.get('pid')} {p.get('name') or '?'} {p.get('used_mib')} MiB" for p in others)
             self.seen.append(f"foreign process on the GPU during the run ({names})")
         if self._ours == 0 and gpu.memory_used_mib > self.memory_limit_mib:

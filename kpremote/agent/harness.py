@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-HARNESS_VERSION = "2.7"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+HARNESS_VERSION = "2.8"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
 # 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
 # 2.3: a row's noise threshold covers two timer ticks; the flush probe ramps the clocks first (no timed number moves)
@@ -23,6 +23,9 @@ HARNESS_VERSION = "2.7"  # 2.0: process boundary (judge + one process per side),
 #      its call was queued is dropped and taken again with a longer head start (host time had been in such windows)
 # 2.7: a candidate late 4 times in a row at the longest head start (a host sync in its call) keeps its samples, host
 #      time and all, where 2.6 ended the row with ERROR; the baseline still ends it. Rows 2.6 finished: as in 2.6
+# 2.8: each side, each side's build and the audited calls run sandboxed (sandbox/: Landlock, seccomp, the judge's PID
+#      namespace); bytecode only from kpremote's own cache; a row whose side leaves a process behind, is reniced,
+#      re-pinned or starved, or whose candidate runs a helper thread while timed, is void (guard.py)
 AGENT_DIR = Path(__file__).resolve().parent
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # A module inside a package is named by its path from here, e.g. "builders/cuda.py".
@@ -30,8 +33,9 @@ HARNESS_FILES = (
     "audit.py", "build.py", "builders/__init__.py", "builders/base.py", "builders/compiler.py", "builders/cuda.py",
     "builders/imported.py", "builders/tvmffi.py", "buildrules.py", "cases.py", "channel.py", "children.py",
     "contract.py", "correctness.py", "floors.py", "guard.py", "guards.py", "harness.py", "judge.py", "judgeprocess.py", "ncu.py",
-    "profiledcall.py", "report.py", "rowlog.py", "runner.py", "runoptions.py", "sampling.py", "side.py", "sideprocess.py",
-    "stats.py", "taskfiles.py", "taskspec.py", "timing.py", "worker.py",
+    "profiledcall.py", "report.py", "rowlog.py", "runner.py", "runoptions.py", "sampling.py", "sandbox/__init__.py",
+    "sandbox/landlock.py", "sandbox/members.py", "sandbox/namespace.py", "sandbox/seccomp.py", "side.py",
+    "sideprocess.py", "stats.py", "taskfiles.py", "taskspec.py", "timing.py", "worker.py",
 )
 # The other agent modules a run imports, and why none of them decides a verdict or a number
 # (tests/unit/test_harness_files.py: every module a run imports is in one of the two lists).

@@ -33,12 +33,14 @@ import os
 import random
 import secrets
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 from . import floors, guard, sampling, stats, timing
-from .rowlog import write_output_to
+from .rowlog import open_log, write_output_to
+from .sandbox import members, side_scratch
 from .cases import SharedCase, Sharing, derive_seed, make_case_guarded
 from .channel import encode_values
 from .correctness import (ERROR, INCORRECT, PASSED, CaseView, Refused, SideFailed, Verdict, check_case,
@@ -65,6 +67,7 @@ class Bench:
         self.adapter: Any = None
         self.sharing: Sharing | None = None
         self.rows_started = 0  # rows these side processes have begun (1 for the first row they serve)
+        self.sandbox: dict[str, str] = {}  # what each side process entered, in its own words
 
     def processes(self) -> dict[str, Any]:
         """Which processes ran the row, for the record: a pid shared by two rows is one process serving both."""
@@ -78,7 +81,8 @@ class Bench:
             return None
         self.rows_started = 1
         env = dict(os.environ)
-        self.sides = {side: SideProcess(side, env, self.run_dir) for side in SIDES}  # they import while we do
+        self.sides = {side: SideProcess(side, env, self.run_dir, side_scratch(self.run_dir, side))
+                      for side in SIDES}  # they import while we do
         from . import build
 
         failed = self._import_all(build)
@@ -95,8 +99,9 @@ class Bench:
         self.sharing = self.sharing or Sharing(self.device)
         for side, process in self.sides.items():
             try:
-                process.request({"op": "start", "side": side, "task_dir": str(self.spec.root), "device": self.device,
-                                 "module_file": self.modules.get(side)})
+                reply = process.request({"op": "start", "side": side, "task_dir": str(self.spec.root),
+                                         "device": self.device, "module_file": self.modules.get(side)})
+                self.sandbox[side] = str(reply.get("sandbox") or "unsandboxed: the side did not say")
             except SideFailed as exc:
                 return {"status": ERROR, "message": f"import: {side}: {exc.message}", "where": "import",
                         "traceback": exc.traceback_text}
@@ -148,11 +153,15 @@ class Judge:
         if failed:
             return failed
         for side, process in self.sides.items():
+            log = open_log(self.job["log"]) if self.job.get("log") else None
             try:
-                process.request({"op": "row", "workload": self.params, "log": self.job.get("log")})
+                process.request({"op": "row", "workload": self.params}, [log] if log is not None else [])
             except SideFailed as exc:
                 return {"status": ERROR, "message": f"{side}: {exc.message}", "where": "import",
                         "traceback": exc.traceback_text}
+            finally:
+                if log is not None:
+                    os.close(log)
         self.announce_ready()
         return None
 
@@ -253,9 +262,14 @@ class Judge:
         # Counted before the first sample command: a side that recognises a timed call and starts a thread then
         # is seen, however early (the correctness calls and the warm-up have run every other code path).
         threads_before = {side: self.sides[side].threads() for side in SIDES}
+        schedules = {side: guard.schedule_of(self.sides[side].pid) for side in SIDES}
+        timed_from = time.monotonic()
         sampler.prime()
         pair = sampler.run(settings)
+        timed_s = time.monotonic() - timed_from
         threads_after = {side: self.sides[side].threads() for side in SIDES}
+        disturbed = [guard.interference(side, schedules[side], guard.schedule_of(self.sides[side].pid), timed_s,
+                                        starvation=self.device == "cuda") for side in SIDES]
         sampler.final_checks()
         for case in cases:
             for side in SIDES:
@@ -277,9 +291,10 @@ class Judge:
                                  f"opened their window before it had queued the call, at a "
                                  f"{timing.HEAD_START_MAX_US:.0f} us head start; its times hold that host time")
         grew = [side for side in SIDES if (threads_after[side] or 0) > (threads_before[side] or 0)]
-        if grew:
-            result["invalid"] = "; ".join(f"the {side} side started {threads_after[side] - threads_before[side]} "
-                                          f"thread(s) during timing" for side in grew)
+        voids = [f"the {side} side started {threads_after[side] - threads_before[side]} thread(s) during timing"
+                 for side in grew] + [why for why in disturbed if why]
+        if voids:
+            result["invalid"] = "; ".join(voids)
         if self.device == "cuda":
             floor = floors.floor_bandwidth(mode, bytes_moved, self.job.get("l2_bytes") or 0, self.job.get("copy_gbps"),
                                            self.job.get("l2_copy_gbps"))
@@ -352,6 +367,14 @@ def run_row(bench: Bench, job: dict[str, Any], secret: bytes, announce_ready: An
         judge.stop()
 
 
+def _void_for_leftovers(result: dict[str, Any], leftovers: list[str]) -> None:
+    """Processes a side started and left running past its row (a daemon, a helper that setsid away): killed, and
+    the row's numbers void, whatever they were."""
+    if leftovers:
+        why = f"a side left {len(leftovers)} process(es) running past its row, killed: {', '.join(leftovers)}"
+        result["invalid"] = "; ".join(filter(None, [result.get("invalid"), why]))
+
+
 def write_line(fd: int, value: dict[str, Any]) -> None:
     data = (json.dumps(value, default=str) + "\n").encode()
     while data:
@@ -373,6 +396,8 @@ def serve_rows(lines: Any, secret: bytes, result_fd: int) -> None:
                 result = run_row(bench, job, secret, lambda: write_line(result_fd, {"ready": workload}))
                 if bench.sides:
                     result["processes"] = bench.processes()
+                    result["sandbox"] = dict(bench.sandbox)
+                _void_for_leftovers(result, members.kill_leftovers({p.pid for p in bench.sides.values()}))
             except Exception as exc:  # noqa: BLE001 - the runner gets a result it can show, never a dead process
                 result = {"status": ERROR, "message": f"judge: {type(exc).__name__}: {exc}", "where": "judge",
                           "traceback": traceback.format_exc()}

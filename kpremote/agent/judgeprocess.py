@@ -29,7 +29,7 @@ from typing import Any
 from .children import (EXIT_GRACE_S, POLL_S, STARTUP_LIMIT_S, PipeReader, WorkerOutcome, crash_description,
                        kill_strays_noted, wait_or_kill)
 from .correctness import PASSED
-from .procfs import kill_tree
+from .procfs import kill_tree, namespace_pids
 
 
 def keeps_its_judge(result: dict[str, Any] | None) -> bool:
@@ -40,8 +40,10 @@ def keeps_its_judge(result: dict[str, Any] | None) -> bool:
 class JudgeProcess:
     """Rows of one run, each sent to the run's judge and held to its limits; started on the first row."""
 
-    def __init__(self, env: dict[str, str], cwd: Path, run_dir: Path, secret: bytes) -> None:
+    def __init__(self, env: dict[str, str], cwd: Path, run_dir: Path, secret: bytes,
+                 namespace: bool = False) -> None:
         self.env = env
+        self.namespace = namespace  # the judge as process 1 of a PID namespace of its own (sandbox/namespace.py)
         self.cwd = cwd
         self.run_dir = run_dir
         self.secret = secret
@@ -91,9 +93,11 @@ class JudgeProcess:
         read_end, write_end = os.pipe()
         try:
             with open(log_path, "ab") as log:  # the judge moves its output to each row's log itself
+                judge = [sys.executable, "-m", "kpremote.agent.judge", "--result-fd", str(write_end),
+                         "--run-dir", str(self.run_dir)]
+                launcher = [sys.executable, "-m", "kpremote.agent.sandbox.namespace", "--"] if self.namespace else []
                 self.child = subprocess.Popen(
-                    [sys.executable, "-m", "kpremote.agent.judge", "--result-fd", str(write_end),
-                     "--run-dir", str(self.run_dir)],
+                    launcher + judge,
                     stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd, pass_fds=(write_end,),
                     stdin=subprocess.PIPE)
         finally:
@@ -120,6 +124,7 @@ class JudgeProcess:
             if line is not None and "result" in line:
                 result = line["result"] if isinstance(line["result"], dict) else None
                 if result is not None:
+                    self._name_by_host_pid(result)
                     return WorkerOutcome(result, now - started, piped=line)
             if line is None and self.child.poll() is not None and self.pipe.closed.is_set() and self.pipe.arrived.empty():
                 returncode = self.child.returncode
@@ -132,6 +137,16 @@ class JudgeProcess:
                        else f"the worker did not start within {STARTUP_LIMIT_S:g} s")
                 self.close(log_path, kill=True)
                 return WorkerOutcome(None, now - started, timed_out=why)
+
+    def _name_by_host_pid(self, result: dict[str, Any]) -> None:
+        """A judge in a namespace of its own names its processes 1, 2, 3: the record gets the pids of this host."""
+        processes = result.get("processes")
+        if not self.namespace or not isinstance(processes, dict) or self.child is None:
+            return
+        here = namespace_pids(self.child.pid)
+        for key, pid in processes.items():
+            if key != "row_of_these" and isinstance(pid, int) and pid in here:
+                processes[key] = here[pid]
 
     def _next_line(self) -> dict[str, Any] | None:
         try:

@@ -15,9 +15,10 @@ import os
 import re
 import socket
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .nvml import GpuState, Snapshot, snapshot
 from .protocol import AgentError, ArchMismatch, BadRequest, GpuNotFound, IdlePolicy, NoIdleGpu  # noqa: F401 - re-exported
@@ -29,13 +30,17 @@ LOCK_TRIES = 3
 
 
 def idle_verdict(gpu: GpuState, policy: IdlePolicy) -> tuple[bool, str]:
-    """(idle, why not); the reason is "idle" when it is."""
+    """(idle, why not); the reason is "idle" when it is. A reading NVML could not give counts as busy."""
     reasons = []
-    if gpu.processes and not policy.allow_processes:
+    if gpu.processes is None and not policy.allow_processes:
+        reasons.append("process list unreadable")
+    elif gpu.processes and not policy.allow_processes:
         reasons.append(_describe_processes(gpu.processes))
     if gpu.memory_used_mib > policy.max_memory_mib:
         reasons.append(f"{gpu.memory_used_mib} MiB used > {policy.max_memory_mib} MiB")
-    if gpu.util_pct > policy.max_util_pct:
+    if gpu.util_pct is None:
+        reasons.append("utilization unreadable")
+    elif gpu.util_pct > policy.max_util_pct:
         reasons.append(f"util {gpu.util_pct}% > {policy.max_util_pct}%")
     return (not reasons, "; ".join(reasons) or "idle")
 
@@ -47,24 +52,60 @@ def _describe_processes(processes: list[dict]) -> str:
     return f"{len(processes)} compute {noun} ({shown}{more})"
 
 
-# Compute-capability major (and minor where it matters) each task arch needs.
-ARCH_CC: dict[str, tuple[int, int | None]] = {"b200": (10, None), "h200": (9, 0), "h100": (9, 0)}
+@dataclass(frozen=True)
+class GpuModel:
+    """The GPU a task arch names: by NVML's name first, its memory size second, compute capability third."""
+
+    called: str  # as a refusal says it: "an H200"
+    name: re.Pattern[str]  # matches NVML's name ("NVIDIA H200", "NVIDIA H200 NVL"); GH200 and GB200 are not these
+    memory_gib: tuple[int, int]  # NVML's memory total lies in this range (H200: 143771 MiB)
+    cc: tuple[int, int]  # compute capability, the third check
+
+
+# H100 and H200 are both compute capability 9.0: only the name and the memory tell them apart.
+ARCH_MODELS: dict[str, GpuModel] = {
+    "b200": GpuModel("a B200", re.compile(r"\bB200\b", re.I), (170, 200), (10, 0)),
+    "h200": GpuModel("an H200", re.compile(r"\bH200\b", re.I), (130, 150), (9, 0)),
+    "h100": GpuModel("an H100", re.compile(r"\bH100\b", re.I), (70, 100), (9, 0)),
+}
 ANY_ARCH = {"any", "auto"}
 
 
-def arch_allows(arch: str, cc: tuple[int, int]) -> bool:
-    arch = arch.lower()
-    if arch in ANY_ARCH:
-        return True
-    if arch not in ARCH_CC:
-        raise BadRequest(f"unknown arch {arch!r} (known: {', '.join([*ARCH_CC, *sorted(ANY_ARCH)])})")
-    major, minor = ARCH_CC[arch]
-    return cc[0] == major and (minor is None or cc[1] == minor)
+def task_arches(arch: str | Sequence[str]) -> tuple[str, ...]:
+    """The arches a task runs on, lower-cased: one name, a comma-separated list, or a list."""
+    names = arch.split(",") if isinstance(arch, str) else list(arch)
+    arches = tuple(name.strip().lower() for name in names if name.strip())
+    unknown = [name for name in arches if name not in ARCH_MODELS and name not in ANY_ARCH]
+    if unknown or not arches:
+        known = ", ".join([*ARCH_MODELS, *sorted(ANY_ARCH)])
+        raise BadRequest(f"unknown arch {(unknown[0] if unknown else arch)!r} (known: {known})")
+    return arches
 
 
-def _required_cc(arch: str) -> str:
-    major, minor = ARCH_CC[arch.lower()]
-    return f"{major}.{'x' if minor is None else minor}"
+def arch_refusal(arch: str | Sequence[str], gpu: GpuState) -> str | None:
+    """Why the task's arch does not run on this GPU ("GPU 0 (NVIDIA H100 80GB HBM3) is not an H200"); None: it does."""
+    arches = task_arches(arch)
+    if ANY_ARCH.intersection(arches):
+        return None
+    reasons = [_why_not(ARCH_MODELS[name], gpu) for name in arches]
+    if None in reasons:
+        return None
+    return f"GPU {gpu.index} ({gpu.name}) {' and '.join(dict.fromkeys(reasons))}"
+
+
+def _why_not(model: GpuModel, gpu: GpuState, plural: bool = False) -> str | None:
+    """The first check the GPU fails ("is not an H200", "has 80 GiB of memory (...)"), or None: it is that model."""
+    verb = ("are", "have") if plural else ("is", "has")
+    if not model.name.search(gpu.name):
+        return f"{verb[0]} not {model.called}"
+    low, high = model.memory_gib
+    gib = gpu.memory_total_mib / 1024
+    if not low <= gib <= high:
+        return f"{verb[1]} {gib:.0f} GiB of memory ({model.called} has {low}-{high} GiB)"
+    if tuple(gpu.cc) != model.cc:
+        needed = ".".join(map(str, model.cc))
+        return f"{verb[1]} compute capability {gpu.cc[0]}.{gpu.cc[1]} ({model.called} has {needed})"
+    return None
 
 
 class Lease:
@@ -126,7 +167,7 @@ def acquire(
     root: Path,
     *,
     policy: IdlePolicy,
-    arch: str,
+    arch: str | Sequence[str],
     run_id: str,
     task: str,
     gpu: str | None = None,
@@ -155,7 +196,7 @@ def acquire(
         time.sleep(min(POLL_S, remaining))
 
 
-def _candidates(snap: Snapshot, arch: str, wanted: str | None) -> list[GpuState]:
+def _candidates(snap: Snapshot, arch: str | Sequence[str], wanted: str | None) -> list[GpuState]:
     if not snap.gpus:
         raise NoIdleGpu(f"no GPUs visible on {snap.hostname}: {snap.error or 'NVML reports none'}")
     gpus = snap.gpus
@@ -165,23 +206,29 @@ def _candidates(snap: Snapshot, arch: str, wanted: str | None) -> list[GpuState]
             have = ", ".join(f"{g.index} ({g.uuid})" for g in snap.gpus)
             raise GpuNotFound(f"no GPU {wanted!r} on {snap.hostname}; it has {have}")
         gpus = [chosen]
-    right_arch = [g for g in gpus if arch_allows(arch, g.cc)]
+    right_arch = [g for g in gpus if arch_refusal(arch, g) is None]
     if not right_arch:
         raise ArchMismatch(_arch_message(arch, gpus))
     return sorted(right_arch, key=lambda g: (g.memory_used_mib, -g.index))
 
 
-def _arch_message(arch: str, gpus: list[GpuState]) -> str:
-    groups: dict[tuple[str, tuple[int, int]], list[int]] = {}
+def _arch_message(arch: str | Sequence[str], gpus: list[GpuState]) -> str:
+    """"task arch h200 needs an H200: GPUs 0,1 (NVIDIA H100 80GB HBM3) are not an H200", alike GPUs grouped."""
+    arches = task_arches(arch)
+    models = [ARCH_MODELS[name] for name in arches]
+    groups: dict[tuple[str, tuple[str | None, ...]], list[GpuState]] = {}
     for g in gpus:
-        groups.setdefault((g.name, g.cc), []).append(g.index)
-    described = "; ".join(
-        f"GPU {indexes[0]} {name} is {cc[0]}.{cc[1]}"
-        if len(indexes) == 1
-        else f"GPUs {','.join(map(str, indexes))} {name} are {cc[0]}.{cc[1]}"
-        for (name, cc), indexes in groups.items()
-    )
-    return f"task arch {arch} needs compute capability {_required_cc(arch)}; {described}"
+        groups.setdefault((g.name, tuple(_why_not(m, g) for m in models)), []).append(g)
+    described = "; ".join(_group_refusal(group, models) for group in groups.values())
+    wanted = " or ".join(m.called for m in models)
+    return f"task arch {','.join(arches)} needs {wanted}: {described}"
+
+
+def _group_refusal(group: list[GpuState], models: list[GpuModel]) -> str:
+    """Alike GPUs (same name, same reasons) in one phrase: "GPUs 0,1 (NVIDIA H200) are not a B200"."""
+    plural = len(group) > 1
+    reasons = " and ".join(dict.fromkeys(str(_why_not(m, group[0], plural)) for m in models))
+    return f"GPU{'s' if plural else ''} {','.join(str(g.index) for g in group)} ({group[0].name}) {reasons}"
 
 
 def _lease_first_idle(
@@ -235,12 +282,16 @@ def _try_lock(root: Path, gpu: GpuState) -> Lease | None:
 def _busy_table(snap: Snapshot, verdicts: dict[str, str], wanted: str | None) -> str:
     headline = f"GPU {wanted} on {snap.hostname} is not free" if wanted else f"no idle GPU on {snap.hostname}"
     rows = [
-        f"  {g.index:>2}  {g.name:<24} {g.memory_used_mib:>7}/{g.memory_total_mib} MiB  util {g.util_pct:>3}%  "
+        f"  {g.index:>2}  {g.name:<24} {g.memory_used_mib:>7}/{g.memory_total_mib} MiB  util {_percent(g.util_pct)}  "
         f"{verdicts.get(g.uuid, 'wrong arch')}"
         for g in snap.gpus
         if wanted is None or g.uuid in verdicts
     ]
     return "\n".join([headline, *rows])
+
+
+def _percent(value: int | None) -> str:
+    return "  ?%" if value is None else f"{value:>3}%"
 
 
 def holders(root: Path) -> dict[str, dict]:

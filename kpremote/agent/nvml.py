@@ -2,7 +2,9 @@
 
 KPREMOTE_NVML_FIXTURE (format: docs/nvml-fixture.md) is the project's only test double: hosts without a GPU
 answer from it, re-read on every call so a test can change the "hardware" while a run is going on.
-Nothing here raises: a host without NVML is a host with no GPUs and a one-line error saying why.
+Nothing here raises: a host without NVML is a host with no GPUs and a one-line error saying why. A reading that
+decides whether a GPU is idle (utilization, compute processes) is None when NVML could not give it, never 0 or
+[]: the lease treats unreadable as busy (lease.idle_verdict).
 """
 
 from __future__ import annotations
@@ -38,13 +40,13 @@ class GpuState:
     cc: tuple[int, int]
     memory_used_mib: int
     memory_total_mib: int
-    util_pct: int
+    util_pct: int | None  # None: NVML could not read it
     temperature_c: int | None
     power_w: float | None
     sm_clock_mhz: int | None
     sm_clock_max_mhz: int | None
     clock_event_reasons: list[str]
-    processes: list[dict]
+    processes: list[dict] | None  # None: NVML could not read the list
     l2_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -71,13 +73,13 @@ class GpuState:
             cc=(int(major), int(minor)),
             memory_used_mib=int(record["memory_used_mib"]),
             memory_total_mib=int(record["memory_total_mib"]),
-            util_pct=int(record.get("util_pct", 0)),
+            util_pct=_optional_int(record.get("util_pct", 0)),
             temperature_c=record.get("temperature_c"),
             power_w=record.get("power_w"),
             sm_clock_mhz=record.get("sm_clock_mhz"),
             sm_clock_max_mhz=record.get("sm_clock_max_mhz"),
             clock_event_reasons=list(record.get("clock_event_reasons", [])),
-            processes=[_process_record(p) for p in record.get("processes", [])],
+            processes=_process_records(record.get("processes", [])),
             l2_bytes=record.get("l2_bytes"),
         )
 
@@ -156,6 +158,15 @@ def _snapshot_from_fixture(path: Path) -> Snapshot:
     )
 
 
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _process_records(processes: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """The fixture's process list; null says NVML could not read it."""
+    return None if processes is None else [_process_record(p) for p in processes]
+
+
 def _process_record(process: dict[str, Any]) -> dict[str, Any]:
     return {"pid": process.get("pid"), "name": process.get("name"), "used_mib": process.get("used_mib")}
 
@@ -205,7 +216,7 @@ def _read_gpu(pynvml: Any, index: int) -> GpuState:
         cc=tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
         memory_used_mib=int(memory.used) // (1024 * 1024),
         memory_total_mib=int(memory.total) // (1024 * 1024),
-        util_pct=int(utilization.gpu) if utilization is not None else 0,
+        util_pct=int(utilization.gpu) if utilization is not None else None,
         temperature_c=_optional(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU),
         power_w=round(power_mw / 1000.0, 1) if power_mw is not None else None,
         sm_clock_mhz=_optional(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM),
@@ -224,8 +235,10 @@ def _clock_event_reasons(pynvml: Any, handle: Any) -> list[str]:
     return decode_clock_event_reasons(int(mask)) if mask is not None else []
 
 
-def _compute_processes(pynvml: Any, handle: Any) -> list[dict[str, Any]]:
-    running = _optional(pynvml.nvmlDeviceGetComputeRunningProcesses, handle) or []
+def _compute_processes(pynvml: Any, handle: Any) -> list[dict[str, Any]] | None:
+    running = _optional(pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
+    if running is None:
+        return None
     return [
         {
             "pid": int(proc.pid),
@@ -245,7 +258,7 @@ def _process_name(pid: int) -> str | None:
 
 
 def _optional(read: Callable[..., Any] | None, *args: Any) -> Any:
-    """One NVML reading, or None where this GPU or driver does not support it."""
+    """One NVML reading, or None where this GPU or driver could not give it (not supported, no permission, lost)."""
     if read is None:
         return None
     try:

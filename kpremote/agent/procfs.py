@@ -75,6 +75,21 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def namespace_pids(root: int) -> dict[int, int]:
+    """{pid as its own PID namespace sees it: pid here} for root's descendants (NSpid in /proc/PID/status): how a
+    judge's record, written inside its namespace, names processes this side can find."""
+    found = {}
+    for pid in descendants(root):
+        try:
+            with open(f"/proc/{pid}/status") as handle:
+                line = next((l for l in handle if l.startswith("NSpid:")), "")
+        except OSError:
+            continue
+        if line.split()[1:]:
+            found[int(line.split()[-1])] = pid
+    return found
+
+
 def group_members(pgid: int) -> list[int]:
     """Live (neither zombie nor dead) pids in the process group."""
     return [stat.pid for stat in all_processes() if stat.pgrp == pgid and stat.alive]

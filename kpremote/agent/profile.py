@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import ncu
+from . import ncu, sandbox
 from .atomicfile import write_atomically
 from .correctness import PASSED, SKIPPED
 from .procfs import kill_tree
@@ -83,7 +83,8 @@ class ProfileRunner(Runner):
         folder = self.raw / "ncu"
         folder.mkdir(parents=True, exist_ok=True)
         stem = f"{side}-{workload.id}"
-        report, done = folder / f"{stem}.ncu-rep", folder / f"{stem}.call.json"
+        scratch = sandbox.make_scratch(sandbox.side_scratch(self.run_dir, side))
+        report, done = folder / f"{stem}.ncu-rep", scratch / f"{stem}.call.json"  # the sandboxed target writes there
         job_path, log_path = folder / f"{stem}.job.json", folder / f"{stem}.log"
         for stale in (report, done):
             stale.unlink(missing_ok=True)
@@ -93,7 +94,7 @@ class ProfileRunner(Runner):
                                       kernel_regex=self.request.kernel, report=report, target=target)
         self.events.emit("profile", side=side, step="ncu", command=command)
         try:
-            returncode = self._run_under_ncu(command, log_path, side)
+            returncode = self._run_under_ncu(command, log_path, side, sandbox.scratch_env(scratch))
             ncu.check_profile(log_path.read_text(errors="replace"), returncode, report,
                               target_finished=done.is_file(), kernel_regex=self.request.kernel)
             csv_text = ncu.import_report(self.ncu_path, report)
@@ -116,9 +117,10 @@ class ProfileRunner(Runner):
                 "side": side, "warmup": self.request.warmup, "calls": self.request.calls,
                 "modules": {s: rec.get("module") for s, rec in self.ctx.prepared["build"]["sides"].items()}}
 
-    def _run_under_ncu(self, command: list[str], log_path: Path, side: str) -> int:
+    def _run_under_ncu(self, command: list[str], log_path: Path, side: str, scratch_env: dict[str, str]) -> int:
         with open(log_path, "ab") as log:
-            child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self._worker_env(),
+            child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                     env={**self._worker_env(), **scratch_env},
                                      cwd=self.ctx.spec.root)
         try:
             return child.wait(timeout=PROFILE_LIMIT_S)

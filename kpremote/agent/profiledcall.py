@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +43,9 @@ def call_main(argv: list[str], prog: str, calls: Callable[[dict[str, Any]], dict
     parser.add_argument("--job", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
+    from . import sandbox
+
+    print(f"profiled call: {sandbox.enter()}", file=sys.stderr, flush=True)  # before the side's code is imported
     try:
         result = calls(json.loads(args.job.read_text()))
     except Exception:  # noqa: BLE001 - the traceback lands in the ncu log, which the runner quotes

@@ -20,6 +20,7 @@ from .correctness import ERROR, INCORRECT, NOT_CHECKED, PASSED, TIMEOUT
 
 SCHEMA = "kpremote.results/1"
 SMOKE_LABEL = "smoke: timings are not meaningful"
+UNSANDBOXED_LABEL = "unsandboxed"
 HEADLINE_LEVEL = 0.95
 ROW_DRAWS = 100
 BOOTSTRAP_REPLICATES = 4000
@@ -60,7 +61,8 @@ def process_offset_share(row: dict[str, Any]) -> float:
     return float(floor) / min(medians)
 
 
-def headline(rows: list[dict[str, Any]], samples: dict[str, dict[str, list[float]]], *, smoke: bool) -> dict[str, Any]:
+def headline(rows: list[dict[str, Any]], samples: dict[str, dict[str, list[float]]], *, smoke: bool,
+             unsandboxed: str | None = None) -> dict[str, Any]:
     """Equal-weight geometric mean of the production rows' speedups, with a seeded bootstrap interval.
 
     The interval carries each GPU row's process floor too (stats.with_process_offset): a 4 us row whose sides'
@@ -71,8 +73,10 @@ def headline(rows: list[dict[str, Any]], samples: dict[str, dict[str, list[float
     """
     production = [r for r in rows if r.get("production")]
     counted = [r for r in production if counts_in_headline(r)]
+    label = "; ".join(filter(None, [SMOKE_LABEL if smoke else None, UNSANDBOXED_LABEL if unsandboxed else None]))
     result: dict[str, Any] = {"geomean": None, "low": None, "high": None, "level": HEADLINE_LEVEL,
-                              "n": len(counted), "of": len(production), "label": SMOKE_LABEL if smoke else None}
+                              "n": len(counted), "of": len(production), "label": label or None,
+                              "unsandboxed": unsandboxed}
     blockers = headline_blockers(production)
     if blockers:
         result["n"] = 0
@@ -115,6 +119,7 @@ def build_results(
     exit_code: int,
     message: str | None,
     smoke: bool,
+    unsandboxed: str | None = None,
 ) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
@@ -125,7 +130,8 @@ def build_results(
         "label": SMOKE_LABEL if smoke else None,
         "provenance": provenance,
         "rows": rows,
-        "headline": headline(rows, samples, smoke=smoke),
+        "unsandboxed": unsandboxed,
+        "headline": headline(rows, samples, smoke=smoke, unsandboxed=unsandboxed),
     }
 
 
@@ -157,6 +163,9 @@ def render_results_md(results: dict[str, Any], plot_missing: str | None = "not d
     if results.get("smoke"):
         lines += ["> **SMOKE RUN** — CPU only (Triton interpreter): every timing below is meaningless; this run",
                   "> checks that the task builds, runs and is correct, nothing more.", ""]
+    if results.get("unsandboxed"):
+        lines += [f"> **UNSANDBOXED** — the sides ran without the whole sandbox ({results['unsandboxed']}): a side "
+                  "could have reached files and processes that shape the verdict.", ""]
     lines += [f"Status: **{results['status']}** (exit code {results['exit_code']})"]
     if results.get("message"):
         lines += ["", f"> {results['message']}"]
@@ -205,6 +214,10 @@ def _context_lines(prov: dict[str, Any]) -> list[str]:
                      f"{pinned.get('task_toml_sha256')}")
     if prov.get("gpu_readings") or prov.get("audit"):
         lines.append(f"- GPU readings from: {prov.get('gpu_readings')}; audit: {prov.get('audit')}")
+    if prov.get("sandbox"):
+        box = prov["sandbox"]
+        lines.append(f"- sandbox: {box.get('level')} (Landlock ABI {box.get('landlock_abi')}, seccomp "
+                     f"{'yes' if box.get('seccomp') else 'no'}, PID namespace {'yes' if box.get('pid_namespace') else 'no'})")
     probe = prov.get("l2_flush_probe") or {}
     if probe:
         what = "copy" if probe.get("method") == "copy" else "re-read"

@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import buildrules, guard, harness, report
+from . import buildrules, guard, harness, report, sandbox
 from .build import triton_cache_dir
 from .buildrules import NOT_CHECKED
 from .children import ChildLimits, WorkerOutcome, crash_description, run_child
@@ -44,6 +44,7 @@ from .runstate import DISK_FULL_EXIT, disk_full_message, is_disk_full, update_st
 from .taskspec import TaskSpec, TaskSpecError, Workload, load_task
 
 EXIT_PASSED, EXIT_FAILED, EXIT_REFUSED, EXIT_INFRA, EXIT_CANCELLED = 0, 1, 2, 3, 130
+PYCACHE_NAME = ".pycache"  # beside the run folders: kpremote's own bytecode, shared by a task's runs
 PREPARE_LIMIT_S = 3600.0  # both builds (a CUDA build can take many minutes) and the device probe
 # The folder holding the `kpremote` package: workers import the very same agent copy.
 AGENT_HOME = Path(__file__).resolve().parents[2]
@@ -87,6 +88,7 @@ class RunContext:
     watch: ForeignWatch | None = None
     gpu_readings: str | None = None  # "nvml" or "fixture": where the GPU's state came from
     audit: str | None = None  # what the audit did: "on", "unaudited: ..."
+    sandbox: Any = None  # sandbox.Support: what this host lets the sides' sandbox hold
 
 
 class Runner:
@@ -160,6 +162,7 @@ class Runner:
         """The steps every kind of run takes first: validate → lease → build, then the provenance event."""
         self._phase("validate")
         self._validate()
+        self.ctx.sandbox = sandbox.support()
         self._phase("lease")
         self._take_gpu()
         self._phase("build")
@@ -201,7 +204,7 @@ class Runner:
         gpu = snap.find(self.ctx.lease.gpu.uuid) or self.ctx.lease.gpu
         self.ctx.gpu, self.ctx.driver, self.ctx.gpu_before = gpu, snap.driver, gpu.to_json()
         update_state(self.run_dir, gpu=gpu.to_json())
-        self.ctx.watch = ForeignWatch(gpu.uuid, {p.get("pid") for p in gpu.processes}, gpu.memory_used_mib,
+        self.ctx.watch = ForeignWatch(gpu.uuid, {p.get("pid") for p in gpu.processes or []}, gpu.memory_used_mib,
                                       policy.max_memory_mib)
 
     def _resolve_device(self) -> str:
@@ -319,7 +322,8 @@ class Runner:
 
     def _judges(self) -> JudgeProcess:
         if self.judges is None:
-            self.judges = JudgeProcess(self._worker_env(), self.run_dir, self.run_dir, self.secret)
+            self.judges = JudgeProcess(self._worker_env(), self.run_dir, self.run_dir, self.secret,
+                                       namespace=bool(self.ctx.sandbox and self.ctx.sandbox.pid_namespace))
         return self.judges
 
     def _judge_row(self, job: dict[str, Any], stem: Path) -> WorkerOutcome:
@@ -363,6 +367,9 @@ class Runner:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(AGENT_HOME), env.get("PYTHONPATH")]))
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONSAFEPATH"] = "1"  # Python >= 3.11: the working directory never shadows torch or the agent
+        # Bytecode only from a cache of kpremote's processes, never a __pycache__ beside a source: a .pyc planted in
+        # the task tree, the agent or site-packages is not read (sandboxed processes read this cache, never write it).
+        env["PYTHONPYCACHEPREFIX"] = str(self.run_dir.parent / PYCACHE_NAME)
         env["TRITON_CACHE_DIR"] = str(triton_cache_dir(self.run_dir))
         # An autotuned kernel keeps the configuration it chose in the run's cache: the Nsight Compute audit then runs
         # the configuration that was timed (choosing afresh under ncu picked one 1.3-1.9x slower for SGLang's rotary).
@@ -449,14 +456,17 @@ class Runner:
     def _finish(self, status: str, exit_code: int, message: str | None) -> None:
         """Release the GPU, write the summary, and only then say the run is over (state last)."""
         head: dict[str, Any] | None = None
+        digest: str | None = None  # of summary/results.json: the client fetches only a summary that matches it
         self.reserve.give_back()  # its room is what lets a run on a full disk still record why it ended
         try:
             self._release_gpu()
             self._phase("report")
             results = report.build_results(provenance=self._provenance(), rows=self.ctx.rows,
                                            samples=self.ctx.samples, status=status, exit_code=exit_code,
-                                           message=message, smoke=self.ctx.device != "cuda")
+                                           message=message, smoke=self.ctx.device != "cuda",
+                                           unsandboxed=self._unsandboxed())
             report.write_summary(self.run_dir, results, read_events(self.raw / "events.jsonl")[0])
+            digest = harness.file_sha256(self.run_dir / "summary" / "results.json")
             head = results["headline"]
             self.events.emit("headline", **head)
         except Exception as exc:  # noqa: BLE001 - the run must still end with a terminal state
@@ -468,12 +478,23 @@ class Runner:
             with suppress(OSError):
                 self.events.emit("error", message=message)
         with suppress(OSError):  # a full disk may refuse the event; the state below is what must get written
-            self.events.emit("done", status=status, exit_code=exit_code, message=message)
+            self.events.emit("done", status=status, exit_code=exit_code, message=message, summary_sha256=digest)
         update_state(self.run_dir, status=status, phase="done", exit_code=exit_code, headline=head, message=message,
-                     finished=_utc_now())
+                     finished=_utc_now(), summary_sha256=digest)
         self.events.close()
         print(json.dumps({"run_dir": str(self.run_dir), "status": status, "exit_code": exit_code, "message": message,
                           "headline": head}, default=str), flush=True)
+
+    def _unsandboxed(self) -> str | None:
+        """Why this run's numbers came from sides that were not (wholly) sandboxed; None when they all were."""
+        support = self.ctx.sandbox
+        if support is None:
+            return None
+        if support.level != "sandboxed":
+            return f"this host allows a {support.level} sandbox ({'; '.join(support.why_not)})"
+        loose = sorted({f"{side}: {how}" for row in self.ctx.rows for side, how in (row.get("sandbox") or {}).items()
+                        if how.startswith("unsandboxed") or "missing" in how})
+        return "; ".join(loose) or None
 
     def _release_gpu(self) -> None:
         if self.ctx.lease is None:
@@ -512,6 +533,7 @@ class Runner:
             "pinned": harness.pinned_inputs(spec.root) if spec else None,
             "gpu_readings": ctx.gpu_readings or "none (CPU run)",
             "audit": ctx.audit or ("unaudited: CPU run" if ctx.device != "cuda" else "not reached"),
+            "sandbox": ctx.sandbox.to_json() if ctx.sandbox else None,
             "l2_copy_bandwidth": device_info.get("l2_copy_bandwidth"),
             "l2_flush_probe": device_info.get("l2_flush_probe"),
             "versions": prepared.get("versions"),

@@ -8,6 +8,8 @@ over a Unix socket (channel.py): commands come down pickled (the judge is truste
 raises when used), the seeds, the expected outputs, or the other side's tensors. Whatever a side reports
 about itself is a raw sample time or an acknowledgement; every verdict and statistic is the judge's.
 What a side reports can only make its own row fail (a crash, an exception, an output it replaced).
+Before it reads its first command the process enters the sandbox (sandbox/): from then on it may change nothing
+outside its scratch folder and touch no process outside its own tree.
 The process imports once ("start") and then serves the rows the judge hands it ("row": the workload, and the
 row's log for its stdout and stderr); the judge's cases of one row are dropped before the next.
 """
@@ -57,6 +59,11 @@ class Side:
         from . import build
         from .taskspec import SIDES, load_task
 
+        if command["device"] != "cuda":
+            import torch
+
+            torch.set_num_threads(1)  # no intra-op pool on a smoke run: every other thread is the side's own
+
         self.side, self.device = command["side"], command["device"]
         spec = load_task(Path(command["task_dir"]))
         module = build.import_side(spec, self.side, command.get("module_file"))
@@ -72,13 +79,15 @@ class Side:
             from . import timing
 
             timing.reset_persisting_l2()  # once, after the side's module was imported: no set-aside, no such lines
-        return {"ok": True}
+        return {"ok": True, "sandbox": SANDBOX[0]}
 
-    def row(self, command: dict[str, Any]) -> dict[str, Any]:
-        """The next row: its workload's parameters, and its log for this process's output from now on."""
-        from .rowlog import write_output_to
+    def row(self, command: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        """The next row: its workload's parameters, and its log (a descriptor the judge opened) for this process's
+        output from now on."""
+        from .rowlog import write_output_to_fd
 
-        write_output_to(command.get("log"))
+        if fds:
+            write_output_to_fd(fds[0])
         self.workload = command["workload"]
         self.cases.clear()
         self.graphs.clear()
@@ -218,8 +227,10 @@ class Side:
             torch.cuda.synchronize()
 
 
+SANDBOX = ["unsandboxed: not entered"]  # what main() entered, in words, before any task code was imported
+
 COMMANDS = {
-    "start": Side.start, "row": Side.row, "drop": Side.drop, "call": Side.call, "stream_check": Side.stream_check,
+    "start": Side.start, "drop": Side.drop, "call": Side.call, "stream_check": Side.stream_check,
     "warm_up": Side.warm_up, "head_start": Side.head_start, "capture": Side.capture, "sample": Side.sample,
 }
 
@@ -238,6 +249,8 @@ def serve(channel: Channel) -> None:
         try:
             if op == "case":
                 reply = side.case(command, fds)
+            elif op == "row":
+                reply = side.row(command, fds)
             else:
                 reply = COMMANDS[op](side, command)
         except Exception as exc:  # noqa: BLE001 - the judge turns it into the row's ERROR
@@ -258,6 +271,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--side", help="which side (for people reading `ps`; the judge's start command decides)")
     parser.add_argument("--run-dir", help="the run folder (for people reading `ps`)")
     args = parser.parse_args(argv)
+    from . import sandbox
+
+    SANDBOX[0] = sandbox.enter()  # before the adapter or the side's module is imported
     serve(Channel.from_fd(args.fd))
     return 0
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import guard
+from . import guard, sandbox
 from .channel import BadReply, Channel, ChannelClosed
 from .correctness import SideFailed
 
@@ -21,8 +21,10 @@ from .correctness import SideFailed
 class SideProcess:
     """One side's process and the judge's end of its channel."""
 
-    def __init__(self, side: str, env: dict[str, str], cwd: Path) -> None:
+    def __init__(self, side: str, env: dict[str, str], cwd: Path, scratch: Path | None = None) -> None:
         self.side = side
+        if scratch is not None:
+            env = {**env, **sandbox.scratch_env(sandbox.make_scratch(scratch))}
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "kpremote.agent.side", "--fd", str(theirs.fileno()), "--side", side,

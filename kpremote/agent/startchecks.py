@@ -77,7 +77,8 @@ def torch_cuda_build() -> str | None:
 
 
 def task_arch(workspace: Path) -> str | None:
-    """[task] arch of the synced task.toml, or None when it cannot be read (the runner refuses such a task)."""
+    """[task] arch of the synced task.toml ("h200"; a list as "h200,b200"), or None when it cannot be read (the
+    runner refuses such a task)."""
     try:
         import tomllib
     except ImportError:  # Python 3.10: the runner still checks the arch when it leases for itself
@@ -87,4 +88,6 @@ def task_arch(workspace: Path) -> str | None:
     except (OSError, ValueError):
         return None
     arch = task.get("arch") if isinstance(task, dict) else None  # `task = 1` is the runner's to refuse, clearly
+    if isinstance(arch, list) and arch and all(isinstance(name, str) for name in arch):
+        return ",".join(arch)
     return arch if isinstance(arch, str) else None

@@ -40,6 +40,18 @@ def check_upstream_files(spec: TaskSpec) -> None:
                                 "refused: the baseline must be the pinned upstream file")
 
 
+def check_no_bytecode(spec: TaskSpec) -> None:
+    """No compiled Python outside a __pycache__ folder: Python imports a lone foo.pyc as module foo, so a reviewed
+    foo.py could be shadowed, or replaced, by code nobody reads. (__pycache__ folders are never read: every
+    process of a run takes bytecode from kpremote's own cache, runner.PYCACHE_NAME.)"""
+    tops = [p for p in spec.root.iterdir() if p.name not in ("results", ".kpremote", ".git", "__pycache__")]
+    found = [p for top in tops for p in ([top] if top.is_file() else top.rglob("*.py[co]"))
+             if p.suffix in (".pyc", ".pyo") and "__pycache__" not in p.relative_to(spec.root).parts]
+    for path in sorted(found):
+        raise TaskSpecError(f"{shown(path)}: compiled Python in the task folder is refused (it would be imported "
+                            "instead of, or without, a reviewed source); delete it")
+
+
 def check_sides_symmetric(spec: TaskSpec) -> None:
     """Both side folders exist, hold what the one build recipe needs, and neither builds itself."""
     for side in SIDES:

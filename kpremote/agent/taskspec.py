@@ -42,8 +42,12 @@ class TaskSpecError(ValueError):
 @dataclass(frozen=True)
 class TaskInfo:
     name: str
-    arch: str
+    arch: str  # one arch, or several comma-separated ("h200,b200") where task.toml names a list
     family: str
+
+    @property
+    def arches(self) -> tuple[str, ...]:
+        return tuple(self.arch.split(","))
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,7 @@ def load_task(task_dir: Path, *, timing_mode: str | None = None, packages: bool 
     # Imported here, not at the top: taskfiles imports TaskSpec from this module.
     from . import taskfiles
 
+    taskfiles.check_no_bytecode(spec)
     taskfiles.check_sides_symmetric(spec)
     taskfiles.check_upstream_files(spec)
     taskfiles.check_adapter(spec.adapter_path)
@@ -286,9 +291,27 @@ def _task_info(path: Path, values: dict[str, Any], root: Path) -> TaskInfo:
     folder = root.resolve()
     if name not in (folder.name, folder.parent.name):
         raise TaskSpecError(f"{shown(path)}: [task] name = {name!r} — must equal the folder name {folder.name!r}")
-    arch = _string(path, "task", "arch", values)
-    _check_choice(path, "task", "arch", arch, ARCHES)
-    return TaskInfo(name=name, arch=arch, family=_string(path, "task", "family", values))
+    return TaskInfo(name=name, arch=_task_arch(path, values), family=_string(path, "task", "family", values))
+
+
+def _task_arch(path: Path, values: dict[str, Any]) -> str:
+    """[task] arch: one arch, or the list of arches one task folder serves (arch = ["h200", "b200"])."""
+    value = values.get("arch")
+    if value is None:
+        raise TaskSpecError(f"{shown(path)}: [task] arch is missing")
+    names = value if isinstance(value, list) else [value]
+    where = f"{shown(path)}: [task] arch = {toml_text(value) if not isinstance(value, list) else json.dumps(value)}"
+    allowed = f'allowed: {listed(ARCHES)}, or a list of them, e.g. arch = ["h200", "b200"]'
+    unknown = [name for name in names if name not in ARCHES]
+    if not names or (unknown and not isinstance(value, list)):
+        raise TaskSpecError(f"{where} — {allowed}")
+    if unknown:
+        raise TaskSpecError(f"{where} — {toml_text(unknown[0])} is not an arch; {allowed}")
+    if len(set(names)) < len(names):
+        raise TaskSpecError(f"{where} — name each arch once")
+    if "any" in names and len(names) > 1:
+        raise TaskSpecError(f'{where} — "any" already means every arch: write arch = "any" alone')
+    return ",".join(names)
 
 
 def _baseline_info(path: Path, values: dict[str, Any]) -> BaselineInfo:

@@ -36,6 +36,8 @@ def _verdict(gpu: GpuReport) -> Text:
         return Text("wrong arch", style="magenta")
     if gpu.idle:
         return Text("idle", style="green")
+    if gpu.util_pct is None or gpu.processes is None:
+        return Text("unreadable", style="red")  # NVML could not say whether it is idle: never leased
     return Text("busy", style="red")
 
 
@@ -58,6 +60,8 @@ def _details(gpu: GpuReport, options: GpuViewOptions) -> list[str]:
             details.append(",".join(gpu.clock_event_reasons))
         if gpu.reason and not gpu.idle:
             details.append(f"busy: {gpu.reason}")
+        if gpu.arch_reason and not gpu.arch_ok:
+            details.append(f"wrong arch: {gpu.arch_reason}")
     return details
 
 
@@ -107,7 +111,7 @@ def _gpu_lines(gpu: GpuReport, options: GpuViewOptions, width: int, widths: tupl
     line = Text.assemble(
         (f"[{gpu.index}] ", "cyan"), (gpu.name.ljust(name_w), "blue"), " │ ",
         (f"{temperature}°C", "red" if (gpu.temperature_c or 0) >= 80 else ""),
-        (f" {gpu.util_pct:>3} %", "green" if gpu.util_pct < 5 else "yellow"), " │ ",
+        _utilization(gpu.util_pct), " │ ",
         (f"{gpu.memory_used_mib:>{used_w}} / {gpu.memory_total_mib:>{total_w}} MiB", "yellow"), " │ ",
         _verdict(gpu),
     )
@@ -119,6 +123,12 @@ def _gpu_lines(gpu: GpuReport, options: GpuViewOptions, width: int, widths: tupl
     # The second line: cut with an ellipsis rather than wrapped, unless what is asked for (-u, -a) must stay whole.
     more = Text(f"    {details}", style="dim", no_wrap=not (options.uuid or options.all), overflow="ellipsis")
     return [line, more]
+
+
+def _utilization(util_pct: Optional[int]) -> tuple[str, str]:
+    if util_pct is None:
+        return ("   ? %", "red")
+    return (f" {util_pct:>3} %", "green" if util_pct < 5 else "yellow")
 
 
 def show_every(seconds: float, frame: Callable[[], Any]) -> None:

@@ -25,7 +25,7 @@ from kpremote.agent.procfs import group_members
 from kpremote.agent.runpaths import RUN_ID, new_run
 from kpremote.agent.runstate import mark_cancel_requested, read_state, update_state
 from kpremote.agent.start import AGENT_HOME
-from waiting import wait_for
+from waiting import processes_mentioning, wait_for
 
 TASK = "h200_demo__multi_shape"
 
@@ -425,8 +425,8 @@ def test_a_waiting_start_is_cancelled_by_cancel_and_never_leases(root, workspace
 
     assert answer["cancelled"] and answer["state"]["status"] == "cancelled"
     assert waiter.wait(timeout=5) == 8
-    nvml_fixture(make_gpu(0))  # idle again: nothing may take it now
-    time.sleep(0.5)
+    nvml_fixture(make_gpu(0))  # idle again: nothing may take it now, and nothing of the run is left that could
+    assert not processes_mentioning(run_id)
     assert holders(root) == {} and read_state(run_dir_of(root, run_id))["status"] == "cancelled"
 
 

@@ -174,8 +174,21 @@ def test_the_runner_hook_audits_both_sides_and_names_the_one_that_disagrees(task
     assert answer["status"] == {"baseline": "audited", "candidate": "audited"}
     report = json.loads((tmp_path / "run" / "audit" / "candidate-prod_r4_c64.ncu-rep").read_text())
     assert ("--cache-control", "none") in zip(report["argv"], report["argv"][1:])  # graph replays run warm
-    honest = audit.audit_row({**request, "mode": "cold", "harness_us": {"baseline": 12.4, "candidate": 11.5}})
+    honest = audit.audit_row({**request, "mode": "cold", "harness_us": {"baseline": 13.4, "candidate": 13.1}})
     assert (honest["agree"], honest["side"], honest["cache_control"]) == (True, "candidate", "call")  # flushed per call
+    # Cold rows are judged one-sided: a window far above its kernels (a neighbour's load on both sides) agrees ...
+    loaded = audit.audit_row({**request, "mode": "cold", "harness_us": {"baseline": 17.5, "candidate": 17.2}})
+    assert loaded["agree"] is True
+    # ... one shorter than its kernels does not, however small the row (a forged or emptied window) ...
+    short = audit.audit_row({**request, "mode": "cold", "harness_us": {"baseline": 13.4, "candidate": 11.6}})
+    assert (short["agree"], short["side"]) == (False, "candidate")
+    assert "shorter than the kernels in it" in short["note"] and short["tolerance"] == pytest.approx(0.44)
+    close = audit.audit_row({**request, "mode": "cold", "harness_us": {"baseline": 13.4, "candidate": 12.3}})
+    assert close["agree"] is False  # above its kernels, but by less than the event pair's own cost
+    # ... and a baseline whose window holds far more beyond its kernels than the candidate's flatters the candidate.
+    slowed = audit.audit_row({**request, "mode": "cold", "harness_us": {"baseline": 19.0, "candidate": 13.1}})
+    assert (slowed["agree"], slowed["side"]) == (False, "baseline")
+    assert "holds 5.90 µs more beyond its kernels than the candidate's" in slowed["note"]
 
 
 def test_a_side_is_named_or_refused(task: Path, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ package a kind needs, and what a machine without a GPU can check (the rest is NO
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -318,6 +319,14 @@ def tvm_ffi_task(task: Path, candidate_source: str) -> None:
 
 
 needs_nvcc = pytest.mark.skipif(compiler.find_nvcc() is None, reason="the compile-only check needs nvcc here")
+
+
+def test_a_tvm_ffi_task_of_several_arches_is_built_for_each(task: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TVM_FFI_CUDA_ARCH_LIST", raising=False)
+    text = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(text.replace('arch = "any"', 'arch = ["h200", "h100", "b200"]'))
+    tvmffi._arch_list_for(load_task(task))
+    assert os.environ["TVM_FFI_CUDA_ARCH_LIST"] == "9.0 10.0"
 
 
 @needs_nvcc

@@ -48,7 +48,8 @@ def test_info_reports_versions_and_asks_torch_about_cuda_only_when_not_fast(caps
 
 
 def test_probe_shows_idle_verdict_lease_and_arch_per_gpu(tmp_path, nvml_fixture, make_gpu, capsys):
-    nvml_fixture(make_gpu(0), make_gpu(1, memory_used_mib=3000), make_gpu(2, cc=[10, 0], name="NVIDIA B200"))
+    nvml_fixture(make_gpu(0), make_gpu(1, memory_used_mib=3000),
+                 make_gpu(2, cc=[10, 0], name="NVIDIA B200", memory_total_mib=183359))
     held = acquire(tmp_path, policy=IdlePolicy(), arch="any", run_id="20250101-000000-aaaaaa", task="t", gpu="0")
 
     assert main(["probe", "--root", str(tmp_path), "--idle", '{"max_memory_mib": 1000}', "--arch", "b200"]) == 0
@@ -59,7 +60,20 @@ def test_probe_shows_idle_verdict_lease_and_arch_per_gpu(tmp_path, nvml_fixture,
     assert gpu0["lease"]["run_id"] == "20250101-000000-aaaaaa" and gpu1["lease"] is None
     assert (gpu1["idle"], gpu1["reason"]) == (False, "3000 MiB used > 1000 MiB")
     assert [g["arch_ok"] for g in report["gpus"]] == [False, False, True]
+    assert [g["arch_reason"] for g in report["gpus"]] == [
+        "GPU 0 (NVIDIA H200) is not a B200", "GPU 1 (NVIDIA H200) is not a B200", None]
     held.release()
+
+
+def test_probe_on_an_h200_host_says_an_h100_does_not_fit(tmp_path, nvml_fixture, make_gpu, capsys):
+    # Both are compute capability 9.0: only the model tells an h200 host's H100 apart.
+    nvml_fixture(make_gpu(0), make_gpu(1, name="NVIDIA H100 80GB HBM3", memory_total_mib=81559))
+
+    assert main(["probe", "--root", str(tmp_path), "--arch", "h200"]) == 0
+
+    h200, h100 = json.loads(capsys.readouterr().out)["gpus"]
+    assert (h200["arch_ok"], h200["arch_reason"]) == (True, None)
+    assert (h100["arch_ok"], h100["arch_reason"]) == (False, "GPU 1 (NVIDIA H100 80GB HBM3) is not an H200")
 
 
 def test_probe_never_imports_torch(tmp_path, agent_env, python):

@@ -26,19 +26,27 @@ def pair() -> tuple[Channel, Channel]:
 
 
 class Boom:
+    """A forged pickle: unpickling it creates the file `mark` (this test's own, so concurrent runs cannot mix)."""
+
+    def __init__(self, mark: Path) -> None:
+        self.mark = mark
+
     def __reduce__(self):  # what a forged pickle would run in the judge if it were ever unpickled
-        return (Path("/tmp/kp-judge-unpickled").touch, ())
+        return (self.mark.touch, ())
 
 
-def test_a_side_reply_is_json_or_refused_never_unpickled() -> None:
+def test_a_side_reply_is_json_or_refused_never_unpickled(tmp_path: Path) -> None:
     judge, side = pair()
     side.send_reply({"ok": True, "us": 12.5})
     assert judge.recv_reply() == {"ok": True, "us": 12.5}
-    Path("/tmp/kp-judge-unpickled").unlink(missing_ok=True)
-    side._send_frame(pickle.dumps(Boom()), [])
+    armed = tmp_path / "armed"
+    pickle.loads(pickle.dumps(Boom(armed)))
+    assert armed.exists()  # the payload works: its absence below means it was never unpickled
+    mark = tmp_path / "unpickled"
+    side._send_frame(pickle.dumps(Boom(mark)), [])
     with pytest.raises(BadReply, match="not JSON"):
         judge.recv_reply()
-    assert not Path("/tmp/kp-judge-unpickled").exists()
+    assert not mark.exists()
     side._send_frame(b"[1, 2]", [])
     with pytest.raises(BadReply, match="not an object"):
         judge.recv_reply()

@@ -18,7 +18,7 @@ from kpremote.agent.lease import (
     NoIdleGpu,
     acquire,
     adopt,
-    arch_allows,
+    arch_refusal,
     holders,
     idle_verdict,
     lock_path,
@@ -55,12 +55,38 @@ def test_idle_verdict_names_every_reason(make_gpu):
     assert not idle_verdict(with_process, IdlePolicy())[0]
 
 
-def test_arch_allows():
-    assert arch_allows("b200", (10, 0)) and not arch_allows("b200", (9, 0))
-    assert arch_allows("h200", (9, 0)) and arch_allows("H100", (9, 0)) and not arch_allows("h200", (8, 0))
-    assert arch_allows("any", (7, 5)) and arch_allows("auto", (12, 0))
-    with pytest.raises(BadRequest):
-        arch_allows("a100", (8, 0))
+H100 = {"name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559}  # as NVML reports an H100 SXM
+B200 = {"name": "NVIDIA B200", "cc": [10, 0], "memory_total_mib": 183359}
+
+
+def test_the_arch_gate_knows_the_model_not_only_the_compute_capability(make_gpu):
+    h200, h100, b200 = (GpuState.from_json(make_gpu(i, **model)) for i, model in enumerate([{}, H100, B200]))
+    assert arch_refusal("h200", h200) is None and arch_refusal("H100", h100) is None
+    assert arch_refusal("b200", b200) is None
+    assert h100.cc == h200.cc == (9, 0)  # what the gate alone used to look at
+    assert arch_refusal("h200", h100) == "GPU 1 (NVIDIA H100 80GB HBM3) is not an H200"
+    assert arch_refusal("h100", h200) == "GPU 0 (NVIDIA H200) is not an H100"
+    assert arch_refusal("b200", h200) == "GPU 0 (NVIDIA H200) is not a B200"
+    for name in ("NVIDIA GH200 480GB", "NVIDIA GB200"):  # other products that contain the name
+        assert arch_refusal("h200", GpuState.from_json(make_gpu(0, name=name))) is not None
+    assert arch_refusal("h200", GpuState.from_json(make_gpu(0, name="NVIDIA H200 NVL"))) is None
+    # memory is the second signal, compute capability the third
+    small = GpuState.from_json(make_gpu(0, memory_total_mib=81559))
+    assert arch_refusal("h200", small) == "GPU 0 (NVIDIA H200) has 80 GiB of memory (an H200 has 130-150 GiB)"
+    old_cc = GpuState.from_json(make_gpu(0, cc=[8, 0]))
+    assert arch_refusal("h200", old_cc) == "GPU 0 (NVIDIA H200) has compute capability 8.0 (an H200 has 9.0)"
+    assert arch_refusal("any", old_cc) is None and arch_refusal("auto", h100) is None
+    with pytest.raises(BadRequest, match="unknown arch 'a100'"):
+        arch_refusal("a100", h200)
+
+
+def test_a_task_may_name_several_arches(make_gpu):
+    h200, h100, b200 = (GpuState.from_json(make_gpu(i, **model)) for i, model in enumerate([{}, H100, B200]))
+    for arch in ("h200,b200", ["h200", "b200"], ("B200", "H200")):
+        assert arch_refusal(arch, h200) is None and arch_refusal(arch, b200) is None
+    assert arch_refusal("h200,b200", h100) == "GPU 1 (NVIDIA H100 80GB HBM3) is not an H200 and is not a B200"
+    with pytest.raises(BadRequest, match="unknown arch 'a100'"):
+        arch_refusal("h200,a100", h200)
 
 
 def test_acquire_picks_least_memory_then_highest_index(tmp_path, nvml_fixture, make_gpu):
@@ -112,14 +138,20 @@ def test_gpu_that_got_busy_after_locking_is_let_go(tmp_path, nvml_fixture, make_
     assert set(holders(tmp_path)) == {"GPU-00000000-test"}
 
 
-def test_arch_mismatch_says_what_is_needed_and_what_is_there(tmp_path, nvml_fixture, make_gpu):
-    nvml_fixture(make_gpu(0))
+def test_arch_mismatch_says_which_gpu_was_refused_and_why(tmp_path, nvml_fixture, make_gpu):
+    nvml_fixture(make_gpu(0, **H100))
+    with pytest.raises(ArchMismatch) as error:
+        lease(tmp_path, arch="h200")  # an H100 is compute capability 9.0 as well: the model tells them apart
+    assert str(error.value) == "task arch h200 needs an H200: GPU 0 (NVIDIA H100 80GB HBM3) is not an H200"
+    nvml_fixture(make_gpu(0), make_gpu(1), make_gpu(2, **H100))
     with pytest.raises(ArchMismatch) as error:
         lease(tmp_path, arch="b200")
-    assert str(error.value) == "task arch b200 needs compute capability 10.x; GPU 0 NVIDIA H200 is 9.0"
-    nvml_fixture(make_gpu(0), make_gpu(1))
-    with pytest.raises(ArchMismatch, match="GPUs 0,1 NVIDIA H200 are 9.0"):
-        lease(tmp_path, arch="b200")
+    assert str(error.value) == ("task arch b200 needs a B200: GPUs 0,1 (NVIDIA H200) are not a B200; "
+                                "GPU 2 (NVIDIA H100 80GB HBM3) is not a B200")
+    with pytest.raises(ArchMismatch, match=r"^task arch h200 needs an H200: GPU 2 \(NVIDIA H100 80GB HBM3\) is not"):
+        lease(tmp_path, arch="h200", gpu="2")  # the GPU asked for is refused by name
+    assert lease(tmp_path, arch="h200,b200").gpu.index == 1  # an H200 among them: the H100 is never a candidate
+    assert lease(tmp_path, arch="h100").gpu.index == 2
 
 
 def test_wait_polls_until_a_gpu_frees_up(tmp_path, nvml_fixture, make_gpu, monkeypatch):

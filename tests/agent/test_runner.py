@@ -26,6 +26,7 @@ from kpremote.agent.events import read_events
 from kpremote.agent.procfs import descendants
 from kpremote.agent.runstate import read_state
 from kpremote.agent.timing import SMOKE_SAMPLES
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "tasks"
@@ -238,16 +239,23 @@ def test_a_foreign_process_during_a_row_makes_its_timing_invalid(
     uuid = make_gpu(0)["uuid"]
     ours = {"pid": 1001, "name": "python", "used_mib": 900}
     watch = guards.ForeignWatch(uuid, baseline_pids=set(), baseline_memory_mib=0, memory_margin_mib=2048)
+    looks = []
+    look = watch._look
+    watch._look = lambda: (look(), looks.append(1))  # counts the poller's looks: a row is seen, not slept through
+
+    def polled_twice() -> None:
+        wanted = len(looks) + 2
+        wait_for(lambda: len(looks) >= wanted, 10, "two looks of the poller")
 
     watch.row_started(ours=1)
     nvml_fixture(make_gpu(0, processes=[ours], memory_used_mib=900))
-    time.sleep(0.2)
+    polled_twice()
     nvml_fixture(make_gpu(0))  # our worker has exited
     assert watch.row_ended() is None
 
     watch.row_started(ours=1)
     nvml_fixture(make_gpu(0, processes=[ours, {"pid": 2002, "name": "intruder", "used_mib": 6600}]))
-    time.sleep(0.2)
+    polled_twice()
     nvml_fixture(make_gpu(0))
     verdict = watch.row_ended()
     assert verdict is not None and "pid 2002 intruder 6600 MiB" in verdict
@@ -281,16 +289,26 @@ def test_no_headline_while_any_production_row_failed_or_is_in_doubt() -> None:
     assert "geometric-mean" not in markdown
 
 
-def test_the_audit_state_says_why_a_run_is_unaudited(tmp_path: Path) -> None:
+def test_the_audit_state_says_why_a_run_is_unaudited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def status(device: str, audit: str | None) -> str:
         run = runner.Runner(runner.Options(task_dir=tmp_path, run_dir=tmp_path / "run", audit=audit), [])
         run.ctx.device = device
         return run._audit_status()
 
+    standin_ncu = REPO / "tests" / "fixtures" / "ncu" / "ncu"
+    monkeypatch.setenv("KPREMOTE_NCU", str(standin_ncu))
     assert status("cpu", None) == "unaudited: CPU run"
     assert status("cuda", "off") == "unaudited: --no-audit"
-    has_audit = importlib.util.find_spec("kpremote.agent.audit") is not None
-    assert status("cuda", None) == ("unaudited: audit module missing" if not has_audit else status("cuda", "on"))
+    assert status("cuda", None) == "on"
+    assert status("cuda", "on") == "on"
+    not_executable = tmp_path / "ncu"
+    not_executable.write_text("")
+    monkeypatch.setenv("KPREMOTE_NCU", str(not_executable))
+    assert status("cuda", None) == "unaudited: ncu not found"
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "kpremote.agent.audit" else real_find_spec(name, *a))
+    assert status("cuda", None) == "unaudited: audit module missing"
 
 
 def test_the_headline_interval_carries_each_gpu_rows_process_floor() -> None:

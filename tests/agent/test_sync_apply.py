@@ -82,6 +82,13 @@ def manifest(root: Path) -> dict:
     return json.loads((workspace(root) / ".kpremote" / "manifest.json").read_text())
 
 
+def everything(folder: Path) -> dict[str, bytes | str]:
+    """Every file and link under folder (the root, the task folder beside the workspace, and what lies above), so a
+    write that escaped the workspace shows wherever it landed; a link by its target."""
+    return {p.relative_to(folder).as_posix(): os.readlink(p) if p.is_symlink() else p.read_bytes()
+            for p in folder.rglob("*") if p.is_symlink() or p.is_file()}
+
+
 @pytest.fixture
 def synced(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A root whose workspace holds a.py and pkg/b.py, and the client's view of it."""
@@ -143,20 +150,21 @@ def test_cut_stream_leaves_previous_workspace_and_manifest(synced, cut):
     assert not list((root / "tasks" / TASK).glob(".sync-staging-*"))
 
 
-@pytest.mark.parametrize("bad_path", ["../escape.py", "/tmp/abs.py", "a/../../escape.py", ".kpremote/manifest.json",
+# {tmp}: this test's tmp_path, so an absolute path names a place the test watches (and no other run shares).
+@pytest.mark.parametrize("bad_path", ["../escape.py", "{tmp}/abs.py", "a/../../escape.py", ".kpremote/manifest.json",
                                       "./a.py", "a//b.py"])
 def test_header_naming_an_unsafe_path_is_refused(synced, bad_path, tmp_path):
     root, view = synced
-    before = (tree(root), manifest(root))
+    bad_path = bad_path.format(tmp=tmp_path)
+    before = (tree(root), manifest(root), everything(tmp_path))
     with pytest.raises(SyncError, match="refused path"):
         apply(root, stream(view, {bad_path: b"evil"}))
-    assert (tree(root), manifest(root)) == before
-    assert not (tmp_path / "escape.py").exists() and not (root / "tasks" / "escape.py").exists()
+    assert (tree(root), manifest(root), everything(tmp_path)) == before
 
 
 @pytest.mark.parametrize("evil", [
     member("../escape.py", b"evil"),
-    member("/tmp/escape.py", b"evil"),
+    member("{tmp}/escape.py", b"evil"),
     member("a.py", kind=tarfile.SYMTYPE, linkname="/etc/passwd"),
     member("a.py", kind=tarfile.LNKTYPE, linkname="pkg/b.py"),
     member("a.py", kind=tarfile.CHRTYPE),
@@ -165,11 +173,11 @@ def test_header_naming_an_unsafe_path_is_refused(synced, bad_path, tmp_path):
 ])
 def test_tar_members_that_are_links_devices_or_elsewhere_are_refused(synced, evil, tmp_path):
     root, view = synced
-    before = (tree(root), manifest(root))
+    evil = member(evil[0].format(tmp=tmp_path), *evil[1:])
+    before = (tree(root), manifest(root), everything(tmp_path))
     with pytest.raises(SyncError, match="refused tar member"):
         apply(root, stream(view, {"a.py": b""}, members=[evil]))  # sizes agree: only the kind can refuse it
-    assert (tree(root), manifest(root)) == before
-    assert not (tmp_path / "escape.py").exists() and not Path("/tmp/escape.py").exists()
+    assert (tree(root), manifest(root), everything(tmp_path)) == before
 
 
 def test_a_failure_while_moving_files_leaves_no_manifest_claiming_the_old_tree(synced, monkeypatch):

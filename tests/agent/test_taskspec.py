@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from kpremote.agent.startchecks import task_arch
 from kpremote.agent.taskspec import TaskSpecError, load_task
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "tiny_rmsnorm"
@@ -160,6 +161,32 @@ def test_host_workspace_layout_is_accepted(tmp_path: Path) -> None:
 def test_unknown_arch(task: Path) -> None:
     edit(task / "task.toml", 'arch = "any"', 'arch = "a100"')
     assert '[task] arch = "a100" — allowed: "b200", "h200", "h100", "any"' in refusal(task)
+
+
+def test_one_task_folder_may_serve_several_arches(task: Path) -> None:
+    edit(task / "task.toml", 'arch = "any"', 'arch = ["h200", "b200"]')
+    spec = load_task(task)
+    assert (spec.task.arch, spec.task.arches) == ("h200,b200", ("h200", "b200"))  # lease.acquire takes either
+    assert task_arch(task) == "h200,b200"  # what `start` leases by, read without the whole contract
+    edit(task / "task.toml", 'arch = ["h200", "b200"]', 'arch = "h200"')
+    assert (load_task(task).task.arch, load_task(task).task.arches, task_arch(task)) == ("h200", ("h200",), "h200")
+
+
+@pytest.mark.parametrize(
+    ("arch", "expected"),
+    [
+        ("[]", '[task] arch = [] — allowed: "b200", "h200", "h100", "any", or a list of them, e.g. arch = ["h200", '),
+        ('["h200", "a100"]', '[task] arch = ["h200", "a100"] — "a100" is not an arch; allowed: "b200", "h200", '),
+        ('["h200", "h200"]', '[task] arch = ["h200", "h200"] — name each arch once'),
+        ('["any", "h200"]', '[task] arch = ["any", "h200"] — "any" already means every arch: write arch = "any" alone'),
+        ("3", "[task] arch = 3 — allowed: "),
+        ('"h200,b200"', '[task] arch = "h200,b200" — allowed: '),
+    ],
+)
+def test_an_arch_list_is_checked(task: Path, arch: str, expected: str) -> None:
+    edit(task / "task.toml", 'arch = "any"', f"arch = {arch}")
+    message = refusal(task)
+    assert message.startswith("tiny_rmsnorm/task.toml: ") and expected in message and "\n" not in message
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """`inv check` (the CPU smoke run) passes for every shipped task whose sides all run on the CPU, says NOT CHECKED and
-fails for the one whose CUDA candidate cannot (after compile-checking it), and an H200 host refuses the b200 copy."""
+fails for the one whose CUDA candidate cannot (after compile-checking it), and an H100 host refuses the task that
+serves the H200 and the B200."""
 
 from __future__ import annotations
 
@@ -112,13 +113,15 @@ for row in spec.smoke_rows():
                                    "ok", "extra_rms_b4_l257_c128_bf16_w"]
 
 
-def test_an_h200_host_refuses_the_b200_task(rig, tmp_path: Path) -> None:
-    task = "b200_diffusion_fuse_scale_shift__multi_shape"
+def test_an_h100_host_refuses_the_h200_and_b200_task(rig, tmp_path: Path) -> None:
+    task = "h200_diffusion_fuse_scale_shift__multi_shape"  # arch = ["h200", "b200"]
     shutil.copytree(REPO / "kernels" / task, tmp_path / "kernels" / task, ignore=shutil.ignore_patterns("results"))
-    host = rig.add_host("h200-only", gpus=[idle_gpu(0), idle_gpu(1)])
+    h100 = {"name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559}  # compute capability 9.0, as an H200
+    host = rig.add_host("h100-only", gpus=[idle_gpu(0, **h100), idle_gpu(1, **h100)])
     hosts = rig.write_hosts_toml(tmp_path / "hosts.toml", [host])
-    result = run_inv("run", "--hosts", str(hosts), "--host", "h200-only", "--task", task, cwd=tmp_path)
+    result = run_inv("run", "--hosts", str(hosts), "--host", "h100-only", "--task", task, cwd=tmp_path)
     assert result.returncode == 2
-    assert "task arch b200 needs compute capability 10.x" in result.stderr
-    assert "GPUs 0,1 NVIDIA H200 are 9.0" in result.stderr and "Traceback" not in result.stderr
+    assert ("task arch h200,b200 needs an H200 or a B200: GPUs 0,1 (NVIDIA H100 80GB HBM3) are not an H200 and are "
+            "not a B200") in result.stderr
+    assert "Traceback" not in result.stderr
     assert not list((host.root / "tasks" / task / "runs").glob("*"))  # nothing started

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import hashlib
 import json
 import tarfile
 from dataclasses import replace
@@ -66,9 +67,25 @@ def test_a_run_goes_to_the_idle_gpu_with_least_memory_used_and_leased_ones_are_s
 
 def test_a_task_for_another_arch_is_refused_with_what_the_host_has(agent, kernels, gpus, standin_runs):
     write(kernels / TASK / "task.toml", TASK_TOML.format(arch="b200"))
-    with pytest.raises(KpremoteError, match=r"task arch b200 needs compute capability 10.x; GPU 0 NVIDIA H200 is 9.0"):
+    with pytest.raises(KpremoteError, match=r"task arch b200 needs a B200: GPU 0 \(NVIDIA H200\) is not a B200"):
         start_run(session_of(agent), find_task(kernels, TASK), RunOptions())
     assert not list((workspace(agent).parent / "runs").iterdir())  # the refused run left no folder
+
+
+def test_a_task_of_two_arches_runs_on_either_and_an_h100_is_refused_by_model(agent, kernels, gpus, standin_runs):
+    write(kernels / TASK / "task.toml", TASK_TOML.replace("arch = '{arch}'", 'arch = ["h200", "b200"]'))
+    session = session_of(agent)
+    gpus(gpu(0, name="NVIDIA H100 80GB HBM3", memory_total_mib=81559))  # compute capability 9.0, as an H200
+    with pytest.raises(KpremoteError, match=r"task arch h200,b200 needs an H200 or a B200: GPU 0 \(NVIDIA H100 80GB "
+                                            r"HBM3\) is not an H200 and is not a B200"):
+        start_run(session, find_task(kernels, TASK), RunOptions())
+    gpus(gpu(0, name="NVIDIA H100 80GB HBM3", memory_total_mib=81559),
+         gpu(1, name="NVIDIA B200", cc=[10, 0], memory_total_mib=183359))
+    run = start_run(session, find_task(kernels, TASK), RunOptions())
+    try:
+        assert run.gpu["name"] == "NVIDIA B200"
+    finally:
+        cancel_run(session, TASK, run.run_id)
 
 
 def test_a_run_follows_to_its_end_and_its_summary_comes_on_the_same_channel(agent, kernels, gpus, standin_runs,
@@ -201,3 +218,18 @@ def test_fetch_refuses_an_archive_with_raw_files_or_escaping_paths(agent, kernel
 def test_fetch_refuses_a_run_id_the_host_made_up(agent, kernels):
     with pytest.raises(FetchRefused, match="invalid run id '../x'"):
         fetch_results(agent, TASK, "../x", kernels, agent.host.name)
+
+
+def test_fetch_takes_only_the_summary_its_runner_recorded(agent, kernels):
+    """state.json carries the sha256 of the results.json the runner wrote (harness 2.8): a summary rewritten by
+    anything else (a side's daemon, before the sandbox) is refused, and nothing lands."""
+    run_dir = finished_run(agent)
+    state = json.loads((run_dir / "state.json").read_text())
+    recorded = hashlib.sha256(b'{"headline": 2.0}').hexdigest()
+    (run_dir / "state.json").write_text(json.dumps({**state, "summary_sha256": recorded}))
+    (run_dir / "summary" / "results.json").write_text('{"headline": 3.2}')
+    with pytest.raises(FetchRefused, match=f"its runner recorded {recorded}: not fetched"):
+        fetch_results(agent, TASK, RUN_ID, kernels, agent.host.name)
+    assert not (kernels / TASK / "results" / agent.host.name / RUN_ID).exists()
+    (run_dir / "summary" / "results.json").write_text('{"headline": 2.0}')
+    assert fetch_results(agent, TASK, RUN_ID, kernels, agent.host.name)[0].outcome == "fetched"

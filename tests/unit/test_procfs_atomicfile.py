@@ -72,10 +72,31 @@ def test_kill_tree_takes_the_child_and_what_it_started_and_reaps_the_child(famil
     assert not any(procfs.is_alive(pid) for pid in grandchildren)
 
 
-def test_kill_strays_leaves_a_group_that_is_not_its_own_alone(family):
-    if os.getpgrp() == os.getpid():
-        pytest.skip("pytest leads its own process group here")
-    assert procfs.kill_strays() == [] and procfs.is_alive(family.pid)
+KILL_STRAYS_IN_A_GROUP = """
+import json, subprocess, sys
+from kpremote.agent import procfs
+mate = subprocess.Popen(["sleep", "30"])  # in this group
+apart = subprocess.Popen(["sleep", "30"], start_new_session=True)  # in a group of its own
+follower = subprocess.run([sys.executable, "-c", "from kpremote.agent import procfs; print(procfs.kill_strays())"],
+                          capture_output=True, text=True)  # a member of this group that does not lead it
+mate_after_follower = procfs.is_alive(mate.pid)
+killed = procfs.kill_strays()  # this process leads its group
+mate.wait()
+print(json.dumps({"follower": follower.stdout.strip(), "mate_after_follower": mate_after_follower,
+                  "killed": killed, "mate": mate.pid, "mate_rc": mate.returncode,
+                  "apart_alive": procfs.is_alive(apart.pid)}))
+apart.kill()
+"""
+
+
+def test_kill_strays_kills_only_in_a_group_it_leads_and_only_that_group():
+    done = subprocess.run([sys.executable, "-c", KILL_STRAYS_IN_A_GROUP], capture_output=True, text=True,
+                          timeout=60, start_new_session=True)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["follower"] == "[]" and seen["mate_after_follower"]  # not its group to clear: nothing killed
+    assert seen["killed"] == [seen["mate"]] and seen["mate_rc"] == -9  # its own group: the mate, not itself
+    assert seen["apart_alive"]  # another group is left alone
 
 
 def test_a_disk_reserve_holds_its_room_until_given_back(tmp_path):

@@ -47,7 +47,7 @@ def accepted_by_every_side(name: str, tmp_path: Path) -> dict[str, bool]:
         "fetch": accepts(lambda: fetch.checked_name(name, "run id"), KpremoteError),
         "agent sync": accepts(lambda: agent_sync.check_task_name(name), agent_sync.SyncError),
         "agent runs": accepts(lambda: runpaths.validate_task_name(name), AgentError),
-        "scaffold": is_name(name) and len(name) <= scaffold.NAME_MAX,
+        "scaffold": accepts(lambda: scaffold.new_task(name, tmp_path / "new"), scaffold.ScaffoldError),
     }
 
 

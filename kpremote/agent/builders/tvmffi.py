@@ -160,6 +160,6 @@ def cpp_args(values: tuple[Any, ...]) -> list[str]:
 
 def _arch_list_for(spec: TaskSpec) -> None:
     """Both tvm-ffi sides target the task's architecture, also where no GPU is there to be detected."""
-    arch = ARCH_LISTS.get(spec.task.arch)
+    arch = " ".join(dict.fromkeys(ARCH_LISTS[name] for name in spec.task.arches if name in ARCH_LISTS))
     if arch and "TVM_FFI_CUDA_ARCH_LIST" not in os.environ:
         os.environ["TVM_FFI_CUDA_ARCH_LIST"] = arch

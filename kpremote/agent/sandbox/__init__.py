@@ -1,0 +1,146 @@
+"""The sandbox each side's process tree runs in: what this host can build, and entering it.
+
+A side (and a side's build, and the candidate under the audit's ncu) is a process that runs code kpremote did
+not write. Entering the sandbox, before that code is imported, it gives up for good:
+- every change to the file system outside its own scratch folder (its Triton, CUDA, torch and temp caches are
+  pointed there by scratch_env) and /dev's nodes: the task tree, the run folder, the agent, the other side's
+  folders and every bytecode cache another process reads are read-only to it (landlock.py);
+- signals, ptrace and memory access to any process outside its own tree, and renice, re-pinning or rescheduling
+  of any process but itself (landlock.py where the kernel scopes them, seccomp.py for the rest).
+The judge and its sides share a PID namespace of their own (namespace.py): nothing a side starts outlives the
+judge, and the judge finds and kills whatever a row left behind.
+
+`support()` says what this host allows; a host that allows none of it still runs, and its results say
+"unsandboxed" wherever their numbers show.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import landlock, seccomp
+
+DISABLE_ENV = "KPREMOTE_SANDBOX"  # "off": run unsandboxed (a diagnosis, and it says so everywhere)
+SCRATCH_ENV = "KPREMOTE_SCRATCH"  # the one folder a sandboxed process may change
+
+
+@dataclass
+class Support:
+    """What this host can build: Landlock's ABI (0: none), a seccomp filter, a PID namespace."""
+
+    landlock_abi: int = 0
+    seccomp: bool = False
+    pid_namespace: bool = False
+    why_not: list[str] = field(default_factory=list)
+
+    @property
+    def level(self) -> str:
+        """"sandboxed": files, signals, scheduling and leftovers all held; "partial": some; "unsandboxed": none."""
+        held = [self.landlock_abi >= 1, self.seccomp, self.pid_namespace]
+        if all(held):
+            return "sandboxed"
+        return "partial" if any(held) else "unsandboxed"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "level": self.level}
+
+
+def disabled() -> bool:
+    return os.environ.get(DISABLE_ENV, "").lower() in ("off", "0", "no")
+
+
+def support() -> Support:
+    """Probe this host (milliseconds): Landlock's ABI, seccomp, and whether a PID namespace can be made."""
+    found = Support()
+    if disabled():
+        found.why_not.append(f"{DISABLE_ENV}=off")
+        return found
+    found.landlock_abi = landlock.abi_version()
+    if found.landlock_abi < 1:
+        found.why_not.append("no Landlock in this kernel")
+    found.seccomp = seccomp.supported()
+    if not found.seccomp:
+        found.why_not.append("no seccomp filter for this machine")
+    found.pid_namespace, why = _can_unshare()
+    if not found.pid_namespace:
+        found.why_not.append(f"no PID namespace: {why}")
+    return found
+
+
+def _can_unshare() -> tuple[bool, str]:
+    from . import namespace
+
+    try:
+        read_end, write_end = os.pipe()
+        child = os.fork()
+    except OSError as exc:
+        return False, str(exc)
+    if child == 0:
+        os.close(read_end)
+        try:
+            namespace.unshare()
+            os.write(write_end, b"ok")
+        except OSError as exc:
+            os.write(write_end, str(exc).encode()[:200])
+        os._exit(0)
+    os.close(write_end)
+    answer = os.read(read_end, 256).decode(errors="replace")
+    os.close(read_end)
+    os.waitpid(child, 0)
+    return answer == "ok", answer
+
+
+def scratch_env(scratch: Path) -> dict[str, str]:
+    """Where a sandboxed process's tools keep their caches and temporary files: all inside its scratch folder."""
+    scratch = Path(scratch)
+    return {SCRATCH_ENV: str(scratch), "TMPDIR": str(scratch / "tmp"), "TRITON_CACHE_DIR": str(scratch / "triton"),
+            "CUDA_CACHE_PATH": str(scratch / "nv"), "XDG_CACHE_HOME": str(scratch / "cache"),
+            "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor")}
+
+
+def side_scratch(run_dir: Path, side: str) -> Path:
+    """A side's scratch folder in a run: the same for its timing process and the calls the audit or a profile
+    makes of it (so they find the Triton configurations it tuned), and no one else's."""
+    return Path(run_dir) / "raw" / "scratch" / side
+
+
+def make_scratch(scratch: Path) -> Path:
+    for name in ("tmp", "triton", "nv", "cache", "inductor"):
+        (Path(scratch) / name).mkdir(parents=True, exist_ok=True)
+    return Path(scratch)
+
+
+def enter(scratch: Path | None = None, also: list[Path] = ()) -> str:
+    """Give up, for this process and all it starts, every right the sandbox takes away; the writable folder is
+    `scratch` (default: $KPREMOTE_SCRATCH), and `also` (a side's build folder; a file there may only be
+    written). Returns what was applied, in words ("unsandboxed: why" where nothing could be)."""
+    if disabled():
+        return f"unsandboxed: {DISABLE_ENV}=off"
+    folder = Path(scratch or os.environ.get(SCRATCH_ENV) or "")
+    applied: list[str] = []
+    missing: list[str] = []
+    signals_scoped = False
+    if str(folder) and folder.is_dir():
+        try:
+            # /proc: CUDA's initialisation writes files of its own process there (without, cudaGetDeviceCount fails
+            # with error 304 on an H200: benchmarks/gpu/sandbox_diag.py); /dev: the GPU's nodes, opened to write.
+            done = landlock.restrict_self([folder, Path("/dev/shm"), *[p for p in also if Path(p).is_dir()]],
+                                          [Path("/dev"), Path("/proc"), *[p for p in also if not Path(p).is_dir()]])
+            applied.append(done.describe())
+            signals_scoped = done.signals
+        except OSError as exc:
+            missing.append(f"landlock: {exc}")
+    else:
+        missing.append(f"landlock: no scratch folder ({folder or 'unset'})")
+    if seccomp.supported():
+        try:
+            seccomp.install(signals_too=not signals_scoped)
+            applied.append("seccomp")
+        except OSError as exc:
+            missing.append(f"seccomp: {exc}")
+    if not applied:
+        return "unsandboxed: " + "; ".join(missing)
+    return ", ".join(applied) + (f" (missing: {'; '.join(missing)})" if missing else "")

@@ -1,0 +1,201 @@
+"""The sandbox (kpremote/agent/sandbox/) for real on this kernel: Landlock, the seccomp filter, the judge's PID
+namespace with its leftovers, the schedule guard, and what a run says when a host cannot build it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from kpremote.agent import guard, report, sandbox
+from kpremote.agent.taskspec import TaskSpecError, load_task
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def sandboxed(code: str, scratch: Path, *args: str, env: dict[str, str] | None = None) -> dict:
+    """Run `code` in a fresh interpreter that entered the sandbox first; its last stdout line, as JSON."""
+    script = "import json, os, sys\nfrom kpremote.agent import sandbox\napplied = sandbox.enter()\n" + code
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=60,
+                          env={**(env or ENV), **sandbox.scratch_env(sandbox.make_scratch(scratch))})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+TRY = textwrap.dedent('''
+    def attempt(call):
+        try:
+            call()
+            return "allowed"
+        except OSError as exc:
+            return exc.strerror
+''')
+
+
+def test_this_host_can_build_the_whole_sandbox() -> None:
+    support = sandbox.support()
+    assert support.level == "sandboxed", support.why_not
+    assert support.landlock_abi >= 6  # signals scoped by Landlock itself
+
+
+def test_a_sandboxed_process_changes_only_its_scratch_folder(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "summary").mkdir(parents=True)
+    (run / "state.json").write_text("{}")
+    other = sandbox.make_scratch(tmp_path / "other-side")
+    code = TRY + textwrap.dedent('''
+        scratch, run, other = (sys.argv[1], sys.argv[2], sys.argv[3])
+        print(json.dumps({
+            "applied": applied,
+            "scratch": attempt(lambda: open(os.path.join(scratch, "tmp", "mine"), "w").write("x")),
+            "state": attempt(lambda: open(os.path.join(run, "state.json"), "w").write("forged")),
+            "new_file": attempt(lambda: open(os.path.join(run, "summary", "results.json"), "w")),
+            "other_side": attempt(lambda: open(os.path.join(other, "tmp", "x"), "w")),
+            "tmp": attempt(lambda: open("/tmp/kp-sandbox-escape-%d" % os.getpid(), "w")),
+            "dev_null": attempt(lambda: open("/dev/null", "w").write("x")),
+        }))
+    ''')
+    scratch = tmp_path / "scratch"
+    seen = sandboxed(code, scratch, str(scratch), str(run), str(other))
+    assert "landlock" in seen["applied"] and "seccomp" in seen["applied"]
+    assert seen["scratch"] == "allowed" and seen["dev_null"] == "allowed"
+    assert seen["state"] == seen["new_file"] == seen["other_side"] == seen["tmp"] == "Permission denied"
+    assert (run / "state.json").read_text() == "{}"
+
+
+def test_a_sandboxed_process_cannot_signal_renice_or_repin_another(tmp_path: Path) -> None:
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        code = TRY + textwrap.dedent('''
+            import signal
+            victim = int(sys.argv[1])
+            print(json.dumps({
+                "stop": attempt(lambda: os.kill(victim, signal.SIGSTOP)),
+                "renice": attempt(lambda: os.setpriority(os.PRIO_PROCESS, victim, 19)),
+                "idle": attempt(lambda: os.sched_setscheduler(victim, os.SCHED_IDLE, os.sched_param(0))),
+                "pin": attempt(lambda: os.sched_setaffinity(victim, {0})),
+                "self_nice": attempt(lambda: os.setpriority(os.PRIO_PROCESS, 0, 1)),
+                "self_pin": attempt(lambda: os.sched_setaffinity(0, os.sched_getaffinity(0))),
+            }))
+        ''')
+        seen = sandboxed(code, tmp_path / "scratch", str(victim.pid))
+        assert seen["stop"] == seen["renice"] == seen["idle"] == seen["pin"] == "Operation not permitted", seen
+        assert seen["self_nice"] == seen["self_pin"] == "allowed"
+        assert os.getpriority(os.PRIO_PROCESS, victim.pid) == 0
+        assert "T" not in Path(f"/proc/{victim.pid}/stat").read_text().split(")")[1].split()[0]
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_off_says_unsandboxed_and_restricts_nothing(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    code = TRY + "print(json.dumps({'applied': applied, 'write': attempt(lambda: open(sys.argv[1], 'w'))}))"
+    seen = sandboxed(code, tmp_path / "scratch", str(outside), env={**ENV, sandbox.DISABLE_ENV: "off"})
+    assert seen["applied"].startswith("unsandboxed") and seen["write"] == "allowed"
+
+
+LEAVE_A_DAEMON = textwrap.dedent('''
+    import json, os, sys, time
+    from kpremote.agent.sandbox import members
+    side = os.fork()
+    if side == 0:  # a "side" that double-forks a daemon into a session of its own, then waits
+        middle = os.fork()
+        if middle == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(60)
+            os._exit(0)
+        os.waitpid(middle, 0)
+        time.sleep(60)
+    time.sleep(0.5)
+    print(json.dumps({"pid": os.getpid(), "members": len(members.member_pids()),
+                      "killed": members.kill_leftovers({side}), "after": len(members.member_pids())}))
+''')
+
+
+def test_the_judges_namespace_finds_and_kills_what_a_side_left_behind() -> None:
+    done = subprocess.run([sys.executable, "-m", "kpremote.agent.sandbox.namespace", "--", sys.executable, "-c",
+                           LEAVE_A_DAEMON], capture_output=True, text=True, timeout=60, env=ENV)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["pid"] == 1 and seen["members"] == 3  # the judge, the side, the daemon: nothing of the host
+    assert len(seen["killed"]) == 1 and seen["killed"][0].startswith("pid 4 ")  # the side 2, the middle fork 3
+    assert seen["after"] == 2  # the side stays
+
+
+def test_outside_a_namespace_kill_leftovers_touches_nothing() -> None:
+    from kpremote.agent.sandbox import members
+
+    assert members.kill_leftovers(set()) == []
+
+
+def _schedule_around(change) -> str | None:
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.2)
+        before = guard.schedule_of(process.pid)
+        change(process.pid)
+        return guard.interference("baseline", before, guard.schedule_of(process.pid), 1.0, starvation=True)
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_side_untouched_during_timing_is_not_flagged() -> None:
+    assert _schedule_around(lambda pid: time.sleep(0.1)) is None
+
+
+def test_a_reniced_or_repinned_side_voids_its_row() -> None:
+    assert "priority changed" in _schedule_around(lambda pid: os.setpriority(os.PRIO_PROCESS, pid, 10))
+    one_cpu = {min(os.sched_getaffinity(0))}
+    assert "re-pinned" in _schedule_around(lambda pid: os.sched_setaffinity(pid, one_cpu))
+
+
+def test_a_helper_thread_working_while_timed_voids_its_row() -> None:
+    code = "import threading, time\nstart = threading.Event()\n" \
+           "def spin():\n    start.wait()\n    end = time.time() + 0.6\n    while time.time() < end: pass\n" \
+           "threading.Thread(target=spin, daemon=True).start()\nimport sys\nsys.stdin.readline()\nstart.set()\n" \
+           "time.sleep(30)\n"
+    process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    try:
+        time.sleep(0.3)
+        before = guard.schedule_of(process.pid)
+        process.stdin.write(b"go\n")
+        process.stdin.flush()
+        time.sleep(0.8)
+        why = guard.interference("candidate", before, guard.schedule_of(process.pid), 0.8, starvation=False)
+    finally:
+        process.kill()
+        process.wait()
+    assert why is not None and "helper thread of the candidate side" in why
+
+
+def test_compiled_python_in_a_task_folder_is_refused(tmp_path: Path) -> None:
+    import shutil
+
+    task = tmp_path / "tiny_rmsnorm"
+    shutil.copytree(REPO / "tests" / "fixtures" / "tasks" / "tiny_rmsnorm", task)
+    (task / "solution" / "__pycache__").mkdir()
+    (task / "solution" / "__pycache__" / "kernel.cpython-311.pyc").write_bytes(b"\0" * 16)
+    load_task(task)  # a __pycache__ is never read: no refusal
+    (task / "solution" / "kernel_impl.pyc").write_bytes(b"\0" * 16)
+    with pytest.raises(TaskSpecError, match=r"kernel_impl\.pyc: compiled Python in the task folder is refused"):
+        load_task(task)
+
+
+def test_an_unsandboxed_run_says_so_in_its_results_and_headline() -> None:
+    results = report.build_results(provenance={"task": {"name": "t"}}, rows=[], samples={}, status="passed",
+                                   exit_code=0, message=None, smoke=False, unsandboxed="no Landlock in this kernel")
+    assert results["headline"]["label"] == "unsandboxed"
+    assert "**UNSANDBOXED**" in report.render_results_md(results)
+    clean = report.build_results(provenance={"task": {"name": "t"}}, rows=[], samples={}, status="passed",
+                                 exit_code=0, message=None, smoke=False)
+    assert clean["headline"]["label"] is None and "UNSANDBOXED" not in report.render_results_md(clean)
