@@ -78,7 +78,13 @@ class HostInfo(HostAnswer):
     cutlass_dsl: Optional[str] = None  # nvidia-cutlass-dsl, for build kind "cutedsl"
     cuda: Optional[str] = None
     sandbox: Optional[str] = None  # what the host lets a side's sandbox hold: "sandboxed", "partial: ...", ...
+    slurm: Optional[dict[str, Any]] = None  # a cluster's: {"ok", "checks": [{"check", "ok", "detail"}]} (slurm-check)
     seconds: float = 0.0
+
+    @property
+    def reachable(self) -> bool:
+        """The host answered (a cluster whose Slurm failed its check did, yet is not ok): HostAnswer.answered."""
+        return self.answered
 
 
 def on_every_host(hosts: list[Host], ask: Callable[[Host, Agent], T],
@@ -145,7 +151,13 @@ def info_host(host: Host, agent: Agent) -> HostInfo:
     except KpremoteError as exc:
         return HostInfo(host=host.name, ok=False, error=str(exc), seconds=time.monotonic() - started)
     fields = {k: answer.get(k) for k in ("hostname", "python", "torch", "triton", "pynvml", "tvm_ffi", "cutlass_dsl", "cuda",
-                                        "sandbox")}
+                                         "sandbox")}
+    if host.is_cluster:  # reachable is not enough: what a run needs of Slurm, asked of Slurm (kpremote/slurm.py)
+        from .slurm import check_cluster
+
+        slurm, error = check_cluster(host, agent)
+        return HostInfo(host=host.name, ok=error is None, error=error, slurm=slurm,
+                        seconds=time.monotonic() - started, **fields)
     return HostInfo(host=host.name, ok=True, seconds=time.monotonic() - started, **fields)
 
 

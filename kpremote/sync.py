@@ -43,9 +43,10 @@ class SyncPlan:
     full: bool
 
     def syncing_event(self) -> dict[str, Any]:
-        """What this request carries, as a start's progress event: files and bytes (kpremote/views/start.py says it)."""
+        """What this request carries, as a start's progress event: files and bytes (kpremote/views/start.py says it);
+        retry: the diff against what the agent listed, after it found the workspace not as this client remembered."""
         return {"event": "syncing", "files": len(self.changed),
-                "bytes": sum(self.tree.files[path].size for path in self.changed)}
+                "bytes": sum(self.tree.files[path].size for path in self.changed), "retry": self.full}
 
 
 @dataclass
@@ -136,7 +137,9 @@ def over_sync_apply(agent: Agent, task: str) -> Send:
 
 
 def _synced_path(host: Host, task: str) -> Path:
-    key = "\0".join([host.name, host.ssh or "", host.container or "", host.remote_root, task])
+    """Where the tree last synced to this workspace is remembered: one per place (login, container, remote_root,
+    task), not per host alias, so two aliases of one place (a cluster's partitions, say) share what was synced."""
+    key = "\0".join([host.ssh or "", host.container or "", host.remote_root, task])
     return cache_dir() / "synced" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
 

@@ -4,9 +4,12 @@ Everything lives under one folder (config, munge key and socket, state, spool, l
 it never touches /etc/slurm or a Slurm the machine may already run. Clients reach it through SLURM_CONF (the login
 node, one of tests/rig.py's loopback sshd hosts, gets it in its environment). The fake GPUs are character devices
 with /dev/null's numbers (gres needs a file per GPU); the node declares more CPUs than the machine has, so 8 one-GPU
-jobs run at once on 2 cores. Recipe: /work/shared/reference/slurm-one-node/README.md.
+jobs run at once on 2 cores. The recipe it follows, shared/reference/slurm-one-node/README.md, lies beside the
+checkout (recipe_dir() finds it from here).
 
-    python tests/slurm_rig.py DIR     # bring one up by hand; Ctrl-C stops it
+To try kpremote on it by hand (docs/slurm.md, "Trying it on this machine"), as root:
+
+    python tests/slurm_rig.py up [DIR]     # prints SLURM_CONF and a hosts.toml for it; Ctrl-C (or kill) stops it
 """
 
 from __future__ import annotations
@@ -224,12 +227,60 @@ class SlurmRig:
                     proc.wait()
 
 
-if __name__ == "__main__":
-    rig = SlurmRig(Path(sys.argv[1]).resolve()).start()
-    print(f"up: export SLURM_CONF={rig.conf}", flush=True)
+def recipe_dir(start: Path = Path(__file__).resolve()) -> Optional[Path]:
+    """shared/reference/slurm-one-node beside the checkout (in a folder above it), None where there is none."""
+    for ancestor in start.parents:
+        candidate = ancestor / "shared" / "reference" / "slurm-one-node"
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def hosts_toml(rig: SlurmRig) -> Path:
+    """A hosts.toml whose one host is this machine as a Slurm login node (transport local: no SSH; its remote_root
+    is shared with the node, the same machine), asking for one of the fake GPUs."""
+    path = rig.base / "hosts.toml"
+    path.write_text("[hosts.local-slurm]\n"
+                    'transport = "local"\n'
+                    'scheduler = "slurm"\n'
+                    'arch = "any"\n'
+                    f'remote_root = "{rig.base / "kpremote"}"\n'
+                    f'partition = "{PARTITION}"\n'
+                    'gres = "gpu:1"\n'
+                    'time_limit = "10"\n')
+    return path
+
+
+def main(argv: list[str]) -> int:
+    """`up [DIR]`: bring the rig up (in DIR, else a new folder under /tmp), say how to use it, stop it on Ctrl-C."""
+    if not argv or argv[0] != "up" or len(argv) > 2:
+        print("usage: python tests/slurm_rig.py up [DIR]   (as root; Ctrl-C or kill stops it)", file=sys.stderr)
+        return 2
+    if missing_tools():
+        print(f"missing: {', '.join(missing_tools())} (apt-get install {' '.join(PACKAGES)})", file=sys.stderr)
+        return 2
+    import tempfile
+
+    base = Path(argv[1]).resolve() if len(argv) == 2 else Path(tempfile.mkdtemp(prefix="kp-slurm-", dir="/tmp"))
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C stops it, even started in the background
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # and so does kill
+    rig = SlurmRig(base).start()
     try:
+        recipe = recipe_dir()
+        print(f"up: a one-node Slurm (node {rig.node}, {GPUS} fake GPUs, partitions {PARTITION} and {URGENT}) "
+              f"in {base}\n"
+              f"  export SLURM_CONF={rig.conf}     # for sinfo, squeue, sbatch and inv in this shell\n"
+              f"  hosts.toml: {hosts_toml(rig)}\n"
+              f"  inv run --hosts {rig.base / 'hosts.toml'} --host local-slurm --task T\n"
+              f"  recipe: {recipe / 'README.md' if recipe else 'shared/reference/slurm-one-node (not found)'}\n"
+              "Ctrl-C (or kill) stops it.", flush=True)
         signal.pause()
     except KeyboardInterrupt:
         pass
     finally:
         rig.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -23,7 +23,7 @@ from kpremote.config import parse_inventory
 from kpremote.errors import ConfigError
 from rig import REPO, idle_gpu
 from slurm_rig import PACKAGES, SlurmRig, missing_tools
-from waiting import state_of, wait_for
+from waiting import alive, processes_mentioning, state_of, wait_for
 
 TINY = REPO / "tests" / "fixtures" / "tasks" / "tiny_rmsnorm"
 SMALL = "grid_r1_c33"
@@ -117,7 +117,9 @@ def test_slurmstepd_says_why_it_signalled_the_job(tmp_path):
                           ("slurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2026-11-23T13:28:09 DUE TO TIME LIMIT ***",
                            "TIMEOUT"),
                           ("*** JOB 12 ON n1 CANCELLED AT 2026-11-23T13:28:09 DUE TO PREEMPTION ***", "PREEMPTED"),
-                          ("*** JOB 12 ON n1 CANCELLED AT 2026-11-23T13:28:09 DUE TO NODE FAILURE ***", "NODE_FAIL")):
+                          ("*** JOB 12 ON n1 CANCELLED AT 2026-11-23T13:28:09 DUE TO NODE FAILURE ***", "NODE_FAIL"),
+                          ("slurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2026-11-23T13:28:09 DUE TO NODE FAILURE, "
+                           "SEE SLURMCTLD LOG FOR DETAILS ***", "NODE_FAIL")):
         out.write_text("some output\n" + line + "\n")
         assert stepd_verdict(tmp_path, "12") == verdict
     out.write_text("*** JOB 120 ON n1 CANCELLED AT 2026-11-23T13:28:09 DUE TO TIME LIMIT ***\n")
@@ -146,6 +148,18 @@ def login(rig, slurm):
     """The cluster's login node: a loopback sshd host whose sessions reach the test Slurm; its fixture NVML shows
     the node's 8 GPUs (a job sees the same file: the shared filesystem)."""
     return rig.add_host("login", gpus=[idle_gpu(i) for i in range(8)], extra_env=slurm.env)
+
+
+@pytest.fixture(scope="session")
+def bare_login(rig):
+    """A login node whose non-interactive sessions do not get SLURM_CONF: Slurm's commands there cannot reach it."""
+    return rig.add_host("bare-login", gpus=[])
+
+
+def bare_cluster(rig, bare_login, slurm, tmp_path: Path) -> "Cluster":
+    toml = rig.write_hosts_toml(tmp_path / "bare.toml", [bare_login], local=False, overrides={
+        bare_login.name: {"scheduler": "slurm", "partition": "debug"}})
+    return Cluster(slurm, bare_login, tmp_path, toml, tmp_path / "gate")
 
 
 @dataclass
@@ -217,13 +231,24 @@ def cluster(tmp_path, slurm, login, rig) -> Cluster:
 
 @pytest.fixture(scope="session")
 def time_limited(tmp_path_factory, slurm, login, rig):
-    """A run started with the first test and checked after the others that need no node down: Slurm enforces a
-    one-minute limit in its own time (60-90 s after the start), meanwhile the other tests run."""
+    """A run started with the first test in the foreground, as a user would, and checked after the others that need
+    no node down: Slurm enforces a one-minute limit in its own time (60-90 s after the start), meanwhile the other
+    tests run. (client, run folder, job id)"""
     made = make_cluster(tmp_path_factory.mktemp("time-limited"), slurm, login, rig)
     made.gate.write_text("closed")
-    [outcome] = made.detach(host="short")
-    slurm.kept.add(outcome["job_id"])  # other tests' clean-up must not cancel it
-    return made, outcome
+    before = set(made.run_dirs())
+    client = made.inv_background("run", "--host", "short", "--task", "gated", "--workloads", SMALL)
+    def submitted() -> list[Path]:
+        assert client.poll() is None, client.communicate()
+        return [d for d in made.run_dirs() if d not in before and state_of(d).get("job_id")]
+
+    [run_dir] = wait_for(submitted, 60, "the run is submitted")
+    job_id = state_of(run_dir)["job_id"]
+    slurm.kept.add(job_id)  # other tests' clean-up must not cancel it
+    yield made, client, run_dir, job_id
+    if client.poll() is None:
+        client.kill()
+        client.communicate()
 
 
 def by_run(cluster: Cluster, outcomes: list[dict]) -> list[dict]:
@@ -247,6 +272,10 @@ def test_run_on_the_cluster_is_a_job_on_an_allocated_gpu(cluster, time_limited):
     assert job["TresPerNode"] == "gres:gpu:1", job
     fetched = cluster.path / outcome["summary_dir"]
     assert (fetched / "results.json").is_file() and "SMOKE RUN" in (fetched / "results.md").read_text()
+    # gres gave a GPU, but the node's NVML does not answer (the rig's GPUs are fakes): the run says it smoke-ran
+    logs = cluster.inv("logs", "--host", "cluster", "--run", outcome["run_id"]).stdout
+    assert re.search(r"warning: job \d+ on \S+ was allocated GPU \d+ \(gres\), but NVML does not answer on this node "
+                     r"\(GPU readings: fixture\): a CPU smoke run", logs), logs
 
 
 def test_a_submission_says_how_far_it_is_then_the_job_id(cluster):
@@ -258,6 +287,29 @@ def test_a_submission_says_how_far_it_is_then_the_job_id(cluster):
     assert re.fullmatch(r"submitted as Slurm job \d+", phases[-1]), lines
     job_id = phases[-1].rsplit(" ", 1)[1]
     wait_for(lambda: cluster.job(job_id)["JobState"] == "COMPLETED", 60, "the submitted job runs to its end")
+
+
+def test_sync_lines_agree_for_host_aliases_sharing_a_remote_root(cluster, slurm, login, rig, tmp_path):
+    """`cluster` and `short` are one login node and one remote_root: what one synced, the other need not send. A
+    client that remembers nothing (a fresh cache) sends its files, and says the workspace had them, not 'nothing'."""
+    task = cluster.path / "kernels" / "aliased"
+    shutil.copytree(TINY, task)
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace('name = "tiny_rmsnorm"', 'name = "aliased"'))
+
+    def syncing(made: Cluster, host: str) -> list[str]:
+        done = made.inv("run", "--host", host, "--task", "aliased", "--workloads", SMALL, "--detach")
+        assert done.returncode == 0, done.stderr + done.stdout
+        return [line.split(": ", 2)[2] for line in done.stderr.splitlines()
+                if line.startswith(f"{host}: aliased: syncing")]
+
+    [first] = syncing(cluster, "cluster")
+    assert re.fullmatch(r"syncing \d+ files \(.*\)", first), first
+    assert syncing(cluster, "short") == ["syncing: nothing changed"]
+    fresh = make_cluster(tmp_path / "fresh", slurm, login, rig)
+    shutil.copytree(task, fresh.path / "kernels" / "aliased")
+    sent, answered = syncing(fresh, "cluster")
+    assert sent == first and answered == "syncing: the workspace had them already (synced from elsewhere)", answered
 
 
 def test_detached_run_status_logs_follow_and_gpu_status(cluster):
@@ -285,7 +337,7 @@ def test_detached_run_status_logs_follow_and_gpu_status(cluster):
     cluster.gate.unlink()
     out, err = follower.communicate(timeout=120)
     assert follower.returncode == 0, err
-    assert "event=row" in out.replace("row ", "event=row ") or "PASSED" in out, out
+    assert f"[1/1] {SMALL}: PASSED" in out, out  # the row's verdict, followed from the shared filesystem
     assert f"run {outcome['run_id']}: passed" in out
     fetch = cluster.inv("fetch-results", "--host", "cluster", "--task", "gated", "--run", outcome["run_id"])
     assert fetch.returncode == 0, fetch.stderr
@@ -334,6 +386,42 @@ def test_ctrl_c_in_inv_run_cancels_the_job(cluster):
     wait_for(lambda: cluster.job(state["job_id"])["JobState"] == "CANCELLED", 30, "Slurm says CANCELLED")
 
 
+def job_processes(job_id: str) -> list[int]:
+    """Live processes of a Slurm job, by the SLURM_JOB_ID every one of them inherits (whoever its parent now is)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if f"\0SLURM_JOB_ID={job_id}\0".encode() in b"\0" + environ and alive(int(proc.name)):
+            found.append(int(proc.name))
+    return found
+
+
+def test_nothing_of_a_job_outlives_its_step_and_runner_killed_with_sigkill(cluster):
+    """proctrack/linuxproc (the rig's) loses a process whose parent died: the step's reaper empties its group. The
+    candidate starts a process that watches nobody (as a build's compiler would not), then waits at the gate."""
+    import signal
+
+    task = cluster.path / "kernels" / "lingering"
+    shutil.copytree(cluster.path / "kernels" / "gated", task)
+    (task / "task.toml").write_text((task / "task.toml").read_text().replace('name = "gated"', 'name = "lingering"'))
+    with open(task / "solution" / "kernel.py", "a") as f:
+        f.write("\nimport subprocess as _subprocess\n_LINGERING = _subprocess.Popen(['sleep', '600'])\n")
+    cluster.gate.write_text("closed")
+    [outcome] = cluster.detach(task="lingering")
+    run_dir = cluster.run_dir(outcome["run_id"], "lingering")
+    state = wait_for(lambda: (s := state_of(run_dir)).get("phase") == "workload" and s, 120, "the run's workload")
+    step, runner = state["pgid"], state["pid"]
+    wait_for(lambda: [p for p in job_processes(outcome["job_id"]) if Path(f"/proc/{p}/cmdline").read_bytes()
+                      .startswith(b"sleep")], 60, "the candidate's lingering process")
+    for pid in (runner, step):
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: cluster.job(outcome["job_id"])["JobState"] not in ("RUNNING", "COMPLETING"), 30, "the job ends")
+    wait_for(lambda: not job_processes(outcome["job_id"]), 30, "no process of the job is left", poll=0.5)
+
+
 def test_pending_shows_slurms_reason_and_place_then_runs(cluster):
     blocker = cluster.slurm.client("sbatch", "--parsable", "--gres=gpu:8", "-o", "/dev/null", "--wrap", "sleep 300",
                                    check=True).stdout.decode().strip()
@@ -353,6 +441,40 @@ def test_pending_shows_slurms_reason_and_place_then_runs(cluster):
     assert "queued: Resources" in logs.stdout, logs.stdout
     cluster.slurm.client("scancel", blocker, check=True)
     wait_for(lambda: state_of(run_dir).get("status") == "passed", 120, "the run starts and passes once GPUs free up")
+
+
+def test_a_run_cancelled_while_pending_logs_a_plain_cancel(cluster):
+    blocker = cluster.slurm.client("sbatch", "--parsable", "--gres=gpu:8", "-o", "/dev/null", "--wrap", "sleep 300",
+                                   check=True).stdout.decode().strip()
+    wait_for(lambda: cluster.job(blocker)["JobState"] == "RUNNING", 30, "the blocker holds all 8 GPUs")
+    [outcome] = cluster.detach(task="tiny_rmsnorm")
+    wait_for(lambda: cluster.job(outcome["job_id"])["JobState"] == "PENDING", 30, "the run's job waits")
+    done = cluster.inv("cancel", "--host", "cluster", "--run", outcome["run_id"])
+    assert done.returncode == 0 and f"run {outcome['run_id']}: cancelled" in done.stdout, done.stdout + done.stderr
+    logs = cluster.inv("logs", "--host", "cluster", "--run", outcome["run_id"]).stdout
+    [done_line] = [line for line in logs.splitlines() if "done: " in line]
+    assert done_line.split("done: ", 1)[1] == "cancelled  scancel while queued: the job never started", logs
+    assert "exit code" not in logs, logs  # it never ran: no exit code to show
+
+
+def test_closing_the_terminal_of_a_foreground_run_leaves_its_job_queued(cluster):
+    """docs/slurm.md: SIGHUP (the terminal closed) ends the client, not the job; only Ctrl-C cancels."""
+    import signal
+
+    blocker = cluster.slurm.client("sbatch", "--parsable", "--gres=gpu:8", "-o", "/dev/null", "--wrap", "sleep 300",
+                                   check=True).stdout.decode().strip()
+    wait_for(lambda: cluster.job(blocker)["JobState"] == "RUNNING", 30, "the blocker holds all 8 GPUs")
+    before = set(cluster.run_dirs("tiny_rmsnorm"))
+    client = cluster.inv_background("run", "--host", "cluster", "--task", "tiny_rmsnorm", "--workloads", SMALL)
+    [run_dir] = wait_for(lambda: [d for d in cluster.run_dirs("tiny_rmsnorm") if d not in before
+                                  and state_of(d).get("job_id")], 60, "the run is submitted")
+    client.send_signal(signal.SIGHUP)
+    client.communicate(timeout=60)
+    assert client.returncode == -signal.SIGHUP
+    job_id = state_of(run_dir)["job_id"]
+    assert cluster.job(job_id)["JobState"] == "PENDING" and state_of(run_dir)["status"] == "pending"
+    cluster.slurm.client("scancel", blocker, check=True)
+    wait_for(lambda: state_of(run_dir).get("status") == "passed", 120, "the run goes on and passes")
 
 
 def test_eight_one_gpu_runs_at_once_on_the_eight_gpus(cluster):
@@ -382,22 +504,35 @@ def test_a_preempted_run_reads_as_such(cluster):
     assert '"phase": "workload"' in (run_dir / "raw" / "events.jsonl").read_text()
 
 
-def test_a_time_limit_kill_reads_as_such_and_keeps_what_the_run_wrote(time_limited):
-    made, outcome = time_limited
-    run_dir = made.run_dir(outcome["run_id"])
-
-    def ended() -> dict:
-        [answer] = json.loads(made.inv("status", "--host", "short", "--json").stdout)["hosts"]
-        [run] = [r for r in answer["runs"] if r["run_id"] == outcome["run_id"]]
-        return run if run["status"] not in ("pending", "running") else {}
-
-    run = wait_for(ended, 150, "Slurm ends the job at its time limit", poll=2)
+def test_a_time_limit_reads_as_a_timeout_in_every_record(time_limited):
+    """Slurm's TIMEOUT is what every record says: the run's own end line, state, `inv logs`, results.json,
+    results.md and `inv history`; never a cancel."""
+    made, client, run_dir, job_id = time_limited
+    out, err = client.communicate(timeout=150)
     made.gate.unlink(missing_ok=True)
+    printed = out + err
+    assert client.returncode == 1, printed
+    assert "cancelled" not in printed and "exit code 130" not in printed, printed
+    assert "failed (exit code 1)" in printed and f"Slurm job {job_id} TIMEOUT" in printed, printed
+    [answer] = json.loads(made.inv("status", "--host", "short", "--json").stdout)["hosts"]
+    [run] = [r for r in answer["runs"] if r["run_id"] == run_dir.name]
     assert run["status"] == "failed" and run["ended_by"] == "TIMEOUT", run
-    assert "reached its time limit" in run["message"], run
-    assert made.job(outcome["job_id"])["JobState"] == "TIMEOUT"
+    assert "reached its time limit" in run["message"] and "what the run wrote is kept" in run["message"], run
+    assert made.job(job_id)["JobState"] == "TIMEOUT"
+    logs = made.inv("logs", "--host", "short", "--run", run_dir.name).stdout
+    [done_line] = [line for line in logs.splitlines() if "done: " in line]
+    assert "done: failed (exit code 1)" in done_line and "reached its time limit" in done_line, logs
     events = (run_dir / "raw" / "events.jsonl").read_text()
-    assert '"phase": "workload"' in events and '"event": "slurm"' in events
+    assert '"phase": "workload"' in events  # what it wrote before the limit is kept
+    fetched = made.path / "kernels" / "gated" / "results" / "short" / run_dir.name
+    results = json.loads((fetched / "results.json").read_text())
+    assert (results["status"], results["ended_by"], results["exit_code"]) == ("failed", "TIMEOUT", 1), results
+    markdown = (fetched / "results.md").read_text()
+    assert "Status: **failed**" in markdown and "reached its time limit" in markdown, markdown
+    history = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "history", "--task", "gated",
+                              "--json"], cwd=made.path, env=made.env, capture_output=True, text=True, timeout=120)
+    [entry] = [e for e in json.loads(history.stdout)["runs"] if e["run_id"] == run_dir.name]
+    assert entry["status"] == "failed", entry
 
 
 def test_a_node_set_down_mid_run_reads_as_such(cluster):
@@ -447,9 +582,119 @@ def test_a_bad_sbatch_setting_is_refused_before_anything_is_submitted(cluster, s
     assert f"{bad.hosts_toml}: [hosts.cluster] sbatch_args" in done.stderr and "--output is not allowed" in done.stderr
     assert "Traceback" not in done.stderr
     refused = make_cluster(tmp_path / "refused", slurm, login, rig, partition="nosuch")
+    runs = login.root / "tasks" / "tiny_rmsnorm" / "runs"
+    earlier = set(runs.glob("*"))
     done = refused.inv("run", "--host", "cluster", "--task", "tiny_rmsnorm", "--json")
-    assert done.returncode != 0 and "Invalid partition name" in done.stdout + done.stderr, done.stdout + done.stderr
+    assert done.returncode == 2 and "Invalid partition name" in done.stdout + done.stderr, done.stdout + done.stderr
     assert slurm.client("squeue", "-h", "-t", "all", "-o", "%i").stdout.split() == before  # nothing submitted
+    # the refused run leaves a record that says why, where a user looks; the error names it
+    [run_id] = [p.name for p in set(runs.glob("*")) - earlier]
+    assert f"recorded as run {run_id}" in done.stdout, done.stdout
+    status = refused.inv("status", "--host", "cluster", "--task", "tiny_rmsnorm", "--json")
+    [answer] = json.loads(status.stdout)["hosts"]
+    [run] = [r for r in answer["runs"] if r["run_id"] == run_id]
+    assert run["status"] == "error" and "Invalid partition name" in run["message"], run
+    table = refused.inv("status", "--host", "cluster", "--task", "tiny_rmsnorm").stdout
+    [line] = [line for line in table.splitlines() if run_id in line]
+    assert "error" in line and "Invalid partition name" in line, table
+    logs = refused.inv("logs", "--host", "cluster", "--run", run_id).stdout
+    assert "done: error (exit code 2)" in logs and "Invalid partition name" in logs, logs
+
+
+def test_hosts_check_asks_slurm_what_a_run_needs(cluster, slurm, login, rig, bare_login, tmp_path):
+    """Reachable is not enough: sinfo must answer in the login node's non-interactive session, the partition exist,
+    and sbatch --test-only take the host's settings."""
+    def checked(made: Cluster) -> tuple[subprocess.CompletedProcess, dict[str, dict]]:
+        done = made.inv("hosts", "--check", "--json")
+        return done, {h["name"]: h["check"] for h in json.loads(done.stdout)["hosts"]}
+
+    done, hosts = checked(cluster)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [c["check"] for c in hosts["cluster"]["slurm"]["checks"]] == ["sinfo", "partition", "sbatch"]
+    assert "partition debug exists" in hosts["cluster"]["slurm"]["checks"][1]["detail"], hosts["cluster"]
+    assert "to start at" in hosts["cluster"]["slurm"]["checks"][2]["detail"], hosts["cluster"]  # Slurm's own answer
+
+    nosuch = make_cluster(tmp_path / "nosuch", slurm, login, rig, partition="nosuch")
+    done, hosts = checked(nosuch)
+    assert done.returncode == 1 and not hosts["cluster"]["ok"], done.stdout
+    assert hosts["cluster"]["error"] == "cluster: Slurm: partition: partition nosuch is not one of this cluster's " \
+                                       "(debug, urgent)", hosts["cluster"]
+    table = nosuch.inv("hosts", "--check").stdout
+    [line] = [line.split() for line in table.splitlines() if line.startswith("cluster ")]
+    assert line[5:7] == ["yes", "no"], table  # reachable yes, slurm no
+    assert "partition nosuch is not one of this cluster's" in table, table
+
+    # a login node whose non-interactive sessions do not get SLURM_CONF: sinfo cannot reach Slurm
+    done = bare_cluster(rig, bare_login, slurm, tmp_path).inv("hosts", "--check", "--json")
+    [host] = json.loads(done.stdout)["hosts"]
+    assert done.returncode == 1 and host["check"]["python"] and not host["check"]["ok"], done.stdout
+    assert host["check"]["error"] == "bare-login: Slurm: sinfo: sinfo failed: Could not establish a configuration " \
+                                     "source", host["check"]  # Slurm's own line
+
+
+def test_gpu_status_shows_a_draining_node_and_a_slurm_it_cannot_reach_apart(cluster, rig, bare_login, tmp_path):
+    blocker = cluster.slurm.client("sbatch", "--parsable", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "sleep 300",
+                                   check=True).stdout.decode().strip()
+    wait_for(lambda: cluster.job(blocker)["JobState"] == "RUNNING", 30, "a job runs on the node")
+    cluster.slurm.set_node("drain", reason="maintenance test")
+    try:
+        table = cluster.inv("gpu-status", "--host", "cluster").stdout
+        [line] = [line for line in table.splitlines() if f"│ {cluster.slurm.node} " in line]
+        assert "draining: maintenance test" in line, table  # jobs still on it: Slurm's "drng"
+        cluster.slurm.client("scancel", blocker, check=True)
+        wait_for(lambda: cluster.slurm.node_state() == "drain", 30, "the node is drained")
+        table = cluster.inv("gpu-status", "--host", "cluster").stdout
+        assert "drained: maintenance test" in table, table
+    finally:
+        cluster.slurm.resume_node()
+
+    done = bare_cluster(rig, bare_login, cluster.slurm, tmp_path).inv("gpu-status")
+    assert done.returncode == 1, done.stdout + done.stderr
+    [row] = [line.split("│")[1:-1] for line in done.stdout.splitlines() if line.startswith("│ bare-login ")]
+    assert [cell.strip() for cell in row[:4]] == ["bare-login", "-", "", "no answer"], done.stdout
+    assert "Could not establish a configuration source" in done.stdout.split("│ bare-login ", 1)[1].split("\n", 1)[1]
+
+
+def test_the_rig_finds_its_recipe_beside_the_checkout(tmp_path):
+    from slurm_rig import recipe_dir
+
+    recipe = tmp_path / "shared" / "reference" / "slurm-one-node"
+    recipe.mkdir(parents=True)
+    assert recipe_dir(tmp_path / "wt" / "checkout" / "tests" / "slurm_rig.py") == recipe
+    assert recipe_dir(tmp_path / "elsewhere" / "tests" / "slurm_rig.py") == recipe
+    assert recipe_dir(Path("/nonexistent-root/checkout/tests/slurm_rig.py")) is None
+
+
+def test_the_documented_one_node_slurm_runs_a_task(tmp_path):
+    """docs/slurm.md's "Trying it on this machine", as written: `python tests/slurm_rig.py up DIR`, then the printed
+    SLURM_CONF and hosts.toml: hosts --check, a run; kill stops every daemon."""
+    base = Path(tempfile.mkdtemp(prefix="kp-slurm-up-", dir="/tmp"))
+    up = subprocess.Popen([sys.executable, str(REPO / "tests" / "slurm_rig.py"), "up", str(base)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        said = [up.stdout.readline() for _ in range(6)]
+        assert said[0].startswith("up: a one-node Slurm") and said[-1].startswith("Ctrl-C (or kill) stops it"), said
+        [conf] = re.findall(r"export SLURM_CONF=(\S+)", "".join(said))
+        [hosts] = re.findall(r"hosts.toml: (\S+)", "".join(said))
+        project = tmp_path / "project"
+        shutil.copytree(TINY, project / "kernels" / "tiny_rmsnorm")
+        env = {**os.environ, "SLURM_CONF": conf, "KPREMOTE_CACHE": str(project / ".cache"), "NO_COLOR": "1"}
+
+        def inv(*args: str) -> subprocess.CompletedProcess:
+            argv = [sys.executable, "-m", "invoke", "--search-root", str(REPO), args[0], "--hosts", hosts, *args[1:]]
+            return subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+
+        check = inv("hosts", "--check", "--json")
+        assert check.returncode == 0 and json.loads(check.stdout)["hosts"][0]["check"]["slurm"]["ok"], check.stdout
+        done = inv("run", "--host", "local-slurm", "--task", "tiny_rmsnorm", "--workloads", SMALL)
+        assert done.returncode == 0 and "submitted as Slurm job" in done.stderr, done.stdout + done.stderr
+        assert "tiny_rmsnorm: passed (exit code 0)" in done.stdout, done.stdout
+    finally:
+        up.terminate()
+        up.wait(timeout=60)
+    assert up.returncode == 0
+    assert not [pid for pid in processes_mentioning(str(base)) if pid != os.getpid()]  # the daemons are gone
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def test_the_slurm_benchmark_runs_at_its_smallest_size():

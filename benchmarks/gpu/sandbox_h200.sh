@@ -3,9 +3,10 @@
 # rows, and what the sandbox costs. From the repository root on the GPU machine (device tool):
 #   bash benchmarks/gpu/sandbox_h200.sh [STEP...]        (default: redteam cost)
 # redteam  the sandbox attacks (issue 24), the timing attacks and both controls on the base task's "mid" row, each
-#          through `python -m kpremote.agent.runner` (benchmarks/gpu/redteam.sh) -> $OUT/rt/
+#          through `python -m kpremote.agent.runner` (benchmarks/gpu/redteam.sh) -> $OUT/rt/ (RT_LIST: other attacks;
+#          RT_S: seconds for the step, default 420)
 # small    the timing attacks (forged event times, side stream, late launches) and both controls on the "tiny" row
-#          (a few µs) with the Nsight Compute audit on -> $OUT/small/
+#          (a few µs) with the Nsight Compute audit on -> $OUT/small/ (SMALL_LIST, SMALL_S likewise)
 # cost     the control_same task's "mid" row, sandboxed and with KPREMOTE_SANDBOX=off, alternating, COST_RUNS times
 #          each (default 3): wall seconds of the whole run -> $OUT/cost.txt
 # Everything lands in $OUT (the device tool's), packed as sandbox.tgz.
@@ -20,14 +21,14 @@ TIMING_ATTACKS=forge_event_times_30,forge_event_times_10,side_stream,background_
 } > "$out/machine.txt" 2>&1
 
 step_redteam() {
-  OUT=$out/rt WORK=/tmp/kp-rt REDTEAM_FRESH=1 timeout 420 bash benchmarks/gpu/redteam.sh \
-    "control_fast,control_same,$SANDBOX_ATTACKS,$TIMING_ATTACKS"
+  OUT=$out/rt WORK=/tmp/kp-rt REDTEAM_FRESH=1 timeout "${RT_S:-420}" bash benchmarks/gpu/redteam.sh \
+    "${RT_LIST:-control_fast,control_same,$SANDBOX_ATTACKS,$TIMING_ATTACKS}"
   echo "redteam: exit $?" >> "$out/steps.txt"
 }
 
 step_small() {
   OUT=$out/small WORK=/tmp/kp-small REDTEAM_FRESH=1 REDTEAM_WORKLOADS=tiny REDTEAM_RUNNER_ARGS="--audit on" \
-    timeout 420 bash benchmarks/gpu/redteam.sh "control_fast,control_same,$TIMING_ATTACKS"
+    timeout "${SMALL_S:-420}" bash benchmarks/gpu/redteam.sh "${SMALL_LIST:-control_fast,control_same,$TIMING_ATTACKS}"
   echo "small: exit $?" >> "$out/steps.txt"
 }
 

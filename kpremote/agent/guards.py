@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
 WATCH_INTERVAL_S = 1.0
+MEMORY_SETTLE_S = 3.0  # a killed judge's CUDA contexts leave NVML's count a moment after the processes are gone
 OURS_PER_ROW = 3  # the judge and one process per side each hold a CUDA context (kept across clean rows)
 RESERVE_BYTES = 256 * 1024  # room kept for the final record, in case the disk fills up during the run
 
@@ -75,7 +78,19 @@ class ForeignWatch:
             names = ", ".join(f"pid {p.get('pid')} {p.get('name') or '?'} {p.get('used_mib')} MiB" for p in others)
             self.seen.append(f"foreign process on the GPU during the run ({names})")
         if self._ours == 0 and gpu.memory_used_mib > self.memory_limit_mib:
-            self.seen.append(f"GPU memory in use rose to {gpu.memory_used_mib} MiB with no worker of ours running")
+            used = self._memory_settled(nvml)
+            if used > self.memory_limit_mib:
+                self.seen.append(f"GPU memory in use rose to {used} MiB with no worker of ours running")
+
+    def _memory_settled(self, nvml: Any) -> int:
+        """The GPU's memory in use once the driver had MEMORY_SETTLE_S to free what our ended processes held."""
+        deadline = time.monotonic() + MEMORY_SETTLE_S
+        while True:
+            gpu = nvml.snapshot().find(self.uuid)
+            used = gpu.memory_used_mib if gpu is not None else 0
+            if used <= self.memory_limit_mib or time.monotonic() > deadline:
+                return used
+            time.sleep(0.1)
 
 
 @dataclass

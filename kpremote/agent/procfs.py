@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,13 +127,18 @@ def command_line(pid: int) -> str | None:
         return None
 
 
-def kill_tree(process: subprocess.Popen) -> None:
-    """SIGKILL a child and whatever it started (ninja, nvcc, ncu's target, ...), leaving the rest of our group
-    alone, and reap it."""
-    for pid in [*reversed(descendants(process.pid)), process.pid]:
+def kill_tree(process: subprocess.Popen, settle_s: float = 10.0) -> None:
+    """SIGKILL a child and whatever it started (ninja, nvcc, ncu's target, a judge in its namespace and its
+    sides, ...), leaving the rest of our group alone, reap it, and wait (settle_s at most) until none of them
+    runs any more: a grandchild's exit, and the GPU memory it frees, would otherwise come after we return."""
+    pids = [*reversed(descendants(process.pid)), process.pid]
+    for pid in pids:
         with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     process.wait()
+    deadline = time.monotonic() + settle_s
+    while any(is_alive(pid) for pid in pids[:-1]) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def kill_strays() -> list[int]:

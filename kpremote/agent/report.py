@@ -120,12 +120,15 @@ def build_results(
     message: str | None,
     smoke: bool,
     unsandboxed: str | None = None,
+    ended_by: str | None = None,
 ) -> dict[str, Any]:
+    """ended_by: the scheduler's state when it ended the run (Slurm's TIMEOUT, PREEMPTED, ...), else None."""
     return {
         "schema": SCHEMA,
         "status": status,
         "exit_code": exit_code,
         "message": message,
+        "ended_by": ended_by,
         "smoke": smoke,
         "label": SMOKE_LABEL if smoke else None,
         "provenance": provenance,

@@ -28,7 +28,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import buildrules, guard, harness, report, sandbox
 from .build import triton_cache_dir
@@ -63,9 +63,14 @@ class Abort(Exception):
         self.status = status
 
 
-def main(argv: list[str]) -> int:
+StopVerdict = dict  # {status, exit_code, message, ended_by}: how a run a signal stopped ended, when not cancelled
+
+
+def main(argv: list[str], stopped_by: Callable[[Path], StopVerdict | None] | None = None) -> int:
+    """stopped_by(run_dir): who stopped a run that a signal ended, when not a cancel (a Slurm job's step passes
+    Slurm's answer: time limit, preemption, node failure)."""
     options = parse_args(argv)
-    return Runner(options, [sys.executable, "-m", "kpremote.agent.runner", *argv]).run()
+    return Runner(options, [sys.executable, "-m", "kpremote.agent.runner", *argv], stopped_by).run()
 
 
 # --------------------------------------------------------------------------------------------- the run
@@ -92,9 +97,11 @@ class RunContext:
 
 
 class Runner:
-    def __init__(self, options: Options, command: list[str]) -> None:
+    def __init__(self, options: Options, command: list[str],
+                 stopped_by: Callable[[Path], StopVerdict | None] | None = None) -> None:
         self.options = options
         self.command = command
+        self.stopped_by = stopped_by
         self.run_dir = options.run_dir
         self.raw = self.run_dir / "raw"
         self.reserve = DiskReserve(self.raw / ".disk-reserve")
@@ -115,11 +122,11 @@ class Runner:
         update_state(self.run_dir, run_id=self.run_dir.name, status="running", phase="validate", pid=os.getpid(),
                      pgid=os.getpgrp(), started=self.started_iso)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        status, exit_code, message = "error", EXIT_INFRA, None
+        status, exit_code, message, ended_by = "error", EXIT_INFRA, None, None
         try:
             status, exit_code = self._run_all()
         except Cancelled:
-            status, exit_code, message = "cancelled", EXIT_CANCELLED, "cancelled by a signal"
+            status, exit_code, message, ended_by = self._stopped_by()
         except Abort as abort:
             status, exit_code, message = abort.status, abort.exit_code, str(abort)
             self.events.emit("error", message=message)
@@ -132,13 +139,21 @@ class Runner:
         finally:
             for sig in previous:
                 signal.signal(sig, signal.SIG_IGN)  # finishing the record must not be interrupted
-        self._finish(status, exit_code, message)
+        self._finish(status, exit_code, message, ended_by)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         return exit_code
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         raise Cancelled(signal.Signals(signum).name)
+
+    def _stopped_by(self) -> tuple[str, int, str, str | None]:
+        """(status, exit code, message, ended_by) of a run a signal stopped: a cancel, unless whoever started the
+        runner says otherwise (a Slurm job stopped by Slurm itself: failed, as Slurm says)."""
+        verdict = self.stopped_by(self.run_dir) if self.stopped_by else None
+        if verdict:
+            return verdict["status"], verdict["exit_code"], verdict["message"], verdict["ended_by"]
+        return "cancelled", EXIT_CANCELLED, "cancelled by a signal", None
 
     def _run_all(self) -> tuple[str, int]:
         self._get_ready()
@@ -453,8 +468,9 @@ class Runner:
         good = all(r["status"] == PASSED and not r.get("invalid") for r in rows)
         return ("passed", EXIT_PASSED) if good else ("failed", EXIT_FAILED)
 
-    def _finish(self, status: str, exit_code: int, message: str | None) -> None:
-        """Release the GPU, write the summary, and only then say the run is over (state last)."""
+    def _finish(self, status: str, exit_code: int, message: str | None, ended_by: str | None = None) -> None:
+        """Release the GPU, write the summary, and only then say the run is over (state last). ended_by: the Slurm
+        state that ended the run (TIMEOUT, PREEMPTED, ...), when Slurm did."""
         head: dict[str, Any] | None = None
         digest: str | None = None  # of summary/results.json: the client fetches only a summary that matches it
         self.reserve.give_back()  # its room is what lets a run on a full disk still record why it ended
@@ -464,7 +480,7 @@ class Runner:
             results = report.build_results(provenance=self._provenance(), rows=self.ctx.rows,
                                            samples=self.ctx.samples, status=status, exit_code=exit_code,
                                            message=message, smoke=self.ctx.device != "cuda",
-                                           unsandboxed=self._unsandboxed())
+                                           unsandboxed=self._unsandboxed(), ended_by=ended_by)
             report.write_summary(self.run_dir, results, read_events(self.raw / "events.jsonl")[0])
             digest = harness.file_sha256(self.run_dir / "summary" / "results.json")
             head = results["headline"]
@@ -478,9 +494,10 @@ class Runner:
             with suppress(OSError):
                 self.events.emit("error", message=message)
         with suppress(OSError):  # a full disk may refuse the event; the state below is what must get written
-            self.events.emit("done", status=status, exit_code=exit_code, message=message, summary_sha256=digest)
+            self.events.emit("done", status=status, exit_code=exit_code, message=message, summary_sha256=digest,
+                             ended_by=ended_by)
         update_state(self.run_dir, status=status, phase="done", exit_code=exit_code, headline=head, message=message,
-                     finished=_utc_now(), summary_sha256=digest)
+                     finished=_utc_now(), summary_sha256=digest, **({"ended_by": ended_by} if ended_by else {}))
         self.events.close()
         print(json.dumps({"run_dir": str(self.run_dir), "status": status, "exit_code": exit_code, "message": message,
                           "headline": head}, default=str), flush=True)

@@ -6,6 +6,7 @@ On the login node (remote_root on the shared filesystem):
     slurm-status   the runs, each reconciled with Slurm
     slurm-cancel   `scancel`, then wait until the run has recorded it
     slurm-nodes    per node: partitions, state, GPUs total / allocated, kpremote's jobs on it (gpu-status)
+    slurm-check    what a run needs of Slurm: sinfo answers, the partition exists, sbatch takes the settings
 On the compute node, inside the job:
     slurm-step     lease one of the GPUs Slurm allocated (never another), run the runner, wait for it
 
@@ -52,6 +53,8 @@ def add_commands(command: Callable[..., Any]) -> None:
     p.add_argument("--grace", type=float, default=None,
                    help="seconds to wait for the job's runner to record the cancel (Slurm's KillWait still applies)")
     command("slurm-nodes", _nodes, "per node: partitions, state, GPUs total / allocated, kpremote's jobs")
+    p = command("slurm-check", _check, "sinfo answers, the partition exists, sbatch --test-only takes the settings")
+    p.add_argument("--settings", required=True, help="JSON: partition, account, qos, gres, time_limit, ...")
 
 
 def _root(args: Any) -> Path:
@@ -124,4 +127,11 @@ def _nodes(args: Any) -> int:
     from .slurmjobs import nodes
 
     _print(nodes(_root(args)))
+    return 0
+
+
+def _check(args: Any) -> int:
+    from .slurmsubmit import check_settings
+
+    _print(check_settings(_json_arg(args.settings, "--settings")))
     return 0

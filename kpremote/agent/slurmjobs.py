@@ -48,7 +48,7 @@ def slurm(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
         raise SlurmError(f"{argv[0]} did not answer within {COMMAND_TIMEOUT_S:g} s") from None
     if check and done.returncode != 0:
         why = (done.stderr.strip() or done.stdout.strip() or f"exit code {done.returncode}").splitlines()[-1]
-        why = re.sub(r"^\w+: error: ", "", why)
+        why = re.sub(r"^\w+: (?:error|fatal): ", "", why)
         raise SlurmError(f"{argv[0]} failed: {why}")
     return done
 

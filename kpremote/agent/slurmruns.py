@@ -62,10 +62,11 @@ def cancel(root: Path, task: str, run_id: str, wait_s: float = CANCEL_WAIT_S, pe
         if state.get("status") in TERMINAL or (job and job["state"] in ENDED and state.get("status") == "pending"):
             break
         time.sleep(0.2)
-    if state.get("status") not in TERMINAL:
-        append_event(run_dir, "done", status="cancelled", exit_code=None, message="cancelled (scancel)")
-        state = update_state(run_dir, status="cancelled", phase="done", finished=utc_now_iso(),
-                             message="cancelled (scancel)")
+    if state.get("status") not in TERMINAL:  # the job never started (or died before its runner could say)
+        message = "scancel while queued: the job never started" if state.get("status") == "pending" else \
+            "cancelled (scancel)"
+        append_event(run_dir, "done", status="cancelled", exit_code=None, message=message)
+        state = update_state(run_dir, status="cancelled", phase="done", finished=utc_now_iso(), message=message)
     if job:
         state = update_state(run_dir, slurm={**(state.get("slurm") or {}), **job}, slurm_settled=True)
     return {"cancelled": True, "state": state}

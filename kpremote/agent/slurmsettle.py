@@ -14,14 +14,15 @@ from typing import Any, Optional
 
 from .events import EventLog
 from .lease import utc_now_iso
-from .protocol import TERMINAL
+from .protocol import TERMINAL, RunExit
 from .runstate import read_state, update_state
 from .slurmjobs import ENDED, KILLED_BY_SLURM, SCHEDULER, jobs, node_reason, queue_position
 
 SLURM_POLL_S = 1.0  # how often a follower asks Slurm (one squeue call) while the run has not ended
 SETTLE_S = 3.0  # a job Slurm calls ended, whose state.json is not terminal this long after, died without a record
 
-STEPD_MARKER = re.compile(rb"\*\*\* JOB (\d+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))? \*\*\*")
+# (a node failure's line goes on: "DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***")
+STEPD_MARKER = re.compile(rb"\*\*\* JOB (\d+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?)(?:, [A-Z ]+)?)? \*\*\*")
 STEPD_CAUSES = {b"TIME LIMIT": "TIMEOUT", b"PREEMPTION": "PREEMPTED", b"NODE FAILURE": "NODE_FAIL"}
 
 
@@ -78,14 +79,33 @@ def _ended_long_enough(state: dict[str, Any], job: dict[str, Any]) -> bool:
     return seen is not None and time.time() - float(seen) > SETTLE_S
 
 
-def _killed_by_slurm(run_dir: Path, state: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+def stopped_by_slurm(run_dir: Path, job_id: Optional[str]) -> Optional[dict[str, Any]]:
+    """The runner's question when a signal stops it inside a job (slurmstep hands it over): did Slurm stop the job
+    on its own account (time limit, preemption, node failure)? Then the run ended failed, and every record the
+    runner writes says so: {status, exit_code, ended_by, message}. None for a cancel (scancel, Ctrl-C)."""
+    verdict = stepd_verdict(run_dir, job_id) if job_id else None
+    if verdict not in KILLED_BY_SLURM:
+        return None
+    record = {"job_id": job_id, "state": verdict, "node": os.environ.get("SLURMD_NODENAME")}
+    return {"status": "failed", "exit_code": int(RunExit.FAILED), "ended_by": verdict,
+            "message": killed_message(record)}
+
+
+def killed_message(record: dict[str, Any]) -> str:
+    """`Slurm job 12 TIMEOUT: the job reached its time limit; what the run wrote is kept`: one wording for the
+    runner's own record and for one settled afterwards."""
     slurm_state = record["state"]
     why = ENDED.get(slurm_state, slurm_state)
-    reason = _reason_text(record)
+    return f"Slurm job {record.get('job_id')} {slurm_state}: {why}{_reason_text(record)}; what the run wrote is kept"
+
+
+def _killed_by_slurm(run_dir: Path, state: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    slurm_state = record["state"]
     if slurm_state not in KILLED_BY_SLURM:  # scancel by hand, or a signal from outside Slurm: still a cancel
-        message = f"Slurm job {record.get('job_id')} {slurm_state}: {why}{reason}"
+        message = f"Slurm job {record.get('job_id')} {slurm_state}: {ENDED.get(slurm_state, slurm_state)}" \
+                  f"{_reason_text(record)}"
         return update_state(run_dir, message=message, slurm=record, slurm_settled=True)
-    message = f"Slurm job {record.get('job_id')} {slurm_state}: {why}{reason}; what the run wrote is kept"
+    message = killed_message(record)
     append_event(run_dir, "slurm", state=slurm_state, reason=record.get("reason"), message=message)
     return update_state(run_dir, status="failed", message=message, slurm=record, slurm_settled=True,
                         ended_by=slurm_state)

@@ -19,7 +19,8 @@ from .protocol import TERMINAL, AgentError, ExitCode, IdlePolicy, RunExit
 from .runpaths import existing_run_dir
 from .runstate import read_state, update_state
 from .slurmjobs import jobs
-from .slurmsettle import settle
+from .slurmreaper import start_reaper
+from .slurmsettle import settle, stopped_by_slurm
 from .start import runner_env
 from .startchecks import refuse_unusable_python, task_arch
 
@@ -96,14 +97,20 @@ def step(root: Path, task: str, run_id: str) -> int:
     update_state(run_dir, status="running", phase="starting", hostname=node, node=node, gpu=gpu.to_json() if gpu
                  else None, device=device, started=utc_now_iso(),
                  slurm={"job_id": job_id, "state": "RUNNING", "node": node, "allocated_gpus": allocated_gpu_keys()})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    reaper_fd = start_reaper()  # whatever ends this step, nothing of the run outlives it (slurmreaper.py)
     runner_pid = _fork_runner(_runner_argv(root, run_dir, request, device, lease),
-                              runner_env(root, device, gpu), run_dir / "raw" / "agent.log")
+                              runner_env(root, device, gpu), run_dir / "raw" / "agent.log", job_id, reaper_fd)
     if lease:
         lease.write_record({**lease.record(), "pid": runner_pid, "job_id": job_id, "node": node})
         lease.hand_over()
     code = os.waitstatus_to_exitcode(os.waitpid(runner_pid, 0)[1])
     state = settle(run_dir, read_state(run_dir), jobs([job_id]).get(job_id) if job_id else None, in_job=True)
-    if not state.get("slurm_settled"):  # what Slurm will say once this step returns code
+    if state.get("ended_by") and not state.get("slurm_settled"):  # the runner recorded why Slurm stopped the job
+        update_state(run_dir, slurm={**(state.get("slurm") or {}), "state": state["ended_by"], "exit_code": code},
+                     slurm_settled=True)
+    elif not state.get("slurm_settled"):  # what Slurm will say once this step returns code
         update_state(run_dir, slurm={**(state.get("slurm") or {}), "state": "COMPLETED" if code == 0 else "FAILED",
                                      "exit_code": code})
     return code
@@ -112,10 +119,14 @@ def step(root: Path, task: str, run_id: str) -> int:
 def _lease_allocated(root: Path, run_dir: Path, request: dict[str, Any], where: str) -> tuple[str, Any]:
     """(device, lease): one of the GPUs Slurm allocated, checked against the task's arch and the idle rule; no
     lease when the job has no GPU (a CPU smoke run)."""
-    snap = allocated_only(snapshot(), allocated_gpu_keys())
+    keys = allocated_gpu_keys()
+    snap = allocated_only(snapshot(), keys)
     device = request.get("device") or "auto"
     if device == "auto":
         device = "cuda" if snap.source == "nvml" and snap.gpus else "cpu"
+        if keys and device == "cpu":  # gres gave GPUs this node's NVML cannot show: said in the run, not silent
+            _warn(run_dir, f"{where} was allocated GPU {','.join(keys)} (gres), but NVML does not answer on this "
+                           f"node (GPU readings: {snap.source}): a CPU smoke run, its timings not meaningful")
     if device == "cuda" and not snap.gpus:
         raise Refused(f"{where} was allocated no GPU NVML can see: set gres (e.g. \"gpu:1\") for this host in "
                       "hosts.toml")
@@ -138,9 +149,11 @@ def _runner_argv(root: Path, run_dir: Path, request: dict[str, Any], device: str
     return argv
 
 
-def _fork_runner(argv: list[str], env: dict[str, str], log_path: Path) -> int:
+def _fork_runner(argv: list[str], env: dict[str, str], log_path: Path, job_id: Optional[str],
+                 reaper_fd: Optional[int]) -> int:
     """The runner in a forked child of this step: no second interpreter to start (a few hundred ms on a busy
-    node). The child inherits the lease's fd, as the runner's --lease-fd expects; its output goes to agent.log."""
+    node). The child inherits the lease's fd, as the runner's --lease-fd expects; its output goes to agent.log.
+    A signal that stops it is a cancel unless Slurm stopped the job itself (time limit, ...): it asks."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -148,6 +161,8 @@ def _fork_runner(argv: list[str], env: dict[str, str], log_path: Path) -> int:
         return pid
     code = 3
     try:
+        if reaper_fd is not None:
+            os.close(reaper_fd)  # the reaper waits for the step alone
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
         log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -158,7 +173,7 @@ def _fork_runner(argv: list[str], env: dict[str, str], log_path: Path) -> int:
         os.environ.update(env)
         from .runner import main as runner_main
 
-        code = runner_main(argv)
+        code = runner_main(argv, stopped_by=lambda run_dir: stopped_by_slurm(run_dir, job_id))
     except BaseException:  # noqa: BLE001 - whatever happens, the child must not return into the step's code
         import traceback
 
@@ -167,6 +182,14 @@ def _fork_runner(argv: list[str], env: dict[str, str], log_path: Path) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _warn(run_dir: Path, message: str) -> None:
+    log = EventLog(run_dir / "raw" / "events.jsonl")
+    try:
+        log.emit("warning", message=message)
+    finally:
+        log.close()
 
 
 def _record_refusal(run_dir: Path, job_id: Optional[str], node: str, message: str) -> None:

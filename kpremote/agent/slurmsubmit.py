@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from .lease import utc_now_iso
-from .protocol import BadRequest
+from .events import EventLog
+from .protocol import BadRequest, RunExit
 from .runpaths import claim_run, task_dir
 from .runstate import update_state
 from .slurmjobs import SCHEDULER, SlurmError, slurm
@@ -23,6 +24,7 @@ SBATCH_ALLOWED = ("mem", "mem-per-cpu", "mem-per-gpu", "cpus-per-task", "cpus-pe
                   "priority", "distribution", "ntasks", "nodes")  # the client's config.py holds the same list
 SETTING_FLAGS = {"partition": "--partition", "account": "--account", "qos": "--qos", "gres": "--gres",
                  "time_limit": "--time", "constraint": "--constraint"}
+JOB_SHAPE = ("--no-requeue", "--nodes=1", "--ntasks=1")  # every run's job, and what `slurm-check` asks Slurm about
 SETTING_VALUE = re.compile(r"[A-Za-z0-9_.,:&|*()\[\]!+-]+")
 
 
@@ -45,15 +47,26 @@ def submit(root: Path, request: dict[str, Any], settings: dict[str, Any]) -> dic
                  device=request.get("device"), workloads=request.get("workloads"), mode=request.get("mode"),
                  request=request, settings=settings)
     argv = ["sbatch", "--parsable", f"--job-name=kp-{request['task']}"[:120], f"--output={run_dir / 'raw' / 'slurm-%j.out'}",
-            f"--chdir={run_dir}", "--no-requeue", "--nodes=1", "--ntasks=1", *sbatch_settings, str(script)]
+            f"--chdir={run_dir}", *JOB_SHAPE, *sbatch_settings, str(script)]
     try:
         done = slurm(*argv)
     except SlurmError as exc:
-        update_state(run_dir, status="error", phase="done", message=f"not submitted: {exc}", finished=utc_now_iso())
-        raise
+        _record_not_submitted(run_dir, f"not submitted: {exc}")
+        raise SlurmError(f"{exc} (recorded as run {run_id}: error)") from None
     job_id = done.stdout.strip().split(";")[0]
     state = update_state(run_dir, job_id=job_id, slurm={"job_id": job_id, "state": "PENDING"})
     return {"run_id": run_id, "run_dir": str(run_dir), "job_id": job_id, "gpu": None, "state": state}
+
+
+def _record_not_submitted(run_dir: Path, message: str) -> None:
+    """Slurm refused the job: the run ends error with Slurm's line, in its state and its events (status, logs)."""
+    log = EventLog(run_dir / "raw" / "events.jsonl")
+    try:
+        log.emit("done", status="error", exit_code=int(RunExit.REFUSED), message=message)
+    finally:
+        log.close()
+    update_state(run_dir, status="error", phase="done", exit_code=int(RunExit.REFUSED), message=message,
+                 finished=utc_now_iso())
 
 
 def sbatch_options(settings: dict[str, Any]) -> list[str]:
@@ -76,6 +89,47 @@ def sbatch_options(settings: dict[str, Any]) -> list[str]:
     if unknown:
         raise BadRequest(f"unknown Slurm settings: {', '.join(sorted(unknown))}")
     return words
+
+
+def check_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """What a run on this login node needs from Slurm, asked of Slurm (`inv hosts --check`): sinfo answers, the
+    partitions exist, and sbatch would take a job with these settings (`--test-only`: Slurm checks partition, account,
+    qos, gres and time limit as for a real submit, and queues nothing). {"ok", "checks": [{"check", "ok", "detail"}]}"""
+    checks: list[dict[str, Any]] = []
+
+    def check(name: str, ask: Any) -> bool:
+        try:
+            detail, ok = ask(), True
+        except SlurmError as exc:
+            detail, ok = str(exc), False
+        checks.append({"check": name, "ok": ok, "detail": detail})
+        return ok
+
+    words = sbatch_options(settings)
+    if check("sinfo", _partitions_known) and settings.get("partition"):
+        check("partition", lambda: _partitions_exist(settings["partition"]))
+    if all(c["ok"] for c in checks):
+        check("sbatch", lambda: _sbatch_would_take(words))
+    return {"ok": all(c["ok"] for c in checks), "checks": checks}
+
+
+def _partitions_known() -> str:
+    names = sorted(set(slurm("sinfo", "-h", "-o", "%R").stdout.split()))
+    return f"partitions: {', '.join(names) or 'none'}"
+
+
+def _partitions_exist(wanted: str) -> str:
+    known = set(slurm("sinfo", "-h", "-o", "%R").stdout.split())
+    missing = [name for name in wanted.split(",") if name not in known]
+    if missing:
+        raise SlurmError(f"partition {', '.join(missing)} is not one of this cluster's ({', '.join(sorted(known))})")
+    return f"partition {wanted} exists"
+
+
+def _sbatch_would_take(words: list[str]) -> str:
+    done = slurm("sbatch", "--test-only", *JOB_SHAPE, *words, "--wrap=true")
+    said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+    return "sbatch --test-only: " + re.sub(r"^sbatch: ", "", said[-1] if said else "accepted")
 
 
 def batch_script(root: Path, task: str, run_id: str) -> str:

@@ -31,15 +31,27 @@ def hosts_view(hosts: Iterable[Host], infos: Optional[dict[str, HostInfo]] = Non
     failures: list[Text] = []
     if infos is not None:
         checked = [infos[h.name] for h in hosts]
-        columns.append(Column("reachable", [Text("yes", style="green") if i.ok else Text("no", style="red")
+        columns.append(Column("reachable", [Text("yes", style="green") if i.reachable else Text("no", style="red")
                                             for i in checked], whole=True))
+        if any(i.slurm is not None or h.is_cluster for h, i in zip(hosts, checked)):
+            columns.append(Column("slurm", [_slurm_cell(h, i) for h, i in zip(hosts, checked)], whole=True))
         for header, attribute, drop in (("hostname", "hostname", 8), ("python", "python", 9), ("torch", "torch", 12),
                                         ("triton", "triton", 11), ("nvidia-ml-py", "pynvml", 10),
                                         ("tvm-ffi", "tvm_ffi", 7), ("cutlass-dsl", "cutlass_dsl", 6),
                                         ("sandbox", "sandbox", 5)):
             missing = "?" if attribute in ("hostname", "python") else "missing"
-            columns.append(Column(header, [(getattr(i, attribute) or missing) if i.ok else "" for i in checked],
+            columns.append(Column(header, [(getattr(i, attribute) or missing) if i.reachable else "" for i in checked],
                                   drop=drop))
         # The error names the host already ("gone: unreachable: ..."); a refused key's message carries its command.
         failures = [line for i in checked if not i.ok for line in error_lines(i.error or f"{i.host}: failed")]
     return Group(fitted_table(columns, terminal.console.width, title="hosts"), *failures)
+
+
+def _slurm_cell(host: Host, info: "HostInfo") -> Text:
+    """A cluster's Slurm check: ok (sinfo, partition, sbatch --test-only all passed) or no (the error below says
+    which); "-" for a host without Slurm, "?" where the check could not run."""
+    if not host.is_cluster:
+        return Text("-", style="dim")
+    if info.slurm is None:
+        return Text("?", style="red")
+    return Text("ok", style="green") if info.slurm.get("ok") else Text("no", style="red")

@@ -149,8 +149,8 @@ def _event_body(event: dict) -> list[tuple[str, Optional[str]]]:
     if kind == "done":
         status = str(event.get("status"))
         message = f"  {event['message']}" if event.get("message") else ""
-        return [("done: ", None), (status, STATUS_STYLE.get(status)), (f" (exit code {event.get('exit_code')}){message}",
-                                                                        None)]
+        code = f" (exit code {event['exit_code']})" if event.get("exit_code") is not None else ""  # none: never ran
+        return [("done: ", None), (status, STATUS_STYLE.get(status)), (f"{code}{message}", None)]
     if kind in ("error", "warning"):
         return [(f"{kind}: ", "red" if kind == "error" else "yellow"), (str(event.get("message") or ""), None)]
     if kind == "provenance":

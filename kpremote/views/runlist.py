@@ -54,6 +54,8 @@ def _runs_table(runs: list[dict]) -> Table:
         workload = run.get("workload") or {}
         if run.get("phase") == "workload" and workload.get("n") and run.get("status") == "running":
             return f"workload {workload.get('i')}/{workload['n']}"
+        if run.get("phase") == "done" and run.get("status") in ("error", "failed") and run.get("message"):
+            return run["message"]  # why it ended (a refused submit, Slurm's time limit, ...): not just "done"
         if run.get("status") in TERMINAL and run.get("phase") not in (None, "done"):
             return f"ended in: {run['phase']}"  # a cancelled wait is over: it no longer waits for a GPU
         return run.get("phase") or ""

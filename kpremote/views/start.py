@@ -68,9 +68,14 @@ def phase_text(event: dict[str, Any]) -> Optional[str]:
     if event.get("event") != "syncing":
         return PHASES.get(str(event.get("event")))
     files = int(event.get("files") or 0)
-    if not files:
-        return "syncing: nothing changed"
-    return f"syncing {files} file{'s' if files != 1 else ''} ({size_text(int(event.get('bytes') or 0))})"
+    if event.get("retry"):  # the first request's files were not what the workspace needed: say what it did need
+        return "syncing: the workspace had them already (synced from elsewhere)" if not files else \
+            f"syncing {_files(files, event)} instead: the workspace was not as this client last left it"
+    return f"syncing {_files(files, event)}" if files else "syncing: nothing changed"
+
+
+def _files(files: int, event: dict[str, Any]) -> str:
+    return f"{files} file{'s' if files != 1 else ''} ({size_text(int(event.get('bytes') or 0))})"
 
 
 def size_text(size: float) -> str:

@@ -35,7 +35,8 @@ def test_info_reports_versions_and_asks_torch_about_cuda_only_when_not_fast(caps
     assert fast["torch"] == importlib.metadata.version("torch")
     assert fast["pynvml"] == importlib.metadata.version("nvidia-ml-py")
     assert set(fast) == {"hostname", "python", "torch", "triton", "pynvml", "tvm_ffi", "cutlass_dsl", "cuda",
-                         "cuda_available"}
+                         "cuda_available", "sandbox"}
+    assert fast["sandbox"] == "sandboxed"  # this kernel has Landlock, seccomp and user namespaces
     assert fast["tvm_ffi"] == _installed("apache-tvm-ffi") and fast["cutlass_dsl"] == _installed("nvidia-cutlass-dsl")
     assert fast["cuda_available"] is None
 

@@ -66,6 +66,11 @@ def test_each_phase_in_words():
     assert phase_text({"event": "syncing", "files": 12, "bytes": 3565158}) == "syncing 12 files (3.4 MiB)"
     assert phase_text({"event": "syncing", "files": 1, "bytes": 1229}) == "syncing 1 file (1.2 KiB)"
     assert phase_text({"event": "syncing", "files": 0, "bytes": 0}) == "syncing: nothing changed"
+    # a retry against the workspace's own listing, after the first request's files were not what it needed
+    assert phase_text({"event": "syncing", "files": 0, "bytes": 0, "retry": True}) == \
+        "syncing: the workspace had them already (synced from elsewhere)"
+    assert phase_text({"event": "syncing", "files": 2, "bytes": 1229, "retry": True}) == \
+        "syncing 2 files (1.2 KiB) instead: the workspace was not as this client last left it"
     assert phase_text({"event": "created", "run_id": "x"}) == "starting"
     assert phase_text({"event": "waiting", "gpus": []}) == "waiting for a GPU"
     assert phase_text({"event": "submitted", "job_id": "42"}) == "submitted as Slurm job 42"
