@@ -10,7 +10,9 @@ what is left is connecting, syncing, starting, following, fetching — and, for 
 start-up on the client. The first run (which ships the agent and syncs everything) is not counted.
 
 - kpremote: `inv run --json`. "in-command" is the JSON `seconds` (time inside the command); "process" is the wall
-  time of the whole `inv` process. Channels: the JSON `channels` (all on one connection).
+  time of the whole `inv` process. Channels: the JSON `channels` (all on one connection). Over the SSH client
+  hosts.toml's default picks (kpremote), or one named: paramiko (kpremote-paramiko), OpenSSH with the master the
+  previous run left (kpremote-openssh: warm), OpenSSH with no master, stopped before each run (kpremote-openssh-cold).
 - (a) the shell routine: `tar -cf - . | ssh H 'tar -xf - -C WS'`, `ssh H python -m kpremote.agent run ...` (the
   same runner, in the foreground), `scp -r H:RUN/summary .` — three SSH connections of one channel each. (Users'
   routine also has an `ssh nvidia-smi` first; it is left out, which favours the anchor.)
@@ -22,9 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import shutil
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -35,9 +40,15 @@ from benchkit import (BENCH_DIR, REPO, LinkedHost, fresh_rig, inv_argv, link_hos
                       markdown_table, median, quiet_env, seconds_text, timed)
 from rig import idle_gpu  # noqa: E402
 
+from kpremote.transport.openssh import CONTROL_DIR_ENV  # noqa: E402
+
 TASK = "tiny_rmsnorm"
 WORKLOAD = "grid_r1_c33"
 TOOLS = {"kpremote": "kpremote `inv run`", "tar": "(a) tar\\|ssh + ssh run + scp", "fabric": "(b) Fabric"}
+CLIENTS = {"kpremote-paramiko": ("paramiko", "kpremote `inv run`, paramiko"),
+           "kpremote-openssh": ("openssh", "kpremote `inv run`, OpenSSH, warm master"),
+           "kpremote-openssh-cold": ("openssh", "kpremote `inv run`, OpenSSH, no master")}
+LABELS = {**TOOLS, **{tool: label for tool, (_, label) in CLIENTS.items()}}
 CHANNELS = {"tar": "3 (3 connections)", "fabric": "3 + SFTP requests"}
 TARGETS = {0.0: 1.0, 50.0: 1.5, 150.0: 3.0}
 
@@ -76,8 +87,18 @@ class Bench:
         self.anchor_source = work / "anchor-source" / TASK
         self.rounds = 0
 
-    def kpremote(self) -> Sample:
-        seconds, done = timed(inv_argv("run", "--hosts", str(self.hosts_toml), "--host", self.linked.name,
+    def sample(self, tool: str) -> Sample:
+        if tool in CLIENTS:
+            client = CLIENTS[tool][0]
+            hosts_toml = self.linked.hosts_toml(self.work / f"hosts-{client}.toml", transport=client)
+            if tool == "kpremote-openssh-cold":
+                stop_master(hosts_toml, self.linked.name)
+            return self.kpremote(hosts_toml)
+        return getattr(self, tool)()
+
+    def kpremote(self, hosts_toml: Optional[Path] = None) -> Sample:
+        hosts_toml = hosts_toml or self.hosts_toml
+        seconds, done = timed(inv_argv("run", "--hosts", str(hosts_toml), "--host", self.linked.name,
                                        "--task", TASK, "--workloads", WORKLOAD, "--json"),
                               cwd=self.work, env=quiet_env(KPREMOTE_CACHE=str(self.work / ".cache")))
         [outcome] = json.loads(done.stdout)["runs"]
@@ -121,9 +142,22 @@ class Bench:
         return base / TASK, base / "runs" / round_name, fetched
 
 
+def stop_master(hosts_toml: Path, name: str) -> None:
+    """No OpenSSH master for the host: the next command connects from nothing, as the day's first one does."""
+    from kpremote.config import load_inventory
+    from kpremote.connect import openssh_transport
+
+    transport = openssh_transport(load_inventory(hosts_toml).hosts[name])
+    subprocess.run(transport.ssh_argv("-O", "exit"), capture_output=True)
+    if transport.master_pid() is not None:
+        raise RuntimeError(f"the OpenSSH master for {name} did not stop")
+
+
 def measure(rtts: list[float], repeats: int, high_rtt_repeats: int, tools: list[str], warmups: int = 1
             ) -> list[Cell]:
     rig = fresh_rig("kpremote-bench-run-")
+    # OpenSSH masters of this benchmark's own (short: a socket path has ~104 bytes), inherited by every `inv`
+    os.environ[CONTROL_DIR_ENV] = tempfile.mkdtemp(prefix="kpssh-", dir="/tmp")
     cells: list[Cell] = []
     try:
         host = rig.add_host("run-host", gpus=[idle_gpu(0)])
@@ -138,10 +172,10 @@ def measure(rtts: list[float], repeats: int, high_rtt_repeats: int, tools: list[
                 bench = Bench(linked, work)
                 for tool in tools:
                     for _ in range(warmups):  # the first run ships the agent and syncs everything: not counted
-                        getattr(bench, tool)()
+                        bench.sample(tool)
                     cell = Cell(tool, rtt)
                     for _ in range(repeats if rtt == 0 else high_rtt_repeats):
-                        cell.samples.append(getattr(bench, tool)())
+                        cell.samples.append(bench.sample(tool))
                     cells.append(cell)
                     print(f"# {tool} {rtt:g} ms: {cell.samples}", file=sys.stderr, flush=True)
             finally:
@@ -160,11 +194,11 @@ def table(cells: list[Cell]) -> str:
     for c in cells:
         agent = c.median("agent_s")
         overhead = median(s.wall_s - s.agent_s for s in c.samples)
-        in_command = (median(s.in_command_s - s.agent_s for s in c.samples)
-                      if c.tool == "kpremote" else None)
-        channels = f"{c.median('channels'):g}" if c.tool == "kpremote" else CHANNELS[c.tool]
-        target = f"≤ {TARGETS[c.rtt_ms]:g} s" if c.tool == "kpremote" and c.rtt_ms in TARGETS else ""
-        rows.append([f"{c.rtt_ms:g} ms", TOOLS[c.tool], channels, seconds_text(c.median("wall_s")),
+        ours = c.tool.startswith("kpremote")
+        in_command = median(s.in_command_s - s.agent_s for s in c.samples) if ours else None
+        channels = f"{c.median('channels'):g}" if ours else CHANNELS[c.tool]
+        target = f"≤ {TARGETS[c.rtt_ms]:g} s" if ours and c.rtt_ms in TARGETS else ""
+        rows.append([f"{c.rtt_ms:g} ms", LABELS[c.tool], channels, seconds_text(c.median("wall_s")),
                      seconds_text(agent), seconds_text(overhead), seconds_text(in_command), target, len(c.samples)])
     return markdown_table(HEADERS, rows)
 
@@ -174,7 +208,7 @@ def main() -> None:
     parser.add_argument("--rtts", default="0,50,150")
     parser.add_argument("--repeats", type=int, default=5, help="repeats at loopback")
     parser.add_argument("--high-rtt-repeats", type=int, default=3, help="repeats with a delay")
-    parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--tools", default=",".join(TOOLS), help=f"of {', '.join(LABELS)}")
     parser.add_argument("--warmups", type=int, default=1, help="uncounted runs first (0: the smoke test's choice)")
     args = parser.parse_args()
     print(f"machine: {machine_line()}")

@@ -51,9 +51,10 @@ class LinkedHost:
     def bytes_on_wire(self) -> int:
         return self.proxy.bytes_total
 
-    def hosts_toml(self, path: Path) -> Path:
-        """hosts.toml naming this host through the proxy (the rig's own entry, with ssh pointed at the proxy)."""
-        overrides = {self.name: {"ssh": f"root@127.0.0.1:{self.port}", "connect_timeout": 30}}
+    def hosts_toml(self, path: Path, **entry: str) -> Path:
+        """hosts.toml naming this host through the proxy (the rig's own entry, with ssh pointed at the proxy, and
+        `entry`'s keys: transport = "openssh" or "paramiko" picks the SSH client)."""
+        overrides = {self.name: {"ssh": f"root@127.0.0.1:{self.port}", "connect_timeout": 30, **entry}}
         return self.rig.write_hosts_toml(path, [self.host], local=False, overrides=overrides)
 
     def ssh_options(self) -> list[str]:

@@ -105,7 +105,7 @@ class DefaultsModel(_Common):
 
 class HostModel(_Common):
     ssh: Optional[str] = None
-    transport: Literal["ssh", "local"] = "ssh"
+    transport: Literal["ssh", "openssh", "paramiko", "local"] = "ssh"  # ssh: the client connect.py picks
     arch: Literal["b200", "h200", "h100", "auto", "any"] = "auto"
     container: Optional[str] = Field(None, pattern=NAME_PATTERN)
     groups: list[str] = []
@@ -286,7 +286,7 @@ def parse_inventory(data: dict[str, Any], file: Path) -> Inventory:
     for name, spec in model.hosts.items():
         if not re.fullmatch(NAME_PATTERN, name):
             raise ConfigError(f"{file}: [hosts.{name}]: host names may use letters, digits, '.', '_' and '-' only")
-        if spec.transport == "ssh" and not spec.ssh:
+        if spec.transport != "local" and not spec.ssh:
             raise ConfigError(f"{file}: [hosts.{name}] ssh is missing: an ~/.ssh/config alias or user@host[:port]")
         stray = [key for key in SLURM_KEYS if getattr(spec, key) is not None] if spec.scheduler is None else []
         if stray:

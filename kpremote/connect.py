@@ -1,4 +1,9 @@
-"""The transport for a hosts.toml entry: this machine or SSH, inside the entry's container when it names one."""
+"""The transport for a hosts.toml entry: this machine or SSH, inside the entry's container when it names one.
+
+An SSH host goes through the system's `ssh` client when there is one (OpenSSHTransport: every ssh_config feature,
+one master connection reused by every command), else through paramiko (SSHTransport); `transport = "openssh"` or
+`"paramiko"` in the host's table picks one.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +11,53 @@ from typing import TYPE_CHECKING
 
 from .config import Host
 from .transport import ContainerTransport, LocalTransport, Transport
+from .transport.errors import HostError
 
 if TYPE_CHECKING:
+    from .transport.openssh import OpenSSHTransport
     from .transport.ssh import SSHTransport
 
 
 def open_transport(host: Host) -> Transport:
     """The transport for a host; SSH connects lazily, on the first command."""
-    base = LocalTransport(host.name) if host.transport == "local" else ssh_transport(host)
+    if host.transport == "local":
+        base: Transport = LocalTransport(host.name)
+    elif ssh_client_of(host) == "openssh":
+        base = openssh_transport(host)
+    else:
+        base = ssh_transport(host)
     return ContainerTransport(base, host.container) if host.container else base
 
 
+def ssh_client_of(host: Host) -> str:
+    """Which SSH client a host's commands go through: "openssh" or "paramiko"."""
+    from .transport.openssh import ssh_client
+
+    if host.transport in ("openssh", "paramiko"):
+        return host.transport
+    return "openssh" if ssh_client() else "paramiko"
+
+
+def openssh_transport(host: Host) -> OpenSSHTransport:
+    """The host over the system's ssh client (not connected)."""
+    from .transport.openssh import OpenSSHTransport, ssh_client
+
+    if not ssh_client():
+        raise HostError(host.name, 'transport = "openssh", but there is no ssh client on PATH (install '
+                                   'openssh-client, or set transport = "paramiko")')
+    return OpenSSHTransport(
+        host.name,
+        host.ssh or host.name,
+        connect_timeout=host.connect_timeout,
+        known_hosts=host.known_hosts,
+        identity_file=host.identity_file,
+        ssh_config=host.ssh_config,
+    )
+
+
 def ssh_transport(host: Host) -> SSHTransport:
-    """An SSH transport to the host, with the target, timeout, known_hosts and keys its entry names (not connected)."""
+    """The host over paramiko, with the target, timeout, known_hosts and keys its entry names (not connected);
+    `inv trust-host` walks a host's hops with it, whichever client runs the commands."""
     from .transport.ssh import SSHTransport  # paramiko is slow to import; local-only commands skip it
 
     return SSHTransport(

@@ -220,6 +220,7 @@ class Rig:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.client_key)], check=True)
         self.known_hosts.write_text("")
         self._next_address = 2
+        self.client: Optional[str] = None  # "openssh" or "paramiko": written as each SSH host's transport when set
 
     def add_host(
         self,
@@ -268,7 +269,8 @@ class Rig:
         lines = ["[defaults]", f'known_hosts = "{self.known_hosts}"', ""]
         for host in hosts:
             lines.append(f'[hosts."{host.name}"]')
-            for key, value in host.hosts_entry(**overrides.get(host.name, {})).items():
+            chosen = {"transport": self.client} if self.client else {}
+            for key, value in host.hosts_entry(**chosen, **overrides.get(host.name, {})).items():
                 lines.append(f"{key} = {json.dumps(value)}")
             lines.append("")
         if local:

@@ -46,6 +46,9 @@ transport = "local"
 
 @pytest.mark.parametrize("text, expected", [
     ('[hosts.a]\nssh = "a"\narch = "b300"', "[hosts.a] arch = 'b300': allowed: 'b200', 'h200', 'h100', 'auto' or 'any'"),
+    ('[hosts.a]\nssh = "a"\ntransport = "libssh"',
+     "[hosts.a] transport = 'libssh': allowed: 'ssh', 'openssh', 'paramiko' or 'local'"),
+    ('[hosts.a]\ntransport = "openssh"', "[hosts.a] ssh is missing"),
     ('[hosts.a]\nssh = "a"\ncontianer = "x"', "[hosts.a] unknown field 'contianer' — did you mean 'container'?"),
     ('[hosts.a]\nssh = "a"\nidle = { max_util = 3 }', "[hosts.a.idle] unknown field 'max_util' — did you mean 'max_util_pct'?"),
     ('[defaults]\nconnect_timeout = -1\n[hosts.a]\nssh = "a"', "[defaults] connect_timeout = -1"),

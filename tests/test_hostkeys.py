@@ -63,14 +63,14 @@ def fingerprint_in(message: str) -> str:
     return message.split("--fingerprint ")[1].split()[0]
 
 
-def test_malformed_known_hosts_lines_are_skipped_as_openssh_does(rig, target, tmp_path) -> None:
+def test_malformed_known_hosts_lines_are_skipped_as_openssh_does(rig, client, target, tmp_path) -> None:
     host = write_hosts(rig, tmp_path, [target], [*MALFORMED, target.known_hosts_line])[target.name]
     assert open_transport(host).run(["true"]).ok
     alone = write_hosts(rig, tmp_path, [target], MALFORMED)[target.name]  # only bad lines: the key is unknown
     assert "is not in" in refusal(alone)
 
 
-def test_an_unknown_jump_host_names_itself_and_trust_host_accepts_it(rig, jump, target, tmp_path) -> None:
+def test_an_unknown_jump_host_names_itself_and_trust_host_accepts_it(rig, client, jump, target, tmp_path) -> None:
     host = via_jump(rig, tmp_path, jump, target, [target.known_hosts_line])
     message = refusal(host)
     assert f"jump host (ProxyJump for {target.name}) [{jump.address}]:{jump.port}" in message, message
@@ -80,7 +80,7 @@ def test_an_unknown_jump_host_names_itself_and_trust_host_accepts_it(rig, jump, 
     assert open_transport(host).run(["true"]).ok
 
 
-def test_an_unknown_host_behind_a_jump_host_is_trusted_through_it(rig, jump, target, tmp_path) -> None:
+def test_an_unknown_host_behind_a_jump_host_is_trusted_through_it(rig, client, jump, target, tmp_path) -> None:
     host = via_jump(rig, tmp_path, jump, target, [jump.known_hosts_line])
     message = refusal(host)
     assert f"host key of [{target.address}]:{target.port} is not in" in message, message
@@ -91,7 +91,7 @@ def test_an_unknown_host_behind_a_jump_host_is_trusted_through_it(rig, jump, tar
     assert open_transport(host).run(["true"]).ok
 
 
-def test_a_changed_jump_host_key_names_the_jump_hosts_entry_and_trust_host_replaces_it(rig, jump, target,
+def test_a_changed_jump_host_key_names_the_jump_hosts_entry_and_trust_host_replaces_it(rig, client, jump, target,
                                                                                       tmp_path) -> None:
     stale = jump.known_hosts_line.replace(jump.host_key_pub, target.host_key_pub)  # what a MITM would look like
     host = via_jump(rig, tmp_path, jump, target, [stale, target.known_hosts_line])
@@ -106,7 +106,7 @@ def test_a_changed_jump_host_key_names_the_jump_hosts_entry_and_trust_host_repla
     assert open_transport(host).run(["true"]).ok
 
 
-def test_trust_host_with_the_new_fingerprint_replaces_a_changed_key_and_says_so(rig, jump, target, tmp_path) -> None:
+def test_trust_host_with_the_new_fingerprint_replaces_a_changed_key_and_says_so(rig, client, jump, target, tmp_path) -> None:
     stale = target.known_hosts_line.replace(target.host_key_pub, jump.host_key_pub)
     host = write_hosts(rig, tmp_path, [target], [stale])[target.name]
     hosts = str(tmp_path / "hosts.toml")
@@ -138,7 +138,7 @@ def serve(mode: str) -> int:
 
 @pytest.mark.parametrize("mode,says", [("http", "answered, but not as an SSH server"),
                                        ("silent", "accepted the connection but sent no SSH greeting within 2 s")])
-def test_a_port_that_is_not_ssh_is_one_clear_line(rig, target, tmp_path, mode, says) -> None:
+def test_a_port_that_is_not_ssh_is_one_clear_line(rig, client, target, tmp_path, mode, says) -> None:
     port = serve(mode)
     hosts = write_hosts(rig, tmp_path, [target], [],
                         **{target.name: {"ssh": f"root@127.0.0.1:{port}", "connect_timeout": 2}})

@@ -31,7 +31,7 @@ def inventory_for(rig, tmp_path, hosts, **overrides):
     return load_inventory(rig.write_hosts_toml(tmp_path / "hosts.toml", hosts, overrides=overrides))
 
 
-def test_binary_stdin_and_stdout_round_trip(rig, plain, tmp_path):
+def test_binary_stdin_and_stdout_round_trip(rig, client, plain, tmp_path):
     host = inventory_for(rig, tmp_path, [plain]).hosts["plain"]
     transport = open_transport(host)
     payload = os.urandom(3 * 1024 * 1024)
@@ -44,7 +44,7 @@ def test_binary_stdin_and_stdout_round_trip(rig, plain, tmp_path):
 
 
 @pytest.mark.parametrize("container", [False, True])
-def test_hostile_words_are_never_executed(rig, plain, boxed, tmp_path, container):
+def test_hostile_words_are_never_executed(rig, client, plain, boxed, tmp_path, container):
     chosen = boxed if container else plain
     host = inventory_for(rig, tmp_path, [chosen]).hosts[chosen.name]
     canary = chosen.home / "canary"
@@ -55,7 +55,7 @@ def test_hostile_words_are_never_executed(rig, plain, boxed, tmp_path, container
     assert not canary.exists()
 
 
-def test_container_wrapping_runs_the_script_inside(rig, boxed, tmp_path):
+def test_container_wrapping_runs_the_script_inside(rig, client, boxed, tmp_path):
     host = inventory_for(rig, tmp_path, [boxed]).hosts["boxed"]
     transport = open_transport(host)
     assert isinstance(transport, ContainerTransport)
@@ -65,15 +65,15 @@ def test_container_wrapping_runs_the_script_inside(rig, boxed, tmp_path):
     assert boxed.docker_calls.read_text().splitlines()[-1] == "exec -i sglang_bbuf bash -s"
 
 
-def test_unknown_host_key_is_refused_with_fingerprint_and_remedy(rig, tmp_path):
-    stranger = rig.add_host("stranger", trusted=False)
-    host = inventory_for(rig, tmp_path, [stranger]).hosts["stranger"]
+def test_unknown_host_key_is_refused_with_fingerprint_and_remedy(rig, client, tmp_path):
+    stranger = rig.add_host(f"stranger-{client}", trusted=False)
+    host = inventory_for(rig, tmp_path, [stranger]).hosts[stranger.name]
     with pytest.raises(HostKeyError) as err:
         open_transport(host).run(["true"])
     message = str(err.value)
-    assert message.startswith("stranger: host key of ") and "SHA256:" in message
+    assert message.startswith(f"{stranger.name}: host key of ") and "SHA256:" in message
     fingerprint = message.split("--fingerprint ")[1].split()[0]
-    assert f"inv trust-host --host stranger --fingerprint {fingerprint}" in message
+    assert f"inv trust-host --host {stranger.name} --fingerprint {fingerprint}" in message
 
     with pytest.raises(HostKeyError, match="nothing written"):
         trust(host, "SHA256:not-the-right-one")
@@ -81,18 +81,19 @@ def test_unknown_host_key_is_refused_with_fingerprint_and_remedy(rig, tmp_path):
     assert open_transport(host).run(["true"]).ok
 
 
-def test_changed_host_key_is_refused_loudly(rig, tmp_path):
-    liar = rig.add_host("liar")
-    other = rig.add_host("other")
+def test_changed_host_key_is_refused_loudly(rig, client, tmp_path):
+    liar = rig.add_host(f"liar-{client}")
+    other = rig.add_host(f"other-{client}")
     # known_hosts says liar has other's key: what a man in the middle would look like
     known = rig.known_hosts.read_text().replace(liar.host_key_pub, other.host_key_pub)
     (tmp_path / "known_hosts").write_text(known)
-    host = inventory_for(rig, tmp_path, [liar], liar={"known_hosts": str(tmp_path / "known_hosts")}).hosts["liar"]
+    host = inventory_for(rig, tmp_path, [liar], **{liar.name: {"known_hosts": str(tmp_path / "known_hosts")}}).hosts[
+        liar.name]
     with pytest.raises(HostKeyError, match=r"HOST KEY CHANGED .* Refusing to connect.*ssh-keygen -R"):
         open_transport(host).run(["true"])
 
 
-def test_unreachable_host_fails_fast_with_one_line(rig, plain, tmp_path):
+def test_unreachable_host_fails_fast_with_one_line(rig, client, plain, tmp_path):
     dead_port = free_port("127.0.0.1")
     host = inventory_for(rig, tmp_path, [plain], plain={"ssh": f"root@127.0.0.1:{dead_port}"}).hosts["plain"]
     started = time.monotonic()
@@ -102,7 +103,7 @@ def test_unreachable_host_fails_fast_with_one_line(rig, plain, tmp_path):
 
 
 @pytest.mark.parametrize("reachable", [True, False])
-def test_connecting_in_the_background_is_one_attempt_whose_outcome_run_gets(rig, plain, tmp_path, reachable):
+def test_connecting_in_the_background_is_one_attempt_whose_outcome_run_gets(rig, client, plain, tmp_path, reachable):
     overrides = {} if reachable else {"plain": {"ssh": f"root@127.0.0.1:{free_port('127.0.0.1')}"}}
     host = inventory_for(rig, tmp_path, [plain], **overrides).hosts["plain"]
     transport = open_transport(host)
@@ -120,7 +121,7 @@ def test_connecting_in_the_background_is_one_attempt_whose_outcome_run_gets(rig,
     transport.close()
 
 
-def test_refused_key_is_an_authentication_error(rig, plain, tmp_path):
+def test_refused_key_is_an_authentication_error(rig, client, plain, tmp_path):
     stray = tmp_path / "stray_key"
     os.system(f"ssh-keygen -q -t ed25519 -N '' -f {stray}")
     host = inventory_for(rig, tmp_path, [plain], plain={"identity_file": str(stray)}).hosts["plain"]

@@ -66,7 +66,8 @@ class ChannelCounter:
 
 
 class Transport:
-    """A way to run commands on one host. Kinds: LocalTransport, SSHTransport, ContainerTransport."""
+    """A way to run commands on one host. Kinds: LocalTransport, OpenSSHTransport, SSHTransport (paramiko),
+    ContainerTransport."""
 
     host: str
     channels: ChannelCounter

@@ -20,7 +20,7 @@ from fabric import Config, Connection
 
 from . import known_hosts as known
 from .base import ChannelCounter, Command, Completed, Transport, command_line
-from .errors import HostError, HostKeyError
+from .errors import HostError, HostKeyError, changed_host_key, no_greeting, not_ssh, unknown_host_key
 from .streams import Output, feed_in_background
 
 KEEPALIVE_S = 5
@@ -43,12 +43,7 @@ class StrictHostKeys(paramiko.MissingHostKeyPolicy):
 
     def missing_host_key(self, client, hostname: str, key: paramiko.PKey) -> None:
         what = f"{self.hop} {hostname}" if self.hop else hostname
-        raise HostKeyError(
-            self.host,
-            f"host key of {what} is not in {self.known_hosts} ({key.get_name()} {key.fingerprint}); "
-            f"nothing was sent. If that fingerprint is right, accept it with: "
-            f"inv trust-host --host {self.host} --fingerprint {key.fingerprint}",
-        )
+        raise unknown_host_key(self.host, what, self.known_hosts, key.get_name(), key.fingerprint)
 
 
 def hops(connection: Connection) -> list[Connection]:
@@ -161,14 +156,9 @@ class SSHTransport(Transport):
         hop = next((h for h in reversed(chain) if h.host == exc.hostname), self.connection)
         entry = known.entry_name(hop.host, int(hop.port))
         what = entry if hop is self.connection else f"jump host {entry} (ProxyJump for {self.host})"
-        return HostKeyError(
-            self.host,
-            f"HOST KEY CHANGED for {what}: known_hosts has {exc.expected_key.get_name()} "
-            f"{exc.expected_key.fingerprint}, the server offers {exc.key.get_name()} {exc.key.fingerprint}. "
-            f"Refusing to connect: someone may be intercepting, or the host was reinstalled. If you verified that "
-            f"{exc.key.fingerprint} is its new key: inv trust-host --host {self.host} --fingerprint "
-            f"{exc.key.fingerprint} (replaces the old key; or ssh-keygen -R '{entry}' -f {self.known_hosts})",
-        )
+        return changed_host_key(self.host, what, entry, self.known_hosts,
+                                (exc.expected_key.get_name(), exc.expected_key.fingerprint),
+                                (exc.key.get_name(), exc.key.fingerprint))
 
     def _handshake_failure(self, exc: BaseException, seconds: float) -> str:
         """One line for a port that is not SSH, a port that never greets, or another failed handshake.
@@ -182,12 +172,11 @@ class SSHTransport(Transport):
         if any(phrase in text for phrase in handshake) or isinstance(exc, EOFError):
             if seconds >= 0.9 * max(1.0, self.connect_timeout):
                 return self._silent(where)
-            return f"{where} answered, but not as an SSH server (is that the right port?)"
+            return not_ssh(where)
         return f"cannot connect to {where}: {text or type(exc).__name__}"
 
     def _silent(self, where: str) -> str:
-        return (f"unreachable: {where} accepted the connection but sent no SSH greeting within "
-                f"{self.connect_timeout:g} s (not an SSH port, or its sshd is stuck)")
+        return no_greeting(where, self.connect_timeout)
 
     def send(self, command: Command) -> Completed:
         self.connect()
