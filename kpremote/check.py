@@ -64,7 +64,7 @@ def smoke_check(task: TaskDir, workloads: Optional[str], quiet: bool = False) ->
     if not quiet:
         if (summary / "results.md").is_file():
             terminal.console.print(summary_markdown(summary / "results.md"))
-        terminal.console.print(f"summary: {summary}", markup=False)
+        terminal.say(f"summary: {summary}")
     return {"task": task.name, "run_dir": str(run_dir.resolve()), "summary_dir": str(summary.resolve()), "exit_code": code,
             "status": final.get("status", "error"), "message": final.get("message"),
             "headline": final.get("headline"), "results": results}

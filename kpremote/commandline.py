@@ -17,7 +17,7 @@ from .errors import KpremoteError
 from .views.terminal import error_line
 
 EXIT_FAILED = 1      # the command ran and something it checked failed (a host down, a row not PASSED)
-EXIT_USAGE = 2       # bad input: hosts.toml, an unknown host/task, a refused key
+EXIT_USAGE = 2       # bad input: hosts.toml, an unknown host/task, a refused key; a host that could not be asked
 EXIT_INTERRUPTED = 130
 
 
@@ -47,14 +47,19 @@ def command(help: dict[str, str] | None = None, short: dict[str, str] | None = N
                 say(f"dry run, nothing was run: {_as_command_line(fn.__name__, kwargs)}")
                 return None
             interrupt.install(say)
+            if isinstance(kwargs.get("task"), str):
+                kwargs["task"] = as_typed(kwargs["task"])
             try:
                 return fn(c, *args, **kwargs)
             except KpremoteError as exc:
                 error_line(str(exc))
                 raise Exit(code=EXIT_USAGE) from None
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
                 interrupt.cancel_registered(say)
-                error_line("interrupted")
+                if isinstance(exc, interrupt.StoppedByUser):
+                    say(exc.line)
+                else:
+                    error_line("interrupted")
                 if threading.active_count() > 1:  # a start or follow thread may be in native code: no shutdown
                     interrupt.leave_now(EXIT_INTERRUPTED)
                 interrupt.exit_now_after(interrupt.EXIT_WATCHDOG_S, EXIT_INTERRUPTED)
@@ -63,6 +68,11 @@ def command(help: dict[str, str] | None = None, short: dict[str, str] | None = N
         return task(wrapper, help=help or {}, auto_shortflags=False, klass=FlagTask, short_flags=short, **task_kwargs)
 
     return decorate
+
+
+def as_typed(tasks: str) -> str:
+    """--task as a shell completes it: `my_task/` (a folder's name, completed in kernels/) names my_task."""
+    return ",".join(name[:-1] if name.endswith("/") else name for name in tasks.split(","))
 
 
 def say(line: str) -> None:
@@ -97,3 +107,11 @@ def print_json(payload: Any) -> None:
 def finish(ok: bool, code: int = EXIT_FAILED) -> None:
     if not ok:
         raise Exit(code=code)
+
+
+def finish_asking(answered: list[bool], ok: list[bool]) -> None:
+    """The exit of a command that asks every host (gpu-status, status, hosts --check): 2 when a host could not be
+    asked (unreachable, its key refused, no agent there: as run, sync and logs exit), else 1 when one answered with
+    a failure (NVML missing, say), else 0."""
+    finish(all(answered), EXIT_USAGE)
+    finish(all(ok))

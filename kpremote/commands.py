@@ -15,24 +15,28 @@ interrupt.install_early()  # before the slower imports below: Ctrl-C from the fi
 
 from . import options as checks  # noqa: E402
 from .views import terminal  # noqa: E402
-from .commandline import EXIT_FAILED, EXIT_USAGE, command, finish  # noqa: E402
+from .commandline import EXIT_FAILED, EXIT_USAGE, command, finish, finish_asking  # noqa: E402
+from .agent.protocol import RunExit
 from .config import load_inventory
+from .errors import KpremoteError
 from .jsonout import print_document
 from .project import kernels_dir
 from .taskdir import TaskDir, find_task, find_tasks
 
-HOSTS_HELP = "hosts file (default: $KPREMOTE_HOSTS, else the project's hosts.toml, else ~/.config/kpremote/hosts.toml)"
+HOSTS_HELP = ("hosts file (default: $KPREMOTE_HOSTS, else the project's hosts.toml with ~/.config/kpremote/hosts.toml "
+              "layered over it, else that file alone)")
 
 
 @command(help={"check": "also connect to each host (in parallel): hostname, python, torch, triton, nvidia-ml-py",
+               "host": "only this host, or the hosts of this group (default: every host)",
                "hosts": HOSTS_HELP, "json": "print JSON instead of a table"})
-def hosts(c, check=False, hosts=None, json=False):
+def hosts(c, check=False, host=None, hosts=None, json=False):
     """List the hosts of hosts.toml (name, address, arch, container, groups); --check reaches each one."""
     from . import gpustatus  # imported here: `inv run` and the others never need it
     from .views.hosts import hosts_view
 
     inventory = load_inventory(hosts)
-    selected = inventory.select(None)
+    selected = inventory.select(host)
     infos = None
     if check:
         with terminal.Waiting("hosts --check") as waiting:
@@ -46,7 +50,8 @@ def hosts(c, check=False, hosts=None, json=False):
         ]})
     else:
         terminal.show(hosts_view(selected, infos))
-    finish(infos is None or all(info.ok for info in infos.values()))
+    answers = list((infos or {}).values())
+    _finish_asking(inventory, host, [info.answered for info in answers], [info.ok for info in answers])
 
 
 @command(help={"host": "a host name or a group (default: every host)", "hosts": HOSTS_HELP,
@@ -66,7 +71,8 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
     watch = checks.watch_seconds(watch)
     if no_color:
         terminal.plain_output()
-    selected = load_inventory(hosts).select(host)
+    inventory = load_inventory(hosts)
+    selected = inventory.select(host)
     options = GpuViewOptions(pids=pids, uuid=uuid, all=show_all)
     if watch:
         _watch_gpus(selected, watch, options, json)
@@ -80,19 +86,34 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
 
         for table in gpu_tables(reports, options):
             terminal.show(table)
-    finish(all(r.ok for r in reports))
+    _finish_asking(inventory, host, [r.answered for r in reports], [r.ok for r in reports])
 
 
 def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
-    """Refresh every SECONDS until Ctrl-C (exit 130, as for every Ctrl-C): the view, or one JSON document per line."""
+    """Refresh every SECONDS until Ctrl-C (exit 130, as for every Ctrl-C, with a calm line: it is how a watch
+    stops): the view, or one JSON document per line."""
     from . import gpustatus
     from .views.gpus import gpu_view, show_every, watch_header
 
-    if as_json:
-        while True:
-            print_document("gpu-status", gpustatus.gpu_status_body(gpustatus.gpu_status(selected)), one_line=True)
-            time.sleep(seconds)
-    show_every(seconds, lambda: gpu_view(gpustatus.gpu_status(selected), options, header=watch_header(seconds)))
+    try:
+        if as_json:
+            while True:
+                print_document("gpu-status", gpustatus.gpu_status_body(gpustatus.gpu_status(selected)), one_line=True)
+                time.sleep(seconds)
+        show_every(seconds, lambda: gpu_view(gpustatus.gpu_status(selected), options, header=watch_header(seconds)))
+    except KeyboardInterrupt:
+        raise interrupt.StoppedByUser("stopped watching") from None
+
+
+def _finish_asking(inventory, host: Optional[str], answered: list[bool], ok: list[bool]) -> None:
+    """finish_asking, and when hosts picked by default (no --host, no --hosts FILE, no $KPREMOTE_HOSTS) could not be
+    asked, where they came from and what to do."""
+    if not (host or inventory.chosen) and not all(answered):
+        own = "" if inventory.layers else (", or list your own in ~/.config/kpremote/hosts.toml (it layers over "
+                                           "the project's)")
+        terminal.say(f"hint: {answered.count(False)} of {len(answered)} hosts could not be asked; they are those of "
+                     f"{inventory.files}: pick one with --host NAME{own}", stderr=True)
+    finish_asking(answered, ok)
 
 
 @command(help={"host": "the host whose key to accept", "fingerprint": "the SHA256:... fingerprint you verified",
@@ -131,8 +152,8 @@ def sync(c, host, task, hosts=None, json=False):
     else:
         for warning in report.warnings:
             terminal.errors.print(f"warning: {warning}")
-        terminal.console.print(f"{selected.name}: {task}: {report.files_sent} files sent ({report.bytes_sent} bytes), "
-                               f"{report.deleted} deleted, {report.channels} channel(s)")
+        terminal.say(f"{selected.name}: {task}: {report.files_sent} files sent ({report.bytes_sent} bytes), "
+                     f"{report.deleted} deleted, {report.channels} channel(s)")
 
 
 @command(
@@ -163,23 +184,24 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
     finish(all(o.ok for o in outcomes), code=EXIT_USAGE if refused else EXIT_FAILED)
 
 
-@command(help={"host": "host name or group (default: every host)", "hosts": HOSTS_HELP, "json": "print JSON",
-               "task": "only this task's runs"})
-def status(c, host=None, hosts=None, json=False, task=None):
+@command(help={"host": "host name or group (default: every host)", "hosts": HOSTS_HELP, "json": "print JSON (every run)",
+               "task": "only this task's runs", "all": "list every run (default: the newest 10 of each task)"})
+def status(c, host=None, hosts=None, json=False, task=None, all=False):
     """Runs on the hosts: id, task, GPU, status and phase, age, headline."""
     from . import gpustatus
     from .runs import runs_or_error
-    from .views.runlist import runs_view
+    from .views.runlist import SHOWN, runs_view
 
-    selected = load_inventory(hosts).select(host)
+    inventory = load_inventory(hosts)
+    selected = inventory.select(host)
     with terminal.Waiting("status") as waiting:
         answers = gpustatus.on_every_host(selected, lambda h, agent: runs_or_error(h, agent, task),
                                           waiting.hosts(len(selected)))
     if json:
         print_document("status", {"hosts": answers})
     else:
-        terminal.show(runs_view(answers))
-    finish(all(a["ok"] for a in answers))
+        terminal.show(runs_view(answers, shown=None if all else SHOWN))
+    _finish_asking(inventory, host, [a["ok"] for a in answers], [a["ok"] for a in answers])  # not ok: not asked
 
 
 RUN_HELP = "a run id, a unique part of one (its last 6 characters will do), or latest"
@@ -211,8 +233,8 @@ def cancel(c, host, run, task=None, hosts=None):
     finally:
         session.close()
     state = answer.get("state", {})
-    terminal.console.print(f"{selected.name}: run {run}: {state.get('status', '?')}"
-                           + ("" if answer.get("cancelled") else " (it had already ended)"))
+    terminal.say(f"{selected.name}: run {run}: {state.get('status', '?')}"
+                 + ("" if answer.get("cancelled") else " (it had already ended)"))
 
 
 @command(help={"host": "host name", "task": TASK_HELP, "run": "a run id, a unique part of one, latest (default) or all",
@@ -241,8 +263,8 @@ def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=
                                          "fetched": [dataclasses.asdict(r) for r in reports]})
     else:
         for report in reports:
-            terminal.console.print(f"{selected.name}: {task} run {report.run_id} ({report.run_status}): "
-                                   f"{report.outcome} → {report.path}")
+            terminal.say(f"{selected.name}: {task} run {report.run_id} ({report.run_status}): "
+                         f"{report.outcome} → {report.path}")
 
 
 def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
@@ -250,15 +272,15 @@ def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
 
     def announce(info: dict) -> None:
         if not as_json:
-            terminal.console.print(f"{session.host.name}: raw/{info['name']}: {info['bytes']} bytes "
-                                   f"({info['bytes'] / 1048576:.2f} MiB), sha256 {info['sha256']}", markup=False)
+            terminal.say(f"{session.host.name}: raw/{info['name']}: {info['bytes']} bytes "
+                         f"({info['bytes'] / 1048576:.2f} MiB), sha256 {info['sha256']}")
 
     fetched = fetch_raw_file(session.agent, task, run, name, KERNELS, session.host.name, force=force, on_stat=announce)
     if as_json:
         print_document("fetch-results", {"host": session.host.name, "task": task, "fetched": [],
                                          "raw_file": dataclasses.asdict(fetched)})
     else:
-        terminal.console.print(f"{fetched.outcome} → {fetched.path}", markup=False)
+        terminal.say(f"{fetched.outcome} → {fetched.path}")
 
 
 @command(
@@ -314,16 +336,21 @@ def check(c, task, workloads=None, json=False):
     outcome = smoke_check(task_dir, workloads, quiet=json)
     if json:
         print_document("check", outcome)
-    finish(outcome["exit_code"] == 0)
+    refused = outcome["exit_code"] == RunExit.REFUSED  # the task itself is not one the runner takes: bad input
+    finish(outcome["exit_code"] == 0, EXIT_USAGE if refused else EXIT_FAILED)
 
 
 @command(help={"name": "the new task's folder name under kernels/"})
 def new_task(c, name):
     """Scaffold kernels/NAME: a complete small Triton task that passes `inv check` at once."""
+    from .project import find_root
     from .scaffold import new_task as scaffold
 
+    if find_root() is None:
+        raise KpremoteError(f"{Path.cwd()} is not inside a project (no hosts.toml, nor a pyproject.toml with "
+                            "[tool.kpremote], here or above): run new-task in a project, or start one with a hosts.toml")
     path = scaffold(name, KERNELS)
-    terminal.console.print(f"created {path}; try: inv check --task {name}")
+    terminal.say(f"created {path}; try: inv check --task {name}")
 
 
 @command(help={"task": TASK_HELP, "repo": "the upstream repository: a URL git can fetch (or a local path); with "
@@ -389,10 +416,12 @@ def _ensure_upstream(tasks: list[TaskDir]) -> None:
 def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = None, json=False):
     """Did it help? Two fetched runs row by row: medians, speedup change with its interval, FASTER / SAME / SLOWER."""
     from .compare import compare as compare_runs
-    from .compare import last_runs, runs_to_compare, series
+    from .compare import MAX_LAST, last_runs, runs_to_compare, series, skipped_runs
     from .runstore import fetched_runs
     from .views.compare import compare_view
 
+    if last is not None:
+        last = checks.whole_number("--last", last, minimum=2, maximum=MAX_LAST)
     runs = fetched_runs(KERNELS, task, host)
     where = f"of {task}" + (f" on {host}" if host else "")
     if last is not None:
@@ -400,7 +429,9 @@ def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = N
         document = compare_runs(chosen[0], chosen[-1])
         document["series"] = series(chosen)
     else:
-        document = compare_runs(*runs_to_compare(runs, new, base, where))
+        chosen = list(runs_to_compare(runs, new, base, where))
+        document = compare_runs(*chosen)
+    document["skipped"] = skipped_runs(runs, chosen, to_the_newest=last is not None or new == "latest")
     if json:
         print_document("compare", document)
     else:

@@ -22,6 +22,7 @@ from .runstore import FetchedRun, find_run
 
 Z95 = 1.959964
 MIN_CHANGE = 0.01  # a change under 1 % is SAME however tight its interval: run-to-run drift is about that size
+MAX_LAST = 1000  # --last N: a table of more runs than that is no comparison
 
 
 def side_rse(side: Optional[dict[str, Any]]) -> Optional[float]:
@@ -132,26 +133,53 @@ def compare(base: FetchedRun, new: FetchedRun) -> dict[str, Any]:
             "headline": headline_change(base.headline, new.headline), "smoke": base.smoke or new.smoke}
 
 
+def with_results(runs: list[FetchedRun]) -> list[FetchedRun]:
+    """The runs that have something to compare: not a profile run, and at least one row with a speedup."""
+    return [r for r in runs if r.nothing_to_compare() is None]
+
+
+def comparable(run: FetchedRun, where: str) -> FetchedRun:
+    """run, when it has results; a named run that has none is refused with the reason."""
+    why = run.nothing_to_compare()
+    if why:
+        raise KpremoteError(f"run {run.run_id} {where} has nothing to compare ({why})")
+    return run
+
+
 def runs_to_compare(runs: list[FetchedRun], new: str, base: Optional[str], where: str) -> tuple[FetchedRun, FetchedRun]:
-    """(older, newer): the runs `new` and `base` name, base by default the run before new on new's host."""
-    newer = find_run(runs, new, where)
+    """(older, newer): the runs `new` and `base` name, base by default the run before new on new's host; runs with
+    no results are never chosen by default, and refused when named."""
+    candidates = with_results(runs)
+    if new == "latest" and runs and not candidates:
+        raise KpremoteError(f"none of the {len(runs)} fetched run(s) {where} has results to compare (the newest, "
+                            f"{runs[-1].run_id}: {runs[-1].nothing_to_compare()})")
+    newer = comparable(find_run(candidates if new == "latest" else runs, new, where), where)
     if base:
-        return find_run(runs, base, where), newer
-    before = [r for r in runs[:runs.index(newer)] if r.host == newer.host]
+        return comparable(find_run(runs, base, where), where), newer
+    before = [r for r in candidates[:candidates.index(newer)] if r.host == newer.host]
     if not before:
-        raise KpremoteError(f"run {newer.run_id} is the first fetched run {where} on {newer.host}: "
+        raise KpremoteError(f"run {newer.run_id} is the first fetched run with results {where} on {newer.host}: "
                             "give --base ID to compare it with another")
     return before[-1], newer
 
 
 def last_runs(runs: list[FetchedRun], last: int, where: str) -> list[FetchedRun]:
-    """The last `last` runs, oldest first: at least two."""
-    if int(last) < 2:
+    """The last `last` runs with results, oldest first: at least two."""
+    if last < 2:
         raise KpremoteError(f"--last {last}: compare needs at least 2 runs")
-    chosen = runs[-int(last):]
+    chosen = with_results(runs)[-last:]
     if len(chosen) < 2:
-        raise KpremoteError(f"--last {last}: only {len(chosen)} fetched run(s) {where}")
+        raise KpremoteError(f"--last {last}: only {len(chosen)} fetched run(s) with results {where}")
     return chosen
+
+
+def skipped_runs(runs: list[FetchedRun], chosen: list[FetchedRun], to_the_newest: bool) -> list[dict[str, Any]]:
+    """The runs without results that the choice stepped over: between the chosen ones, and after them as well when
+    the newest was asked for (latest, --last)."""
+    places = [runs.index(r) for r in chosen]
+    end = len(runs) if to_the_newest else max(places)
+    return [{"run_id": r.run_id, "host": r.host, "why": why} for r in runs[min(places):end]
+            if (why := r.nothing_to_compare())]
 
 
 def series(runs: list[FetchedRun]) -> list[dict[str, Any]]:

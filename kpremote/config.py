@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
@@ -138,6 +139,8 @@ class HostModel(_Common):
     def _ssh_target_is_one_word(cls, value: Optional[str]) -> Optional[str]:
         if value is not None and not re.fullmatch(r"[A-Za-z0-9_.@:\[\]-]+", value):
             raise ValueError("must be an ~/.ssh/config alias or user@host[:port] (letters, digits, . _ - @ : only)")
+        if value is not None:
+            _check_user_host_port(value)
         return value
 
     @field_validator("groups")
@@ -147,6 +150,23 @@ class HostModel(_Common):
             if not re.fullmatch(NAME_PATTERN, group):
                 raise ValueError(f"group {group!r} must match {NAME_PATTERN}")
         return value
+
+
+def _check_user_host_port(target: str) -> None:
+    """user@host:port as the SSH connection reads it: a user and a host when written, and a port from 1 to 65535
+    after a single ':' (more than one ':' is an IPv6 address, without a port)."""
+    user, at, host_port = target.rpartition("@")
+    if at and not user:
+        raise ValueError("nothing before '@': write user@host, or leave the user out")
+    if host_port.count(":") != 1:
+        if not host_port:
+            raise ValueError("no host after '@'")
+        return
+    host, _, port = host_port.partition(":")
+    if not host:
+        raise ValueError("no host before ':'")
+    if not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"port {port!r} after ':' is not a port number (1 to 65535)")
 
 
 class HostsFileModel(_Strict):
@@ -188,6 +208,12 @@ class Host:
 class Inventory:
     path: Path
     hosts: dict[str, Host]
+    layers: tuple[Path, ...] = ()  # files layered over path (the user's own hosts): their hosts added or replaced
+    chosen: bool = False  # path was named (--hosts FILE, $KPREMOTE_HOSTS), not found
+
+    @property
+    def files(self) -> str:
+        return " + ".join(str(p) for p in (self.path, *self.layers))
 
     def select(self, name_or_group: Optional[str]) -> list[Host]:
         """All hosts, one host by name, or every host of a group; unknown names suggest the closest."""
@@ -199,7 +225,11 @@ class Inventory:
         if members:
             return members
         known = sorted(set(self.hosts) | {g for h in self.hosts.values() for g in h.groups})
-        raise ConfigError(f"{self.path}: unknown host or group {name_or_group!r}{_suggestion(name_or_group, known)}")
+        raise ConfigError(f"{self.files}: unknown host or group {name_or_group!r}{_suggestion(name_or_group, known)}"
+                          f"{'' if self.layers else OWN_HOSTS_HINT}")
+
+
+OWN_HOSTS_HINT = "; list your own hosts in ~/.config/kpremote/hosts.toml: it layers over the project's"
 
 
 def _suggestion(word: str, choices: Iterable[str]) -> str:
@@ -221,7 +251,22 @@ def find_hosts_file(explicit: Optional[str] = None) -> Path:
 
 
 def load_inventory(path: Optional[str | Path] = None) -> Inventory:
+    """The hosts of --hosts FILE or $KPREMOTE_HOSTS alone; else the project's, with the user's own file
+    (~/.config/kpremote/hosts.toml) layered over them: its hosts added, a host of the same name replaced whole, each
+    file's [defaults] applying to its own hosts."""
+    from .project import user_hosts_file
+
     file = find_hosts_file(str(path) if path else None)
+    inventory = read_inventory(file)
+    if path or os.environ.get(HOSTS_ENV):
+        return dataclasses.replace(inventory, chosen=True)
+    user = user_hosts_file()
+    if user is None or user.resolve() == file.resolve():
+        return inventory
+    return Inventory(path=file, hosts={**inventory.hosts, **read_inventory(user).hosts}, layers=(user,))
+
+
+def read_inventory(file: Path) -> Inventory:
     try:
         data = tomllib.loads(file.read_text())
     except FileNotFoundError:
@@ -248,6 +293,11 @@ def parse_inventory(data: dict[str, Any], file: Path) -> Inventory:
             raise ConfigError(f"{file}: [hosts.{name}] {stray[0]}: a Slurm setting, but the host has no "
                               'scheduler = "slurm"')
         hosts[name] = _resolve(name, spec, model.defaults)
+    for name, host in hosts.items():
+        for group in host.groups:
+            if group in hosts or group == "local":
+                raise ConfigError(f"{file}: [hosts.{name}] groups: {group!r} is also a host's name, so --host {group} "
+                                  "could not mean the group: name the group otherwise")
     return Inventory(path=file, hosts=hosts)
 
 

@@ -23,6 +23,7 @@ from .agent.protocol import NAME_RULE, TERMINAL, is_name
 from .agentclient import Agent, error_message
 from .config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
+from .runstore import is_profile_run
 from .safetar import Member, read_members, read_tree, write_members
 from .taskdir import TaskDir, find_task
 
@@ -229,10 +230,9 @@ def refresh_docs(task_dir: Path, fetched: list[FetchReport]) -> None:
 
 def is_timing_run(summary: Path) -> bool:
     """A real timing run's summary: not a CPU smoke run, not a profile run."""
-    if (summary / "profile.md").exists():
-        return False
     try:
-        return not json.loads((summary / "results.json").read_text()).get("smoke", False)
+        results = json.loads((summary / "results.json").read_text())
+        return not results.get("smoke", False) and not is_profile_run(results, summary)
     except (OSError, ValueError, AttributeError):
         return False
 

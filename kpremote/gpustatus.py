@@ -7,7 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from .agentclient import Agent
 from .config import Host
@@ -54,6 +54,9 @@ class HostAnswer(BaseModel):
     ok: bool
     error: Optional[str] = None
     hostname: Optional[str] = None
+    answered: bool = Field(True, exclude=True)
+    """False when the host could not be asked at all (unreachable, refused key, no agent or python there): exit 2, as
+    for run and sync; a failure the host reports itself (NVML missing, Slurm's check) is an answer. Not in --json."""
 
 
 class HostReport(HostAnswer):
@@ -77,8 +80,8 @@ class HostInfo(HostAnswer):
 
     @property
     def reachable(self) -> bool:
-        """The host answered (a cluster whose Slurm failed its check did, yet is not ok)."""
-        return self.ok or self.python is not None
+        """The host answered (a cluster whose Slurm failed its check did, yet is not ok): HostAnswer.answered."""
+        return self.answered
 
 
 def on_every_host(hosts: list[Host], ask: Callable[[Host, Agent], T],
@@ -109,6 +112,10 @@ def on_every_host(hosts: list[Host], ask: Callable[[Host, Agent], T],
         return list(pool.map(one, hosts))
 
 
+NO_NVIDIA_DRIVER = "NVML Shared Library Not Found"
+"""pynvml's word for a machine without the NVIDIA driver: on the `local` host, a CPU machine, not a failure."""
+
+
 def probe_host(host: Host, agent: Agent) -> HostReport:
     if host.is_cluster:  # a Slurm cluster: its nodes, from sinfo / squeue (kpremote/slurm.py)
         from .slurm import probe_cluster
@@ -118,8 +125,11 @@ def probe_host(host: Host, agent: Agent) -> HostReport:
     try:
         answer = agent.call_json("probe", "--idle", host.idle.model_dump_json(), "--arch", host.arch)
     except KpremoteError as exc:
-        return HostReport(host=host.name, ok=False, error=str(exc), source="none", seconds=time.monotonic() - started)
+        return HostReport(host=host.name, ok=False, error=str(exc), source="none", seconds=time.monotonic() - started,
+                          answered=False)
     error = answer.get("error")
+    if error and host.transport == "local" and NO_NVIDIA_DRIVER in error and not answer.get("gpus"):
+        error = None  # this machine has no NVIDIA driver: a CPU machine, where runs are smoke runs, not a failure
     return HostReport(
         host=host.name,
         ok=error is None,
@@ -137,7 +147,7 @@ def info_host(host: Host, agent: Agent) -> HostInfo:
     try:
         answer = agent.call_json("info", "--fast")
     except KpremoteError as exc:
-        return HostInfo(host=host.name, ok=False, error=str(exc), seconds=time.monotonic() - started)
+        return HostInfo(host=host.name, ok=False, error=str(exc), seconds=time.monotonic() - started, answered=False)
     fields = {k: answer.get(k) for k in ("hostname", "python", "torch", "triton", "pynvml", "tvm_ffi", "cutlass_dsl", "cuda",
                                          "sandbox")}
     if host.is_cluster:  # reachable is not enough: what a run needs of Slurm, asked of Slurm (kpremote/slurm.py)

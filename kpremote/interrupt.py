@@ -41,6 +41,15 @@ class Stopping(KpremoteError):
         super().__init__("interrupted before it started")
 
 
+class StoppedByUser(KeyboardInterrupt):
+    """Ctrl-C ended a command that runs until it is pressed (gpu-status --watch, logs --follow): the documented way
+    to stop it, so a calm line, not an error; it exits 130 all the same."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(line)
+        self.line = line
+
+
 @dataclass(frozen=True, eq=False)
 class Registered:
     host: "Host"
@@ -128,8 +137,9 @@ class Cancels:
         self.budget_s = budget_s
         self.deadline = time.monotonic() + budget_s
         self.results: dict[Registered, str] = {}
-        self.threads = [threading.Thread(target=_cancel_one, args=(entry, self.results, budget_s), daemon=True,
-                                         name="kpremote-cancel") for entry in self.entries]
+        self.sent: set[Registered] = set()  # the runs whose cancel request went out
+        self.threads = [threading.Thread(target=_cancel_one, args=(entry, self.results, budget_s, self.sent),
+                                         daemon=True, name="kpremote-cancel") for entry in self.entries]
         for thread in self.threads:
             thread.start()
 
@@ -138,12 +148,21 @@ class Cancels:
             thread.join(max(0.0, self.deadline - time.monotonic()))
         lines = []
         for entry in self.entries:
-            line = self.results.get(entry) or (
-                f"run {entry.run_id} on {entry.host.name}: its cancel was not confirmed within {self.budget_s:g} s; "
-                f"check with: inv cancel --host {entry.host.name} --run {entry.run_id}")
+            line = self.results.get(entry) or self._unanswered(entry)
             lines.append(line)
             say(line)
         return lines
+
+
+    def _unanswered(self, entry: Registered) -> str:
+        """A cancel without an answer in time: sent on the run's own connection (a loaded link answers late, after
+        the cancel is done), or waiting for a connection of its own; and how to see which."""
+        where = f"run {entry.run_id} on {entry.host.name}"
+        if entry in self.sent:
+            return (f"{where}: cancel sent, its answer did not come within {self.budget_s:g} s; see whether it still "
+                    f"runs with: inv status --host {entry.host.name}")
+        return (f"{where}: no answer to its cancel within {self.budget_s:g} s (it needed a connection of its own); "
+                f"check with: inv cancel --host {entry.host.name} --run {entry.run_id}")
 
 
 _begun: Optional[Cancels] = None
@@ -163,7 +182,7 @@ def cancel_registered(say: Callable[[str], None], registry: Registry = REGISTRY,
     return begin_cancels(registry, budget_s).finish(say)
 
 
-def _cancel_one(entry: Registered, results: dict, budget_s: float) -> None:
+def _cancel_one(entry: Registered, results: dict, budget_s: float, sent: Optional[set] = None) -> None:
     """On a new channel of the run's own connection if it still stands (no handshake: the 2 s hold under load),
     else on a fresh connection."""
     from .agentclient import Agent
@@ -179,6 +198,7 @@ def _cancel_one(entry: Registered, results: dict, budget_s: float) -> None:
             if entry.transport is None:
                 raise KpremoteError("no connection to reuse")
             first_try = True
+            _note_sent(sent, entry)
             answer = Agent(entry.host, entry.transport).call_json(cancel, *args, timeout=budget_s)
         except KpremoteError:
             # The run's own thread may close that connection once it sees the run end (our cancel did it): ask
@@ -194,6 +214,11 @@ def _cancel_one(entry: Registered, results: dict, budget_s: float) -> None:
     finally:
         if session is not None:
             session.close()
+
+
+def _note_sent(sent: Optional[set], entry: Registered) -> None:
+    if sent is not None:
+        sent.add(entry)
 
 
 def _describe(entry: Registered, answer: dict) -> str:

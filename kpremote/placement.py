@@ -14,6 +14,7 @@ from .config import Host
 from .errors import HostError, KpremoteError
 from .agent.protocol import TERMINAL
 from .fetch import SummaryReceiver, fetch_run
+from .interrupt import StoppedByUser
 from .jsonout import print_document
 from .runs import (HostCannotTake, NoIdleGpu, RunOptions, RunSession, find_task_of_run, follow_run, reattach_hint,
                    start_run)
@@ -182,15 +183,15 @@ def _report(outcomes: list[Outcome], as_json: bool, detach: bool) -> None:
         return
     for outcome in outcomes:
         if detach and outcome.run_id:
-            terminal.console.print(f"{outcome.host}: {outcome.task}: started run {outcome.run_id} "
-                                   f"(follow: inv logs --host {outcome.host} --run {outcome.run_id} --follow)")
+            terminal.say(f"{outcome.host}: {outcome.task}: started run {outcome.run_id} "
+                         f"(follow: inv logs --host {outcome.host} --run {outcome.run_id} --follow)")
             continue
         if outcome.summary_dir:
             results = Path(outcome.summary_dir) / "results.md"
             if results.exists():
                 terminal.console.print(summary_markdown(results))
-            terminal.console.print(f"{outcome.host}: {outcome.task}: run {outcome.run_id} {outcome.status}; "
-                                   f"summary: {outcome.summary_dir}")
+            terminal.say(f"{outcome.host}: {outcome.task}: run {outcome.run_id} {outcome.status}; "
+                         f"summary: {outcome.summary_dir}")
         if outcome.error:
             terminal.error_line(f"{outcome.task}: {outcome.error}")
 
@@ -207,11 +208,10 @@ def show_logs(host: Host, run_id: str, task: Optional[str], follow: bool) -> boo
         with BatchedPrinter(print_events) as printer:
             state = follow_run(session, task, run_id, printer.add, once=not follow)
     except KeyboardInterrupt:
-        terminal.errors.print(f"stopped following; the run goes on (cancel it with: inv cancel --host {host.name} "
-                              f"--run {run_id})")
-        raise
+        raise StoppedByUser(f"stopped following; the run goes on (cancel it with: inv cancel --host {host.name} "
+                            f"--run {run_id})") from None
     finally:
         session.close()
     status = state.get("status", "?")
-    terminal.console.print(f"run {run_id}: {status}")
+    terminal.say(f"run {run_id}: {status}")
     return status not in TERMINAL or status == "passed"

@@ -1,7 +1,7 @@
 """`inv profile` and `inv fetch-results --raw-file`: Nsight Compute on a host, the summary home, the reports left there.
 
-A profile is a run like any other (start with the sync in one channel, follow, fetch the summary), except that
-`start --profile JSON` asks for a profile run: the agent spawns its profile runner (kpremote/agent/profile.py). Its
+A profile is a run like any other (start with the sync in one channel, follow, fetch the summary: only a passed
+one's, a failed profile stays on the host), except that `start --profile JSON` asks for a profile run: the agent spawns its profile runner (kpremote/agent/profile.py). Its
 heavy .ncu-rep files stay in the run's raw/ on the host; one of them comes home only when asked for by name, into
 kernels/<task>/results/<host>/.raw/<run-id>/ (a hidden folder: it is not a fetched summary, and re-fetching the
 summary never compares against it).
@@ -83,7 +83,7 @@ def _follow_and_fetch(session: RunSession, live: RunView, key: str, outcome: Out
     outcome.headline = state.get("headline")
     if outcome.status != "passed":
         outcome.error = state.get("message") or state.get("error") or f"the profile run is {outcome.status}"
-    if outcome.status != "cancelled":
+    if outcome.status == "passed":  # a failed profile has no profile to bring home: it stays on the host
         fetched = fetch_run(session.agent, task, state, outcome.host, summary.data)
         outcome.summary_dir = str(fetched.path)
 
@@ -91,15 +91,14 @@ def _follow_and_fetch(session: RunSession, live: RunView, key: str, outcome: Out
 def show_profile(outcome: Outcome) -> None:
     """profile.md as the host wrote it, or the run's one-line error."""
     if outcome.status == "detached":
-        terminal.console.print(f"{outcome.host}: {outcome.task}: started profile run {outcome.run_id} "
-                               f"(follow: inv logs --host {outcome.host} --run {outcome.run_id} --follow; "
-                               "then inv fetch-results)")
+        terminal.say(f"{outcome.host}: {outcome.task}: started profile run {outcome.run_id} "
+                     f"(follow: inv logs --host {outcome.host} --run {outcome.run_id} --follow; then inv fetch-results)")
         return
     profile_md = Path(outcome.summary_dir) / "profile.md" if outcome.summary_dir else None
     if profile_md and profile_md.is_file():
         terminal.console.print(summary_markdown(profile_md))
-        terminal.console.print(f"{outcome.host}: {outcome.task}: profile run {outcome.run_id} {outcome.status}; "
-                               f"summary: {outcome.summary_dir}")
+        terminal.say(f"{outcome.host}: {outcome.task}: profile run {outcome.run_id} {outcome.status}; "
+                     f"summary: {outcome.summary_dir}")
     if outcome.error:
         terminal.error_line(f"{outcome.task}: run {outcome.run_id or '-'}: {outcome.error}")
 

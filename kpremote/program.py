@@ -2,16 +2,23 @@
 `--version` printing kpremote's and shell completion that knows hosts, groups, tasks and run ids.
 
     kpremote --print-completion-script bash > ~/.local/share/bash-completion/completions/kpremote
+
+Both `kpremote` and `inv` (through tasks.py) parse with kpremote's contract: a command line Invoke cannot parse (a
+required option missing, an unknown option, an option without its value) is one line in kpremote's words, exit 2,
+and `COMMAND --help` is that command's help, never the value of a required option.
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
+import re
 import shlex
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from invoke import Program
-from invoke.exceptions import Exit
+from invoke.exceptions import Exit, ParseError
 
 from . import __version__
 
@@ -19,11 +26,110 @@ from . import __version__
 VALUE_FLAGS = ("--host", "--task", "--run", "--base", "--new")
 
 
+HELP_WORDS = ("--help", "-h")
+NO_IDEA = re.compile(r"^No idea what '(.*)' is!$")
+FLAG_MESSAGE = re.compile(r"^Flag <Argument: ([\w-]+)[^>]*> (needed value and was not given one|doesn't take any value)!$")
+
+
+def usage_line(exc: ParseError, program: str, commands: Iterable[str]) -> str:
+    """Invoke's parse error in kpremote's words, naming the command, the option and where to read more."""
+    context = exc.context if exc.context is not None and exc.context.name else None
+    name = context.name if context is not None else None
+    help_hint = f" (see: {program} --help {name})" if name else f" (see: {program} --list)"
+    message = str(exc)
+    unknown = NO_IDEA.match(message)
+    flag = FLAG_MESSAGE.match(message)
+    if flag and flag.group(2).startswith("needed"):
+        return f"error: {name or program}: {_flag(flag.group(1))} needs a value{help_hint}"
+    if flag:
+        return f"error: {name or program}: {_flag(flag.group(1))} takes no value{help_hint}"
+    if context is not None and context.missing_positional_args:
+        missing = ", ".join(_flag(arg.name) + " VALUE" for arg in context.missing_positional_args)
+        return f"error: {name}: {missing} is required{help_hint}"
+    if unknown and name and unknown.group(1).startswith("-"):
+        word = unknown.group(1)
+        return f"error: {name}: unknown option {word}{_closest(word, context.flags)}{help_hint}"
+    if unknown and name:
+        return f"error: {name}: unexpected {unknown.group(1)!r}: every value follows its option (--name VALUE){help_hint}"
+    if unknown and unknown.group(1).startswith("-"):
+        return f"error: unknown option {unknown.group(1)} (see: {program} --help)"
+    if unknown:
+        return f"error: unknown command {unknown.group(1)!r}{_closest(unknown.group(1), commands)}{help_hint}"
+    return f"error: {message}{help_hint}"
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _closest(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" — did you mean {close[0]}?" if close else ""
+
+
+def help_asked(tokens: list[str], commands: Iterable[str]) -> Optional[str]:
+    """The command whose --help (or -h) is among tokens, given after the command's name; None if none is."""
+    command = next((token for token in tokens if token in set(commands)), None)
+    if command is None:
+        return None
+    after = tokens[tokens.index(command) + 1:]
+    return command if any(token in HELP_WORDS for token in after) else None
+
+
+def kpremote_parsing(step: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Program.parse_tasks / parse_cleanup with kpremote's contract (the module docstring)."""
+    if getattr(step, "kpremote_parsing", False):
+        return step
+
+    @functools.wraps(step)
+    def parse(self: Program) -> None:
+        commands = list(self.collection.task_names) if self.collection is not None else []
+        asked = help_asked(self.core.unparsed, commands) if step.__name__ == "parse_tasks" else None
+        if asked:  # `COMMAND --help`: Invoke would take --help as the value of COMMAND's first required option
+            self.args.help.value = asked
+            self.core.unparsed = []
+        try:
+            step(self)
+        except ParseError as exc:
+            from .commandline import EXIT_USAGE
+
+            raise Exit(message=usage_line(exc, _program_name(self), commands), code=EXIT_USAGE) from None
+
+    parse.kpremote_parsing = True  # type: ignore[attr-defined]
+    return parse
+
+
+def _program_name(program: Program) -> str:
+    names = list(program.binary_names or [])
+    return "inv" if "inv" in names or not names else names[0]
+
+
+def use_kpremote_parsing(program: type = Program) -> None:
+    """Give `inv` (Invoke's own Program, whose tasks.py is read before it parses a command's options) the parsing
+    that `kpremote` has."""
+    for name in ("parse_tasks", "parse_cleanup"):
+        setattr(program, name, kpremote_parsing(getattr(program, name)))
+
+
+SHOWN_CORE_OPTIONS = ("complete", "print-completion-script", "help", "list", "version", "dry", "debug")
+"""The core options `kpremote --help` lists: Invoke's others (--pty, --prompt-for-sudo-password, ...) are about its
+shell commands, which kpremote's commands never run."""
+
+
 class KpremoteProgram(Program):
     """Program with value completion: after --host, the hosts and groups of hosts.toml; after --task, the project's
     tasks; after --run (and compare's --base/--new), `latest` and the run ids fetched so far. Everything else is
     Invoke's own completion (task names, flags)."""
 
+    parse_tasks = kpremote_parsing(Program.parse_tasks)
+
+    def print_help(self) -> None:
+        print(f"Usage: {self.binary} [--core-opts] <command> [--command-opts] ...\n\nCore options:\n")
+        self.print_columns([(spec, text) for spec, text in self.initial_context.help_tuples()
+                            if re.search(r"--([\w-]+)", spec).group(1) in SHOWN_CORE_OPTIONS])
+        self.list_tasks()
+
+    @kpremote_parsing
     def parse_cleanup(self) -> None:
         if self.args.complete.value:
             values = complete_value(self.core.remainder, self.binary_names)

@@ -2,7 +2,8 @@
 with a [tool.kpremote] table, so every command works from any folder inside it (kernels/foo included).
 
 From the root come kernels/ and hosts.toml. [tool.kpremote] may name others: `kernels = "path"`, `hosts = "path"`
-(relative to the root). With no project, hosts.toml is ~/.config/kpremote/hosts.toml when that exists.
+(relative to the root). With no project, hosts.toml is ~/.config/kpremote/hosts.toml when that exists; inside one,
+that user file layers over the project's (config.load_inventory): a user's own hosts need no edit of a tracked file.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ def kernels_dir(start: Optional[Path] = None) -> Path:
     return _named(root, "kernels", "kernels") if root else Path("kernels")
 
 
+def user_hosts_file() -> Optional[Path]:
+    """~/.config/kpremote/hosts.toml when it exists: the user's own hosts."""
+    user = USER_HOSTS.expanduser()
+    return user if user.is_file() else None
+
+
 def default_hosts_file(start: Optional[Path] = None) -> Path:
     """The project's hosts.toml, else ~/.config/kpremote/hosts.toml if it exists, else ./hosts.toml (whose absence
     the inventory reports)."""
@@ -61,7 +68,4 @@ def default_hosts_file(start: Optional[Path] = None) -> Path:
         named = _named(root, "hosts", "hosts.toml")
         if named.is_file():
             return named
-    user = USER_HOSTS.expanduser()
-    if user.is_file():
-        return user
-    return Path("hosts.toml")
+    return user_hosts_file() or Path("hosts.toml")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from .agent.protocol import PROFILE, RUNNERS
 from .errors import KpremoteError
 from .runids import resolve_run_id
 
@@ -48,6 +49,22 @@ class FetchedRun:
 
     def rows(self) -> dict[str, dict[str, Any]]:
         return {row.get("workload", "?"): row for row in self.results.get("rows") or []}
+
+    def nothing_to_compare(self) -> Optional[str]:
+        """Why this run has no results to compare (a profile run; a run no row of which has a speedup, as a
+        cancelled or failed one), or None when it has."""
+        if is_profile_run(self.results, self.path.parent):
+            return f"a profile run, {self.results.get('status')}"
+        if not any(row.get("speedup") for row in self.rows().values()):
+            return f"{self.results.get('status')}, no row has a speedup"
+        return None
+
+
+def is_profile_run(results: dict[str, Any], summary: Path) -> bool:
+    """A summary of `inv profile` (its one row gated and timed once, then Nsight Compute), whether or not it got as
+    far as profile.md: not a timing run."""
+    command = (results.get("provenance") or {}).get("command") or []
+    return (summary / "profile.md").exists() or (isinstance(command, list) and RUNNERS[PROFILE] in command)
 
 
 def _read(task: str, host: str, run_id: str, path: Path) -> Optional[FetchedRun]:

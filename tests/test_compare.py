@@ -27,13 +27,13 @@ def row(workload: str, baseline_us: float, candidate_us: float, rse: float = 0.0
 
 
 def write_run(project: Path, host: str, run_id: str, started: str, rows: list[dict], commit: str,
-              geomean: float, smoke: bool = False) -> None:
+              geomean: float, smoke: bool = False, status: str = "passed") -> None:
     folder = project / "kernels" / TASK / "results" / host / run_id
     folder.mkdir(parents=True)
-    results = {"schema": "kpremote.results/1", "status": "passed", "exit_code": 0, "smoke": smoke,
+    results = {"schema": "kpremote.results/1", "status": status, "exit_code": 0, "smoke": smoke,
                "provenance": {"run_id": run_id, "started": started, "source": {"git_commit": commit, "git_dirty": False}},
                "rows": rows, "headline": {"geomean": geomean, "low": geomean * 0.99, "high": geomean * 1.01, "n": 3,
-                                          "of": 3, "level": 0.95}}
+                                          "of": 3, "level": 0.95} if geomean else {}}
     (folder / "results.json").write_text(json.dumps(results))
 
 
@@ -144,3 +144,53 @@ def test_a_change_inside_both_runs_noise_is_same():
     entry = compare_rows(base, new)
     assert entry["verdict"] == "SAME" and entry["threshold"] == pytest.approx(0.2546, abs=1e-3)
     assert compare_rows(base, row("w", 6.0, 4.0, rse=0.0005) | {"verdict": {"noise": 0.18}})["verdict"] == "FASTER"
+
+
+@pytest.fixture(scope="module")
+def runs_without_results(tmp_path_factory) -> Path:
+    """Five runs with results around a cancelled one (no row timed) and a failed one (its row never reached timing)."""
+    root = tmp_path_factory.mktemp("without-results")
+    (root / "hosts.toml").write_text('[hosts.box]\ntransport = "local"\n')
+    (root / "kernels" / TASK).mkdir(parents=True)
+    (root / "kernels" / TASK / "task.toml").write_text("")
+    for day, tail in enumerate(("aaaaaa", "bbbbbb", "cccccc", "dddddd", "eeeeee"), start=10):
+        write_run(root, "box", f"202611{day}-100000-{tail}", f"2026-11-{day}T10:00:00Z",
+                  [row("rows_a", 100, 100 - day), row("rows_b", 100, 100)], str(day % 10) * 40, 1.0 + day / 100)
+    write_run(root, "box", "20261116-100000-ffffff", "2026-11-16T10:00:00Z", [], "6" * 40, None, status="cancelled")
+    write_run(root, "box", "20261117-100000-999999", "2026-11-17T10:00:00Z",
+              [{"workload": "rows_a", "status": "INCORRECT", "speedup": None}], "7" * 40, None, status="failed")
+    return root
+
+
+def test_runs_without_results_are_skipped_and_said_so(runs_without_results):
+    result = kp(runs_without_results, "compare", "--task", TASK, "--json", program="kpremote")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    jsonschema.Draft202012Validator(json.loads((REPO / "docs/schemas/compare.json").read_text())).validate(document)
+    assert (document["base"]["run_id"][-6:], document["new"]["run_id"][-6:]) == ("dddddd", "eeeeee")
+    assert [(s["run_id"][-6:], s["why"]) for s in document["skipped"]] == [
+        ("ffffff", "cancelled, no row has a speedup"), ("999999", "failed, no row has a speedup")]
+    text = kp(runs_without_results, "compare", "--task", TASK, columns=140, program="kpremote").stdout
+    assert "skipped 20261116-100000-ffffff (box): nothing to compare: cancelled, no row has a speedup" in text
+    named = kp(runs_without_results, "compare", "--task", TASK, "--new", "ffffff", program="kpremote")
+    assert named.returncode == 2 and "has nothing to compare (cancelled, no row has a speedup)" in named.stderr
+
+
+@pytest.mark.parametrize("columns", [80, 140])
+def test_last_n_shows_the_same_runs_at_any_width(runs_without_results, columns):
+    result = kp(runs_without_results, "compare", "--task", TASK, "--last", "5", columns=columns, program="kpremote")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= columns for line in lines)
+    [header] = [line for line in lines if line.startswith("workload") and "aaaaaa" in line]
+    assert header.split() == ["workload", "aaaaaa", "bbbbbb", "cccccc", "dddddd", "eeeeee"]
+    for day, tail in enumerate(("aaaaaa", "bbbbbb", "cccccc", "dddddd", "eeeeee"), start=10):
+        assert f"{tail}: 202611{day}-100000-{tail} (box)" in lines
+
+
+@pytest.mark.parametrize("value", ["abc", "1", "2.5", ""])
+def test_a_bad_last_is_one_line(project, value):
+    result = kp(project, "compare", "--task", TASK, "--last", value, program="kpremote")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    [line] = result.stderr.splitlines()
+    assert line == f"error: --last {value!r}: give a whole number from 2 to 1000"

@@ -58,6 +58,14 @@ transport = "local"
     ('[hosts."a b"]\nssh = "a"', "[hosts.a b]: host names may use"),
     ('[hosts.a]\nssh = "a"\ncontainer = "x;y"', "[hosts.a] container = 'x;y'"),
     ('[hosts.a\nssh = "a"', "not valid TOML"),
+    ('[hosts.gpu1]\nssh = "user@gpu1:notaport"', "[hosts.gpu1] ssh = 'user@gpu1:notaport': Value error, port 'notaport'"),
+    ('[hosts.gpu1]\nssh = "user@gpu1:"', "[hosts.gpu1] ssh = 'user@gpu1:': Value error, port '' after ':'"),
+    ('[hosts.gpu1]\nssh = "gpu1:65536"', "[hosts.gpu1] ssh = 'gpu1:65536': Value error, port '65536'"),
+    ('[hosts.gpu1]\nssh = "@gpu1"', "[hosts.gpu1] ssh = '@gpu1': Value error, nothing before '@'"),
+    ('[hosts.gpu1]\nssh = "me@"', "[hosts.gpu1] ssh = 'me@': Value error, no host after '@'"),
+    ('[hosts.gpu1]\nssh = "me@:22"', "[hosts.gpu1] ssh = 'me@:22': Value error, no host before ':'"),
+    ('[hosts.a]\nssh = "a"\ngroups = ["b"]\n[hosts.b]\nssh = "b"', "[hosts.a] groups: 'b' is also a host's name"),
+    ('[hosts.a]\nssh = "a"\ngroups = ["local"]', "[hosts.a] groups: 'local' is also a host's name"),
 ])
 def test_errors_name_file_table_and_field(tmp_path, text, expected):
     path = write(tmp_path, text)
@@ -111,3 +119,12 @@ def test_the_local_hosts_root_belongs_to_the_checkout_unless_its_table_names_one
         assert root == str((tmp_path / checkout / ".kpremote" / "local").resolve())
     named = load_inventory(write(tmp_path, text + 'remote_root = "/srv/runs"\n')).hosts["local"].remote_root
     assert named == "/srv/runs"
+
+
+@pytest.mark.parametrize("target", ["me@example:2200", "gpu1", "a.b-c_d", "me@10.0.0.1:22", "me@fe80::1"])
+def test_an_ssh_target_the_file_accepts_is_one_the_connection_can_read(tmp_path, target):
+    from fabric import Connection
+
+    [host] = load_inventory(write(tmp_path, f'[hosts.a]\nssh = "{target}"')).hosts.values()
+    connection = Connection(host.ssh)  # reads user, host and port; connects to nothing
+    assert connection.host and connection.port

@@ -101,3 +101,86 @@ def test_completion_script_and_inv_in_the_repository():
     assert "kpremote --complete" in script.stdout
     listed = run_inv("--list")
     assert listed.returncode == 0 and "gpu-status" in listed.stdout
+
+
+PARSE_ERRORS = [
+    (["run", "--host", "local"], "error: run: --task VALUE is required (see: {p} --help run)"),
+    (["run", "--host", "local", "--task", TASK, "--bogus"], "error: run: unknown option --bogus"),
+    (["run", "--host", "local", "--task", TASK, "--hots", "x"],
+     "error: run: unknown option --hots — did you mean --hosts? (see: {p} --help run)"),
+    (["run", "--host", "local", "--task"], "error: run: --task needs a value (see: {p} --help run)"),
+    (["compare", "--task", TASK, "--json", "x"], "error: compare: unexpected 'x': every value follows its option"),
+    (["runn"], "error: unknown command 'runn' — did you mean run? (see: {p} --list)"),
+]
+
+
+@pytest.mark.parametrize("program", ["inv", "kpremote"])
+@pytest.mark.parametrize("args, line", PARSE_ERRORS, ids=[" ".join(a) for a, _ in PARSE_ERRORS])
+def test_a_command_line_that_cannot_be_parsed_is_one_line_in_kpremotes_words_exit_2(project, program, args, line):
+    result = kp(project, *args, program=program)
+    assert result.returncode == 2, result.stderr
+    [said] = result.stderr.splitlines()
+    assert said.startswith(line.format(p=program)), said
+
+
+@pytest.mark.parametrize("program", ["inv", "kpremote"])
+@pytest.mark.parametrize("asked", [["new-task", "--help"], ["new-task", "-h"], ["run", "--host", "x", "--help"]])
+def test_help_after_a_command_is_its_help_not_a_value(project, program, asked):
+    result = kp(project, *asked, program=program)
+    assert result.returncode == 0, result.stderr
+    assert f"Usage: {program}" in result.stdout and "Docstring:" in result.stdout
+    assert not (project / "kernels" / "--help").exists()
+
+
+def test_kpremote_help_lists_only_the_core_options_that_mean_something_here(project, tmp_path):
+    result = kpremote(project, "--help", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "--version" in result.stdout and "--print-completion-script" in result.stdout
+    assert not any(word in result.stdout for word in ("--pty", "--prompt-for-sudo-password", "--warn-only", "--echo"))
+
+
+def test_the_users_own_hosts_layer_over_the_projects(project, tmp_path):
+    home = tmp_path / "home"
+    (home / ".config" / "kpremote").mkdir(parents=True)
+    user = home / ".config" / "kpremote" / "hosts.toml"
+    user.write_text('[defaults]\nconnect_timeout = 2\n[hosts.mine]\ntransport = "local"\n'
+                    '[hosts.gone]\nssh = "me@127.0.0.1:10"\n')
+    env = {"HOME": str(home)}
+    listed = kpremote(project, "hosts", "--json", cwd=project, env=env)
+    assert listed.returncode == 0, listed.stderr
+    hosts = {h["name"]: h for h in json.loads(listed.stdout)["hosts"]}
+    assert list(hosts) == ["local", "gone", "mine"]  # the project's, then the user's own
+    assert hosts["gone"]["address"] == "me@127.0.0.1:10"  # a host of the same name: the user's table, whole
+    alone = kpremote(project, "hosts", "--json", "--hosts", str(project / "hosts.toml"), cwd=project, env=env)
+    assert [h["name"] for h in json.loads(alone.stdout)["hosts"]] == ["local", "gone"]  # --hosts FILE: that file only
+    user.write_text('[hosts.mine]\ntransport = "locl"\n')
+    broken = kpremote(project, "hosts", cwd=project, env=env)
+    assert broken.returncode == 2 and broken.stderr.startswith(f"error: {user}: [hosts.mine] transport"), broken.stderr
+
+
+def test_where_hosts_come_from_is_said_when_one_is_unknown_or_cannot_be_asked(project, tmp_path):
+    env = {"HOME": str(tmp_path)}
+    unknown = kpremote(project, "gpu-status", "--host", "mybox", cwd=project, env=env)
+    assert unknown.returncode == 2
+    assert "unknown host or group 'mybox'" in unknown.stderr
+    assert "list your own hosts in ~/.config/kpremote/hosts.toml: it layers over the project's" in unknown.stderr
+    everyone = kpremote(project, "status", cwd=project, env=env)
+    assert everyone.returncode == 2
+    assert (f"hint: 1 of 2 hosts could not be asked; they are those of {project / 'hosts.toml'}: pick one with "
+            "--host NAME, or list your own in ~/.config/kpremote/hosts.toml") in everyone.stderr
+    picked = kpremote(project, "status", "--host", "gone", cwd=project, env=env)
+    assert picked.returncode == 2 and "hint:" not in picked.stderr  # the user chose it: no advice
+
+
+def test_new_task_outside_any_project_is_refused_and_creates_nothing(project, tmp_path):
+    nowhere = tmp_path / "nowhere"
+    nowhere.mkdir()
+    result = kpremote(project, "new-task", "foo", cwd=nowhere, env={"HOME": str(tmp_path)})
+    assert result.returncode == 2 and "is not inside a project" in result.stderr, result.stderr
+    assert list(nowhere.iterdir()) == []
+
+
+def test_a_task_name_as_the_shell_completes_it_names_the_task(project):
+    result = kpremote(project, "compare", "--task", f"{TASK}/", cwd=project / "kernels")
+    assert "invalid task name" not in result.stderr and "unknown task" not in result.stderr, result.stderr
+    assert "no fetched runs of demo" in result.stderr  # the task was found: it has no runs to compare yet

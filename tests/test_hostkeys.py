@@ -147,5 +147,5 @@ def test_a_port_that_is_not_ssh_is_one_clear_line(rig, client, target, tmp_path,
         open_transport(hosts[target.name]).run(["true"])
     assert says in str(err.value) and time.monotonic() - started < 4
     result = run_inv("hosts", "--hosts", str(tmp_path / "hosts.toml"), "--check", "--json", timeout=60)
-    assert result.returncode == 1 and says in result.stdout, result.stdout
+    assert result.returncode == 2 and says in result.stdout, result.stdout
     assert result.stderr.strip() == "" and "paramiko" not in result.stdout + result.stderr  # no banner spew

@@ -55,7 +55,7 @@ def test_every_command_with_json_has_a_schema():
 
 def test_gpu_status_json_and_an_unreachable_host_source(project):
     result = kp(project, "gpu-status", "--json")
-    assert result.returncode == 1, result.stderr  # `gone` did not answer
+    assert result.returncode == 2, result.stderr  # `gone` did not answer
     document = document_of(result, "gpu-status")
     by_host = {h["host"]: h for h in document["hosts"]}
     assert by_host["local"]["source"] == "fixture" and [g["idle"] for g in by_host["local"]["gpus"]] == [True, False]
@@ -77,7 +77,7 @@ def test_hosts_json_with_and_without_check(project):
     plain = document_of(kp(project, "hosts", "--json"), "hosts")
     assert [h["name"] for h in plain["hosts"]] == ["local", "gone"] and "check" not in plain["hosts"][0]
     result = kp(project, "hosts", "--check", "--json")
-    assert result.returncode == 1
+    assert result.returncode == 2  # `gone` is unreachable
     checked = {h["name"]: h["check"] for h in document_of(result, "hosts")["hosts"]}
     assert checked["local"]["ok"] is True and checked["gone"]["ok"] is False
 

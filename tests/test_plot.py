@@ -49,3 +49,28 @@ def test_no_plot_says_why(tmp_path):
                          capture_output=True, text=True)
     assert out.stdout.strip().startswith("no plot: matplotlib is not installed"), out.stderr
     assert not (tmp_path / "x.png").exists()
+
+
+def test_bars_are_coloured_by_verdict_not_by_which_side_of_one_they_fall(tmp_path):
+    from unittest.mock import MagicMock
+
+    from kpremote.agent.plot import _draw
+
+    speed = MagicMock()
+    plt = MagicMock()
+    plt.subplots.return_value = (MagicMock(), [[speed]])
+    rows = [row("faster", 1.3, verdict={"verdict": "FASTER"}), row("same_above", 1.02, verdict={"verdict": "SAME"}),
+            row("same_below", 0.98, verdict={"verdict": "SAME"}), row("slower", 0.7, verdict={"verdict": "SLOWER"}),
+            row("no_verdict", 1.5), row("smoke", 1.5, smoke=True, verdict={"verdict": "FASTER"})]
+    _draw(plt, {"rows": rows}, rows, tmp_path / "p.png")
+    assert speed.barh.call_args.kwargs["color"] == ["tab:green", "tab:gray", "tab:gray", "tab:red", "tab:gray",
+                                                    "tab:gray"]
+
+
+def test_results_md_says_why_there_is_no_plot_once(tmp_path):
+    from kpremote.agent.report import render_results_md
+
+    failed = results([{"workload": "a", "status": "INCORRECT", "speedup": None}])
+    markdown = render_results_md({**failed, "status": "failed", "exit_code": 1, "headline": {"note": "no rows"}},
+                                 plot_missing=draw_speedup_plot(failed, tmp_path / "p.png"))
+    assert "No plot: no row passed with a speedup to show" in markdown and "no plot: no plot" not in markdown.lower()

@@ -118,7 +118,8 @@ def test_profile_brings_the_summary_home_and_leaves_the_reports_on_the_host(rig,
     assert ("--clock-control", "none") in pairs and ("--profile-from-start", "off") in pairs
     assert "--kernel-name" not in ncu_asked["argv"]
     assert ncu_asked["env"]["TRITON_INTERPRET"] == "1"
-    call = json.loads((remote / "raw" / "ncu" / f"candidate-{WORKLOAD}.call.json").read_text())
+    # the profiled process is sandboxed: it writes its record into the candidate's scratch folder
+    call = json.loads((remote / "raw" / "scratch" / "candidate" / f"candidate-{WORKLOAD}.call.json").read_text())
     assert (call["warmup"], call["calls"]) == (1, 2)
     state = json.loads((remote / "state.json").read_text())
     assert state["status"] == "passed" and state["mode"].startswith("profile:")
@@ -145,7 +146,7 @@ def test_profile_failures_are_one_line_and_leave_nothing_that_looks_valid(rig, w
     run = only_run(host)
     assert not list((run / "raw" / "ncu").glob("*.ncu-rep"))
     fetched = workdir / "kernels" / "tiny_rmsnorm" / "results" / "profiler-b" / run.name
-    assert fetched.is_dir() and not (fetched / "profile.md").exists() and not (fetched / "profile.csv").exists()
+    assert not fetched.exists()  # a failed profile stays on the host: nothing to mistake for a run at home
 
     # a kernel regex that matches nothing, detached: the error is in the run's record, fetched like any summary
     install_stand_in(host, mode="ok")
@@ -162,6 +163,8 @@ def test_profile_failures_are_one_line_and_leave_nothing_that_looks_valid(rig, w
                   "--run", run_id, "--json")
     assert results.returncode == 0
     assert not (Path(json.loads(results.stdout)["fetched"][0]["path"]) / "profile.md").exists()
+    compared = inv(workdir, "compare", "--task", "tiny_rmsnorm")  # its one timed row is no timing run to compare
+    assert compared.returncode == 2 and f"{run_id}: a profile run, error" in compared.stderr, compared.stderr
 
     # a row that fails the correctness gate is never profiled
     wrong = profile(workdir, hosts, "profiler-b", task="wrong_rmsnorm")

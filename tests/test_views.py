@@ -42,7 +42,7 @@ def gpu_lines(stdout: str) -> dict[int, list[str]]:
 @pytest.mark.parametrize("columns", [80, 100, 140])
 def test_gpu_status_is_one_line_per_gpu_and_no_wider_than_the_terminal(project, columns):
     result = kp(project, "gpu-status", columns=columns)
-    assert result.returncode == 1  # `gone` is down
+    assert result.returncode == 2  # `gone` is down: unreachable, as for every command
     lines = result.stdout.splitlines()
     assert all(len(line) <= columns for line in lines), lines
     by_gpu = gpu_lines(result.stdout)
@@ -83,6 +83,7 @@ def test_colors_only_when_wanted(project):
 def test_watch_shows_when_it_was_updated(project):
     result = watch_for(project, 8, "gpu-status", "--host", "local", "--watch", "0.5")  # room for a loaded 2-core machine
     assert result.returncode == 130, result.stderr  # Ctrl-C ends a watch with 130, as the README says
+    assert result.stderr.splitlines() == ["stopped watching"]  # how a watch stops: no error
     stamps = re.findall(r"^updated at \d\d:\d\d:\d\d · every 0.5 s", result.stdout, re.M)
     assert len(stamps) >= 2  # piped, each refresh is printed in turn under its own header
     assert result.stdout.count("[0] NVIDIA H200") == len(stamps)
@@ -217,7 +218,21 @@ def test_the_live_line_never_cuts_the_run_id(width):
     live.event("k", {"event": "row", "workload": "a", "i": 3, "n": 14, "status": "PASSED", "label": "smoke: cpu"})
     console = Console(width=width, color_system=None, record=True, file=__import__("io").StringIO())
     console.print(live._current())
-    assert run_id in console.export_text(), console.export_text()  # logs, cancel and fetch-results take it whole
+    drawn = console.export_text()
+    assert run_id in drawn, drawn  # logs, cancel and fetch-results take it whole
+
+
+@pytest.mark.parametrize("width", [80, 140])
+def test_the_live_line_says_workload_once(width):
+    from kpremote.views import run as view
+
+    live = view.RunView(quiet=True)
+    live.add("k", "ion8-h200", "h200_diffusion_fuse_scale_shift", "20261123-164106-8d6c2f", None)
+    live.event("k", {"event": "phase", "phase": "workload", "workload": "a", "i": 3, "n": 14})
+    console = Console(width=width, color_system=None, record=True, file=__import__("io").StringIO())
+    console.print(live._current())
+    drawn = console.export_text()
+    assert "workload 3/14" in drawn and drawn.count("workload") == 1, drawn
 
 @pytest.mark.ssh
 def test_a_refused_host_key_shows_its_trust_command_whole_at_80_columns(rig, tmp_path):
@@ -227,7 +242,7 @@ def test_a_refused_host_key_shows_its_trust_command_whole_at_80_columns(rig, tmp
     hosts = rig.write_hosts_toml(tmp_path / "hosts.toml", [stranger], local=False)
     for command in (["hosts", "--check"], ["gpu-status"]):
         result = run_inv(*command, "--hosts", str(hosts), env={"COLUMNS": "80"})
-        assert result.returncode == 1, result.stderr
+        assert result.returncode == 2, result.stderr  # a refused key: not asked, as run and sync exit
         [line] = [line for line in result.stdout.splitlines() if "trust-host" in line]
         assert re.fullmatch(r"\s*inv trust-host --host stranger-view --fingerprint SHA256:\S{43}", line), line
 
@@ -281,3 +296,170 @@ def test_a_run_on_a_terminal_shows_its_start_on_its_live_line(project):
     assert re.search(r"local\s+demo\s+starting …\s+\d+s", drawn), drawn
     assert re.search(rf"local\s+demo\s+{RUN_ID.pattern}", drawn), drawn
     assert "local: demo: connecting" not in drawn  # no plain lines beside the live one
+
+
+def test_ids_paths_and_commands_are_never_wrapped_even_piped_at_40_columns(project):
+    long_name = "a_task_name_longer_than_forty_columns_wide"
+    created = kp(project, "new-task", long_name, columns=40)
+    assert created.returncode == 0, created.stderr
+    assert created.stdout == f"created {project / 'kernels' / long_name}; try: inv check --task {long_name}\n"
+    detached = kp(project, "run", "--host", "local", "--task", TASK, "--device", "cpu", "--workloads", "grid_r3_c100",
+                  "--detach", columns=40)
+    assert detached.returncode == 0, detached.stderr
+    run_id = RUN_ID.search(detached.stdout).group(0)
+    assert f"(follow: inv logs --host local --run {run_id} --follow)" in detached.stdout.splitlines()[0]
+    followed = kp(project, "logs", "--host", "local", "--run", run_id, "--follow", columns=40)
+    assert f"run {run_id}: passed" in followed.stdout.splitlines()
+    fetched = kp(project, "fetch-results", "--host", "local", "--task", TASK, "--run", run_id, columns=40)
+    path = project / "kernels" / TASK / "results" / "local" / run_id
+    assert f"local: {TASK} run {run_id} (passed): fetched → {path}" in fetched.stdout.splitlines()
+    unknown = kp(project, "fetch-results", "--host", "local", "--task", TASK, "--run", "0ff0ff", columns=40)
+    assert unknown.returncode == 2
+    [error] = unknown.stderr.splitlines()
+    assert error.startswith("error: ") and run_id in error  # "no run '0ff0ff' ...; the newest: ..., <id>"
+
+
+def test_a_host_that_answers_with_a_failure_exits_1_one_that_cannot_be_asked_2(project):
+    no_nvml = {"KPREMOTE_NVML_FIXTURE": str(project / "no-such-fixture.json")}
+    answered = kp(project, "gpu-status", "--host", "local", env=no_nvml)
+    assert answered.returncode == 1, answered.stdout  # asked, and it said what failed
+    for command in (["gpu-status"], ["status"], ["hosts", "--check"]):
+        unreachable = kp(project, *command, "--host", "gone") if command != ["hosts", "--check"] \
+            else kp(project, *command)
+        assert unreachable.returncode == 2, (command, unreachable.stdout, unreachable.stderr)
+    assert kp(project, "sync", "--host", "gone", "--task", TASK).returncode == 2  # the same host, the same code
+
+
+def test_a_build_failure_names_the_command_that_brings_its_log_home(project):
+    import shutil
+
+    broken = project / "kernels" / "broken_build"
+    shutil.copytree(project / "kernels" / TASK, broken)
+    toml = broken / "task.toml"
+    toml.write_text(toml.read_text().replace(f'name = "{TASK}"', 'name = "broken_build"'))
+    (broken / "solution" / "kernel.py").write_text("def kernel(:\n")
+    done = kp(project, "run", "--host", "local", "--task", "broken_build", "--device", "cpu", columns=80)
+    assert done.returncode == 1, done.stderr
+    [error] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "build failed — candidate: SyntaxError" in error
+    command = re.search(r"inv fetch-results --host local --task broken_build --run (\S+) --raw-file build/candidate.log$",
+                        error)
+    assert command, error
+    fetched = kp(project, *command.group(0).split()[1:])
+    assert fetched.returncode == 0, fetched.stderr
+    [log] = (broken / "results" / "local" / ".raw" / command.group(1)).rglob("candidate.log")
+    assert "SyntaxError" in log.read_text()
+
+
+def test_check_of_a_task_the_runner_refuses_names_it_and_exits_2(project):
+    import shutil
+
+    empty = project / "kernels" / "empty_solution"
+    shutil.copytree(project / "kernels" / TASK, empty)
+    toml = empty / "task.toml"
+    toml.write_text(toml.read_text().replace(f'name = "{TASK}"', 'name = "empty_solution"'))
+    for path in (empty / "solution").iterdir():
+        path.unlink()
+    result = kp(project, "check", "--task", "empty_solution", columns=100)
+    assert result.returncode == 2, result.stdout + result.stderr  # bad input, as the README promises
+    assert "empty_solution: error (exit code 2)" in result.stdout and "?:" not in result.stdout
+    assert "missing in kernels/empty_solution/solution" in result.stdout
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_status_lists_the_newest_runs_with_their_age_and_a_cancelled_wait_as_over(monkeypatch, width):
+    import io
+
+    from kpremote.views import runlist, terminal
+
+    console = Console(width=width, color_system=None, record=True, file=io.StringIO())
+    monkeypatch.setattr(terminal, "console", console)
+    runs = [{"run_id": f"20261120-10{minute:02d}00-aaaa{minute:02d}", "task": "t", "status": "passed", "phase": "done",
+             "started": f"2026-11-20T10:{minute:02d}:01Z", "gpu": {"index": 0}} for minute in range(12)]
+    runs.append({"run_id": "20261120-103000-cccccc", "task": "t", "status": "cancelled",
+                 "phase": "waiting for a GPU", "gpu": None})  # cancelled while it waited: never started
+    console.print(runlist.runs_view([{"host": "box", "ok": True, "runs": runs}]))
+    lines = console.export_text().splitlines()
+    [header] = [line for line in lines if line.startswith("run ")]
+    assert "age" in header.split(), header  # kept at 80 columns: the gpu index goes first
+    [cancelled] = [line for line in lines if "cccccc" in line]
+    assert re.search(r" \d+h\d\dm ", cancelled), cancelled  # its age, from its id: it never started
+    assert width == 80 or "ended in: waiting for a GPU" in cancelled, cancelled  # not waiting any more
+    assert sum(1 for line in lines if line.startswith("20261120-")) == runlist.SHOWN
+    assert "aaaa00" not in "\n".join(lines) and "aaaa11" in "\n".join(lines)  # the newest ones
+    assert "  and 3 older run(s) of t (inv status --all lists them)" in lines
+
+
+def test_a_smoke_runs_rows_show_no_verdict_anywhere(tmp_path):
+    from kpremote.agent.report import render_results_md
+
+    document = results()
+    document["smoke"] = True
+    for row in document["rows"]:
+        row.update(smoke=True, label="smoke: timings are not meaningful",
+                   verdict={"verdict": row["verdict"], "low": 1.0, "high": 1.2})
+    shown = render(document, 140)
+    assert not any(word in shown for word in ("FASTER", "SLOWER", "SAME")), shown
+    markdown = render_results_md(document, plot_missing="no plot: smoke")
+    assert not any(word in markdown for word in ("FASTER", "SLOWER")), markdown
+
+
+def test_hosts_check_keeps_what_it_checks_at_80_columns_and_takes_a_host(project):
+    checked = kp(project, "hosts", "--check", columns=80)
+    lines = checked.stdout.splitlines()
+    [header] = [line for line in lines if line.startswith("host ")]
+    assert {"reachable", "python", "torch", "triton", "nvidia-ml-py"} <= set(header.split()), header
+    assert all(len(line) <= 80 for line in lines), lines
+    one = kp(project, "hosts", "--check", "--host", "local", "--json")
+    assert one.returncode == 0, one.stderr  # only the reachable one asked
+    assert [h["name"] for h in __import__("json").loads(one.stdout)["hosts"]] == ["local"]
+
+
+def test_the_local_host_without_an_nvidia_driver_is_a_cpu_machine_not_a_failure(project):
+    result = kp(project, "gpu-status", "--host", "local", env={"KPREMOTE_NVML_FIXTURE": ""})  # the real NVML
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no GPUs here (no NVIDIA driver): runs on this host are CPU smoke runs" in result.stdout or \
+        "[0] " in result.stdout  # a machine with a GPU shows it
+    assert "failed" not in result.stdout
+
+
+def test_a_raising_solution_is_shown_with_the_file_and_line_that_raised(project):
+    import shutil
+
+    raising = project / "kernels" / "raising_solution"
+    shutil.copytree(project / "kernels" / TASK, raising)
+    toml = raising / "task.toml"
+    toml.write_text(toml.read_text().replace(f'name = "{TASK}"', 'name = "raising_solution"'))
+    kernel = raising / "solution" / "kernel.py"
+    source = kernel.read_text()
+    function = re.search(r"^def ([a-z]\w*)\(", source, re.M).group(1)  # the entry point the adapter calls
+    kernel.write_text(source + f"\n\ndef {function}(*args, **kwargs):\n    raise ValueError('boom in the candidate')\n")
+    line = len(kernel.read_text().splitlines())
+    result = kp(project, "check", "--task", "raising_solution", "--workloads", "grid_r3_c100", columns=100)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"ValueError: boom in the candidate (at solution/kernel.py:{line})" in " ".join(result.stdout.split()), \
+        result.stdout
+
+
+def test_a_leased_gpu_names_its_run_and_who_started_it():
+    from kpremote.gpustatus import GpuReport, HostReport
+    from kpremote.views.gpus import gpu_view
+
+    gpu = GpuReport.model_validate({"index": 0, "uuid": "GPU-0", "name": "NVIDIA H200", "cc": [9, 0],
+                                    "memory_used_mib": 0, "memory_total_mib": 143771, "util_pct": 0, "idle": True,
+                                    "lease": {"run_id": "20261126-070000-abcdef", "user": "alice", "pid": 7}})
+    console = Console(width=100, color_system=None, record=True, file=__import__("io").StringIO())
+    console.print(gpu_view([HostReport(host="box", ok=True, hostname="box", source="fixture", gpus=[gpu])]))
+    assert "leased by 20261126-070000-abcdef (alice)" in console.export_text()
+
+
+def test_a_row_line_names_host_and_task_only_when_several_runs_are_followed():
+    from kpremote.views import run as view
+
+    live = view.RunView(quiet=True)
+    live.add("a", "ion8-h200", "h200_diffusion_fuse_scale_shift__multi_shape", "20261123-164106-8d6c2f", None)
+    event = {"event": "row", "workload": "prod_r8_c256", "i": 1, "n": 2, "status": "PASSED", "speedup": 1.024}
+    text = lambda key: "".join(s.text for s in live._row_segments(live.lines[key], event))  # noqa: E731
+    assert text("a") == "[1/2] prod_r8_c256: PASSED  speedup 1.024x"  # one run: short, under 80 columns
+    live.add("b", "ion9-h200", "h200_diffusion_norm_infer__multi_shape", "20261123-164107-aaaaaa", None)
+    assert text("b").startswith("ion9-h200 h200_diffusion_norm_infer__multi_shape [1/2] prod_r8_c256: PASSED")

@@ -1,4 +1,5 @@
-"""A run's plot (summary/speedup.png): each row's speedup with its interval, and its share of the copy bandwidth.
+"""A run's plot (summary/speedup.png): each row's speedup with its interval, coloured by its verdict (green FASTER,
+red SLOWER, grey SAME or none), and its share of the copy bandwidth.
 
 Standard library only; matplotlib is imported when a plot is drawn and may be missing on a host: then no plot, and
 the reason, in words, for the summary to print.
@@ -22,6 +23,17 @@ def copy_share(row: dict[str, Any], copy_gbps: Optional[float]) -> Optional[floa
 
 def plotted_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in results.get("rows") or [] if r.get("status") == PASSED and r.get("speedup")]
+
+
+VERDICT_COLOURS = {"FASTER": "tab:green", "SLOWER": "tab:red"}
+
+
+def bar_colour(row: dict[str, Any]) -> str:
+    """A row's bar as its verdict reads: green FASTER, red SLOWER, grey otherwise (SAME, or no verdict as in a smoke
+    run): a speedup of 1.02x inside the noise is not a win, and its bar does not say it is."""
+    verdict = row.get("verdict")
+    verdict = verdict.get("verdict") if isinstance(verdict, dict) else verdict
+    return "tab:gray" if row.get("smoke") else VERDICT_COLOURS.get(str(verdict), "tab:gray")
 
 
 def draw_speedup_plot(results: dict[str, Any], path: Path) -> Optional[str]:
@@ -58,7 +70,7 @@ def _draw(plt: Any, results: dict[str, Any], rows: list[dict[str, Any]], path: P
     errors = [[v - i[0] if i else 0.0 for v, i in zip(values, intervals)],
               [i[1] - v if i else 0.0 for v, i in zip(values, intervals)]]
     speed.barh(positions, values, xerr=errors if any(intervals) else None, capsize=3,
-               color=["tab:green" if v >= 1 else "tab:red" for v in values])
+               color=[bar_colour(r) for r in rows])
     speed.axvline(1.0, color="black", linewidth=0.8)
     speed.set_yticks(positions, [r["workload"] for r in rows], fontsize=7)
     speed.invert_yaxis()

@@ -11,7 +11,9 @@ and the agent computes the very same thing for a task that came without one (`py
   has no file;
 - the git state of the task folder only when the repository tracks it: a task folder copied into some other project's
   untracked folder is not stamped with that project's commit. `diff_sha256` hashes `git diff HEAD --binary` of the
-  folder, and is None when there is no difference (a clean tree).
+  folder, and is None when there is no difference (a clean tree). kpremote's own output (`results/`, `.kpremote/`
+  and the two docs fetch-results writes) never makes a tree dirty: fetching a run must not change the next run's
+  provenance.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ EXCLUDED_NAMES = {".git", "__pycache__", ".kpremote"}
 FETCH_WRITTEN = {"docs/results.md", "docs/run_log.md"}
 """Written locally by fetch-results after every run: the host has the originals, and sending them back would
 make every repeat run a changed one."""
+KPREMOTE_OUTPUT = (*sorted(FETCH_WRITTEN), "results", ".kpremote")
+"""What kpremote itself writes into a task folder (relative to it): left out of the git state as well as the digests."""
 IGNORE_FILE = ".kpremoteignore"
 RECORDED = Path(".kpremote") / "provenance.json"
 SIDES = ("solution", "baseline")
@@ -72,9 +76,9 @@ def walk_task(task_dir: Path, warnings: list[str]) -> Iterator[tuple[str, os.sta
 
 def excluded(rel: str, is_dir: bool) -> bool:
     name = rel.rsplit("/", 1)[-1]
-    if not is_dir and (name.endswith(".pyc") or rel in FETCH_WRITTEN):
+    if rel in KPREMOTE_OUTPUT or (not is_dir and name.endswith(".pyc")):
         return True
-    return name in EXCLUDED_NAMES or rel == "results"
+    return name in EXCLUDED_NAMES
 
 
 def _encodable(rel: str) -> bool:
@@ -159,8 +163,9 @@ def git_state(folder: Path) -> dict[str, Any]:
     tracked = git("ls-files", "-z", "--", ".")
     if not tracked:  # no repository, or one that does not track this folder (say, copied into its untracked corner)
         return unknown
-    status = git("status", "--porcelain=v2", "--branch", "--", ".")
-    diff = git("diff", "HEAD", "--binary", "--", ".")
+    ours = [f":(exclude){path}" for path in KPREMOTE_OUTPUT]
+    status = git("status", "--porcelain=v2", "--branch", "--", ".", *ours)
+    diff = git("diff", "HEAD", "--binary", "--", ".", *ours)
     commit = _branch_oid(status) if status is not None else None
     if commit is None or diff is None:
         return unknown

@@ -182,7 +182,7 @@ def render_results_md(results: dict[str, Any], plot_missing: str | None = "not d
             lines += ["Notes:", "", *notes, ""]
     lines += [_headline_line(results.get("headline") or {}), ""]
     lines += ["![speedup per row, with its 95 % interval and % of copy bandwidth](speedup.png)" if plot_missing is None
-              else f"No plot: {plot_missing}", ""]
+              else f"No plot: {plot_missing.removeprefix('no plot: ')}", ""]
     return "\n".join(lines)
 
 
@@ -291,7 +291,7 @@ def _row_table(rows: list[dict[str, Any]], copy_gbps: float | None) -> list[str]
         speedup = f"{row['speedup']:.3f}×" if row.get("speedup") else "–"
         if row.get("speedup") and verdict.get("low"):
             speedup += f" ({verdict['low']:.3f}–{verdict['high']:.3f})"
-        shown_verdict = verdict.get("verdict") if row.get("speedup") else None
+        shown_verdict = verdict.get("verdict") if row.get("speedup") and not row.get("smoke") else None
         lines.append(
             f"| `{row['workload']}` | {_shape(row.get('params') or {})} | {'yes' if row.get('production') else ''} "
             f"| {_status_cell(row)} | {_side_cell(timing.get('baseline'))} | {_side_cell(timing.get('candidate'))} "

@@ -275,8 +275,17 @@ class Runner:
             self.events.emit("warning", message=f"{NOT_CHECKED}: " + ("; ".join(why.values()) if isinstance(why, dict)
                                                                          else str(why)))
         if not build["ok"]:
-            failed = [f"{s}: {r['error']}" for s, r in build["sides"].items() if not r["ok"]]
-            raise Abort(f"build failed — {'; '.join(failed)} (logs in raw/build/)")
+            failed = {s: r for s, r in build["sides"].items() if not r["ok"]}
+            reasons = "; ".join(f"{s}: {r['error']}" for s, r in failed.items())
+            raise Abort(f"build failed — {reasons}; {self._raw_file_hint(next(iter(failed.values()))['log'])}")
+
+    def _raw_file_hint(self, log: str) -> str:
+        """Where a log under raw/ is, and the command that brings it home (the run's host named by its alias)."""
+        alias = self.options.host_alias
+        if not alias or not log.startswith("raw/"):
+            return f"its log: {log} in the run's folder"
+        return (f"its log, on the host: inv fetch-results --host {alias} --task {self.ctx.spec.task.name} "
+                f"--run {self.run_dir.name} --raw-file {log[len('raw/'):]}")
 
     def _run_row(self, number: int, workload: Workload, total: int) -> None:
         self._phase("workload", workload=workload.id, i=number, n=total)

@@ -43,6 +43,9 @@ def compare_view(document: dict[str, Any], width: int) -> Group:
                         _run_line("base", document["base"]), _run_line("new ", document["new"])]
     if document.get("smoke"):
         parts.append(Text("smoke: timings are not meaningful, and neither are their changes", style="bold yellow"))
+    for run in document.get("skipped") or []:
+        parts.append(Text.assemble(("skipped ", "yellow"), (run["run_id"], "cyan"),
+                                   (f" ({run['host']}): nothing to compare: {run['why']}", "yellow")))
 
     def side(entry: dict[str, Any], which: str, key: str) -> Any:
         return (entry.get(which) or {}).get(key)
@@ -72,16 +75,27 @@ def compare_view(document: dict[str, Any], width: int) -> Group:
     return Group(*parts)
 
 
-def series_table(series: list[dict[str, Any]], width: int) -> Any:
-    """--last N: each workload's speedup in each of the runs, oldest left; the oldest columns go first when narrow
-    (the newest never)."""
+def series_table(series: list[dict[str, Any]], width: int) -> Group:
+    """--last N: each workload's speedup in each of the runs, oldest left, each run's column headed by the tail of
+    its id (a unique part, as --new and --base take it) and the whole ids below, so that the same runs show at any
+    width; only when even that is too wide do the oldest columns go (the newest never)."""
     workloads = list(dict.fromkeys(w for run in series for w in run["speedups"]))
+    labels = short_ids([run["run_id"] for run in series])
     columns = [Column("workload", workloads, whole=True)]
-    for age, run in enumerate(series):
-        columns.append(Column(run["run_id"], [_ratio(run["speedups"].get(w)) for w in workloads], whole=True,
-                              drop=age + 1 if age < len(series) - 1 else 0, justify="right"))
-    return fitted_table(columns, width, title=f"the last {len(series)} runs: speedup per row (older runs go first "
-                                              "when the terminal is narrow)")
+    for age, (run, label) in enumerate(zip(series, labels)):
+        columns.append(Column(label, [_ratio(run["speedups"].get(w)) for w in workloads],
+                              whole=True, drop=age + 1 if age < len(series) - 1 else 0, justify="right"))
+    table = fitted_table(columns, width, title=f"the last {len(series)} runs: speedup per row, oldest left")
+    legend = [Text.assemble(f"{label}: ", (run["run_id"], "cyan"), f" ({run['host']})")
+              for run, label in zip(series, labels) if label != run["run_id"]]
+    return Group(table, *legend)
+
+
+def short_ids(run_ids: list[str]) -> list[str]:
+    """Each run id's random tail (20261121-100000-bbbbbb → bbbbbb), as --new and --base take it; the whole ids
+    when two tails are the same."""
+    tails = [run_id.rsplit("-", 1)[-1] for run_id in run_ids]
+    return tails if len(set(tails)) == len(tails) else run_ids
 
 
 def history_view(document: dict[str, Any], width: int) -> Group:

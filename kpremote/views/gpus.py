@@ -30,7 +30,8 @@ class GpuViewOptions:
 def _verdict(gpu: GpuReport) -> Text:
     if gpu.lease:
         holder = gpu.lease.get("run_id") or f"pid {gpu.lease.get('pid')}"
-        return Text(f"leased by {holder}", style="yellow")
+        user = f" ({gpu.lease['user']})" if gpu.lease.get("user") else ""  # whom to ask about it
+        return Text(f"leased by {holder}{user}", style="yellow")
     if not gpu.arch_ok:
         return Text("wrong arch", style="magenta")
     if gpu.idle:
@@ -95,8 +96,10 @@ def gpu_view(reports: list[HostReport], options: Optional[GpuViewOptions] = None
         if not report.ok:
             parts += error_lines(report.error or "failed", indent="  ")
             continue
-        if not report.gpus:
-            parts.append(Text(f"  no GPUs ({report.source or 'none'})", style="dim"))
+        if not report.gpus and report.source in (None, "none"):
+            parts.append(Text("  no GPUs here (no NVIDIA driver): runs on this host are CPU smoke runs", style="dim"))
+        elif not report.gpus:
+            parts.append(Text(f"  no GPUs ({report.source})", style="dim"))
         for gpu in report.gpus:
             parts += _gpu_lines(gpu, options, width, (name_w, used_w, total_w))
     return Group(*parts)

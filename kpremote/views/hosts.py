@@ -20,9 +20,12 @@ def hosts_view(hosts: Iterable[Host], infos: Optional[dict[str, HostInfo]] = Non
     """The inventory as a compact table; with --check, each host's versions, and each failure on lines of its own
     below the table (a refused host key's trust-host command is never squeezed into a column)."""
     hosts = list(hosts)
+    checking = infos is not None
+    # Listing, the inventory is the point; checking, what each host has is: then the inventory's columns go first
+    # (groups, container, address, arch), then the sandbox and the rarer packages, torch, triton, nvidia-ml-py last.
     columns = [Column("host", [h.name for h in hosts], whole=True),
-               Column("address", [h.address for h in hosts], whole=True),
-               Column("arch", [h.arch for h in hosts], whole=True),
+               Column("address", [h.address for h in hosts], whole=True, drop=3 if checking else 0),
+               Column("arch", [h.arch for h in hosts], whole=True, drop=4 if checking else 0),
                Column("container", [h.container or "-" for h in hosts], drop=2),
                Column("groups", [", ".join(h.groups) or "-" for h in hosts], drop=1)]
     failures: list[Text] = []
@@ -32,10 +35,10 @@ def hosts_view(hosts: Iterable[Host], infos: Optional[dict[str, HostInfo]] = Non
                                             for i in checked], whole=True))
         if any(i.slurm is not None or h.is_cluster for h, i in zip(hosts, checked)):
             columns.append(Column("slurm", [_slurm_cell(h, i) for h, i in zip(hosts, checked)], whole=True))
-        for header, attribute, drop in (("hostname", "hostname", 3), ("python", "python", 4), ("torch", "torch", 7),
-                                        ("triton", "triton", 6), ("nvidia-ml-py", "pynvml", 5),
-                                        ("tvm-ffi", "tvm_ffi", 8), ("cutlass-dsl", "cutlass_dsl", 9),
-                                        ("sandbox", "sandbox", 2)):
+        for header, attribute, drop in (("hostname", "hostname", 8), ("python", "python", 9), ("torch", "torch", 12),
+                                        ("triton", "triton", 11), ("nvidia-ml-py", "pynvml", 10),
+                                        ("tvm-ffi", "tvm_ffi", 7), ("cutlass-dsl", "cutlass_dsl", 6),
+                                        ("sandbox", "sandbox", 5)):
             missing = "?" if attribute in ("hostname", "python") else "missing"
             columns.append(Column(header, [(getattr(i, attribute) or missing) if i.reachable else "" for i in checked],
                                   drop=drop))

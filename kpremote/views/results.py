@@ -4,6 +4,7 @@ columns dropped before anything is cut), each row's note on a line of its own, a
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Optional
 
@@ -80,7 +81,8 @@ def results_columns(rows: list[dict[str, Any]], copy_gbps: Optional[float]) -> l
 
 def _banner(results: dict[str, Any]) -> list[Text]:
     prov = results.get("provenance") or {}
-    task = (prov.get("task") or {}).get("name", "?")
+    task = prov.get("task") or {}
+    task = task.get("name") or (Path(task["dir"]).name if task.get("dir") else "?")  # refused: task.toml unread
     status = str(results.get("status", "?"))
     lines = [Text.assemble((f"{task}: ", "bold"), (status, "green" if status == "passed" else "red"),
                            f" (exit code {results.get('exit_code')})")]
@@ -98,11 +100,34 @@ def _banner(results: dict[str, Any]) -> list[Text]:
     return lines
 
 
+FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+HARNESS_PATHS = ("/kpremote/agent/", "/site-packages/", "/dist-packages/", "/lib/python")
+
+
+def task_frame(traceback: Any) -> Optional[str]:
+    """Where in the task's own code a raised error was (`solution/kernel.py:12`, `bench/adapter.py:42`): the last
+    frame of the traceback that is neither the harness's nor a library's, as a path in the task folder."""
+    frames = [(path, line) for path, line in FRAME.findall(str(traceback or ""))
+              if not path.startswith("<") and not any(part in path for part in HARNESS_PATHS)]
+    if not frames:
+        return None
+    path, line = frames[-1]
+    for marker in ("/workspace/", "/kernels/"):  # a host's task workspace; a local task under kernels/
+        if marker in path:
+            path = path.rsplit(marker, 1)[1]
+            path = path.split("/", 1)[1] if marker == "/kernels/" and "/" in path else path
+            break
+    return f"{path}:{line}"
+
+
 def _notes(rows: list[dict[str, Any]]) -> list[Text]:
     notes = []
     for row in rows:
         parts = [str(p) for p in (row.get("message"), row.get("invalid"), row.get("implausible"), row.get("audit"))
                  if p and not isinstance(p, (dict, list))]
+        where = task_frame((row.get("correctness") or {}).get("traceback") or row.get("traceback"))
+        if where and parts:
+            parts[0] += f" (at {where})"
         if parts:
             notes.append(Text.assemble((f"{row.get('workload')}: ", "bold"), "; ".join(dict.fromkeys(parts))))
     return notes
@@ -129,7 +154,10 @@ def results_view(results: dict[str, Any], width: int) -> Group:
 
 
 def row_verdict(row: dict) -> Optional[str]:
-    """FASTER / SAME / SLOWER: the agent writes {"verdict", "speedup", "low", "high", ...} (results.json rows)."""
+    """FASTER / SAME / SLOWER: the agent writes {"verdict", "speedup", "low", "high", ...} (results.json rows);
+    None for a smoke row, whose timings (and so verdicts) mean nothing."""
+    if row.get("smoke") or row.get("label"):
+        return None
     verdict = row.get("verdict")
     if isinstance(verdict, dict):
         verdict = verdict.get("verdict")

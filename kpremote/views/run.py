@@ -108,7 +108,7 @@ def row_pieces(event: dict) -> list[tuple[str, Optional[str]]]:
     pieces: list[tuple[str, Optional[str]]] = [
         (f"[{event.get('i', '?')}/{event.get('n', '?')}] {event.get('workload', '?')}: ", None),
         (status, STATUS_STYLE.get(status))]
-    if event.get("verdict"):
+    if event.get("verdict") and not (event.get("label") or event.get("smoke")):  # a smoke verdict means nothing
         pieces.append((f"  {event['verdict']}", VERDICT_STYLE.get(str(event["verdict"]))))
     if event.get("speedup"):
         pieces.append((f"  speedup {event['speedup']:.3f}x", None))
@@ -207,7 +207,8 @@ class RunView:
     def say(self, text: str) -> None:
         """A line for whoever watches: printed above the live lines while they are drawn (a print of its own on
         stderr would tear them), else on stderr (stdout stays for the results)."""
-        (self._live.console if self.drawing else terminal.errors).print(text, markup=False, highlight=False)
+        (self._live.console if self.drawing else terminal.errors).print(text, markup=False, highlight=False,
+                                                                         soft_wrap=True)
 
     def starting(self, key: str, host: str, task: str, phase: str) -> None:
         """The line of a run not begun yet: what its start does now (`syncing 12 files (3.4 MiB)`) and for how long
@@ -259,8 +260,10 @@ class RunView:
             line["phase"] = event.get("status", "done")
 
     def _row_segments(self, line: dict, event: dict) -> list[Segment]:
-        """One verdict line as plain segments: rich's Text layout costs ~60 µs a line, segments ~10."""
-        pieces = [(f"{line['host']} {line['task']} ", None), *row_pieces(event)]
+        """One verdict line as plain segments: rich's Text layout costs ~60 µs a line, segments ~10. The host and
+        task lead it only when several runs are followed: one run's lines stay short (an 80-column terminal)."""
+        whose = [(f"{line['host']} {line['task']} ", None)] if len(self.lines) > 1 else []
+        pieces = [*whose, *row_pieces(event)]
         return [Segment(strip_control_codes(text), Style.parse(style) if style else None) for text, style in pieces]
 
     def _current(self) -> "_StatusLines":
@@ -276,8 +279,10 @@ class RunView:
                              elapsed])
                 continue
             counts = f"{line['passed']} passed" + (f", {line['failed']} not" if line["failed"] else "")
+            progress = progress_text(line)
+            phase = "" if line["phase"] == "workload" and progress else line["phase"]  # progress says "workload i/n"
             rows.append([line["host"], line["task"], line["run_id"], line["gpu"],
-                         Text(line["phase"], style=STATUS_STYLE.get(line["phase"], "cyan")), progress_text(line),
+                         Text(phase, style=STATUS_STYLE.get(phase, "cyan")), progress,
                          counts + (" (smoke)" if line["smoke"] else ""), elapsed])
         return _StatusLines(rows)
 

@@ -18,7 +18,14 @@ errors = Console(stderr=True)
 
 
 def error_line(message: str) -> None:
-    errors.print(Text(f"error: {message}", style="bold red"))
+    """An error in one line, never wrapped: it may name a run, a path or the command that helps."""
+    errors.print(Text(strip_control_codes(f"error: {message}"), style="bold red"), soft_wrap=True)
+
+
+def say(text: str, style: Optional[str] = None, stderr: bool = False) -> None:
+    """A line that names what people and agents copy (a run id, a path, a command): printed whole, never wrapped with
+    a real newline, piped or not, at any width (a terminal may fold it on screen; a copy of it is still one line)."""
+    (errors if stderr else console).print(Text(strip_control_codes(text), style=style or ""), soft_wrap=True)
 
 
 class Unbroken:

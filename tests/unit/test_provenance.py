@@ -14,6 +14,7 @@ from unit.helpers import TASK, write
 from kpremote.agent.provenance import git_state, source_provenance, task_provenance
 from kpremote.agent.runner import Runner
 from kpremote.agent.runoptions import Options
+from kpremote.fetch import FetchReport, refresh_docs
 from kpremote.agent.taskspec import load_task
 from kpremote.sync import sync_task
 from kpremote.taskdir import find_task
@@ -120,3 +121,17 @@ def test_the_runner_stamps_the_source_the_client_stamped_and_computes_none_of_it
     runner_again = runner._provenance()["source"]
     assert runner_again["origin"] == "computed by the agent"
     assert {k: runner_again[k] for k in DIGESTS} == {k: client[k] for k in DIGESTS}
+
+
+def test_what_fetch_results_writes_into_a_task_never_makes_the_next_run_dirty(kernels):
+    task = kernels / TASK
+    write(task / "docs" / "results.md", "# demo: results\n")  # tracked, as in a new task's template
+    git(kernels, "init", "-q")
+    head = commit_all(kernels)
+    summary = write(task / "results" / "unit" / "20260101-000000-aaaa" / "results.md", "| measured |\n").parent
+    write(summary / "results.json", json.dumps({"smoke": False}))
+    refresh_docs(task, [FetchReport("unit", TASK, summary.name, "passed", "fetched", summary, 2, 20)])
+    assert "aaaa" in (task / "docs" / "run_log.md").read_text() and "measured" in (task / "docs" / "results.md").read_text()
+    assert git_state(task) == {"git_commit": head, "git_dirty": False, "diff_sha256": None}
+    write(task / "docs" / "notes.md", "the user's own words")  # anything else still counts
+    assert git_state(task)["git_dirty"] is True
