@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Neighbours (issue 33) on a lent host of two or more GPUs: one task's small rows alone on GPU 0, then two runs of it
-# at once (GPU 0 and GPU 1), then alone again, each through `python -m kpremote.agent.runner` with the Nsight Compute
-# audit on, so a neighbouring run's load (its own audit included) falls on this run's timed windows as on a shared box.
+# Neighbours (issues 27, 33) on a lent host of two or more GPUs: one task's small rows alone on GPU 0, then one run of
+# it per GPU at once, each leasing an idle GPU itself (which one it got is in its results), then (NEIGHBOURS_AGAIN=1)
+# alone again; each through `python -m kpremote.agent.runner` with the Nsight Compute audit on, so the neighbouring
+# runs' load (their audits included) falls on each run's timed windows as on a shared box.
 # From the repository root on the GPU machine (device tool):
 #   TASK_DIR=kernels/<task> WORKLOADS=a,b bash benchmarks/gpu/neighbours.sh
 # (default: the red team's control_fast task, whose arch is "any", on its tiny and mid rows). Writes $OUT/neighbours.md:
@@ -18,28 +19,31 @@ k.assemble(next(a for a in k.load_attacks() if a.id == "control_fast"), pathlib.
 fi
 rows=${WORKLOADS:-tiny,mid}
 nvidia-smi --query-gpu=index,name,uuid --format=csv,noheader > "$out/machine.txt"
-run() {  # run NAME GPU_INDEX
-  python3 -m kpremote.agent.runner --task-dir "$task" --run-dir "$work/runs/$1" --device cuda --gpu "$2" \
+gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+run() {  # run NAME [GPU_INDEX]: without an index the run leases an idle GPU as `inv run` does
+  python3 -m kpremote.agent.runner --task-dir "$task" --run-dir "$work/runs/$1" --device cuda ${2:+--gpu "$2"} \
     --root "$work/root" --workloads "$rows" --audit on > "$out/$1.log" 2>&1
   echo "$1 exit $?" >> "$out/steps.txt"
 }
 run alone-1 0
-run pair-a 0 & sleep 1; run pair-b 1 & wait
-run alone-2 0
+for i in $(seq "$gpus"); do run "together-$i" & sleep 0.2; done; wait
+[ "${NEIGHBOURS_AGAIN:-0}" = 1 ] && run alone-2 0
 python3 - "$work/runs" > "$out/neighbours.md" <<'PY'
 import json, sys, pathlib
-print("| run | row | status | verdict | speedup | baseline us | candidate us | audit (harness / ncu us, side) | invalid |")
-print("|---|---|---|---|---:|---:|---:|---|---|")
-for run in ("alone-1", "pair-a", "pair-b", "alone-2"):
-    path = pathlib.Path(sys.argv[1]) / run / "summary" / "results.json"
+print("| run | GPU | row | status | verdict | speedup | baseline us | candidate us | audit (harness / ncu us, side) | invalid |")
+print("|---|---|---|---|---|---:|---:|---:|---|---|")
+for folder in sorted(pathlib.Path(sys.argv[1]).iterdir(), key=lambda p: (not p.name.startswith("alone-1"), p.name)):
+    run, path = folder.name, folder / "summary" / "results.json"
     if not path.exists():
-        print(f"| {run} | - | no results | | | | | | |"); continue
-    for row in json.loads(path.read_text())["rows"]:
+        print(f"| {run} | | - | no results | | | | | | |"); continue
+    results = json.loads(path.read_text())
+    gpu = (results["provenance"].get("gpu") or {})
+    for row in results["rows"]:
         t = row.get("timing") or {}
         audit = row.get("audit") or {}
         a = (f"{'agree' if audit.get('agree') else 'DISAGREE'} {audit.get('harness_us', 0):.2f} / "
              f"{audit.get('ncu_us') or 0:.2f} {audit.get('side')}") if isinstance(audit, dict) and audit else "-"
-        print(f"| {run} | {row['workload']} | {row['status']} | {(row.get('verdict') or {}).get('verdict')} | "
+        print(f"| {run} | {gpu.get('index')} {str(gpu.get('uuid'))[:12]} | {row['workload']} | {row['status']} | {(row.get('verdict') or {}).get('verdict')} | "
               f"{row.get('speedup') or 0:.3f} | {(t.get('baseline') or {}).get('median', 0):.2f} | "
               f"{(t.get('candidate') or {}).get('median', 0):.2f} | {a} | {row.get('invalid') or ''} |")
 PY

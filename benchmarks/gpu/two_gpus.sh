@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# One call on a lent host of two GPUs (issues 27 and 33), through SSH as a user would where it matters:
-#   1. `inv gpu-status -u` at 80 columns: both GPUs with their UUIDs;
+# One call on a lent host of two or four GPUs (issues 27 and 33), through SSH as a user would where it matters:
+#   1. `inv gpu-status -u` at 80 columns: every GPU with its UUID;
 #   2. neighbours (benchmarks/gpu/neighbours.sh): the red team's control_fast task (arch "any") on its tiny and mid
-#      rows alone on GPU 0, two runs at once on GPU 0 and GPU 1, alone again, audit on;
+#      rows alone on GPU 0, then one run per GPU at once, each leasing its own, audit on;
 #   3. the arch gate on real hardware: `inv run` of the H200 fuse_scale_shift task's production rows over SSH:
 #      refused with the reason on an H100, a run (audit on) on an H200.
 # From the repository root on the GPU machine (device tool; carry .gpuhost and .gpustage):
