@@ -49,7 +49,9 @@ def safe_sys_path() -> None:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 HELPER_FLOOR_S = 0.05  # a helper thread's CPU time during timing that voids a row: above this and HELPER_SHARE
 HELPER_SHARE = 0.05  # of the timing's wall time (CPU time is counted in clock ticks, 10 ms each)
-STARVED_FLOOR_S = 0.05  # time waiting for a CPU during timing that voids a GPU row: above this and STARVED_SHARE
+STARVED_FLOOR_S = 0.05  # time waiting for a CPU during timing, beyond the other side's, that voids a GPU row: above
+# this and STARVED_SHARE of the timing (four runs at once on a four-H200 host: both sides of one row waited 0.08-0.09 s
+# of 0.60 s, alike)
 STARVED_SHARE = 0.10
 
 
@@ -100,10 +102,16 @@ def _ticks(path: str, with_children: bool = False) -> int:
     return sum(int(fields[i]) for i in ((11, 12, 13, 14) if with_children else (11, 12)))
 
 
+def waited_s(before: Schedule | None, after: Schedule | None) -> float:
+    """How long a side's main thread waited for a CPU between two readings."""
+    return after.run_delay_s - before.run_delay_s if before and after else 0.0
+
+
 def interference(side: str, before: Schedule | None, after: Schedule | None, wall_s: float,
-                 starvation: bool) -> str | None:
-    """Why a side's timing cannot stand: reniced, rescheduled, re-pinned, starved of CPU (`starvation`: on a GPU,
-    where the host has CPUs to spare), or a helper thread that worked while its calls were timed."""
+                 starvation: bool, other_waited_s: float = 0.0) -> str | None:
+    """Why a side's timing cannot stand: reniced, rescheduled, re-pinned, starved of CPU more than the other side
+    was (`starvation`: on a GPU; a busy host, e.g. neighbouring runs, starves both sides alike, and that shapes no
+    verdict), or a helper thread that worked while its calls were timed."""
     if before is None or after is None:
         return None
     if (before.nice, before.policy) != (after.nice, after.policy):
@@ -111,9 +119,10 @@ def interference(side: str, before: Schedule | None, after: Schedule | None, wal
                 f"{before.policy} -> {after.policy})")
     if before.affinity != after.affinity:
         return f"the {side} side was re-pinned during timing (CPUs {sorted(before.affinity)} -> {sorted(after.affinity)})"
-    waited = after.run_delay_s - before.run_delay_s
-    if starvation and waited > max(STARVED_FLOOR_S, STARVED_SHARE * wall_s):
-        return f"the {side} side waited {waited:.2f} s for a CPU during {wall_s:.2f} s of timing (starved)"
+    waited = waited_s(before, after)
+    if starvation and waited - other_waited_s > max(STARVED_FLOOR_S, STARVED_SHARE * wall_s):
+        return (f"the {side} side waited {waited:.2f} s for a CPU during {wall_s:.2f} s of timing, the other side "
+                f"{other_waited_s:.2f} s (starved)")
     helpers = after.helper_cpu_s - before.helper_cpu_s
     if helpers > max(HELPER_FLOOR_S, HELPER_SHARE * wall_s):
         return (f"a helper thread of the {side} side used {helpers:.2f} s of CPU while its calls were timed "

@@ -268,8 +268,12 @@ class Judge:
         pair = sampler.run(settings)
         timed_s = time.monotonic() - timed_from
         threads_after = {side: self.sides[side].threads() for side in SIDES}
-        disturbed = [guard.interference(side, schedules[side], guard.schedule_of(self.sides[side].pid), timed_s,
-                                        starvation=self.device == "cuda") for side in SIDES]
+        afterwards = {side: guard.schedule_of(self.sides[side].pid) for side in SIDES}
+        waits = {side: guard.waited_s(schedules[side], afterwards[side]) for side in SIDES}
+        disturbed = [guard.interference(side, schedules[side], afterwards[side], timed_s,
+                                        starvation=self.device == "cuda",
+                                        other_waited_s=next(waits[o] for o in SIDES if o != side))
+                     for side in SIDES]
         sampler.final_checks()
         for case in cases:
             for side in SIDES:

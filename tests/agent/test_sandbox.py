@@ -265,3 +265,17 @@ def test_a_run_records_what_held_its_sides_and_says_unsandboxed_when_nothing_did
     assert "KPREMOTE_SANDBOX=off" in loose["unsandboxed"] and loose["headline"]["label"].endswith("unsandboxed")
     assert all(how.startswith("unsandboxed") for row in loose["rows"] for how in row["sandbox"].values())
     assert "**UNSANDBOXED**" in markdown
+
+
+def test_starvation_voids_a_row_only_when_one_side_waited_more_than_the_other() -> None:
+    """A busy host (neighbouring runs) makes both sides wait alike: no verdict is shaped by that. One side
+    waiting for a CPU far longer than the other (a hog pinned where it runs) voids the row."""
+    def reading(delay: float) -> guard.Schedule:
+        return guard.Schedule(nice=0, policy=0, affinity=frozenset({0}), run_delay_s=delay, helper_cpu_s=0.0)
+
+    start = reading(0.0)
+    alike = guard.interference("baseline", start, reading(0.09), 0.6, starvation=True, other_waited_s=0.08)
+    assert alike is None
+    starved = guard.interference("baseline", start, reading(0.30), 0.6, starvation=True, other_waited_s=0.02)
+    assert starved is not None and "starved" in starved and "the other side 0.02 s" in starved
+    assert guard.interference("baseline", start, reading(0.30), 0.6, starvation=False, other_waited_s=0.0) is None
