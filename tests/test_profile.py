@@ -92,7 +92,7 @@ def test_profile_brings_the_summary_home_and_leaves_the_reports_on_the_host(rig,
     assert outcome["status"] == "passed" and outcome["error"] is None
 
     summary = workdir / outcome["summary_dir"]
-    assert {"profile.md", "profile.csv", "results.json"} <= {p.name for p in summary.iterdir()}
+    assert {"profile.md", "profile.csv", "profile.json", "results.json"} <= {p.name for p in summary.iterdir()}
     assert not [p for p in summary.rglob("*") if p.suffix in (".ncu-rep", ".csv") and p.name != "profile.csv"]
     seen = [json.loads(line) for line in (host.bin_dir / "ncu.seen").read_text().splitlines()]
     assert seen and all(s["judges"] == [] for s in seen), seen  # the gate's judge ended before ncu ran
@@ -107,6 +107,11 @@ def test_profile_brings_the_summary_home_and_leaves_the_reports_on_the_host(rig,
     assert {(r["side"], r["kernel"]) for r in rows} == {(s, k) for s in reports for k in ("_rmsnorm_row", "_rmsnorm_rows")}
     assert {r["report_sha256"] for r in rows if r["side"] == "baseline"} == {sha256(reports["baseline"])}
     assert float(next(r for r in rows if r["kernel"] == "_rmsnorm_row")["duration_us"]) == pytest.approx(8.308)
+    kernels = json.loads((summary / "profile.json").read_text())  # the same records, for agents
+    assert kernels["schema"] == "kpremote.profile-kernels/1" and len(kernels["kernels"]) == len(rows)
+    assert [(k["side"], k["kernel"], k["bound"]) for k in kernels["kernels"]] == \
+        [(r["side"], r["kernel"], r["bound"]) for r in rows]
+    assert next(k for k in kernels["kernels"] if k["kernel"] == "_rmsnorm_row")["duration_us"] == pytest.approx(8.308)
     roofline = profile_md.split("## Roofline", 1)[1]
     lines = [line for line in roofline.splitlines() if line.startswith(("- baseline `", "- candidate `"))]
     assert len(lines) == 4 and all("GB/s copy bandwidth" in line and "-bound**" in line for line in lines)

@@ -24,7 +24,7 @@ from .atomicfile import write_atomically
 from .correctness import PASSED, SKIPPED
 from .procfs import kill_tree
 from .profiledcall import call_main, call_side
-from .profilereport import SideProfile, render_profile_csv, render_profile_md
+from .profilereport import SideProfile, render_profile_csv, render_profile_json, render_profile_md
 from .protocol import ProfileRequest
 from .provenance import file_sha256
 from .runner import EXIT_FAILED, EXIT_PASSED, EXIT_REFUSED, Abort, Runner
@@ -141,6 +141,7 @@ class ProfileRunner(Runner):
         try:
             # profile.md last: its presence says the profile is complete
             for name, text in (("profile.csv", render_profile_csv(workload.id, self.profiled, copy_gbps)),
+                               ("profile.json", render_profile_json(workload.id, self.profiled, copy_gbps)),
                                ("profile.md", self._render_markdown(workload, copy_gbps))):
                 written.append(summary / name)
                 write_atomically(summary / name, text)

@@ -1,11 +1,12 @@
 """A profile run's summary as text: profile.md (facts, reports, per-kernel table, one roofline line per kernel)
-and profile.csv (one row per kernel, with each report's path, size and sha256).
+and profile.csv / profile.json (one record per kernel, with each report's path, size and sha256: the JSON for agents).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,31 +105,52 @@ def _bound_reason(roof: ncu.Roofline) -> str:
     return ""
 
 
-def render_profile_csv(workload: str, sides: list[SideProfile], copy_gbps: float | None) -> str:
-    columns = ["side", "workload", "kernel", "launches", "grid", "block", "duration_us", "dram_throughput_pct",
-               "dram_bytes", "dram_gbps", "copy_gbps", "pct_of_copy_bandwidth", "memory_sol_pct", "sm_throughput_pct",
-               "l1_pct", "l2_pct", "achieved_occupancy_pct", "theoretical_occupancy_pct", "registers_per_thread",
-               "shared_static_bytes", "shared_dynamic_bytes", "l2_hit_pct", "top_stalls", "flop", "tflops",
-               "peak_fp32_tflops", "bound", "report_path", "report_bytes", "report_sha256"]
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(columns)
+PROFILE_COLUMNS = (
+    "side", "workload", "kernel", "launches", "grid", "block", "duration_us", "dram_throughput_pct", "dram_bytes",
+    "dram_gbps", "copy_gbps", "pct_of_copy_bandwidth", "memory_sol_pct", "sm_throughput_pct", "l1_pct", "l2_pct",
+    "achieved_occupancy_pct", "theoretical_occupancy_pct", "registers_per_thread", "shared_static_bytes",
+    "shared_dynamic_bytes", "l2_hit_pct", "top_stalls", "flop", "tflops", "peak_fp32_tflops", "bound", "report_path",
+    "report_bytes", "report_sha256",
+)
+
+
+NUMERIC_COLUMNS = frozenset(PROFILE_COLUMNS[6:22]) | {"flop", "tflops", "peak_fp32_tflops"}
+
+
+def profile_rows(workload: str, sides: list[SideProfile], copy_gbps: float | None) -> list[dict[str, Any]]:
+    """One record per profiled kernel: what profile.csv and profile.json both hold (None where ncu had no value)."""
+    rows = []
     for side in sides:
         for k in side.kernels:
             roof = ncu.roofline(k, copy_gbps)
-            writer.writerow([
-                side.side, workload, k.name, k.launches, k.grid or "", k.block or "", _cell(k.duration_us),
-                _cell(k.get("dram_pct")), _cell(k.dram_bytes), _cell(_giga(k.dram_bytes_per_s)), _cell(copy_gbps),
-                _cell(roof.memory_fraction * 100 if roof.memory_fraction is not None else None),
-                _cell(k.get("memory_sol_pct")), _cell(k.get("sm_pct")), _cell(k.get("l1_pct")),
-                _cell(k.get("l2_pct")), _cell(k.get("achieved_occupancy_pct")),
-                _cell(k.get("theoretical_occupancy_pct")), _cell(k.get("registers_per_thread")),
-                _cell(k.get("shared_static_bytes")), _cell(k.get("shared_dynamic_bytes")), _cell(k.get("l2_hit_pct")),
-                ";".join(f"{name}={value:.3g}" for name, value in k.stalls), _cell(k.flop),
-                _cell(_tera(roof.flop_per_s)), _cell(_tera(roof.peak_flop_per_s)), roof.bound, str(side.report),
-                side.bytes, side.sha256,
-            ])
+            values = [
+                side.side, workload, k.name, k.launches, k.grid or None, k.block or None, k.duration_us,
+                k.get("dram_pct"), k.dram_bytes, _giga(k.dram_bytes_per_s), copy_gbps,
+                roof.memory_fraction * 100 if roof.memory_fraction is not None else None,
+                k.get("memory_sol_pct"), k.get("sm_pct"), k.get("l1_pct"), k.get("l2_pct"),
+                k.get("achieved_occupancy_pct"), k.get("theoretical_occupancy_pct"), k.get("registers_per_thread"),
+                k.get("shared_static_bytes"), k.get("shared_dynamic_bytes"), k.get("l2_hit_pct"),
+                ";".join(f"{name}={value:.3g}" for name, value in k.stalls), k.flop, _tera(roof.flop_per_s),
+                _tera(roof.peak_flop_per_s), roof.bound, str(side.report), side.bytes, side.sha256,
+            ]
+            rows.append(dict(zip(PROFILE_COLUMNS, values)))
+    return rows
+
+
+def render_profile_csv(workload: str, sides: list[SideProfile], copy_gbps: float | None) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(PROFILE_COLUMNS)
+    for row in profile_rows(workload, sides, copy_gbps):
+        writer.writerow([_cell(value) if name in NUMERIC_COLUMNS else ("" if value is None else value)
+                         for name, value in row.items()])
     return out.getvalue()
+
+
+def render_profile_json(workload: str, sides: list[SideProfile], copy_gbps: float | None) -> str:
+    """profile.json: {"schema": "kpremote.profile-kernels/1", "kernels": [one record per kernel]}, for agents."""
+    return json.dumps({"schema": "kpremote.profile-kernels/1", "workload": workload,
+                       "kernels": profile_rows(workload, sides, copy_gbps)}, indent=1) + "\n"
 
 
 def _gate_timing(gate: dict[str, Any]) -> str:
