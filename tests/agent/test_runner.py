@@ -279,6 +279,35 @@ def test_a_foreign_process_during_a_row_makes_its_timing_invalid(
     assert "rose to 7000 MiB" in (watch.row_ended() or "")
 
 
+def test_the_runs_own_processes_are_never_foreign_and_a_visible_stranger_always_is(
+    nvml_fixture: Any, make_gpu: Any
+) -> None:
+    """Issue 25: in graph mode a row was flagged "foreign process" naming its own side. Ours are known by pid (every
+    descendant of the runner, remembered for the run), however many of them NVML lists at once (a judge of the last
+    row still tearing down, a new one starting); a process this host shows that is not ours is foreign whatever the
+    count. Pids /proc does not show (a container's NVML reports host pids) are still counted against `ours`."""
+    uuid = make_gpu(0)["uuid"]
+    children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) for _ in range(5)]
+    try:
+        mine = [{"pid": child.pid, "name": "python", "used_mib": 500} for child in children]
+        watch = guards.ForeignWatch(uuid, baseline_pids=set(), baseline_memory_mib=0, memory_margin_mib=2048)
+        watch.row_started(ours=3)
+        nvml_fixture(make_gpu(0, processes=mine, memory_used_mib=2500))
+        assert watch.row_ended(ours=3) is None  # five of ours at once: not one of them foreign
+        watch.row_started(ours=3)
+        stranger = {"pid": 1, "name": "init", "used_mib": 100}  # on this host, and no child of ours
+        nvml_fixture(make_gpu(0, processes=[*mine[:1], stranger], memory_used_mib=600))
+        assert "pid 1 init 100 MiB" in (watch.row_ended(ours=3) or "")
+        watch.row_started(ours=1)
+        unseen = [{"pid": 4_000_000 + i, "name": "python", "used_mib": 500} for i in range(2)]
+        nvml_fixture(make_gpu(0, processes=unseen, memory_used_mib=1000))
+        assert "foreign process" in (watch.row_ended(ours=1) or "")  # two we cannot see, one of ours running
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
 def test_no_headline_while_any_production_row_failed_or_is_in_doubt() -> None:
     def row(name: str, speedup: float | None, **extra: Any) -> dict[str, Any]:
         status = extra.pop("status", "PASSED")
