@@ -71,7 +71,7 @@ def test_inv_check_says_not_checked_for_every_row_and_fails(task: str, kernels: 
     [summary] = (kernels / task / "results" / "check").glob("*/summary/results.json")
     results = json.loads(summary.read_text())
     rows = results["rows"]
-    assert rows and all(row["smoke"] for row in rows)
+    assert rows and all(row["smoke"] for row in rows), (results.get("message"), output)
     assert {row["status"] for row in rows} == {buildrules.NOT_CHECKED}, [(r["workload"], r["status"]) for r in rows]
     record = results["provenance"]["build"]
     assert record["ok"] and record["compile_only"]
