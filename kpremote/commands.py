@@ -426,5 +426,13 @@ def history(c, task, host=None, plot=None, json=False):
         terminal.console.print(history_view(document, terminal.console.width))
 
 
+@command(help={"for_": "claude (~/.claude/skills/kpremote/), codex (~/.agents/skills/kpremote/) or a folder"})
+def skill_install(c, for_=None):
+    """Install kpremote's agent skill (SKILL.md: the loop, verdicts, exit codes) for a coding agent."""
+    from .skill import install
+
+    terminal.console.print(f"installed {install(for_ or '')}", markup=False)
+
+
 ns = Collection(hosts, gpu_status, trust_host, sync, run, status, logs, cancel, fetch_results, check, new_task,
-                baseline, profile, compare, history)
+                baseline, profile, compare, history, skill_install)
