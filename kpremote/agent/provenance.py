@@ -6,7 +6,7 @@ and the agent computes the very same thing for a task that came without one (`py
 `solution_sha256`, `baseline_sha256` and `diff_sha256` in results.json mean one thing whoever computed them:
 
 - the files: every regular file under the task folder, links never followed, minus `.git/`, `__pycache__/`,
-  `.kpremote/`, `*.pyc`, `results/`, the two docs fetch-results writes, and what `.kpremoteignore` names;
+  `.kpremote/`, `*.pyc`, `results/`, `ledger.jsonl`, the two docs fetch-results writes, and what `.kpremoteignore` names;
 - a side's digest: `manifest_digest` of {path under the side's folder: sha256 of the content}; None when the side
   has no file;
 - the git state of the task folder only when the repository tracks it: a task folder copied into some other project's
@@ -31,6 +31,9 @@ EXCLUDED_NAMES = {".git", "__pycache__", ".kpremote"}
 FETCH_WRITTEN = {"docs/results.md", "docs/run_log.md"}
 """Written locally by fetch-results after every run: the host has the originals, and sending them back would
 make every repeat run a changed one."""
+LOCAL_RECORDS = {"results", "ledger.jsonl"}
+"""The client's own records at the task's top: fetched summaries and checks (results/), every run's ledger line
+(kpremote/ledger.py). They change with every run and are no part of what is measured."""
 IGNORE_FILE = ".kpremoteignore"
 RECORDED = Path(".kpremote") / "provenance.json"
 SIDES = ("solution", "baseline")
@@ -74,7 +77,7 @@ def excluded(rel: str, is_dir: bool) -> bool:
     name = rel.rsplit("/", 1)[-1]
     if not is_dir and (name.endswith(".pyc") or rel in FETCH_WRITTEN):
         return True
-    return name in EXCLUDED_NAMES or rel == "results"
+    return name in EXCLUDED_NAMES or rel in LOCAL_RECORDS
 
 
 def _encodable(rel: str) -> bool:
