@@ -70,7 +70,7 @@ def ledger_entry(results: dict[str, Any], host: str, exit_code: Optional[int], c
 
 def append_line(path: Path, value: dict[str, Any]) -> None:
     """value as one JSON line at the end of path, whole: one write, O_APPEND, under an exclusive flock."""
-    data = (json.dumps(value, separators=(",", ":"), allow_nan=False) + "\n").encode()
+    data = (json.dumps(value, separators=(",", ":")) + "\n").encode()
     descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
