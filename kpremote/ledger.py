@@ -120,3 +120,28 @@ def _read_results(path: Path) -> dict[str, Any]:
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def measured_before(task_dir: Path, host_names: list[str], harness_version: str) -> Optional[dict[str, Any]]:
+    """The newest ledger line that measured this very candidate against this very baseline (sha256 of each side's
+    files) with this harness on one of these hosts, cleanly (exit 0) and on a GPU (a smoke run measures nothing)."""
+    from .agent.provenance import task_provenance
+
+    source = task_provenance(task_dir)
+    for entry in reversed(read_ledger(task_dir)):
+        if (entry.get("host") in host_names and not entry.get("smoke") and entry.get("exit_code") == 0
+                and entry.get("harness") == harness_version and entry.get("run_id")
+                and entry.get("candidate_sha256") == source["solution_sha256"]
+                and entry.get("baseline_sha256") == source["baseline_sha256"]):
+            return entry
+    return None
+
+
+def measured_line(task: str, entry: dict[str, Any]) -> str:
+    """`T: this candidate (sha 681fe9d53185) was already measured on H (GPU): 1.120x (...), run ID; ...`."""
+    from .views.run import headline_text
+
+    gpu = f" ({entry['gpu']})" if entry.get("gpu") else ""
+    return (f"{task}: this candidate (sha {str(entry.get('candidate_sha256'))[:12]}) was already measured on "
+            f"{entry.get('host')}{gpu}: {headline_text(entry.get('headline'))}, run {entry.get('run_id')}; "
+            "--again measures it again")
