@@ -62,7 +62,7 @@ def smoke_check(task: TaskDir, workloads: Optional[str], quiet: bool = False) ->
     summary = run_dir / "summary"
     results_path = summary / "results.json"
     results = json.loads(results_path.read_text()) if results_path.is_file() else None
-    record_run(task.path, summary, "check", code)
+    record_run(task.path, summary, "check", code, kind="check")
     if not quiet:
         if (summary / "results.md").is_file():
             terminal.console.print(summary_markdown(summary / "results.md"))

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
+from .agent.protocol import PROFILE_MODE_PREFIX
 from .errors import KpremoteError
 
 LEDGER_NAME = "ledger.jsonl"
@@ -29,15 +30,21 @@ def ledger_path(task_dir: Path) -> Path:
 
 
 def record_run(task_dir: Path, summary_dir: Path, host: str, exit_code: Optional[int],
-               command: Optional[list[str]] = None) -> dict[str, Any]:
-    """Append the line for the run whose summary is summary_dir (its results.json); returns the line's value."""
+               command: Optional[list[str]] = None, kind: str = "run") -> dict[str, Any]:
+    """Append the line for the run whose summary is summary_dir (its results.json); returns the line's value.
+    kind: run (a timing run), profile or check."""
     results = _read_results(Path(summary_dir) / "results.json")
-    entry = ledger_entry(results, host, exit_code, command if command is not None else sys.argv)
+    entry = {**ledger_entry(results, host, exit_code, command if command is not None else sys.argv), "kind": kind}
     try:
         append_line(ledger_path(task_dir), entry)
     except OSError as exc:
         raise KpremoteError(f"{ledger_path(task_dir)}: the run's ledger line was not written: {exc}") from None
     return entry
+
+
+def kind_of(state: dict[str, Any]) -> str:
+    """A fetched run's kind from its record (state.json): a profile run's mode names its request."""
+    return "profile" if str(state.get("mode") or "").startswith(PROFILE_MODE_PREFIX) else "run"
 
 
 def ledger_entry(results: dict[str, Any], host: str, exit_code: Optional[int], command: list[str]) -> dict[str, Any]:
@@ -123,13 +130,15 @@ def _dict(value: Any) -> dict[str, Any]:
 
 
 def measured_before(task_dir: Path, host_names: list[str], harness_version: str) -> Optional[dict[str, Any]]:
-    """The newest ledger line that measured this very candidate against this very baseline (sha256 of each side's
-    files) with this harness on one of these hosts, cleanly (exit 0) and on a GPU (a smoke run measures nothing)."""
+    """The newest ledger line of a timing run that measured this very candidate against this very baseline (sha256 of
+    each side's files) with this harness on one of these hosts, cleanly (exit 0, a headline) and on a GPU (a smoke run
+    measures nothing)."""
     from .agent.provenance import task_provenance
 
     source = task_provenance(task_dir)
     for entry in reversed(read_ledger(task_dir)):
-        if (entry.get("host") in host_names and not entry.get("smoke") and entry.get("exit_code") == 0
+        if (entry.get("kind") == "run" and entry.get("host") in host_names and not entry.get("smoke")
+                and entry.get("exit_code") == 0 and (entry.get("headline") or {}).get("geomean")
                 and entry.get("harness") == harness_version and entry.get("run_id")
                 and entry.get("candidate_sha256") == source["solution_sha256"]
                 and entry.get("baseline_sha256") == source["baseline_sha256"]):

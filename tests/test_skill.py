@@ -64,6 +64,7 @@ def test_every_command_the_skill_shows_runs_as_written(tmp_path: Path) -> None:
     checked = sorted(p.name for p in (project / "kernels" / "demo" / "results" / "check").iterdir())
     assert sorted(e["run_id"] for e in ledger if e["host"] == "local") == fetched and len(fetched) >= 3
     assert sorted(e["run_id"] for e in ledger if e["host"] == "check") == checked and len(checked) == 1
+    assert {e["kind"] for e in ledger} == {"check", "run", "profile"}
     solution = task_provenance(project / "kernels" / "demo")["solution_sha256"]
     for entry in ledger:
         assert entry["candidate_sha256"] == solution and entry["exit_code"] == 0 and entry["harness"]
