@@ -143,7 +143,7 @@ def sync(c, host, task, hosts=None, json=False):
           "device": "auto, cuda or cpu (cpu = smoke run through Triton's interpreter)",
           "no_audit": "skip the Nsight Compute re-measurement of the production rows (the run reads unaudited)",
           "json": "print the outcome as JSON",
-          "again": "run even a candidate the ledger says was measured on this host already (same sha256, harness)"},
+          "again": "run even a candidate the ledger says was measured on this host already (same sha256s, harness, bench/)"},
     optional=["wait"],
 )
 def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, workloads=None, mode=None,

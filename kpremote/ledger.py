@@ -65,6 +65,7 @@ def ledger_entry(results: dict[str, Any], host: str, exit_code: Optional[int], c
         "baseline_pin": {key: upstream.get(key) for key in ("repo", "ref", "commit", "release")
                          if upstream.get(key) is not None} or None,
         "harness": _dict(provenance.get("harness")).get("version"),
+        "pinned": provenance.get("pinned"),
         "status": results.get("status"),
         "exit_code": exit_code if exit_code is not None else results.get("exit_code"),
         "smoke": bool(results.get("smoke")),
@@ -129,17 +130,18 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def measured_before(task_dir: Path, host_names: list[str], harness_version: str) -> Optional[dict[str, Any]]:
+def measured_before(task_dir: Path, host_names: list[str]) -> Optional[dict[str, Any]]:
     """The newest ledger line of a timing run that measured this very candidate against this very baseline (sha256 of
-    each side's files) with this harness on one of these hosts, cleanly (exit 0, a headline) and on a GPU (a smoke run
-    measures nothing)."""
+    each side's files), with this harness and these bench/ and task.toml, on one of these hosts, cleanly (exit 0, a
+    headline) and on a GPU (a smoke run measures nothing)."""
+    from .agent.harness import HARNESS_VERSION, pinned_inputs  # the runner's own rules for both stamps
     from .agent.provenance import task_provenance
 
-    source = task_provenance(task_dir)
+    source, pinned = task_provenance(task_dir), pinned_inputs(task_dir)
     for entry in reversed(read_ledger(task_dir)):
         if (entry.get("kind") == "run" and entry.get("host") in host_names and not entry.get("smoke")
                 and entry.get("exit_code") == 0 and (entry.get("headline") or {}).get("geomean")
-                and entry.get("harness") == harness_version and entry.get("run_id")
+                and entry.get("harness") == HARNESS_VERSION and entry.get("pinned") == pinned and entry.get("run_id")
                 and entry.get("candidate_sha256") == source["solution_sha256"]
                 and entry.get("baseline_sha256") == source["baseline_sha256"]):
             return entry

@@ -182,12 +182,11 @@ def _one_line(text: str) -> str:
 def measured_already(tasks: list[TaskDir], hosts: list[Host]) -> tuple[list[TaskDir], list[Outcome]]:
     """The tasks still to run, and an outcome for each whose candidate the ledger says was measured on one of these
     hosts already (kpremote/ledger.py): said on stderr, no GPU spent; `inv run --again` skips this."""
-    from .agent.harness import HARNESS_VERSION
     from .ledger import measured_before, measured_line
 
     to_run, already = [], []
     for task in tasks:
-        entry = measured_before(task.path, [h.name for h in hosts], HARNESS_VERSION)
+        entry = measured_before(task.path, [h.name for h in hosts])
         if entry is None:
             to_run.append(task)
             continue

@@ -10,7 +10,7 @@ import jsonschema
 from localproject import TASK, kp, make_project
 from rig import REPO
 
-from kpremote.agent.harness import HARNESS_VERSION
+from kpremote.agent.harness import HARNESS_VERSION, pinned_inputs
 from kpremote.agent.provenance import task_provenance
 from kpremote.ledger import append_line, read_ledger
 
@@ -21,7 +21,7 @@ def measured_line(task_dir: Path, **changes) -> dict:
     source = task_provenance(task_dir)
     return {"schema": "kpremote.ledger/1", "kind": "run", "run_id": EARLIER, "host": "local", "gpu": "NVIDIA H200",
             "candidate_sha256": source["solution_sha256"], "baseline_sha256": source["baseline_sha256"],
-            "harness": HARNESS_VERSION, "smoke": False, "exit_code": 0,
+            "harness": HARNESS_VERSION, "pinned": pinned_inputs(task_dir), "smoke": False, "exit_code": 0,
             "headline": {"geomean": 1.12, "low": 1.1, "high": 1.14, "n": 1, "of": 1}, **changes}
 
 
@@ -31,7 +31,11 @@ def test_a_candidate_measured_on_the_host_already_is_not_run_again_unless_again(
     append_line(task_dir / "ledger.jsonl", measured_line(task_dir))
     append_line(task_dir / "ledger.jsonl", measured_line(task_dir, kind="profile", run_id="20261101-130000-fedcba"))
     append_line(task_dir / "ledger.jsonl", measured_line(task_dir, smoke=True, run_id="20261101-140000-aaaaaa"))
-    done = kp(project, "run", "--host", "local", "--task", TASK, "--json")  # a profile or a smoke run times nothing
+    append_line(task_dir / "ledger.jsonl", measured_line(task_dir, harness="2.7", run_id="20261101-150000-bbbbbb"))
+    append_line(task_dir / "ledger.jsonl", measured_line(task_dir, pinned={"bench_sha256": "another bench"},
+                                                         run_id="20261101-160000-cccccc"))
+    # a profile or a smoke run timed nothing; another harness or another bench/ measured something else
+    done = kp(project, "run", "--host", "local", "--task", TASK, "--json")
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     jsonschema.validate(document, json.loads((REPO / "docs" / "schemas" / "run.json").read_text()))
@@ -44,7 +48,7 @@ def test_a_candidate_measured_on_the_host_already_is_not_run_again_unless_again(
         source.write("\n# a changed candidate\n")
     done = kp(project, "run", "--host", "local", "--task", TASK, "--json")
     assert json.loads(done.stdout)["runs"][0]["status"] == "passed", done.stderr
-    assert len(read_ledger(task_dir)) == 4 and read_ledger(task_dir)[-1]["kind"] == "run"
+    assert len(read_ledger(task_dir)) == 6 and read_ledger(task_dir)[-1]["kind"] == "run"
 
     append_line(task_dir / "ledger.jsonl", measured_line(task_dir))  # the changed one, as if measured on a GPU
     done = kp(project, "run", "--host", "local", "--task", TASK, "--again", "--json")
