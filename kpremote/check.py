@@ -17,6 +17,7 @@ from rich.text import Text
 from .views import terminal
 from .views.results import summary_markdown
 from .views.run import event_line, row_pieces
+from .ledger import record_run
 from .taskdir import TaskDir
 
 # The runner's own progress lines on its stderr ("[1/2] w: PASSED 1.02x"): shown from the events instead.
@@ -61,6 +62,7 @@ def smoke_check(task: TaskDir, workloads: Optional[str], quiet: bool = False) ->
     summary = run_dir / "summary"
     results_path = summary / "results.json"
     results = json.loads(results_path.read_text()) if results_path.is_file() else None
+    record_run(task.path, summary, "check", code, kind="check")
     if not quiet:
         if (summary / "results.md").is_file():
             terminal.console.print(summary_markdown(summary / "results.md"))

@@ -163,15 +163,17 @@ def sync(c, host, task, hosts=None, json=False):
           "workloads": "only these workload ids, comma-separated", "mode": "cold (L2 flushed per call) or graph",
           "device": "auto, cuda or cpu (cpu = smoke run through Triton's interpreter)",
           "no_audit": "skip the Nsight Compute re-measurement of the production rows (the run reads unaudited)",
-          "json": "print the outcome as JSON"},
+          "json": "print the outcome as JSON",
+          "again": "run even a candidate the ledger says was measured on this host already (same sha256s, harness, bench/)"},
     optional=["wait"],
 )
 def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, workloads=None, mode=None,
-        device="auto", no_audit=False, json=False):
+        device="auto", no_audit=False, json=False, again=False):
     """Sync, lease an idle GPU, build both sides, gate on correctness, time, summarize, fetch the summary."""
-    from .placement import launch
+    from .placement import launch, measured_already
     from .runs import RunOptions
 
+    plain = not (again or workloads or mode or gpu or no_audit or device != "auto")  # a run as measured before
     names, mode, ids = checks.task_names(task), checks.mode(mode), checks.workload_ids(workloads)
     tasks = find_tasks(KERNELS, names)
     _ensure_upstream(tasks)
@@ -179,7 +181,9 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
     run_options = RunOptions(gpu=checks.gpu(gpu), wait=checks.wait_seconds(wait),
                              workloads=",".join(ids) if ids else None, mode=mode, device=checks.device(device),
                              audit=not no_audit)
-    outcomes = launch(load_inventory(hosts).select(host), tasks, run_options, detach=detach, as_json=json)
+    selected = load_inventory(hosts).select(host)
+    tasks, already = measured_already(tasks, selected) if plain else (tasks, [])
+    outcomes = launch(selected, tasks, run_options, detach=detach, as_json=json, already=already)
     refused = any(o.status == "not started" for o in outcomes)  # the host refused a start: as before, exit 2
     finish(all(o.ok for o in outcomes), code=EXIT_USAGE if refused else EXIT_FAILED)
 
@@ -457,5 +461,13 @@ def history(c, task, host=None, plot=None, json=False):
         terminal.console.print(history_view(document, terminal.console.width))
 
 
+@command(help={"for_": "claude (~/.claude/skills/kpremote/), codex (~/.agents/skills/kpremote/) or a folder"})
+def skill_install(c, for_=None):
+    """Install kpremote's agent skill (SKILL.md: the loop, verdicts, exit codes) for a coding agent."""
+    from .skill import install
+
+    terminal.console.print(f"installed {install(for_ or '')}", markup=False)
+
+
 ns = Collection(hosts, gpu_status, trust_host, sync, run, status, logs, cancel, fetch_results, check, new_task,
-                baseline, profile, compare, history)
+                baseline, profile, compare, history, skill_install)

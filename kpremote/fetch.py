@@ -23,6 +23,7 @@ from .agent.protocol import NAME_RULE, TERMINAL, is_name
 from .agentclient import Agent, error_message
 from .config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
+from .ledger import kind_of, record_run
 from .runstore import is_profile_run
 from .safetar import Member, read_members, read_tree, write_members
 from .taskdir import TaskDir, find_task
@@ -112,6 +113,7 @@ def fetch_one(agent: Agent, task_dir: Path, state: dict[str, Any], host_name: st
         refuse_unless_identical(destination, members, host_name)
     else:
         move_into_place(members, destination)
+        record_run(task_dir, destination, host_name, state.get("exit_code"), kind=kind_of(state))
     files = [m for m in members if m.data is not None]
     return FetchReport(host_name, task_dir.name, run_id, str(state.get("status")), outcome, destination, len(files),
                        sum(len(m.data or b"") for m in files), state.get("headline"))

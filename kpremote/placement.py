@@ -6,7 +6,7 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from pydantic import BaseModel
 
@@ -23,6 +23,9 @@ from .views.results import summary_markdown
 from .views.run import BatchedPrinter, RunView, print_events
 from .views.start import StartView
 from .taskdir import TaskDir
+
+MEASURED = "already measured"
+"""An outcome's status when the ledger says this candidate was measured on the host already (no run started)."""
 
 
 class Outcome(BaseModel):
@@ -42,17 +45,17 @@ class Outcome(BaseModel):
 
     @property
     def ok(self) -> bool:
-        return self.status in ("passed", "detached")
+        return self.status in ("passed", "detached", MEASURED)
 
 
 def launch(hosts: list[Host], tasks: list[TaskDir], options: RunOptions, *, detach: bool = False,
-           as_json: bool = False) -> list[Outcome]:
+           as_json: bool = False, already: Iterable[Outcome] = ()) -> list[Outcome]:
     """Start every task on an idle GPU of the given hosts, follow them together, fetch each summary.
 
     Each task has a daemon thread of its own: a Ctrl-C (commandline.py, interrupt.py) cancels what they started and
     leaves at once, never waiting for one of them. Each has one line in the live view, from its first connect on.
     """
-    outcomes: list[Outcome] = []
+    outcomes: list[Outcome] = list(already)
     with RunView(quiet=as_json or detach) as live:
         futures: dict[Future, str] = {}
         for index, task in enumerate(tasks):
@@ -63,7 +66,7 @@ def launch(hosts: list[Host], tasks: list[TaskDir], options: RunOptions, *, deta
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
             outcomes += [_outcome_of(f, futures[f], hosts) for f in done]
-    names = [task.name for task in tasks]
+    names = [o.task for o in already] + [task.name for task in tasks]
     outcomes.sort(key=lambda o: names.index(o.task))
     _report(outcomes, as_json, detach)
     return outcomes
@@ -175,6 +178,25 @@ def _try_host(host: Host, task: TaskDir, options: RunOptions, on_progress) -> tu
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def measured_already(tasks: list[TaskDir], hosts: list[Host]) -> tuple[list[TaskDir], list[Outcome]]:
+    """The tasks still to run, and an outcome for each whose candidate the ledger says was measured on one of these
+    hosts already (kpremote/ledger.py): said on stderr, no GPU spent; `inv run --again` skips this."""
+    from .ledger import measured_before, measured_line
+
+    to_run, already = [], []
+    for task in tasks:
+        entry = measured_before(task.path, [h.name for h in hosts])
+        if entry is None:
+            to_run.append(task)
+            continue
+        terminal.errors.print(measured_line(task.name, entry), markup=False, soft_wrap=True)
+        summary = task.path / "results" / str(entry["host"]) / str(entry["run_id"])
+        already.append(Outcome(host=entry["host"], task=task.name, run_id=entry["run_id"], status=MEASURED,
+                               exit_code=entry.get("exit_code"), headline=entry.get("headline"),
+                               summary_dir=str(summary) if summary.is_dir() else None))
+    return to_run, already
 
 
 def _report(outcomes: list[Outcome], as_json: bool, detach: bool) -> None:

@@ -14,6 +14,7 @@ import difflib
 import functools
 import re
 import shlex
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
@@ -192,7 +193,14 @@ def main() -> None:
     from .interrupt import install_early
 
     install_early()  # Ctrl-C before Invoke has loaded the commands: 130, not Invoke's silent 1
-    make_program().run()
+    make_program().run(spelled_as_one_task(sys.argv))
+
+
+def spelled_as_one_task(argv: list[str]) -> list[str]:
+    """`kpremote skill install ...` is the task `skill-install` (Invoke would read two tasks)."""
+    if argv[1:3] == ["skill", "install"]:
+        return [argv[0], "skill-install", *argv[3:]]
+    return argv
 
 
 if __name__ == "__main__":

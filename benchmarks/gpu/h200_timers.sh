@@ -18,7 +18,7 @@ prod=qwen_s19_c3072_bcast11,qwen_s47_c3072_bcast11,qwen_s4096_c3072_bcast11,wan_
 
 inv_run() {  # inv_run NAME TASK [inv run args...]: the run's output, its fetched results.md/json, into $out
   local name=$1 task=$2; shift 2
-  python3 -m invoke run --hosts /tmp/hosts.toml --host h200-ssh --task "$task" "$@" > "$out/$name.run.txt" 2>&1
+  python3 -m invoke run --hosts /tmp/hosts.toml --host h200-ssh --task "$task" --again "$@" > "$out/$name.run.txt" 2>&1
   echo "exit $?" >> "$out/$name.run.txt"
   local latest; latest=$(ls -d kernels/"$task"/results/h200-ssh/*/ | tail -1)
   cp "$latest/results.md" "$out/$name.results.md"; cp "$latest/results.json" "$out/$name.results.json"

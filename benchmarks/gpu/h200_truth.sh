@@ -31,7 +31,7 @@ wait $hog
 
 # 2. inv run through SSH, then fetch-results (the run fetches its summary itself; fetch again shows idempotence)
 for task in ${tasks//,/ }; do
-  args=(run --hosts /tmp/hosts.toml --host h200-ssh --task "$task")
+  args=(run --hosts /tmp/hosts.toml --host h200-ssh --task "$task" --again)  # --again: a repeat measures again
   [ -n "$workloads" ] && args+=(--workloads "$workloads")
   t0=$SECONDS
   python3 -m invoke "${args[@]}" > "$out/$task.run.txt" 2>&1

@@ -44,7 +44,7 @@ note '```'; cat "$out/1-idle.txt" >> "$out/x2.md"; note '```'
 
 note "## 2. two runs started at the same moment"
 inv run "${H[@]}" --task $fuse --workloads qwen_s4096_c3072_bcast11 > "$out/2-fuse.txt" 2>&1 & a=$!
-inv run "${H[@]}" --task $rot > "$out/2-rot.txt" 2>&1 & b=$!
+inv run "${H[@]}" --task $rot --again > "$out/2-rot.txt" 2>&1 & b=$!
 wait $a; ea=$?; wait $b; eb=$?
 ga=$(gpu_of "$(latest $fuse)/results.json"); gb=$(gpu_of "$(latest $rot)/results.json")
 note "- fuse exit $ea on $ga; rotary exit $eb on $gb; different GPUs: $([ "$ga" != "$gb" ] && echo yes || echo NO)"
@@ -68,8 +68,8 @@ note "## 4. --gpu on the busy GPU; --wait while both are leased"
 inv run "${H[@]}" --task $rot --gpu "$(uuid 0)" > "$out/4-busy-gpu.txt" 2>&1
 note "- --gpu GPU 0 (busy): exit $?: $(grep -v '^$' "$out/4-busy-gpu.txt" | tail -1)"
 kill $h 2>/dev/null; wait $h 2>/dev/null
-inv run "${H[@]}" --task $fuse --detach --json > "$out/4-hold-a.json" 2>&1
-inv run "${H[@]}" --task $rot --detach --json > "$out/4-hold-b.json" 2>&1
+inv run "${H[@]}" --task $fuse --again --detach --json > "$out/4-hold-a.json" 2>&1
+inv run "${H[@]}" --task $rot --again --detach --json > "$out/4-hold-b.json" 2>&1
 t0=$SECONDS
 inv run "${H[@]}" --task $rot --workloads "$(python3 -c 'import tomllib;print(tomllib.load(open("kernels/'$rot'/bench/workloads.toml","rb"))["workload"][0]["id"])')" \
   --wait 600 > "$out/4-wait.txt" 2>&1

@@ -6,7 +6,7 @@ and the agent computes the very same thing for a task that came without one (`py
 `solution_sha256`, `baseline_sha256` and `diff_sha256` in results.json mean one thing whoever computed them:
 
 - the files: every regular file under the task folder, links never followed, minus `.git/`, `__pycache__/`,
-  `.kpremote/`, `*.pyc`, `results/`, the two docs fetch-results writes, and what `.kpremoteignore` names;
+  `.kpremote/`, `*.pyc`, `results/`, `ledger.jsonl`, the two docs fetch-results writes, and what `.kpremoteignore` names;
 - a side's digest: `manifest_digest` of {path under the side's folder: sha256 of the content}; None when the side
   has no file;
 - the git state of the task folder only when the repository tracks it: a task folder copied into some other project's
@@ -33,8 +33,10 @@ EXCLUDED_NAMES = {".git", "__pycache__", ".kpremote"}
 FETCH_WRITTEN = {"docs/results.md", "docs/run_log.md"}
 """Written locally by fetch-results after every run: the host has the originals, and sending them back would
 make every repeat run a changed one."""
-KPREMOTE_OUTPUT = (*sorted(FETCH_WRITTEN), "results", ".kpremote")
-"""What kpremote itself writes into a task folder (relative to it): left out of the git state as well as the digests."""
+KPREMOTE_OUTPUT = (*sorted(FETCH_WRITTEN), "results", ".kpremote", "ledger.jsonl")
+"""What kpremote itself writes into a task folder (relative to it): fetched summaries and checks (results/), every
+run's ledger line (kpremote/ledger.py), the two docs fetch writes, its own state; left out of the git state as well as
+the digests: they change with every run and are no part of what is measured."""
 IGNORE_FILE = ".kpremoteignore"
 RECORDED = Path(".kpremote") / "provenance.json"
 SIDES = ("solution", "baseline")

@@ -1,0 +1,158 @@
+"""The task's ledger, kernels/<task>/ledger.jsonl: one JSON line per run fetched or checked, appended, never rewritten.
+
+What a line holds: which run (id, host, GPU), what was measured (the candidate's sha256, the baseline pin, the
+harness version), what came out (headline with its interval, each row's verdict, the exit code) and the command line
+that brought it. Several `inv` processes may append at once (an engineer's panes, an agent's parallel runs): each
+line goes out in one os.write on a file opened with O_APPEND, under an exclusive flock, so lines never interleave.
+The ledger is the user's local record: git ignores it and provenance leaves it out (agent/provenance.py).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shlex
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional
+
+from .agent.protocol import PROFILE_MODE_PREFIX
+from .errors import KpremoteError
+
+LEDGER_NAME = "ledger.jsonl"
+SCHEMA = "kpremote.ledger/1"
+
+
+def ledger_path(task_dir: Path) -> Path:
+    return Path(task_dir) / LEDGER_NAME
+
+
+def record_run(task_dir: Path, summary_dir: Path, host: str, exit_code: Optional[int],
+               command: Optional[list[str]] = None, kind: str = "run") -> dict[str, Any]:
+    """Append the line for the run whose summary is summary_dir (its results.json); returns the line's value.
+    kind: run (a timing run), profile or check."""
+    results = _read_results(Path(summary_dir) / "results.json")
+    entry = {**ledger_entry(results, host, exit_code, command if command is not None else sys.argv), "kind": kind}
+    try:
+        append_line(ledger_path(task_dir), entry)
+    except OSError as exc:
+        raise KpremoteError(f"{ledger_path(task_dir)}: the run's ledger line was not written: {exc}") from None
+    return entry
+
+
+def kind_of(state: dict[str, Any]) -> str:
+    """A fetched run's kind from its record (state.json): a profile run's mode names its request."""
+    return "profile" if str(state.get("mode") or "").startswith(PROFILE_MODE_PREFIX) else "run"
+
+
+def ledger_entry(results: dict[str, Any], host: str, exit_code: Optional[int], command: list[str]) -> dict[str, Any]:
+    """One ledger line from a results.json (kpremote.results/1); a missing part is null, never guessed."""
+    provenance = _dict(results.get("provenance"))
+    source = _dict(provenance.get("source"))
+    upstream = _dict(provenance.get("baseline_upstream"))
+    gpu = _dict(provenance.get("gpu"))
+    return {
+        "schema": SCHEMA,
+        "recorded": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "run_id": provenance.get("run_id"),
+        "host": host,
+        "gpu": gpu.get("name") or None,
+        "device": provenance.get("device"),
+        "candidate_sha256": source.get("solution_sha256"),
+        "baseline_sha256": source.get("baseline_sha256"),
+        "baseline_pin": {key: upstream.get(key) for key in ("repo", "ref", "commit", "release")
+                         if upstream.get(key) is not None} or None,
+        "harness": _dict(provenance.get("harness")).get("version"),
+        "pinned": provenance.get("pinned"),
+        "status": results.get("status"),
+        "exit_code": exit_code if exit_code is not None else results.get("exit_code"),
+        "smoke": bool(results.get("smoke")),
+        "unsandboxed": results.get("unsandboxed"),
+        "headline": _headline(results.get("headline")),
+        "rows": {row.get("workload"): _row(row) for row in results.get("rows") or [] if isinstance(row, dict)},
+        "command": shlex.join(str(part) for part in command),
+    }
+
+
+def append_line(path: Path, value: dict[str, Any]) -> None:
+    """value as one JSON line at the end of path, whole: one write, O_APPEND, under an exclusive flock."""
+    data = (json.dumps(value, separators=(",", ":")) + "\n").encode()
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        written = os.write(descriptor, data)
+        if written != len(data):  # a full disk: say so rather than leave half a line unnoticed
+            raise OSError(f"{path}: wrote {written} of {len(data)} bytes")
+    finally:
+        os.close(descriptor)  # closing releases the lock
+
+
+def read_ledger(task_dir: Path) -> list[dict[str, Any]]:
+    """Every whole line of the task's ledger, oldest first; a line that does not parse is skipped."""
+    path = ledger_path(task_dir)
+    if not path.is_file():
+        return []
+    entries = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            entries.append(value)
+    return entries
+
+
+def _headline(head: Any) -> Any:
+    if not isinstance(head, dict):
+        return head  # None, or the text saying why it was withheld
+    keep = ("geomean", "low", "high", "level", "n", "of", "verdicts", "label", "note")
+    return {key: head[key] for key in keep if key in head}
+
+
+def _row(row: dict[str, Any]) -> dict[str, Any]:
+    verdict = _dict(row.get("verdict"))
+    return {"status": row.get("status"), "verdict": verdict.get("verdict"), "speedup": verdict.get("speedup"),
+            "implausible": row.get("implausible"), "invalid": row.get("invalid")}
+
+
+def _read_results(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def measured_before(task_dir: Path, host_names: list[str]) -> Optional[dict[str, Any]]:
+    """The newest ledger line of a timing run that measured this very candidate against this very baseline (sha256 of
+    each side's files), with this harness and these bench/ and task.toml, on one of these hosts, cleanly (exit 0, a
+    headline) and on a GPU (a smoke run measures nothing)."""
+    from .agent.harness import HARNESS_VERSION, pinned_inputs  # the runner's own rules for both stamps
+    from .agent.provenance import task_provenance
+
+    source, pinned = task_provenance(task_dir), pinned_inputs(task_dir)
+    for entry in reversed(read_ledger(task_dir)):
+        if (entry.get("kind") == "run" and entry.get("host") in host_names and not entry.get("smoke")
+                and entry.get("exit_code") == 0 and (entry.get("headline") or {}).get("geomean")
+                and entry.get("harness") == HARNESS_VERSION and entry.get("pinned") == pinned and entry.get("run_id")
+                and entry.get("candidate_sha256") == source["solution_sha256"]
+                and entry.get("baseline_sha256") == source["baseline_sha256"]):
+            return entry
+    return None
+
+
+def measured_line(task: str, entry: dict[str, Any]) -> str:
+    """`T: this candidate (sha 681fe9d53185) was already measured on H (GPU): 1.120x (...), run ID; ...`."""
+    from .views.run import headline_text
+
+    gpu = f" ({entry['gpu']})" if entry.get("gpu") else ""
+    return (f"{task}: this candidate (sha {str(entry.get('candidate_sha256'))[:12]}) was already measured on "
+            f"{entry.get('host')}{gpu}: {headline_text(entry.get('headline'))}, run {entry.get('run_id')}; "
+            "--again measures it again")
