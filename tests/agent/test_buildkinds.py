@@ -322,7 +322,7 @@ needs_nvcc = pytest.mark.skipif(compiler.find_nvcc() is None, reason="the compil
 
 
 def test_a_tvm_ffi_task_of_several_arches_is_built_for_each(task: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TVM_FFI_CUDA_ARCH_LIST", raising=False)
+    _no_arch_list(monkeypatch)
     text = (task / "task.toml").read_text()
     (task / "task.toml").write_text(text.replace('arch = "any"', 'arch = ["h200", "h100", "b200"]'))
     tvmffi._arch_list_for(load_task(task))
@@ -333,7 +333,7 @@ def test_a_tvm_ffi_task_of_several_arches_is_built_for_each(task: Path, monkeypa
 def test_tvm_ffi_sides_are_compiled_without_a_gpu_and_their_rows_not_checked(
         task: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("tvm_ffi")
-    monkeypatch.delenv("TVM_FFI_CUDA_ARCH_LIST", raising=False)
+    _no_arch_list(monkeypatch)
     tvm_ffi_task(task, TVM_KERNEL)
     text = (task / "task.toml").read_text()
     (task / "task.toml").write_text(text.replace('arch = "any"', 'arch = "h200"'))
@@ -351,7 +351,7 @@ def test_tvm_ffi_sides_are_compiled_without_a_gpu_and_their_rows_not_checked(
 def test_a_tvm_ffi_side_that_does_not_compile_fails_the_build(
         task: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("tvm_ffi")
-    monkeypatch.delenv("TVM_FFI_CUDA_ARCH_LIST", raising=False)
+    _no_arch_list(monkeypatch)
     tvm_ffi_task(task, TVM_KERNEL.replace("int64_t n = x.numel();", "int64_t n = x.no_such_member();"))
     record = build.build_sides(load_task(task), tmp_path / "run", "cpu")
     assert record.sides["baseline"].ok
@@ -400,3 +400,11 @@ def test_a_side_may_not_build_tvm_ffi_itself(task: Path) -> None:
     (task / "solution" / "kernel.py").write_text("from tvm_ffi import cpp\n")
     with pytest.raises(TaskSpecError, match=r"solution/kernel.py:1: builds or loads its own binary \(from tvm_ffi import cpp\)"):
         load_task(task)
+
+
+def _no_arch_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TVM_FFI_CUDA_ARCH_LIST unset for this test, and unset again after it even where the builder set it: a bare
+    delenv of an unset variable records nothing to undo, and "9.0 10.0" leaked into every later test's processes
+    (a tvm-ffi check of an h200 task then compiled for sm_100 and failed its arch assertion)."""
+    monkeypatch.setenv("TVM_FFI_CUDA_ARCH_LIST", "")
+    monkeypatch.delenv("TVM_FFI_CUDA_ARCH_LIST")
