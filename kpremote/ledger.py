@@ -71,9 +71,14 @@ def ledger_entry(results: dict[str, Any], host: str, exit_code: Optional[int], c
         "smoke": bool(results.get("smoke")),
         "unsandboxed": results.get("unsandboxed"),
         "headline": _headline(results.get("headline")),
-        "rows": {row.get("workload"): _row(row) for row in results.get("rows") or [] if isinstance(row, dict)},
+        "rows": {row.get("workload"): _row(row) for row in _list(results.get("rows")) if isinstance(row, dict)},
         "command": shlex.join(str(part) for part in command),
     }
+
+
+def _list(value: Any) -> list[Any]:
+    """A results.json field that should be a list; anything else (a stand-in's summary, a foreign one) is empty."""
+    return value if isinstance(value, list) else []
 
 
 def append_line(path: Path, value: dict[str, Any]) -> None:

@@ -110,3 +110,12 @@ def test_git_and_provenance_leave_the_ledger_out(tmp_path: Path) -> None:
     assert "ledger.jsonl" not in hash_task(tmp_path) and "task.toml" in hash_task(tmp_path)
     ignored = subprocess.run(["git", "check-ignore", "-q", "kernels/some_task/ledger.jsonl"], cwd=REPO)
     assert ignored.returncode == 0
+
+
+def test_a_summary_of_another_shape_still_gets_its_ledger_line() -> None:
+    """A results.json the ledger cannot read row by row (a stand-in's, a foreign one) costs the run nothing: the line
+    is written with what could be read (the follow benchmark's stand-in summary says "rows": 200)."""
+    from kpremote.ledger import ledger_entry
+
+    entry = ledger_entry({"smoke": True, "rows": 200, "headline": "x", "provenance": []}, "h", 0, ["inv", "run"])
+    assert entry["rows"] == {} and entry["exit_code"] == 0 and entry["smoke"] is True and entry["run_id"] is None
