@@ -21,7 +21,8 @@ def make_case(workload, *, device, seed):
 
 
 def call_baseline(workload, inputs, outputs):
-    _sides["baseline"].scale_shift(inputs["x"], inputs["scale"], inputs["shift"], outputs["out"])
+    _sides["baseline"].scale_shift(inputs["x"], inputs["scale"], inputs["shift"], outputs["out"],
+                                   spin=int(workload.get("spin", 0)))
 
 
 def call_candidate(workload, inputs, outputs):
