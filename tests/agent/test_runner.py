@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from kpremote.agent import build, guards, harness, report, runner
@@ -69,7 +70,12 @@ def make_cuda_variant(destination: Path) -> Path:
 
 
 def results_of(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / "summary" / "results.json").read_text())
+    """The run's results.json, checked against docs/schemas/results.json: every run these tests make (passed, not
+    checked, failed to build, invalid, cancelled) is real output the schema must describe."""
+    results = json.loads((run_dir / "summary" / "results.json").read_text())
+    jsonschema.Draft202012Validator(json.loads((REPO / "docs" / "schemas" / "results.json").read_text())).validate(results)
+    assert RunResults.from_json(results).to_json() == results  # the record the agent built reads back as written
+    return results
 
 
 def events_of(run_dir: Path) -> list[dict[str, Any]]:
