@@ -318,12 +318,15 @@ class Record:
 
     NESTED: ClassVar[dict[str, type["Record"]]] = {}
     LISTS: ClassVar[dict[str, type["Record"]]] = {}
+    BOOKKEEPING = ("extra", "absent")
 
     @classmethod
-    def from_json(cls, value: Any):
+    def from_json(cls, value: Any) -> Any:
+        """The record in a JSON object; ValueError for anything else. A nested part of another shape reads as None
+        (a list of records: as empty), so a stand-in's or a foreign summary costs its reader nothing."""
         if not isinstance(value, Mapping):
             raise ValueError(f"{cls.__name__}: expected a JSON object, got {type(value).__name__}")
-        declared = [f.name for f in fields(cls) if f.name not in ("extra", "absent")]  # type: ignore[arg-type]
+        declared = [f.name for f in fields(cls) if f.name not in cls.BOOKKEEPING]  # type: ignore[arg-type]
         known = {name: value[name] for name in declared if name in value}
         for name, kind in cls.NESTED.items():
             if isinstance(known.get(name), Mapping):
@@ -337,9 +340,10 @@ class Record:
                    absent=frozenset(name for name in declared if name not in value))
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON object: the declared fields the record has, in order, then what it kept."""
         record: dict[str, Any] = {}
         for f in fields(self):  # type: ignore[arg-type]
-            if f.name in ("extra", "absent") or f.name in self.absent:  # type: ignore[attr-defined]
+            if f.name in self.BOOKKEEPING or f.name in self.absent:  # type: ignore[attr-defined]
                 continue
             value = getattr(self, f.name)
             if isinstance(value, Record):
@@ -350,15 +354,14 @@ class Record:
         return {**record, **self.extra}  # type: ignore[attr-defined]
 
 
-def _kept() -> Any:
+def _kept_fields() -> Any:
+    """A record's `extra`: the keys of its JSON object that it does not declare."""
     return field(default_factory=dict, repr=False)
 
 
-def _none_absent() -> Any:
+def _absent_fields() -> Any:
+    """A record's `absent`: the declared fields its JSON object lacked (none, for a record built in code)."""
     return field(default=frozenset(), repr=False, compare=False)
-
-
-SIDES = ("baseline", "candidate")
 
 
 @dataclass
@@ -373,8 +376,8 @@ class SideStats(Record):
     p10: float | None = None
     p90: float | None = None
     rse: float | None = None  # relative standard error of the median
-    extra: dict[str, Any] = _kept()
-    absent: frozenset[str] = _none_absent()
+    extra: dict[str, Any] = _kept_fields()
+    absent: frozenset[str] = _absent_fields()
 
 
 @dataclass
@@ -386,8 +389,8 @@ class RowTiming(Record):
     baseline: SideStats | None = None
     candidate: SideStats | None = None
     speedup: float | None = None
-    extra: dict[str, Any] = _kept()
-    absent: frozenset[str] = _none_absent()
+    extra: dict[str, Any] = _kept_fields()
+    absent: frozenset[str] = _absent_fields()
     NESTED: ClassVar[dict[str, type[Record]]] = {"baseline": SideStats, "candidate": SideStats}
 
     def side(self, name: str) -> SideStats | None:
@@ -407,8 +410,8 @@ class RowVerdict(Record):
     noise: float | None = None
     process_floor_us: float | None = None
     verdict: str | None = None
-    extra: dict[str, Any] = _kept()
-    absent: frozenset[str] = _none_absent()
+    extra: dict[str, Any] = _kept_fields()
+    absent: frozenset[str] = _absent_fields()
 
 
 @dataclass
@@ -430,8 +433,8 @@ class RowResult(Record):
     audit: dict[str, Any] | None = None
     smoke: bool = False
     label: str | None = None
-    extra: dict[str, Any] = _kept()
-    absent: frozenset[str] = _none_absent()
+    extra: dict[str, Any] = _kept_fields()
+    absent: frozenset[str] = _absent_fields()
     NESTED: ClassVar[dict[str, type[Record]]] = {"timing": RowTiming, "verdict": RowVerdict}
 
     @property
@@ -464,8 +467,8 @@ class Headline(Record):
     note: str | None = None
     verdicts: dict[str, int] | None = None
     method: str | None = None
-    extra: dict[str, Any] = _kept()
-    absent: frozenset[str] = _none_absent()
+    extra: dict[str, Any] = _kept_fields()
+    absent: frozenset[str] = _absent_fields()
 
 
 RESULTS_SCHEMA = "kpremote.results/1"
@@ -487,8 +490,8 @@ class RunResults(Record):
     rows: list[RowResult] = field(default_factory=list)
     unsandboxed: str | None = None
     headline: Headline = field(default_factory=Headline)
-    extra: dict[str, Any] = _kept()
-    absent: frozenset[str] = _none_absent()
+    extra: dict[str, Any] = _kept_fields()
+    absent: frozenset[str] = _absent_fields()
     NESTED: ClassVar[dict[str, type[Record]]] = {"headline": Headline}
     LISTS: ClassVar[dict[str, type[Record]]] = {"rows": RowResult}
 
