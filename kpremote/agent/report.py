@@ -1,7 +1,8 @@
 """A run's summary: summary/results.json (schema kpremote.results/1), results.md, run_log.md, speedup.png.
 
 results.json is the record a result is judged by: provenance first (what ran, where, built how, timed how,
-the GPU before and after, which harness judged it), then one row per workload, then the headline. The
+the GPU before and after, which harness judged it), then one row per workload, then the headline: one
+protocol.RunResults (build_results), which results.md, run_log.md and the plot are drawn from. The
 headline is withheld, with the reason, when any production row failed or is in doubt. results.md carries the
 harness digest on a line of its own, so a task's docs/results.md measured by an older harness says so
 (harness_staleness). Standard library only (matplotlib, when importable, draws the plot).
