@@ -47,7 +47,8 @@ OUTSIDE_THE_HARNESS = {
     "nvml.py": "reads GPU state for the record",
     "plot.py": "draws the numbers report.py wrote",
     "procfs.py": "reads /proc, kills process trees",
-    "protocol.py": "the client-agent seam: exit codes, names, request kinds",
+    "protocol.py": "the client-agent seam: exit codes, names, request kinds, the records results.json is written "
+                   "through (they carry the judge's and report.py's numbers, never compute one)",
     "provenance.py": "stamps which source was measured",
     "runstate.py": "writes state.json",
 }

@@ -479,7 +479,7 @@ class Runner:
                                            unsandboxed=self._unsandboxed(), ended_by=ended_by)
             report.write_summary(self.run_dir, results, read_events(self.raw / "events.jsonl")[0])
             digest = harness.file_sha256(self.run_dir / "summary" / "results.json")
-            head = results["headline"]
+            head = results.headline.to_json()
             self.events.emit("headline", **head)
         except Exception as exc:  # noqa: BLE001 - the run must still end with a terminal state
             status, exit_code = "error", EXIT_INFRA
