@@ -4,6 +4,8 @@
     python3 benchmarks/gpu/power.py runs --seconds 360   -> $OUT/power/runs/<i>/{results.json,samples.jsonl}
     python3 benchmarks/gpu/power.py probe                -> $OUT/power/probe.json (each process's empty window)
     python3 benchmarks/gpu/power_report.py $OUT/power    (here, after the call): verdict rates per row size and cost
+    ROWS=power|aa bash benchmarks/gpu/power_pairs.sh     (one device call: runs alternating one and four process
+                                                          pairs per side, rows from bench/workloads.h200-*.toml)
 
 The dial task (benchmarks/gpu/dial/) times the baseline's fused scale-and-shift kernel against itself (A/A rows,
 spin 0) and against itself plus `spin` dependent multiply-adds in its last program (+2 %, +5 %, +10 % of the row's

@@ -85,6 +85,22 @@ def rejudged(entries: list[dict], floors: list[float]) -> list[str]:
     return lines
 
 
+def cost(folder: Path) -> list[str]:
+    """Wall seconds: whole runs (run.json) and rows after the first (each row's `seconds`; the first starts the
+    judge and every side process)."""
+    runs, rows, first = [], [], []
+    for run in (p for p in folder.iterdir() if p.is_dir()):
+        if (run / "run.json").exists():
+            runs.append(json.loads((run / "run.json").read_text())["wall_s"])
+        if (run / "results.json").exists():
+            seconds = [r.get("seconds") for r in json.loads((run / "results.json").read_text())["rows"]]
+            first += seconds[:1]
+            rows += [s for s in seconds[1:] if s]
+    mean = lambda v: statistics.mean(v) if v else float("nan")  # noqa: E731
+    return [f"runs {len(runs)}: whole run {mean(runs):.1f} s (mean); first row {mean(first):.2f} s; "
+            f"later rows {mean(rows):.3f} s (mean of {len(rows)})"]
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/gpu/power_report.py")
     parser.add_argument("folder", type=Path)
@@ -92,6 +108,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--floors", default="0,0.1,0.2,0.3,0.75")
     args = parser.parse_args(argv)
     entries = load(args.folder / args.tag)
+    print("\n".join(cost(args.folder / args.tag)))
+    print()
     print("\n".join(table(entries)))
     print()
     print("\n".join(rejudged(entries, [float(f) for f in args.floors.split(",")])))

@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-HARNESS_VERSION = "2.8"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+HARNESS_VERSION = "2.9"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
 # 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
 # 2.3: a row's noise threshold covers two timer ticks; the flush probe ramps the clocks first (no timed number moves)
@@ -26,6 +26,8 @@ HARNESS_VERSION = "2.8"  # 2.0: process boundary (judge + one process per side),
 # 2.8: each side, each side's build and the audited calls run sandboxed (sandbox/: Landlock, seccomp, the judge's PID
 #      namespace); task code imported from source only; a row whose side leaves a process behind, is reniced,
 #      re-pinned or starved, or whose candidate runs a helper thread while timed, is void (guard.py)
+# 2.9: a cold GPU row is timed by four process pairs (timing.SIDE_PAIRS), its samples pooled, and its process floor is
+#      0.3 us / sqrt(pairs) = 0.15 us (2.4-2.8: one pair, 0.75 us): each process's own offset, measured with the dial
 AGENT_DIR = Path(__file__).resolve().parent
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # A module inside a package is named by its path from here, e.g. "builders/cuda.py".

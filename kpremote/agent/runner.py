@@ -30,14 +30,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from . import buildrules, guard, harness, report, sandbox
+from . import buildrules, guard, harness, report, sandbox, timing
 from .build import triton_cache_dir
 from .buildrules import NOT_CHECKED
 from .children import ChildLimits, WorkerOutcome, crash_description, run_child
 from .judgeprocess import JudgeProcess
 from .correctness import ERROR, PASSED, TIMEOUT
 from .events import EventLog, read_events
-from .guards import OURS_PER_ROW, DiskReserve, ForeignWatch
+from .guards import DiskReserve, ForeignWatch, ours_per_row
 from .provenance import baseline_upstream, source_provenance
 from .runoptions import Options, parse_args
 from .runstate import DISK_FULL_EXIT, disk_full_message, is_disk_full, update_state
@@ -319,10 +319,11 @@ class Runner:
                "copy_gbps": (device_info.get("copy_bandwidth") or {}).get("gbps"),
                "l2_copy_gbps": (device_info.get("l2_copy_bandwidth") or {}).get("gbps"),
                "l2_bytes": device_info.get("l2_bytes")}
+        ours = ours_per_row(timing.side_pairs(self.ctx.device, self.ctx.spec.timing.mode))
         if self.ctx.watch:
-            self.ctx.watch.row_started(ours=OURS_PER_ROW)
+            self.ctx.watch.row_started(ours=ours)
         outcome = self._judge_row(job, self.raw / "workloads" / workload.id)
-        foreign = self.ctx.watch.row_ended(ours=OURS_PER_ROW if self._judges().alive else 0) if self.ctx.watch else None
+        foreign = self.ctx.watch.row_ended(ours=ours if self._judges().alive else 0) if self.ctx.watch else None
         row = {**base, **_outcome_fields(outcome), "smoke": smoke, "label": report.SMOKE_LABEL if smoke else None,
                "seconds": round(outcome.seconds, 3), "log": f"raw/workloads/{workload.id}.log"}
         row["speedup"] = (row.get("timing") or {}).get("speedup") if row["status"] == PASSED else None

@@ -381,3 +381,20 @@ def test_the_headline_interval_carries_each_gpu_rows_process_floor() -> None:
     assert 1.09 < cpu.low <= cpu.high < 1.11
     assert report.process_offset_share(rows[0]) == 0.0
     assert report.process_offset_share(RowResult.from_json({"speedup": 2.0})) == 0.0
+
+
+def test_a_row_timed_by_several_process_pairs_pools_their_samples(tmp_path: Path) -> None:
+    # KPREMOTE_SIDE_PAIRS picks the pairs on any device (a cold GPU row gets timing.SIDE_PAIRS): every pair's
+    # processes serve the row, each pair's medians are kept, the samples pooled, and the record names them all.
+    task = copy_fixture(tmp_path)
+    run_dir = tmp_path / "runs" / "pairs"
+    done = subprocess.run(runner_command(task, run_dir, "--workloads", "prod_r4_c64"),
+                          env={**agent_env(), "KPREMOTE_SIDE_PAIRS": "2"}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    row = rows_by_id(run_dir)["prod_r4_c64"]
+    processes = row["processes"]
+    assert {"baseline", "candidate", "baseline_2", "candidate_2"} <= set(processes)
+    assert len({processes[k] for k in ("judge", "baseline", "candidate", "baseline_2", "candidate_2")}) == 5
+    pairs = row["timing"]["process_pairs"]
+    assert len(pairs) == 2 and row["checks"]["process_pairs"] == 2
+    assert row["timing"]["baseline"]["n"] == sum(p["n"] for p in pairs) == 2 * SMOKE_SAMPLES
