@@ -110,15 +110,19 @@ class Bench:
             return {"status": ERROR, "message": f"import: bench/adapter.py: {type(exc).__name__}: {exc}",
                     "where": "import", "traceback": traceback.format_exc()}
         self.sharing = self.sharing or Sharing(self.device)
-        for process in self.every_process():
+        sent = []
+        try:  # every side imports its module at once: the start command to all, then the replies
+            for process in self.every_process():
+                process.send({"op": "start", "side": process.side, "task_dir": str(self.spec.root),
+                              "device": self.device, "module_file": self.modules.get(process.side)})
+                sent.append(process)
+            for process in sent:
+                reply = process.reply()
+                self.sandbox[process.side] = str(reply.get("sandbox") or "unsandboxed: the side did not say")
+        except SideFailed as exc:
             side = process.side
-            try:
-                reply = process.request({"op": "start", "side": side, "task_dir": str(self.spec.root),
-                                         "device": self.device, "module_file": self.modules.get(side)})
-                self.sandbox[side] = str(reply.get("sandbox") or "unsandboxed: the side did not say")
-            except SideFailed as exc:
-                return {"status": ERROR, "message": f"import: {side}: {exc.message}", "where": "import",
-                        "traceback": exc.traceback_text}
+            return {"status": ERROR, "message": f"import: {side}: {exc.message}", "where": "import",
+                    "traceback": exc.traceback_text}
         return None
 
     def stop(self) -> None:

@@ -40,8 +40,19 @@ class SideProcess:
 
     def request(self, command: dict[str, Any], fds: list[int] | tuple[int, ...] = ()) -> dict[str, Any]:
         """Send one command, wait for its JSON reply; a raise, a crash or a bad reply is a SideFailed."""
+        self.send(command, fds)
+        return self.reply()
+
+    def send(self, command: dict[str, Any], fds: list[int] | tuple[int, ...] = ()) -> None:
+        """The first half of a request: the judge may send to several sides before it waits (their imports)."""
         try:
             self.channel.send_command(command, fds)
+        except ChannelClosed:
+            raise SideFailed(f"{self.side} side crashed: {self._exit()}") from None
+
+    def reply(self) -> dict[str, Any]:
+        """The second half: the reply to the command last sent."""
+        try:
             reply = self.channel.recv_reply()
         except ChannelClosed:
             raise SideFailed(f"{self.side} side crashed: {self._exit()}") from None
