@@ -29,7 +29,8 @@ stand-in is in sys.modules.
 On a machine without CUDA only (Triton's interpreter): while the module is imported, torch.cpu is lent a
 get_device_properties() that reports a warp size of 32, because norm_triton.py builds the autotune configs of
 `_layer_norm_fwd_1pass_kernel` at import time from the current device's properties and torch.cpu has none; in a
-call_into, `torch.get_device_module().device(d)` (upstream's device guard) is a no-op, as torch.cpu has none; and
+call_into, `torch.get_device_module().device(d)` and `torch.cuda.device(d)` (upstream's device guards) are no-ops,
+as torch.cpu has none; and
 `seen_as_cuda(t)` gives a view of a CPU tensor whose `is_cuda` is True, for wrappers that assert CUDA tensors or
 choose their NVIDIA tiles on `x.is_cuda`. On a GPU none of these is used. This copy of the file is the same in every
 shipped task that pins SGLang files.
@@ -79,7 +80,8 @@ _PLATFORMS_STAND_IN.__dict__.update(STAND_INS[PLATFORMS])
 
 class _TorchWritingInto:
     """`torch` as an upstream module sees it: torch's own names, except that `empty_like` gives the `out` that
-    call_into holds for the call (once), and torch.get_device_module().device is a no-op without CUDA."""
+    call_into holds for the call (once), and the device guards torch.get_device_module().device and
+    torch.cuda.device are no-ops without CUDA."""
 
     def __init__(self) -> None:
         import torch
@@ -88,6 +90,7 @@ class _TorchWritingInto:
         self.pending: list = []
         if not torch.cuda.is_available():
             self.get_device_module = lambda *args: types.SimpleNamespace(device=lambda _: contextlib.nullcontext())
+            self.cuda = types.SimpleNamespace(device=lambda _: contextlib.nullcontext())
 
     def __getattr__(self, name: str):
         value = getattr(self._torch, name)
@@ -98,12 +101,14 @@ class _TorchWritingInto:
         if not self.pending:
             return self._torch.empty_like(like, *args, **kwargs)
         out = self.pending.pop()
-        same_layout = out.is_contiguous() if like.is_contiguous() else out.stride() == like.stride()
-        if out.shape != like.shape or out.dtype != like.dtype or out.device != like.device or not same_layout:
-            raise ValueError(f"out is {tuple(out.shape)} {out.dtype} on {out.device}, strides {out.stride()}; "
-                             f"upstream's output is {tuple(like.shape)} {like.dtype} on {like.device}, laid out as "
-                             f"{like.stride()}")
-        return out
+        if out.dtype != like.dtype or out.device != like.device:
+            raise ValueError(f"out is {out.dtype} on {out.device}; upstream's output is {like.dtype} on {like.device}")
+        if out.shape == like.shape and (out.is_contiguous() if like.is_contiguous() else out.stride() == like.stride()):
+            return out
+        if out.numel() == like.numel() and out.is_contiguous() and like.is_contiguous():
+            return out.view(like.shape)  # upstream allocates a flattened view of its output (and reshapes it back)
+        raise ValueError(f"out is {tuple(out.shape)}, strides {out.stride()}; upstream's output is "
+                         f"{tuple(like.shape)}, laid out as {like.stride()}")
 
 
 def call_into(out, function, *args, **kwargs) -> None:
@@ -124,7 +129,7 @@ def call_into(out, function, *args, **kwargs) -> None:
             del sys.modules[PLATFORMS]
         else:
             sys.modules[PLATFORMS] = platforms
-    if not taken or result is not out:
+    if not taken or result.data_ptr() != out.data_ptr() or result.shape != out.shape:
         raise RuntimeError(f"{function.__qualname__} did not return its torch.empty_like output: it cannot write "
                            "into the caller's out")
 
