@@ -373,14 +373,17 @@ def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False
              materialize=False):
     """Pin the upstream baseline (a commit, or a release wheel with --pypi) and copy FILES into baseline/upstream/."""
     from . import baseline as pins
+    from .upstreamlines import write_digest
 
     task_dir = find_task(KERNELS, task).path
     if materialize:
         if repo or files or pypi or source:
             raise pins.BaselineError("--materialize takes only --task: it re-creates what task.toml already pins")
         done = pins.materialize(task_dir)
+        digest = write_digest(task_dir)
         terminal.console.print(f"{task}: {done.files} file(s) from {done.wheel} in kernels/{task}/baseline/upstream/, "
-                               "sha256 as task.toml pins them", markup=False)
+                               f"sha256 as task.toml pins them; their line windows in {digest.relative_to(task_dir)}",
+                               markup=False)
         return
     if not files:
         raise pins.BaselineError("--files is required: the upstream files to copy, comma-separated")
@@ -388,6 +391,7 @@ def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False
         if source:
             raise pins.BaselineError("--pypi and --source are two different pins: give one")
         pin = pins.pin_release(task_dir, pypi, pins.split_file_list(files), force=force, repo=repo)
+        write_digest(task_dir)  # what tests/test_upstream_lines.py checks committed files against
         line = (f"{task}: {pin.release} → {pin.wheel} (sha256 {pin.wheel_sha256}); {len(pin.files)} file(s) in "
                 f"kernels/{task}/baseline/upstream/ (git-ignored); docs/baseline_source.md and task.toml [baseline] "
                 "updated")

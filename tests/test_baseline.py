@@ -536,3 +536,25 @@ def test_inv_baseline_pypi_json_is_a_baseline_document(task_dir: Path, cache: Pa
     jsonschema.Draft202012Validator(schema).validate(document)
     assert (document["schema"], document["task"], document["release"]) == ("kpremote.baseline/1", "t", "fakepkg 1.0")
     assert [f["path"] for f in document["files"]] == [WHEEL_KERNEL]
+
+
+def test_inv_baseline_writes_the_digest_of_upstream_lines_with_each_pin_and_materialize(
+        task_dir: Path, cache: Path, tmp_path: Path) -> None:
+    """baseline/upstream_lines.sha256 (committed in place of the upstream files) follows the pin: written by a new
+    --pypi pin and by --materialize, its header naming each pinned file's sha256 (tests/test_upstream_lines.py)."""
+    from rig import run_inv
+
+    from kpremote import upstreamlines
+
+    env = {"KPREMOTE_CACHE": str(cache.parent), "PIP_NO_INDEX": "1"}
+    result = run_inv("baseline", "--task", "t", "--pypi", str(make_wheel(tmp_path)), "--files", WHEEL_KERNEL,
+                     cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    digest = task_dir / upstreamlines.DIGEST_FILE
+    files, windows = upstreamlines.read_digest(digest)
+    assert files == baseline.wheel_pin(task_dir)[2] and set(files) == {WHEEL_KERNEL}
+    digest.unlink()
+    result = run_inv("baseline", "--task", "t", "--materialize", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert upstreamlines.read_digest(digest) == (files, windows)
+    assert "baseline/upstream_lines.sha256" in result.stdout

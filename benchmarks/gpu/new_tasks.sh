@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The two issue-17 tasks on the lent H200, standalone (no kpremote harness): install the GPU-side
-# wheels, build both sides of both tasks, check each row against the adapter's reference and time
-# both sides, print one compact table. For the integrator to debug the tasks in one call.
+# The new tasks on the lent H200, standalone (no kpremote harness): install the GPU-side wheels, build
+# both sides of each task, check each row against the adapter's reference and time both sides, print
+# one compact table. For the integrator to debug the tasks in one call. The tasks: KP_TASKS
+# (comma-separated folder names), by default qknorm_rope, cutedsl norm_scale_shift and group_norm_silu
+# (group_norm_silu needs only torch and Triton: `KP_TASKS=h200_diffusion_group_norm_silu__multi_shape
+# bash benchmarks/gpu/new_tasks.sh check` runs it with no wheel staged).
 #
-#   bash benchmarks/gpu/new_tasks.sh upstream   # HERE, before carrying: baseline/upstream/<path> of both
-#                                               # tasks from the pinned sglang wheel (<path> as the wheel
-#                                               # holds it: sglang/...), the wheel and each file checked
-#                                               # against the sha256 that the task's task.toml pins
+#   bash benchmarks/gpu/new_tasks.sh upstream   # HERE, before carrying: baseline/upstream/<path> of each
+#                                               # task from the sglang wheel its task.toml pins (<path> as
+#                                               # the wheel holds it: sglang/...), the wheel and each file
+#                                               # checked against the sha256 that task.toml pins
 #   bash benchmarks/gpu/new_tasks.sh stage      # GPU: copy the carried wheels/parts into $KP_WHEELS
 #   bash benchmarks/gpu/new_tasks.sh install    # GPU: install from $KP_WHEELS into $KP_SITE
 #   bash benchmarks/gpu/new_tasks.sh all [ROWS] # GPU: stage + install + check (ROWS: all | prod | smoke)
@@ -15,8 +18,9 @@
 # Folders (environment): KP_WHEELS (default /tmp/kp-wheels) holds the wheels and the cu13 parts that
 # `install` reads, so they may be staged there by any earlier call to the same warm machine, e.g. the
 # integrator's own `cp`; KP_SITE (default /tmp/site) is where they are installed; SGLANG_WHEEL_DIR
-# (default /work/main/.whl/sglang) holds the sglang wheel that `upstream` reads, KP_KERNELS (default
-# this checkout's kernels/) the task folders it writes into.
+# (default /work/main/.whl/sglang) holds the sglang wheel that `upstream` reads, the one named by each
+# task.toml's [baseline] wheel (kpremote's wheel cache is read where that folder lacks it), KP_KERNELS
+# (default this checkout's kernels/) the task folders it writes into.
 #
 # The wheels live in /work/main/.whl (ignored through .git/info/exclude; never committed):
 #   .whl/*.whl                      python 3.12 manylinux x86_64 wheels
@@ -30,7 +34,8 @@
 #      command: bash benchmarks/gpu/new_tasks.sh stage
 #   2. carry [.whl/parts/W.partab, .whl/parts/W.partac, .whl/protobuf-*.whl,
 #             kernels/h200_diffusion_qknorm_rope__multi_shape/baseline/upstream,
-#             kernels/h200_diffusion_cutedsl_norm_scale_shift__multi_shape/baseline/upstream] (~52 MB)
+#             kernels/h200_diffusion_cutedsl_norm_scale_shift__multi_shape/baseline/upstream,
+#             kernels/h200_diffusion_group_norm_silu__multi_shape/baseline/upstream] (~52 MB)
 #      command: bash benchmarks/gpu/new_tasks.sh all
 #   (W = nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl)
 # Reassembly and install (what `install` does):
@@ -47,23 +52,26 @@ site=${KP_SITE:-/tmp/site}
 cu13=nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
 cu13_sha256=50191a381d8cc1393373ae0bc879b0aefa9a256c23c22d4fa1c2fe3dfe57bc90
 py=${PYTHON:-python3}
+export KP_TASKS=${KP_TASKS:-h200_diffusion_qknorm_rope__multi_shape,h200_diffusion_cutedsl_norm_scale_shift__multi_shape,h200_diffusion_group_norm_silu__multi_shape}
 
 upstream() {
-  local wheel
-  wheel=$(ls "${SGLANG_WHEEL_DIR:-/work/main/.whl/sglang}"/sglang-0.5.23-*.whl)
-  "$py" - "$wheel" "${KP_KERNELS:-$repo/kernels}" <<'EOP'
-"""Put each task's upstream files from the sglang wheel at baseline/upstream/<path>, <path> as the wheel
-holds it (sglang/..., no python/ prefix: the layout `inv baseline --materialize` writes), the wheel and
-each file checked against the sha256 that the task's task.toml pins ([baseline] wheel_sha256 and
-[baseline.sha256], as kpremote.baseline checks them)."""
-import hashlib, pathlib, sys, tomllib, zipfile
-wheel, kernels = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-tasks = ["h200_diffusion_qknorm_rope__multi_shape", "h200_diffusion_cutedsl_norm_scale_shift__multi_shape"]
-wheel_sum = hashlib.sha256(wheel.read_bytes()).hexdigest()
-with zipfile.ZipFile(wheel) as archive:
-    for task in tasks:
-        folder = kernels / task
-        pin = tomllib.loads((folder / "task.toml").read_text())["baseline"]
+  local cache=${KPREMOTE_CACHE:-$HOME/.cache/kpremote}/wheels
+  "$py" - "${SGLANG_WHEEL_DIR:-/work/main/.whl/sglang}" "$cache" "${KP_KERNELS:-$repo/kernels}" <<'EOP'
+"""Put each task's upstream files from the sglang wheel its task.toml pins at baseline/upstream/<path>,
+<path> as the wheel holds it (sglang/..., no python/ prefix: the layout `inv baseline --materialize`
+writes), the wheel and each file checked against the sha256 that task.toml pins ([baseline] wheel,
+wheel_sha256 and [baseline.sha256], as kpremote.baseline checks them)."""
+import hashlib, os, pathlib, sys, tomllib, zipfile
+folders, kernels = [pathlib.Path(p) for p in sys.argv[1:3]], pathlib.Path(sys.argv[3])
+for task in [t for t in os.environ["KP_TASKS"].split(",") if t]:
+    folder = kernels / task
+    pin = tomllib.loads((folder / "task.toml").read_text())["baseline"]
+    found = [f / pin["wheel"] for f in folders if (f / pin["wheel"]).is_file()]
+    if not found:
+        sys.exit(f"{task}: task.toml pins {pin['wheel']}, in none of {', '.join(map(str, folders))}")
+    wheel = found[0]
+    wheel_sum = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    with zipfile.ZipFile(wheel) as archive:
         files, sums = pin["files"], pin.get("sha256", {})
         if (pin.get("wheel"), pin.get("wheel_sha256")) != (wheel.name, wheel_sum):
             sys.exit(f"{task}: task.toml pins {pin.get('wheel')} sha256 {pin.get('wheel_sha256')}, "

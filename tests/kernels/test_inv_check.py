@@ -21,6 +21,7 @@ H200_TASKS = [
     "h200_diffusion_fuse_scale_shift__multi_shape",
     "h200_diffusion_norm_infer__multi_shape",
     "h200_diffusion_rotary_embedding__multi_shape",
+    "h200_diffusion_group_norm_silu__multi_shape",
 ]
 
 

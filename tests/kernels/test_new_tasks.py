@@ -25,7 +25,7 @@ import pytest
 import tomllib
 from rig import REPO, run_inv
 
-from kpremote import baseline
+from kpremote import baseline, wheels
 from kpremote.agent import build, buildrules
 from kpremote.agent.builders import compiler, tvmffi
 from kpremote.agent.taskspec import load_task
@@ -38,8 +38,17 @@ WHEEL_DIR = Path(os.environ.get("SGLANG_WHEEL_DIR", "/work/main/.whl/sglang"))
 
 
 def materialize(kernels: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "KP_KERNELS": str(kernels), "SGLANG_WHEEL_DIR": str(WHEEL_DIR), "PYTHON": sys.executable}
+    env = {**os.environ, "KP_KERNELS": str(kernels), "SGLANG_WHEEL_DIR": str(WHEEL_DIR), "PYTHON": sys.executable,
+           "KP_TASKS": f"{QKNORM},{CUTEDSL}"}
     return subprocess.run(["bash", str(SCRIPT), "upstream"], env=env, capture_output=True, text=True, timeout=300)
+
+
+def skip_without_the_pinned_wheel() -> None:
+    """The script reads the wheel each task.toml pins from SGLANG_WHEEL_DIR, else from kpremote's wheel cache."""
+    wheel = tomllib.loads((REPO / "kernels" / QKNORM / "task.toml").read_text())["baseline"]["wheel"]
+    if not any((folder / wheel).is_file() for folder in (WHEEL_DIR, wheels.cache_dir())):
+        pytest.skip(f"{wheel} is in neither {WHEEL_DIR} (SGLANG_WHEEL_DIR) nor {wheels.cache_dir()}: nothing for "
+                    "the script to read")
 
 
 def task_copy(tmp_path: Path, *tasks: str) -> Path:
@@ -171,8 +180,7 @@ def test_the_triton_candidate_matches_the_reference_on_the_interpreter(kernels: 
 def test_new_tasks_sh_materializes_the_wheel_paths_as_task_toml_pins_them(tmp_path: Path) -> None:
     """The standalone script writes baseline/upstream/<path> with <path> as the wheel holds it (no python/ prefix),
     the same bytes kpremote.baseline materializes."""
-    if not list(WHEEL_DIR.glob("sglang-0.5.23-*.whl")):
-        pytest.skip(f"no sglang 0.5.23 wheel in {WHEEL_DIR} (SGLANG_WHEEL_DIR): nothing for the script to read")
+    skip_without_the_pinned_wheel()
     kernels = tmp_path / "kernels"
     for task in (QKNORM, CUTEDSL):
         shutil.copytree(REPO / "kernels" / task, kernels / task, ignore=shutil.ignore_patterns("results", "upstream"))
@@ -185,8 +193,7 @@ def test_new_tasks_sh_materializes_the_wheel_paths_as_task_toml_pins_them(tmp_pa
 
 
 def test_new_tasks_sh_refuses_an_upstream_file_whose_sha256_differs_from_the_pin(tmp_path: Path) -> None:
-    if not list(WHEEL_DIR.glob("sglang-0.5.23-*.whl")):
-        pytest.skip(f"no sglang 0.5.23 wheel in {WHEEL_DIR} (SGLANG_WHEEL_DIR): nothing to check the pins against")
+    skip_without_the_pinned_wheel()
     kernels = tmp_path / "kernels"
     for task in (QKNORM, CUTEDSL):
         shutil.copytree(REPO / "kernels" / task, kernels / task, ignore=shutil.ignore_patterns("results", "upstream"))

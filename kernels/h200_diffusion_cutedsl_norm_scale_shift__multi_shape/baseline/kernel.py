@@ -45,16 +45,9 @@ def _upstream() -> types.ModuleType:
     return _modules["main"]
 
 
-def fused_norm_scale_shift(
-    x: torch.Tensor,
-    weight: Optional[torch.Tensor],
-    bias: Optional[torch.Tensor],
-    scale: torch.Tensor,
-    shift: torch.Tensor,
-    norm_type: str,
-    eps: float,
-    out: torch.Tensor,
-) -> None:
+def fused_norm_scale_shift(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                           scale: torch.Tensor, shift: torch.Tensor, norm_type: str, eps: float,
+                           out: torch.Tensor) -> None:
     """out = norm(x) * (1 + scale) + shift, norm "layer" or "rms" over the last dim of x [B, S, D]."""
     up = _upstream()
     import cuda.bindings.driver as cuda

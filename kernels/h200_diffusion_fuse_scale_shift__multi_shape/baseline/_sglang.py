@@ -10,8 +10,8 @@ serving runtime) are replaced, only while the upstream module is being imported,
                                             path, the one timed on the GPU) on any machine
   sglang.srt.utils                          is_gfx1250_supported() is False (an AMD gfx1250 test; never true on
                                             an NVIDIA GPU)
-  sglang.srt.utils.custom_op                register_custom_op(...) returns the function unchanged; it only
-                                            decorates host wrappers that the adapter does not call
+  sglang.srt.utils.custom_op                register_custom_op(...) returns the function unchanged; it
+                                            decorates host wrappers, so the adapter calls the function itself
   sglang.kernels.kernel_api_logging         debug_kernel_api(fn) returns fn; it only wraps the MPS fallback
 
 The packages above them (sglang, sglang.kernels, ...) are empty stand-ins whose __path__ is the matching folder
@@ -19,15 +19,27 @@ under upstream/: the wheel's __init__.py files are not pinned (sglang/kernels/op
 37 KB lazy-import table). Once the import is done every sglang entry is taken out of sys.modules again (earlier ones
 put back), so nothing else in the process sees them; the loaded module keeps what it bound at import time.
 
+Upstream's host wrappers allocate their output (`output = torch.empty_like(x)`) and return it; the task ABI passes
+the caller's `out`. `call_into(out, fn, ...)` runs upstream's own wrapper unchanged, with the one name `torch` of its
+module standing for torch except that the call's `torch.empty_like` gives `out`: nothing is allocated or copied
+that upstream would not, and no line of the wrapper is written here. Upstream's platform checks (is_hip(), is_xpu())
+import sglang.multimodal_gen.runtime.platforms when called, so for the call, and only then, that one module's
+stand-in is in sys.modules.
+
 On a machine without CUDA only (Triton's interpreter): while the module is imported, torch.cpu is lent a
 get_device_properties() that reports a warp size of 32, because norm_triton.py builds the autotune configs of
-`_layer_norm_fwd_1pass_kernel` at import time from the current device's properties and torch.cpu has none. This
-copy of the file is the same in every shipped task that pins SGLang files.
+`_layer_norm_fwd_1pass_kernel` at import time from the current device's properties and torch.cpu has none; in a
+call_into, `torch.get_device_module().device(d)` and `torch.cuda.device(d)` (upstream's device guards) are no-ops,
+as torch.cpu has none; and
+`seen_as_cuda(t)` gives a view of a CPU tensor whose `is_cuda` is True, for wrappers that assert CUDA tensors or
+choose their NVIDIA tiles on `x.is_cuda`. On a GPU none of these is used. This copy of the file is the same in every
+shipped task that pins SGLang files.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import sys
 import types
@@ -59,6 +71,84 @@ STAND_INS = {
     "sglang.srt.utils.custom_op": {"register_custom_op": _unchanged_decorator},
     "sglang.kernels.kernel_api_logging": {"debug_kernel_api": lambda fn: fn},
 }
+
+
+PLATFORMS = "sglang.multimodal_gen.runtime.platforms"
+_PLATFORMS_STAND_IN = types.ModuleType(PLATFORMS)
+_PLATFORMS_STAND_IN.__dict__.update(STAND_INS[PLATFORMS])
+
+
+class _TorchWritingInto:
+    """`torch` as an upstream module sees it: torch's own names, except that `empty_like` gives the `out` that
+    call_into holds for the call (once), and the device guards torch.get_device_module().device and
+    torch.cuda.device are no-ops without CUDA."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self._torch = torch
+        self.pending: list = []
+        if not torch.cuda.is_available():
+            self.get_device_module = lambda *args: types.SimpleNamespace(device=lambda _: contextlib.nullcontext())
+            self.cuda = types.SimpleNamespace(device=lambda _: contextlib.nullcontext())
+
+    def __getattr__(self, name: str):
+        value = getattr(self._torch, name)
+        setattr(self, name, value)  # looked up once
+        return value
+
+    def empty_like(self, like, *args, **kwargs):
+        if not self.pending:
+            return self._torch.empty_like(like, *args, **kwargs)
+        out = self.pending.pop()
+        if out.dtype != like.dtype or out.device != like.device:
+            raise ValueError(f"out is {out.dtype} on {out.device}; upstream's output is {like.dtype} on {like.device}")
+        if out.shape == like.shape and (out.is_contiguous() if like.is_contiguous() else out.stride() == like.stride()):
+            return out
+        if out.numel() == like.numel() and out.is_contiguous() and like.is_contiguous():
+            return out.view(like.shape)  # upstream allocates a flattened view of its output (and reshapes it back)
+        raise ValueError(f"out is {tuple(out.shape)}, strides {out.stride()}; upstream's output is "
+                         f"{tuple(like.shape)}, laid out as {like.stride()}")
+
+
+def call_into(out, function, *args, **kwargs) -> None:
+    """Upstream's host wrapper `function`, unchanged, with its output (its torch.empty_like) the caller's `out`."""
+    module_globals = function.__globals__
+    proxy = module_globals.get("torch")
+    if not isinstance(proxy, _TorchWritingInto):
+        proxy = module_globals["torch"] = _TorchWritingInto()
+    proxy.pending.append(out)
+    platforms = sys.modules.get(PLATFORMS)
+    sys.modules[PLATFORMS] = _PLATFORMS_STAND_IN  # upstream's is_hip()/is_xpu() import it at call time
+    try:
+        result = function(*args, **kwargs)
+    finally:
+        taken = not proxy.pending
+        proxy.pending.clear()
+        if platforms is None:
+            del sys.modules[PLATFORMS]
+        else:
+            sys.modules[PLATFORMS] = platforms
+    if not taken or result.data_ptr() != out.data_ptr() or result.shape != out.shape:
+        raise RuntimeError(f"{function.__qualname__} did not return its torch.empty_like output: it cannot write "
+                           "into the caller's out")
+
+
+def seen_as_cuda(tensor):
+    """Triton's interpreter only: a view of a CPU tensor that reports is_cuda (see the module docstring)."""
+    return tensor.as_subclass(_seen_as_cuda_class())
+
+
+@functools.cache
+def _seen_as_cuda_class() -> type:
+    import torch
+
+    class SeenAsCuda(torch.Tensor):
+        @property
+        def is_cuda(self) -> bool:
+            return True
+
+    return SeenAsCuda
 
 
 def load_upstream(name: str) -> types.ModuleType:

@@ -7,9 +7,9 @@ docs/baseline_source.md), imported from baseline/upstream/ through _sglang.py:
   `out`, so it is called as is.
 - RMSNorm of fp16/bf16 rows with a weight and at most 128 channels: `_rms_norm_tiled_onepass` of
   sglang/kernels/ops/diffusion/norm/rmsnorm_onepass_triton.py, what `RMSNorm.forward_cuda` calls for
-  `x.shape[-1] <= 128` (`triton_one_pass_rms_norm`). Its host wrapper `_triton_one_pass_rms_norm_cuda` is written
-  out below, statement for statement, with `y = torch.empty_like(x)` replaced by the caller's `out` (and, on CPU
-  tensors under Triton's interpreter only, no device guard: torch.cpu has no device()).
+  `x.shape[-1] <= 128` (`triton_one_pass_rms_norm`), through its own host wrapper `_triton_one_pass_rms_norm_cuda`, called
+  as it is by _sglang.call_into, which hands its `y = torch.empty_like(x)` the caller's `out` (and, on CPU tensors
+  under Triton's interpreter only, makes its device guard a no-op: torch.cpu has no device()).
 - every other RMSNorm row: `norm_infer(..., is_rms_norm=True)` of norm_triton.py. SGLang's `RMSNorm.forward_cuda`
   sends wider fp16/bf16 rows to sgl-kernel's CUDA `rmsnorm` (a separate package, not in this wheel) and fp32 rows to
   torch; `norm_infer(is_rms_norm=True)` is SGLang's Triton RMSNorm for such rows (its LingBot video RMSNorm site
@@ -20,13 +20,11 @@ The candidate (solution/kernel.cu) is CUDA C++ behind the same Python signature:
 
 from __future__ import annotations
 
-import contextlib
 from typing import Optional
 
 import torch
-import triton
 
-from ._sglang import load_upstream
+from ._sglang import call_into, load_upstream
 
 _norm = load_upstream("sglang.kernels.ops.diffusion.norm.norm_triton")
 _onepass = load_upstream("sglang.kernels.ops.diffusion.norm.rmsnorm_onepass_triton")
@@ -49,33 +47,6 @@ def norm_infer(
 ) -> None:
     """Task ABI: LayerNorm / RMSNorm of x [M, N] into out (weight/bias [N] or None)."""
     if uses_one_pass(x, weight, bias, is_rms_norm):
-        _triton_one_pass_rms_norm_cuda(x, weight, eps, out)
+        call_into(out, _onepass._triton_one_pass_rms_norm_cuda, x, weight, eps)
     else:
         _norm.norm_infer(x, weight, bias, eps, is_rms_norm=is_rms_norm, out=out)
-
-
-def _triton_one_pass_rms_norm_cuda(x: torch.Tensor, w: torch.Tensor, eps: float, out: torch.Tensor) -> None:
-    """Upstream's _triton_one_pass_rms_norm_cuda(x, w, eps) into `out`."""
-    shape = x.shape
-    x = x.contiguous()
-    y = out
-    assert y.shape == x.shape and y.is_contiguous()
-    x_view = x.reshape(-1, shape[-1])
-    y_view = y.reshape(-1, shape[-1])
-    S, D = x_view.shape
-
-    block_size_seq = min(16, triton.next_power_of_2(max(1, S // 512)))
-    grid = (triton.cdiv(S, block_size_seq),)
-
-    # Upstream's device guard; on CPU tensors (Triton's interpreter only) there is none: torch.cpu has no device().
-    with torch.get_device_module().device(x.device) if x.is_cuda else contextlib.nullcontext():
-        _onepass._rms_norm_tiled_onepass[grid](
-            y_view,
-            x_view,
-            w,
-            S,
-            D,
-            eps,
-            BLOCK_SIZE_DIM=triton.next_power_of_2(D),
-            BLOCK_SIZE_SEQ=block_size_seq,
-        )
