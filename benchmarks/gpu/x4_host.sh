@@ -2,7 +2,7 @@
 # One device call on a lent host of two or four GPUs (issue 27's hardware steps, issue 33's neighbours), through `inv`
 # over SSH as a user runs it: makes this GPU machine the SSH host (../shared/gpu-host, benchmarks/gpu/ssh_host.sh),
 # then runs benchmarks/gpu/x4_host.py, whose docstring lists the six steps. Each step is time-boxed and independent;
-# the whole call is held to X4_BUDGET_S (default 500 s).
+# the whole call is held to X4_BUDGET_S (default 470 s).
 # From the repository root on the GPU machine (device tool; carry .gpuhost and .gpustage):
 #   bash benchmarks/gpu/x4_host.sh            -> $OUT/summary.md, $OUT/step1.log ... step6.log, $OUT/logs.tgz
 #   X4_STEPS=2,3 bash benchmarks/gpu/x4_host.sh   (only those steps)
