@@ -48,6 +48,7 @@ BOXES = {1: 45, 2: 150, 3: 130, 4: 130, 5: 70, 6: 220}
 BUDGET_S = 470  # the steps' share of one device call of about 8 minutes (sshd's start comes before)
 # What each step is asked to keep back for every step after it when the budget runs short.
 RESERVE_S = 25
+SETTLE_S = 30  # how long a step's end waits for every GPU to be idle again
 DRY_SLOWER = 3  # a dry run's boxes and budget: its runs run on the CPU (Triton's interpreter), on a shared machine
 FOREIGN_MIB = 8192
 FOREIGN_SCRIPT = r"""
@@ -555,7 +556,7 @@ def step3_foreign(ctx: Context, log: Log, box: Box) -> list[Check]:
     host.go_foreign(log)
     poll(box, lambda: foreign_seen(ctx, foreign["uuid"], log, box), every=1.0)
     status = ctx.inv.run(pane, "gpu-status", "--host", ALIAS, "-u", "-p", "-a", log=log, box=box)
-    reason_line = next((line for line in status.output.splitlines() if "busy" in line), "")
+    reason_line = next((line for line in status.output.splitlines() if "busy:" in line), "")  # -a: "busy: why"
     named = ctx.inv.run(pane, "run", "--host", ALIAS, "--task", TASK, "--workloads", "tiny", "--gpu",
                         foreign["uuid"], log=log, box=box)
     skipped = ctx.inv.run(pane, "run", "--host", ALIAS, "--task", TASK, "--workloads", "tiny", log=log, box=box)
@@ -783,6 +784,19 @@ def settle(ctx: Context, log: Log) -> None:
         subprocess.run(ctx.inv.command("cancel", "--host", ALIAS, "--run", state["run_id"], "--task", state["task"]),
                        cwd=ctx.panes[0], env=ctx.inv.env(), capture_output=True, timeout=60)
         log.say(f"cancelled {state['run_id']} (left running by the step)")
+    try:  # the next step starts on idle GPUs: a killed process's memory takes a moment to go
+        poll(Box(SETTLE_S), lambda: all_idle(ctx, log), every=1.0)
+    except StepTimeout:
+        log.say(f"GPUs still not all idle {SETTLE_S} s after the step (the next step may find them busy)")
+
+
+def all_idle(ctx: Context, log: Log) -> bool:
+    done = ctx.inv.run(ctx.panes[0], "gpu-status", "--host", ALIAS, "--json", log=log, box=Box(60), quiet=True)
+    try:
+        doc = json.loads(done.output[done.output.index("{"):])
+    except ValueError:
+        return False
+    return all(g.get("idle") for h in doc["hosts"] for g in h["gpus"])
 
 
 def run_step(number: int, ctx: Context, out: Path, began: float, deadline: float, later: int) -> list[Check]:
@@ -851,7 +865,7 @@ def pack_logs(out: Path, ctx: Context) -> None:
             tar.add(path, arcname=str(path.relative_to(work)))
         for path in sorted(work.glob("neighbours/*")):
             tar.add(path, arcname=str(path.relative_to(work)))
-        for path in sorted(Path("/tmp/kp-neighbours/runs").glob("*/summary")):
+        for path in sorted(Path("/tmp/kp-neighbours/runs").glob("*/summary")) if 6 in ctx.tables else []:
             tar.add(path, arcname=f"neighbours-runs/{path.parent.name}/summary")
 
 
