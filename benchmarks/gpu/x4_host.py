@@ -883,11 +883,13 @@ def main() -> int:
     began = time.monotonic()
     args.budget = args.budget or BUDGET_S * (DRY_SLOWER if args.dry else 1)
     deadline = began + args.budget
-    steps = [int(s) for s in args.steps.split(",") if s.strip()]
-    unknown = [s for s in steps if s not in STEPS]
-    if unknown:
-        print(f"x4_host: --steps: no step {unknown[0]} (steps are 1 to 6)", file=sys.stderr)
+    names = [s.strip() for s in args.steps.split(",") if s.strip()]
+    unknown = [s for s in names if not s.isdigit() or int(s) not in STEPS]
+    if unknown or not names:
+        print(f"x4_host: X4_STEPS/--steps {args.steps!r}: no step {unknown[0] if unknown else ''!r} (steps are 1 to 6, "
+              "comma-separated)", file=sys.stderr)
         return 2
+    steps = [int(s) for s in names]
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -896,7 +898,12 @@ def main() -> int:
     ctx = Context(host, Panes(args.work, 6), Inv(host), 0, rows="tiny" if args.dry else ROWS)
     checks: list[Check] = []
     try:
-        discover(ctx, log)
+        try:
+            discover(ctx, log)
+        except Exception as exc:  # no host, no steps: say so where the lead looks
+            log.say(f"the host did not answer: {type(exc).__name__}: {exc}")
+            checks.append(Check(0, "`inv gpu-status --json` over SSH lists the GPUs", "FAILED", f"{exc} (step1.log)"))
+            steps = []
         header = [f"# {ctx.n} GPUs, one host: issue 27's steps and issue 33's neighbours",
                   "", f"{'Dry run (NVML fixture, CPU)' if host.dry else 'GPU host'}: {ctx.n} x "
                   f"{ctx.host.gpus[0]['name'] if ctx.host.gpus else '?'}, driver {host.driver}, "

@@ -16,5 +16,9 @@ if [ "${X4_DRY:-0}" = 1 ]; then
 fi
 [ -f .gpustage/upstream.tgz ] && tar xzf .gpustage/upstream.tgz
 out_dir=$out; out=/tmp/kp-x4-sshd; mkdir -p "$out"   # ssh_host.sh's sshd.txt stays out of $OUT (8 files at most)
+# If the SSH host does not start (ssh_host.sh exits), summary.md says so with sshd's own words.
+trap '{ echo "# x4_host: the SSH host did not start"; echo; echo "\`\`\`"; cat "$out/sshd.txt"; echo "\`\`\`"; } \
+  > "$out_dir/summary.md" 2>&1' EXIT
 source benchmarks/gpu/ssh_host.sh
+trap - EXIT
 exec python3 benchmarks/gpu/x4_host.py --out "$out_dir" "$@"
