@@ -446,9 +446,12 @@ def state_of(host: Host, run_id: Optional[str]) -> dict[str, Any]:
     return next((s for s in host.states() if s.get("run_id") == run_id), {})
 
 
-def running_on(host: Host, uuid: str, in_row: bool = True) -> Optional[dict[str, Any]]:
-    """The run now running on this GPU (and, with in_row, already timing a workload)."""
+def running_on(host: Host, uuid: str, in_row: bool = True, excluding: frozenset = frozenset()) -> Optional[dict[str, Any]]:
+    """The run now running on this GPU (and, with in_row, already timing a workload), other than `excluding`'s (a
+    run whose runner was killed reads "running" until something looks at it)."""
     for state in host.states():
+        if state.get("run_id") in excluding:
+            continue
         if state.get("status") == "running" and (state.get("gpu") or {}).get("uuid") == uuid:
             if not in_row or state.get("workload"):
                 return state
@@ -668,6 +671,9 @@ def killed_client(ctx: Context, log: Log, box: Box) -> list[Check]:
     quick = ("run", "--host", ALIAS, "--task", TASK, "--workloads", "tiny")  # the next runs: only their leases matter
     next_a = ctx.inv.start(ctx.panes[3], *quick, "--gpu", g0["uuid"], "--wait=120", log=log)
     next_b = ctx.inv.start(ctx.panes[4], *quick, "--gpu", g1["uuid"], "--wait=60", log=log)
+    killed = {state_a["run_id"], state_b["run_id"]}
+    for gpu, record in next_leases(host, [(g0, next_a), (g1, next_b)], killed, box):
+        log.block(f"GPU {gpu['index']}'s lock file once the next run holds it", record)
     done_a, done_b = next_a.wait(box, log), next_b.wait(box, log)
     lease_a = state_of(host, run_id(newest(ctx.panes.fetched(ctx.panes[3]))))
     lease_b = state_of(host, run_id(newest(ctx.panes.fetched(ctx.panes[4]))))
@@ -696,6 +702,23 @@ def killed_client(ctx: Context, log: Log, box: Box) -> list[Check]:
               f"{dead.get('status')!r} (`inv status` {'names' if state_b['run_id'] in status.output else 'omits'} "
               f"it); exit {done_b.code}"),
     ]
+
+
+def next_leases(host: Host, pairs: list[tuple[dict[str, Any], Started]], killed: set[str],
+                box: Box) -> list[tuple[dict[str, Any], str]]:
+    """Each GPU's lock record once a run other than the killed ones holds it (or why it was not seen)."""
+    records: dict[int, str] = {}
+    while len(records) < len(pairs):
+        for i, (gpu, client) in enumerate(pairs):
+            if i in records:
+                continue
+            if running_on(host, gpu["uuid"], in_row=False, excluding=frozenset(killed)):
+                records[i] = host.lock_record(gpu["uuid"])
+            elif client.proc.poll() is not None:
+                records[i] = f"(not seen: `inv {client.shown}` ended first; its run is in the table)"
+        box.check()
+        time.sleep(0.2)
+    return [(gpu, records[i]) for i, (gpu, _) in enumerate(pairs)]
 
 
 def step5_arch(ctx: Context, log: Log, box: Box) -> list[Check]:
