@@ -475,6 +475,8 @@ def ok(condition: bool) -> str:
 
 @dataclass
 class Context:
+    """What every step works with: the host, the panes, `inv`, the GPU count, and what the summary gathers."""
+
     host: Host
     panes: Panes
     inv: Inv
@@ -522,12 +524,7 @@ def step2_concurrent(ctx: Context, log: Log, box: Box) -> list[Check]:
     waited = waiter.wait(box, log)
     results = [newest(ctx.panes.fetched(ctx.panes[i])) for i in range(n)]
     waiter_results = newest(ctx.panes.fetched(ctx.panes[n]))
-    table = ["| pane | run | GPU | exit | s | rows |", "|---|---|---|---:|---:|---|"]
-    for i, (d, r) in enumerate([*zip(done, results), (waited, waiter_results)]):
-        g = leased(ctx.host, r)
-        table.append(f"| pane-{i + 1}{' (--wait)' if i == n else ''} | {run_id(r) or '-'} | "
-                     f"{g.get('index')} {str(g.get('uuid'))[:12]} | {d.code} | {d.seconds:.0f} | {row_cells(r or {})} |")
-    ctx.tables[2] = table
+    ctx.tables[2] = runs_table(ctx, [*zip(done, results), (waited, waiter_results)], waiter=n)
     gpus = [leased(ctx.host, r).get("uuid") for r in results]
     # The GPU that freed first: the run that finished first by its record (whole seconds: ties all count).
     finished = [state_of(ctx.host, run_id(r)).get("finished") or "9" for r in results]
@@ -549,6 +546,17 @@ def step2_concurrent(ctx: Context, log: Log, box: Box) -> list[Check]:
               ok(refused.code not in (0, None) and len(named) == n),
               f"exit {refused.code}, names {len(named)} of {n} runs: {refused.error()[:600]}"),
     ]
+
+
+def runs_table(ctx: Context, runs: list[tuple[Done, Optional[dict[str, Any]]]], waiter: int) -> list[str]:
+    """One line per pane's run: its id, the GPU its lease named, its exit code and seconds, each row's verdict."""
+    table = ["| pane | run | GPU | exit | s | rows |", "|---|---|---|---:|---:|---|"]
+    for i, (done, results) in enumerate(runs):
+        gpu = leased(ctx.host, results)
+        table.append(f"| pane-{i + 1}{' (--wait)' if i == waiter else ''} | {run_id(results) or '-'} | "
+                     f"{gpu.get('index')} {str(gpu.get('uuid'))[:12]} | {done.code} | {done.seconds:.0f} | "
+                     f"{row_cells(results or {})} |")
+    return table
 
 
 def step3_foreign(ctx: Context, log: Log, box: Box) -> list[Check]:
@@ -622,6 +630,7 @@ def mid_run_foreign(ctx: Context, log: Log, box: Box) -> list[Check]:
 
 
 def step4_cvd_and_kill(ctx: Context, log: Log, box: Box) -> list[Check]:
+    """CUDA_VISIBLE_DEVICES changes no lease; killed clients and holders leave leases the next runs take."""
     ctx.found += cuda_visible_devices(ctx, log, box)
     return killed_client(ctx, log, box)
 
@@ -651,23 +660,7 @@ def killed_client(ctx: Context, log: Log, box: Box) -> list[Check]:
     host). The next run on each GPU: A's waits for the orphaned run to end; B's reclaims the dead holder's lease."""
     host = ctx.host
     g0, g1 = ctx.gpu(0), ctx.gpu(1)
-    args = ("run", "--host", ALIAS, "--task", TASK, "--workloads", ctx.rows)
-    a = ctx.inv.start(ctx.panes[1], *args, "--gpu", g0["uuid"], log=log)
-    b = ctx.inv.start(ctx.panes[2], *args, "--gpu", g1["uuid"], log=log)
-    state_a = poll(box, lambda: running_on(host, g0["uuid"]), clients=(a,))
-    state_b = poll(box, lambda: running_on(host, g1["uuid"]), clients=(b,))
-    for client in (a, b):
-        client.proc.kill()
-        client.proc.wait()
-    log.say(f"SIGKILL: clients of {state_a['run_id']} and {state_b['run_id']}")
-    time.sleep(2)
-    a_going, b_going = state_of(host, state_a["run_id"]), state_of(host, state_b["run_id"])
-    log.block("lock records 2 s after the clients died",
-              f"GPU 0: {host.lock_record(g0['uuid'])}\nGPU 1: {host.lock_record(g1['uuid'])}")
-    os.killpg(int(b_going.get("pgid") or state_b["pgid"]), signal.SIGKILL)
-    log.say(f"SIGKILL: the runner's process group of {state_b['run_id']} (pgid {state_b['pgid']}) on the host")
-    time.sleep(1)
-    log.block("GPU 1's lock file after its holder died", host.lock_record(g1["uuid"]))
+    state_a, state_b, a_going = kill_mid_run(ctx, log, box)
     quick = ("run", "--host", ALIAS, "--task", TASK, "--workloads", "tiny")  # the next runs: only their leases matter
     next_a = ctx.inv.start(ctx.panes[3], *quick, "--gpu", g0["uuid"], "--wait=120", log=log)
     next_b = ctx.inv.start(ctx.panes[4], *quick, "--gpu", g1["uuid"], "--wait=60", log=log)
@@ -702,6 +695,30 @@ def killed_client(ctx: Context, log: Log, box: Box) -> list[Check]:
               f"{dead.get('status')!r} (`inv status` {'names' if state_b['run_id'] in status.output else 'omits'} "
               f"it); exit {done_b.code}"),
     ]
+
+
+def kill_mid_run(ctx: Context, log: Log, box: Box) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Runs on GPUs 0 and 1, their clients SIGKILLed once each times a row, then the second's runner's process group
+    on the host. Returns both runs' records as they began and the first's 2 s after its client died."""
+    host, g0, g1 = ctx.host, ctx.gpu(0), ctx.gpu(1)
+    args = ("run", "--host", ALIAS, "--task", TASK, "--workloads", ctx.rows)
+    a = ctx.inv.start(ctx.panes[1], *args, "--gpu", g0["uuid"], log=log)
+    b = ctx.inv.start(ctx.panes[2], *args, "--gpu", g1["uuid"], log=log)
+    state_a = poll(box, lambda: running_on(host, g0["uuid"]), clients=(a,))
+    state_b = poll(box, lambda: running_on(host, g1["uuid"]), clients=(b,))
+    for client in (a, b):
+        client.proc.kill()
+        client.proc.wait()
+    log.say(f"SIGKILL: clients of {state_a['run_id']} and {state_b['run_id']}")
+    time.sleep(2)
+    a_going = state_of(host, state_a["run_id"])
+    log.block("lock records 2 s after the clients died",
+              f"GPU 0: {host.lock_record(g0['uuid'])}\nGPU 1: {host.lock_record(g1['uuid'])}")
+    os.killpg(int(state_b["pgid"]), signal.SIGKILL)
+    log.say(f"SIGKILL: the runner's process group of {state_b['run_id']} (pgid {state_b['pgid']}) on the host")
+    time.sleep(1)
+    log.block("GPU 1's lock file after its holder died", host.lock_record(g1["uuid"]))
+    return state_a, state_b, a_going
 
 
 def next_leases(host: Host, pairs: list[tuple[dict[str, Any], Started]], killed: set[str],
