@@ -271,14 +271,15 @@ class Panes:
     def __init__(self, work: Path, count: int) -> None:
         self.work = work
         self.folders = [work / f"pane-{i}" for i in range(1, count + 1)]
-        skip = shutil.ignore_patterns(".git", ".venv", ".gpuhost", ".gpustage", ".whl", ".kpremote", "__pycache__",
-                                      "results", "ledger.jsonl", "tests", "benchmarks", "docs", "kernels")
+        skip = shutil.ignore_patterns("__pycache__")
         sys.path.insert(0, str(REPO / "tests" / "fixtures" / "redteam"))
         import redteam_kit
 
         control = next(a for a in redteam_kit.load_attacks() if a.id == "control_fast")
-        for folder in self.folders:
-            shutil.copytree(REPO, folder, ignore=skip)
+        for folder in self.folders:  # what a user's checkout needs for `inv`: kpremote, tasks.py, the project files
+            shutil.copytree(REPO / "kpremote", folder / "kpremote", ignore=skip)
+            for name in ("tasks.py", "pyproject.toml", "hosts.toml"):
+                shutil.copy(REPO / name, folder / name)
             redteam_kit.assemble(control, folder / "kernels")
 
     def __getitem__(self, i: int) -> Path:
