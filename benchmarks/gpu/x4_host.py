@@ -771,12 +771,18 @@ def step6_neighbours(ctx: Context, log: Log, box: Box) -> list[Check]:
     if ctx.host.dry:
         env.update(KPREMOTE_NVML_FIXTURE=str(ctx.host.rig_host.nvml_fixture), NEIGHBOURS_DEVICE="cpu")
     log.say(f"neighbours.sh: {label}, rows {rows}")
+    script = subprocess.Popen(["bash", str(REPO / "benchmarks/gpu/neighbours.sh")], env=env, cwd=REPO, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        done = subprocess.run(["bash", str(REPO / "benchmarks/gpu/neighbours.sh")], env=env, cwd=REPO, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=max(1.0, box.left()))
-    except subprocess.TimeoutExpired:
+        output, _ = script.communicate(timeout=max(1.0, box.left()))
+    except subprocess.TimeoutExpired:  # its runs too: they are in its process group, and hold GPUs
+        os.killpg(script.pid, signal.SIGKILL)
+        output, _ = script.communicate()
+        log.block("neighbours.sh (stopped: out of time)", output)
+        ctx.tables[6] = [f"{label}, rows {rows}: neighbours.sh ran out of time; the runs that ended:", "",
+                         (out / "steps.txt").read_text() if (out / "steps.txt").exists() else "(none)"]
         raise StepTimeout("neighbours.sh outlasted the step's time box") from None
-    log.block(f"neighbours.sh -> exit {done.returncode}", done.stdout)
+    log.block(f"neighbours.sh -> exit {script.returncode}", output)
     table = (out / "neighbours.md").read_text() if (out / "neighbours.md").exists() else ""
     ctx.tables[6] = [f"{label}, rows {rows}", "", *table.splitlines()]
     statuses = (out / "steps.txt").read_text() if (out / "steps.txt").exists() else ""
