@@ -73,6 +73,8 @@ class StepTimeout(Exception):
 
 @dataclass
 class Check:
+    """One line of summary.md: what was checked, its result, and what showed it."""
+
     step: int
     what: str
     result: str  # "ok", "FAILED" or "not run: why"
