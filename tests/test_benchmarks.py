@@ -6,6 +6,7 @@ round trip, passes bytes both ways unchanged, and counts them.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -84,3 +85,20 @@ def test_bench_follow_logs_prints_its_table():
     rows = table_rows(run_benchmark("bench_follow.py", "--events", "200", "--seconds", "1", "--repeats", "1",
                                     "--command", "logs"), "| events |")
     assert rows[0][0] == "200 (200 rows drawn)"
+
+
+def test_x4_host_dry_run_shows_the_gpus_and_the_arch_gate_through_ssh(tmp_path):
+    """benchmarks/gpu/x4_host.sh without a GPU (its dry run: an sshd on loopback, four fixture H100s), steps 1 and 5:
+    every check ran and passed, the H200 task was refused by model, and OUT holds what the device tool brings back
+    (8 files at most, no folder)."""
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "X4_DRY": "1", "X4_DRY_GPUS": "4", "X4_DRY_MODEL": "h100",
+           "X4_STEPS": "1,5", "PYTHON": sys.executable}
+    done = subprocess.run(["bash", "benchmarks/gpu/x4_host.sh", "--work", str(tmp_path / "work")], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    rows = table_rows((out / "summary.md").read_text().splitlines(), "| step |")
+    assert [(row[0], row[2]) for row in rows] == [("1", "ok")] * 3 + [("5", "ok")] * 2
+    refused = next(row for row in rows if 'arch = "h200"' in row[1])
+    assert "needs an H200: GPUs 0,1,2,3 (NVIDIA H100 80GB HBM3) are not an H200" in refused[3]
+    assert sorted(p.name for p in out.iterdir()) == ["logs.tgz", "step1.log", "step5.log", "summary.md"]

@@ -6,7 +6,9 @@
 # From the repository root on the GPU machine (device tool):
 #   TASK_DIR=kernels/<task> WORKLOADS=a,b bash benchmarks/gpu/neighbours.sh
 # (default: the red team's control_fast task, whose arch is "any", on its tiny and mid rows). Writes $OUT/neighbours.md:
-# per run and row the verdict, both medians, the audit's numbers and whether it agreed.
+# per run and row the verdict, both medians, the audit's numbers and whether it agreed; then per row and side the
+# median alone against together. The GPUs are kpremote's NVML reading (the NVML fixture where KPREMOTE_NVML_FIXTURE
+# names one: NEIGHBOURS_DEVICE=cpu then tries the script on a machine without a GPU).
 set -uo pipefail
 out=${OUT:-/tmp/kp-neighbours}; mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -18,10 +20,11 @@ k.assemble(next(a for a in k.load_attacks() if a.id == "control_fast"), pathlib.
   task=$work/kernels/redteam_control_fast
 fi
 rows=${WORKLOADS:-tiny,mid}
-nvidia-smi --query-gpu=index,name,uuid --format=csv,noheader > "$out/machine.txt"
-gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+python3 -c 'from kpremote.agent import nvml; s = nvml.snapshot()
+print(s.source, s.driver, s.error or ""); [print(g.index, g.name, g.uuid) for g in s.gpus]' > "$out/machine.txt"
+gpus=$(($(wc -l < "$out/machine.txt") - 1))
 run() {  # run NAME [GPU_INDEX]: without an index the run leases an idle GPU as `inv run` does
-  python3 -m kpremote.agent.runner --task-dir "$task" --run-dir "$work/runs/$1" --device cuda ${2:+--gpu "$2"} \
+  python3 -m kpremote.agent.runner --task-dir "$task" --run-dir "$work/runs/$1" --device "${NEIGHBOURS_DEVICE:-cuda}" ${2:+--gpu "$2"} \
     --root "$work/root" --workloads "$rows" --audit on > "$out/$1.log" 2>&1
   echo "$1 exit $?" >> "$out/steps.txt"
 }
@@ -32,6 +35,7 @@ python3 - "$work/runs" > "$out/neighbours.md" <<'PY'
 import json, sys, pathlib
 print("| run | GPU | row | status | verdict | speedup | baseline us | candidate us | audit (harness / ncu us, side) | invalid |")
 print("|---|---|---|---|---|---:|---:|---:|---|---|")
+medians = {}  # (row, "alone" or "together") -> [(side, median us)]
 for folder in sorted(pathlib.Path(sys.argv[1]).iterdir(), key=lambda p: (not p.name.startswith("alone-1"), p.name)):
     run, path = folder.name, folder / "summary" / "results.json"
     if not path.exists():
@@ -46,5 +50,17 @@ for folder in sorted(pathlib.Path(sys.argv[1]).iterdir(), key=lambda p: (not p.n
         print(f"| {run} | {gpu.get('index')} {str(gpu.get('uuid'))[:12]} | {row['workload']} | {row['status']} | {(row.get('verdict') or {}).get('verdict')} | "
               f"{row.get('speedup') or 0:.3f} | {(t.get('baseline') or {}).get('median', 0):.2f} | "
               f"{(t.get('candidate') or {}).get('median', 0):.2f} | {a} | {row.get('invalid') or ''} |")
+        medians.setdefault((row["workload"], run.split("-")[0]), []).extend(
+            [(side, (t.get(side) or {}).get("median")) for side in ("baseline", "candidate")])
+print()
+print("| row | side | alone us (each run) | together us (min-max) | together against alone |")
+print("|---|---|---:|---:|---:|")
+for row in dict.fromkeys(w for w, _ in medians):
+    for side in ("baseline", "candidate"):
+        alone, together = ([m for s, m in medians.get((row, kind), []) if s == side and m] for kind in ("alone", "together"))
+        if not alone or not together:
+            print(f"| {row} | {side} | - | - | - |"); continue
+        change = 100 * (sum(together) / len(together) / (sum(alone) / len(alone)) - 1)
+        print(f"| {row} | {side} | {' / '.join(f'{m:.2f}' for m in alone)} | {min(together):.2f}-{max(together):.2f} | {change:+.1f} % |")
 PY
 cat "$out/steps.txt" "$out/neighbours.md"
