@@ -23,6 +23,7 @@ from .slurmreaper import start_reaper
 from .slurmsettle import settle, stopped_by_slurm
 from .start import runner_env
 from .startchecks import refuse_unusable_python, task_arch
+from .sync import snapshot_of
 
 
 class Refused(AgentError):
@@ -133,13 +134,13 @@ def _lease_allocated(root: Path, run_dir: Path, request: dict[str, Any], where: 
     refuse_unusable_python(device)
     if not snap.gpus:
         return device, None
-    arch = task_arch(run_dir.parent.parent / "workspace") or request.get("arch") or "any"
+    arch = task_arch(snapshot_of(run_dir, request["task"])) or request.get("arch") or "any"
     return device, acquire(root, policy=IdlePolicy.from_json(request.get("idle")), arch=arch,
                            run_id=request["run_id"], task=request["task"], snapshot_fn=lambda: snap)
 
 
 def _runner_argv(root: Path, run_dir: Path, request: dict[str, Any], device: str, lease: Any) -> list[str]:
-    argv = ["--task-dir", str(run_dir.parent.parent / "workspace"), "--run-dir", str(run_dir), "--device", device,
+    argv = ["--task-dir", str(snapshot_of(run_dir, request["task"])), "--run-dir", str(run_dir), "--device", device,
             "--root", str(root)]
     for flag, value in (("--gpu", lease.gpu.uuid if lease else None), ("--lease-fd", str(lease.fd) if lease else None),
                         ("--workloads", request.get("workloads")), ("--mode", request.get("mode")),

@@ -17,6 +17,7 @@ from .runpaths import claim_run, task_dir
 from .runstate import update_state
 from .slurmjobs import SCHEDULER, SlurmError, slurm
 from .start import AGENT_HOME
+from .sync import snapshot_of, snapshot_workspace
 
 SBATCH_ALLOWED = ("mem", "mem-per-cpu", "mem-per-gpu", "cpus-per-task", "cpus-per-gpu", "gpus", "gpus-per-node",
                   "gpu-bind", "nodelist", "exclude", "reservation", "nice", "comment", "wckey", "licenses",
@@ -39,6 +40,7 @@ def submit(root: Path, request: dict[str, Any], settings: dict[str, Any]) -> dic
                                 status="pending", phase="queued", scheduler=SCHEDULER)
     (run_dir / "raw").mkdir()
     (run_dir / "summary").mkdir()
+    snapshot_workspace(workspace, snapshot_of(run_dir, request["task"]))  # the job runs what was submitted
     script = run_dir / "raw" / "job.sh"
     script.write_text(batch_script(root, request["task"], run_id))
     now = utc_now_iso()  # `started` is the submit time until the job's step starts the run

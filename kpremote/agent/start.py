@@ -20,6 +20,7 @@ from .nvml import GpuState, Snapshot, snapshot
 from .protocol import PROFILE_MODE_PREFIX, RUNNERS, AgentError, GpuNotFound, IdlePolicy, NotFound, StartCancelled, run_kind
 from .runpaths import claim_run, task_dir
 from .runstate import update_state
+from .sync import snapshot_of, snapshot_workspace
 from .startchecks import refuse_bad_task, refuse_missing_packages, refuse_unusable_python, task_arch
 from .startguard import CLIENT_GONE, StartGuard, Waiter
 
@@ -102,7 +103,8 @@ def _spawn_runner(root: Path, request: StartRequest, workspace: Path, run_id: st
                   gpu: GpuState | None, lease: Lease | None, snap: Snapshot, guard: StartGuard) -> dict[str, Any]:
     (run_dir / "raw").mkdir()
     (run_dir / "summary").mkdir()
-    command = _runner_command(request, workspace, run_dir, device, gpu, lease)
+    task_copy = snapshot_workspace(workspace, snapshot_of(run_dir, request.task))
+    command = _runner_command(request, task_copy, run_dir, device, gpu, lease)
     gate = _spawn_gated(command, runner_env(root, device, gpu), run_dir / "raw" / "agent.log", lease)
     try:
         update_state(

@@ -86,6 +86,28 @@ def workspace_of(root: Path, task: str) -> Path:
     return Path(root) / "tasks" / check_task_name(task) / "workspace"
 
 
+def snapshot_of(run_dir: Path, task: str) -> Path:
+    """Where a run's own copy of its task lives: RUN/task/<task> (the folder is named as the task must be)."""
+    return Path(run_dir) / "task" / check_task_name(task)
+
+
+def snapshot_workspace(workspace: Path, into: Path) -> Path:
+    """The workspace as it is now, taken under the task's sync lock into `into`: a run builds and times this copy,
+    so a sync from another pane (another candidate of the same task) during the run changes nothing it reads, and
+    what it records is what it ran. Files are hard links where the file system allows (a sync never writes a file
+    in place: it renames a new one over it), copies elsewhere."""
+    def link_or_copy(source: str, target: str) -> None:
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copy2(source, target)
+
+    with exclusive_lock(workspace.parent / ".sync.lock"):
+        shutil.copytree(workspace, into, symlinks=True, copy_function=link_or_copy,
+                        ignore=shutil.ignore_patterns("__pycache__", STAGING_PREFIX + "*"))
+    return into
+
+
 def read_header(stream: BinaryIO) -> Header:
     line = stream.readline(HEADER_LIMIT)
     if not line.endswith(b"\n"):

@@ -141,7 +141,16 @@ def test_start_then_follow_until_end(root, workspace, started, nvml_fixture, mak
     assert got["env"]["KPREMOTE_ROOT"] == str(root) and got["env"]["CUDA_VISIBLE_DEVICES"] is None
     argv = got["argv"]
     assert argv[argv.index("--gpu") + 1] == "GPU-00000001-test"
-    assert argv[argv.index("--task-dir") + 1] == str(root / "tasks" / TASK / "workspace")
+    # The runner gets the run's own copy of the workspace, taken at the start: another pane's sync of the same task
+    # during the run (a different candidate) changes nothing it reads.
+    task_copy = run_dir / "task" / TASK
+    assert argv[argv.index("--task-dir") + 1] == str(task_copy)
+    workspace_file = root / "tasks" / TASK / "workspace" / "standin.json"
+    assert (task_copy / "standin.json").read_text() == workspace_file.read_text()
+    replacement = workspace_file.with_name("standin.new")
+    replacement.write_text('{"events": 99}')
+    replacement.replace(workspace_file)  # as a sync installs a file: a new one renamed over the old
+    assert (task_copy / "standin.json").read_text() != workspace_file.read_text()
     assert [argv[argv.index(f) + 1] for f in ("--device", "--workloads", "--mode")] == ["cpu", "a,b", "graph"]
     wait_for(lambda: holders(root) == {})  # the lease ends with the runner
 
