@@ -359,7 +359,7 @@ def _cold_l2(device: str) -> Any:
     """A read of 2 x L2 (the harness's flush): the L2 holds none of the call's data afterwards."""
     if device != "cuda":
         return None
-    from .timing import L2Flusher
+    from .harness.timing import L2Flusher
 
     return L2Flusher(None).flush_buffer.max
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import ncu, sandbox
 from .atomicfile import write_atomically
-from .correctness import PASSED, SKIPPED
+from .harness.correctness import PASSED, SKIPPED
 from .procfs import kill_tree
 from .profiledcall import call_main, call_side
 from .profilereport import SideProfile, render_profile_csv, render_profile_json, render_profile_md

@@ -30,12 +30,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from . import buildrules, guard, harness, report, sandbox
+from . import buildrules, harness, report, sandbox
+from .harness import guard
 from .build import triton_cache_dir
 from .buildrules import NOT_CHECKED
 from .children import ChildLimits, WorkerOutcome, crash_description, run_child
-from .judgeprocess import JudgeProcess
-from .correctness import ERROR, PASSED, TIMEOUT
+from .harness.judgeprocess import JudgeProcess
+from .harness.correctness import ERROR, PASSED, TIMEOUT
 from .events import EventLog, read_events
 from .guards import OURS_PER_ROW, DiskReserve, ForeignWatch
 from .provenance import baseline_upstream, source_provenance

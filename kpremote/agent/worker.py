@@ -22,9 +22,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import build, floors, sandbox, timing
+from . import build, sandbox
+from .harness import floors, timing
 from .atomicfile import write_json_atomically
-from .correctness import ERROR
+from .harness.correctness import ERROR
 from .runstate import DISK_FULL_EXIT, is_disk_full
 from .taskspec import SIDES, TaskSpec, load_task
 
@@ -57,7 +58,7 @@ def main(argv: list[str]) -> int:
 
 
 def prepare(job: dict[str, Any], result_fd: int | None = None) -> dict[str, Any]:
-    from . import guard
+    from .harness import guard
 
     guard.make_undumpable()
     spec = load_task(Path(job["task_dir"]), timing_mode=job.get("mode"))

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 
 from kpremote.agent import build, guards, harness, report, runner
-from kpremote.agent.judge import TIMING_CASES_CPU
+from kpremote.agent.harness.judge import TIMING_CASES_CPU
 from kpremote.agent.events import read_events
 from kpremote.agent.procfs import descendants
 from kpremote.agent.runstate import read_state
-from kpremote.agent.timing import SMOKE_SAMPLES
+from kpremote.agent.harness.timing import SMOKE_SAMPLES
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

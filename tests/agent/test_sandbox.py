@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agent import guard, report, sandbox
+from kpremote.agent import report, sandbox
+from kpremote.agent.harness import guard
 from kpremote.agent.taskspec import TaskSpecError, load_task
 
 REPO = Path(__file__).resolve().parents[2]

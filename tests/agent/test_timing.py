@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agent import timing
+from kpremote.agent.harness import timing
 from kpremote.agent.taskspec import TimingSettings
 
 

@@ -1,5 +1,5 @@
 """Every agent module a run imports either counts in the harness digest or is named, with its reason, as deciding
-no verdict and no number (kpremote/agent/harness.py). A module split out of the runner or the judge cannot slip out
+no verdict and no number (kpremote/agent/harness/__init__.py). A module split out of the runner or the judge cannot slip out
 of the digest unnoticed: results would then not say which code measured them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from kpremote.agent import harness
 
 AGENT = harness.AGENT_DIR
-ENTRY_POINTS = ("runner.py", "judge.py", "side.py", "worker.py", "audit.py")  # the processes of one run
+ENTRY_POINTS = ("runner.py", "harness/judge.py", "harness/side.py", "worker.py", "audit.py")  # the processes of one run
 
 
 def agent_imports(name: str) -> set[str]:

@@ -1,6 +1,6 @@
 """The trusted judge of a run's workload rows: correctness, timing and every number, with the candidate kept outside.
 
-    python -m kpremote.agent.judge --result-fd N      (the run's secret, then one job a row, as JSON lines on stdin)
+    python -m kpremote.agent.harness.judge --result-fd N      (the run's secret, then one job a row, as JSON lines on stdin)
 
 The judge imports torch and the task's bench/adapter.py (trusted, pinned) but never a side's module, and never
 calls adapter.bind. It starts one side process per side (side.py), each holding the adapter and only its own
@@ -40,13 +40,13 @@ from typing import Any
 
 from . import floors, guard, sampling, stats, timing
 from .rowlog import open_log, write_output_to
-from .sandbox import members, side_scratch
+from ..sandbox import members, side_scratch
 from .cases import SharedCase, Sharing, derive_seed, make_case_guarded
 from .channel import encode_values
 from .correctness import (ERROR, INCORRECT, PASSED, CaseView, Refused, SideFailed, Verdict, check_case,
                           mutated_inputs, require_inputs_untouched)
 from .sideprocess import SideProcess, request_guarded
-from .taskspec import SIDES, TaskSpec, Workload, load_task
+from ..taskspec import SIDES, TaskSpec, Workload, load_task
 
 TIMING_CASES_GPU = 4  # fresh cases at distinct addresses the timed samples rotate over
 TIMING_CASES_CPU = 2  # the interpreter is slow: fewer on a smoke run, the same boundary
@@ -83,7 +83,7 @@ class Bench:
         env = dict(os.environ)
         self.sides = {side: SideProcess(side, env, self.run_dir, side_scratch(self.run_dir, side))
                       for side in SIDES}  # they import while we do
-        from . import build
+        from .. import build
 
         failed = self._import_all(build)
         if failed:
@@ -414,7 +414,7 @@ def serve_rows(lines: Any, secret: bytes, result_fd: int) -> None:
 def main(argv: list[str]) -> int:
     guard.make_undumpable()
     guard.safe_sys_path()
-    parser = argparse.ArgumentParser(prog="python -m kpremote.agent.judge")
+    parser = argparse.ArgumentParser(prog="python -m kpremote.agent.harness.judge")
     parser.add_argument("--result-fd", type=int, required=True)
     parser.add_argument("--run-dir", help="the run folder (for people reading `ps`; the jobs come on stdin)")
     args = parser.parse_args(argv)

@@ -1,4 +1,5 @@
-"""What measured a result: the harness version, a digest of the harness's own files, and the pinned task inputs.
+"""The harness: the judge and its parts (this folder). This file says what measured a result: the harness version,
+a digest of the harness's own files (here and in the folders beside it), and the pinned task inputs.
 
 A result is only as good as the code that judged it. results.json and results.md carry HARNESS_VERSION, the
 sha256 of the harness files below, and the sha256 of the task's trusted inputs (bench/ and task.toml), so a
@@ -26,17 +27,18 @@ HARNESS_VERSION = "2.8"  # 2.0: process boundary (judge + one process per side),
 # 2.8: each side, each side's build and the audited calls run sandboxed (sandbox/: Landlock, seccomp, the judge's PID
 #      namespace); task code imported from source only; a row whose side leaves a process behind, is reniced,
 #      re-pinned or starved, or whose candidate runs a helper thread while timed, is void (guard.py)
-AGENT_DIR = Path(__file__).resolve().parent
+AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
-# A module inside a package is named by its path from here, e.g. "builders/cuda.py".
+# Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".
 HARNESS_FILES = (
     "audit.py", "build.py", "builders/__init__.py", "builders/base.py", "builders/compiler.py", "builders/cuda.py",
-    "builders/imported.py", "builders/tvmffi.py", "buildrules.py", "cases.py", "channel.py", "children.py",
-    "contract.py", "correctness.py", "floors.py", "guard.py", "guards.py", "harness.py", "judge.py", "judgeprocess.py", "ncu.py",
-    "profiledcall.py", "report.py", "rowlog.py", "runner.py", "runoptions.py", "sampling.py", "sandbox/__init__.py",
-    "sandbox/landlock.py", "sandbox/members.py", "sandbox/namespace.py", "sandbox/seccomp.py", "side.py",
-    "sourceonly.py",
-    "sideprocess.py", "stats.py", "taskfiles.py", "taskspec.py", "timing.py", "worker.py",
+    "builders/imported.py", "builders/tvmffi.py", "buildrules.py", "harness/cases.py", "harness/channel.py",
+    "children.py", "contract.py", "harness/correctness.py", "harness/floors.py", "harness/guard.py", "guards.py",
+    "harness/__init__.py", "harness/judge.py", "harness/judgeprocess.py", "ncu.py", "profiledcall.py", "report.py",
+    "harness/rowlog.py", "runner.py", "runoptions.py", "harness/sampling.py", "sandbox/__init__.py",
+    "sandbox/landlock.py", "sandbox/members.py", "sandbox/namespace.py", "sandbox/seccomp.py", "harness/side.py",
+    "sourceonly.py", "harness/sideprocess.py", "harness/stats.py", "taskfiles.py", "taskspec.py", "harness/timing.py",
+    "worker.py",
 )
 # The other agent modules a run imports, and why none of them decides a verdict or a number
 # (tests/unit/test_harness_files.py: every module a run imports is in one of the two lists).

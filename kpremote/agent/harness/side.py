@@ -1,6 +1,6 @@
 """One side of a run's rows in its own process: imports the adapter and ONE side's module, and only executes calls.
 
-    python -m kpremote.agent.side --fd N [--side S --run-dir R]
+    python -m kpremote.agent.harness.side --fd N [--side S --run-dir R]
 
 The judge (judge.py) starts one side process for the baseline and one for the candidate and talks to each
 over a Unix socket (channel.py): commands come down pickled (the judge is trusted), replies go up as JSON
@@ -56,8 +56,8 @@ class Side:
     # ---------------------------------------------------------------- commands
 
     def start(self, command: dict[str, Any]) -> dict[str, Any]:
-        from . import build
-        from .taskspec import SIDES, load_task
+        from .. import build
+        from ..taskspec import SIDES, load_task
 
         if command["device"] != "cuda":
             import torch
@@ -266,12 +266,12 @@ def serve(channel: Channel) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kpremote.agent.side")
+    parser = argparse.ArgumentParser(prog="python -m kpremote.agent.harness.side")
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--side", help="which side (for people reading `ps`; the judge's start command decides)")
     parser.add_argument("--run-dir", help="the run folder (for people reading `ps`)")
     args = parser.parse_args(argv)
-    from . import sandbox
+    from .. import sandbox
 
     SANDBOX[0] = sandbox.enter()  # before the adapter or the side's module is imported
     serve(Channel.from_fd(args.fd))

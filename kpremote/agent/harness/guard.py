@@ -83,7 +83,7 @@ def schedule_of(pid: int) -> Schedule | None:
 def _helper_cpu_s(pid: int) -> float:
     """CPU time of the process's threads but its main one (ended threads included: the process's own count keeps
     them), of the children it waited for, and of every process it started that still runs."""
-    from .procfs import descendants
+    from ..procfs import descendants
 
     whole = _ticks(f"/proc/{pid}/stat", with_children=True)
     main = _ticks(f"/proc/{pid}/task/{pid}/stat")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import stats
-from .taskspec import TimingSettings
+from ..taskspec import TimingSettings
 
 OFF_STREAM = "implausible: work not on the current stream"
 CLOCK_SAG_FRACTION = 0.75
@@ -110,7 +110,7 @@ class ClockGuard:
         if not uuid:
             return None, "unavailable: GPU UUID unknown"
         try:
-            from . import nvml
+            from .. import nvml
         except ImportError as exc:
             return None, f"unavailable: {exc}"
         if not max_mhz:

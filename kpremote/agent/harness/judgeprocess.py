@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .children import (EXIT_GRACE_S, POLL_S, STARTUP_LIMIT_S, PipeReader, WorkerOutcome, crash_description,
+from ..children import (EXIT_GRACE_S, POLL_S, STARTUP_LIMIT_S, PipeReader, WorkerOutcome, crash_description,
                        kill_strays_noted, wait_or_kill)
 from .correctness import PASSED
-from .procfs import kill_tree, namespace_pids
+from ..procfs import kill_tree, namespace_pids
 
 
 def keeps_its_judge(result: dict[str, Any] | None) -> bool:
@@ -93,7 +93,7 @@ class JudgeProcess:
         read_end, write_end = os.pipe()
         try:
             with open(log_path, "ab") as log:  # the judge moves its output to each row's log itself
-                judge = [sys.executable, "-m", "kpremote.agent.judge", "--result-fd", str(write_end),
+                judge = [sys.executable, "-m", "kpremote.agent.harness.judge", "--result-fd", str(write_end),
                          "--run-dir", str(self.run_dir)]
                 launcher = [sys.executable, "-m", "kpremote.agent.sandbox.namespace", "--"] if self.namespace else []
                 self.child = subprocess.Popen(

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import guard, sandbox
+from .. import sandbox
+from . import guard
 from .channel import BadReply, Channel, ChannelClosed
 from .correctness import SideFailed
 
@@ -27,7 +28,7 @@ class SideProcess:
             env = {**env, **sandbox.scratch_env(sandbox.make_scratch(scratch))}
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "kpremote.agent.side", "--fd", str(theirs.fileno()), "--side", side,
+            [sys.executable, "-m", "kpremote.agent.harness.side", "--fd", str(theirs.fileno()), "--side", side,
              "--run-dir", str(cwd)],
             pass_fds=(theirs.fileno(),), env=env, cwd=cwd, stdin=subprocess.DEVNULL,
         )
