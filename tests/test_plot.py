@@ -1,4 +1,4 @@
-"""The run's plot (kpremote/agent/plot.py): drawn when it can be, with each row's interval and share of the copy
+"""The run's plot (kpremote/agent/run/plot.py): drawn when it can be, with each row's interval and share of the copy
 bandwidth; when it cannot be, a sentence that says why."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from kpremote.agent.plot import copy_share, draw_speedup_plot
+from kpremote.agent.run.plot import copy_share, draw_speedup_plot
 from kpremote.agent.protocol import row_interval
 from rig import REPO
 
@@ -43,7 +43,7 @@ def test_no_plot_says_why(tmp_path):
     assert not (tmp_path / "p.png").exists()
     # a host without matplotlib: the agent runs on, and the reason names what is missing
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from kpremote.agent.plot import draw_speedup_plot\n"
+            "from kpremote.agent.run.plot import draw_speedup_plot\n"
             "print(draw_speedup_plot({'rows': [{'workload': 'a', 'status': 'PASSED', 'speedup': 1.1}]}, 'x.png'))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(REPO)},
                          capture_output=True, text=True)
@@ -54,7 +54,7 @@ def test_no_plot_says_why(tmp_path):
 def test_bars_are_coloured_by_verdict_not_by_which_side_of_one_they_fall(tmp_path):
     from unittest.mock import MagicMock
 
-    from kpremote.agent.plot import _draw
+    from kpremote.agent.run.plot import _draw
 
     speed = MagicMock()
     plt = MagicMock()
@@ -68,7 +68,7 @@ def test_bars_are_coloured_by_verdict_not_by_which_side_of_one_they_fall(tmp_pat
 
 
 def test_results_md_says_why_there_is_no_plot_once(tmp_path):
-    from kpremote.agent.report import render_results_md
+    from kpremote.agent.run.report import render_results_md
 
     failed = results([{"workload": "a", "status": "INCORRECT", "speedup": None}])
     markdown = render_results_md({**failed, "status": "failed", "exit_code": 1, "headline": {"note": "no rows"}},

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .protocol import AgentError, ExitCode, UsageError
-from .runstate import disk_full_message, is_disk_full
+from .run.runstate import disk_full_message, is_disk_full
 
-DELEGATED = {"run": "kpremote.agent.runner", "sync-apply": "kpremote.agent.sync"}
+DELEGATED = {"run": "kpremote.agent.run.runner", "sync-apply": "kpremote.agent.sync"}
 BINARY_STDOUT = {"pack-summary"}  # errors of these go to stderr only: stdout carries data, not JSON
 
 
@@ -209,7 +209,7 @@ def _torch_cuda() -> dict[str, Any]:
 
 
 def _torch_cuda_unimported() -> dict[str, Any]:
-    from .startchecks import torch_cuda_build
+    from .run.startchecks import torch_cuda_build
 
     return {"cuda": torch_cuda_build(), "cuda_available": None}
 
@@ -237,7 +237,7 @@ def _probe(args: argparse.Namespace) -> int:
 
 def _start(args: argparse.Namespace) -> int:
     from .lease import IdlePolicy
-    from .start import StartRequest, start
+    from .run.start import StartRequest, start
 
     request = StartRequest(
         task=args.task,
@@ -279,20 +279,20 @@ def _apply_sync(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _follow(args: argparse.Namespace) -> int:
-    from .follow import follow
+    from .run.follow import follow
 
     return follow(_root(args), args.task, args.run, args.offset, once=args.once, with_summary=args.with_summary)
 
 
 def _status(args: argparse.Namespace) -> int:
-    from .liveness import status
+    from .run.liveness import status
 
     _print_json(status(_root(args), args.task))
     return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from .cancel import cancel
+    from .run.cancel import cancel
 
     grace = {} if args.grace is None else {"grace_s": max(0.0, args.grace)}
     _print_json(cancel(_root(args), args.task, args.run, pending=args.pending, **grace))
@@ -300,7 +300,7 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _pack_summary(args: argparse.Namespace) -> int:
-    from .summary import pack_summary
+    from .run.summary import pack_summary
 
     pack_summary(_root(args), args.task, args.run, sys.stdout.buffer)
     sys.stdout.buffer.flush()
@@ -308,7 +308,7 @@ def _pack_summary(args: argparse.Namespace) -> int:
 
 
 def _raw_file(args: argparse.Namespace) -> int:
-    from .rawfiles import raw_file_stat, send_raw_file
+    from .run.rawfiles import raw_file_stat, send_raw_file
 
     if args.stat:
         _print_json(raw_file_stat(_root(args), args.task, args.run, args.name))

@@ -27,8 +27,8 @@ from .profiledcall import call_main, call_side
 from .profilereport import SideProfile, render_profile_csv, render_profile_json, render_profile_md
 from .protocol import ProfileRequest
 from .provenance import file_sha256
-from .runner import EXIT_FAILED, EXIT_PASSED, EXIT_REFUSED, Abort, Runner
-from .runoptions import Options, parse_profile_args
+from .run.runner import EXIT_FAILED, EXIT_PASSED, EXIT_REFUSED, Abort, Runner
+from .run.runoptions import Options, parse_profile_args
 from .taskspec import Workload
 
 PROFILE_LIMIT_S = 3600.0  # one side under ncu: a full set replays every kernel dozens of times

@@ -78,7 +78,7 @@ def _json_arg(text: str, what: str) -> dict[str, Any]:
 
 def _submit(args: Any) -> int:
     from .__main__ import _apply_sync
-    from .runpaths import validate_task_name
+    from .run.runpaths import validate_task_name
     from .slurmsubmit import sbatch_options, submit
 
     request = {**_json_arg(args.request, "--request"), "task": validate_task_name(args.task)}

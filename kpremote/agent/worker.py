@@ -26,7 +26,7 @@ from . import build, sandbox
 from .harness import floors, timing
 from .atomicfile import write_json_atomically
 from .harness.correctness import ERROR
-from .runstate import DISK_FULL_EXIT, is_disk_full
+from .run.runstate import DISK_FULL_EXIT, is_disk_full
 from .taskspec import SIDES, TaskSpec, load_task
 
 

@@ -17,14 +17,14 @@ import pytest
 
 from kpremote.agent import protocol
 from kpremote.agent.__main__ import main
-from kpremote.agent.cancel import cancel
-from kpremote.agent.follow import follow
+from kpremote.agent.run.cancel import cancel
+from kpremote.agent.run.follow import follow
 from kpremote.agent.lease import holders
-from kpremote.agent.liveness import status
+from kpremote.agent.run.liveness import status
 from kpremote.agent.procfs import group_members
-from kpremote.agent.runpaths import RUN_ID, new_run
-from kpremote.agent.runstate import mark_cancel_requested, read_state, update_state
-from kpremote.agent.start import AGENT_HOME
+from kpremote.agent.run.runpaths import RUN_ID, new_run
+from kpremote.agent.run.runstate import mark_cancel_requested, read_state, update_state
+from kpremote.agent import AGENT_HOME
 from waiting import processes_mentioning, wait_for
 
 TASK = "h200_demo__multi_shape"

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agent import report, sandbox
+from kpremote.agent import sandbox
+from kpremote.agent.run import report
 from kpremote.agent.harness import guard
 from kpremote.agent.taskspec import TaskSpecError, load_task
 

@@ -56,7 +56,7 @@ def rmsnorm(x, weight, out, eps):
 
 
 def gpu_run(task: Path, run_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "kpremote.agent.runner", "--task-dir", str(task), "--run-dir", str(run_dir),
+    command = [sys.executable, "-m", "kpremote.agent.run.runner", "--task-dir", str(task), "--run-dir", str(run_dir),
                "--device", "cuda", "--root", str(run_dir.parent / "root"), "--audit", "off", *args]
     return subprocess.run(command, env=agent_env(), capture_output=True, text=True, timeout=900)
 

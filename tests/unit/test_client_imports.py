@@ -74,13 +74,20 @@ def test_the_client_imports_only_the_seam_from_the_agent():
     assert {rel: modules for rel, modules in outside.items() if modules} == {}
 
 
-@pytest.mark.parametrize("source", ["def f():\n    from .agent import plot, protocol\n",
-                                    "from .agent.plot import row_interval\n", "import kpremote.agent.plot\n",
-                                    "from ..agent import plot\n"])
+@pytest.mark.parametrize("source", ["def f():\n    from .agent import lease, protocol\n",
+                                    "from .agent.lease import IdlePolicy\n", "import kpremote.agent.lease\n",
+                                    "from ..agent import lease\n"])
 def test_the_walk_finds_an_agent_import_however_it_is_written(source):
     """The check itself can fail: inside a function, relative, absolute, from a subpackage."""
     where = PACKAGE / ("transport/x.py" if source.startswith("from ..") else "x.py")
-    assert agent_imports_outside_the_seam(where, source) == {"kpremote.agent.plot"}
+    assert agent_imports_outside_the_seam(where, source) == {"kpremote.agent.lease"}
+
+
+@pytest.mark.parametrize("source", ["from .agent.run import plot\n", "from .agent.run.plot import copy_share\n",
+                                    "import kpremote.agent.run.plot\n"])
+def test_the_walk_finds_a_module_in_an_agent_folder(source):
+    """The agent's parts are folders (run/, harness/, ...): an import of a module in one is found too."""
+    assert agent_imports_outside_the_seam(PACKAGE / "x.py", source) == {"kpremote.agent.run.plot"}
 
 
 def test_the_exceptions_still_name_real_imports():

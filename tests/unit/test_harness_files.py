@@ -10,7 +10,7 @@ from pathlib import Path
 from kpremote.agent import harness
 
 AGENT = harness.AGENT_DIR
-ENTRY_POINTS = ("runner.py", "harness/judge.py", "harness/side.py", "worker.py", "audit.py")  # the processes of one run
+ENTRY_POINTS = ("run/runner.py", "harness/judge.py", "harness/side.py", "worker.py", "audit.py")  # the processes of one run
 
 
 def agent_imports(name: str) -> set[str]:
@@ -69,7 +69,7 @@ def test_the_digest_changes_with_any_harness_file(tmp_path):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(f"# {name}\n")
     before = harness.harness_digest(tmp_path)
-    (tmp_path / "children.py").write_text("# changed\n")
+    (tmp_path / "run/children.py").write_text("# changed\n")
     assert harness.harness_digest(tmp_path) != before
 
 

@@ -12,8 +12,8 @@ import pytest
 from unit.helpers import TASK, write
 
 from kpremote.agent.provenance import git_state, source_provenance, task_provenance
-from kpremote.agent.runner import Runner
-from kpremote.agent.runoptions import Options
+from kpremote.agent.run.runner import Runner
+from kpremote.agent.run.runoptions import Options
 from kpremote.fetch import FetchReport, refresh_docs
 from kpremote.agent.taskspec import load_task
 from kpremote.sync import sync_task

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from kpremote.agent import slurmjobs, slurmsettle
-from kpremote.agent.follow import follow_run
-from kpremote.agent.runstate import update_state
+from kpremote.agent.run.follow import follow_run
+from kpremote.agent.run.runstate import update_state
 
 AGENT = Path(__file__).resolve().parents[2] / "kpremote" / "agent"
 RUN_MODULES = {"runpaths", "start", "startchecks", "startguard", "liveness", "cancel", "follow", "summary",
@@ -101,8 +101,8 @@ def test_squeue_and_sacct_lines_read_alike_and_a_forgotten_job_says_so(monkeypat
 
 def test_run_modules_use_each_others_public_names_only():
     for name in sorted(RUN_MODULES):
-        tree = ast.parse((AGENT / f"{name}.py").read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module in RUN_MODULES:
+        [path] = AGENT.rglob(f"{name}.py")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level and (node.module or "").split(".")[-1] in RUN_MODULES:
                 private = [alias.name for alias in node.names if alias.name.startswith("_")]
                 assert not private, f"agent/{name}.py imports {private} from agent/{node.module}.py"

@@ -1,6 +1,6 @@
 """One run, start to end: validate → lease → build → (correctness → timing) per workload → report.
 
-`python -m kpremote.agent.runner` (its options: runoptions.py) is what `start` spawns for a timing run.
+`python -m kpremote.agent.run.runner` (its options: runoptions.py) is what `start` spawns for a timing run.
 
 The runner itself never imports torch: the builds run in a worker process (worker.py) and the workload rows in
 a judge (judge.py, driven through judgeprocess.py), which keeps each side in a process of its own; the judge and
@@ -30,24 +30,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from . import buildrules, harness, report, sandbox
-from .harness import guard
-from .build import triton_cache_dir
-from .buildrules import NOT_CHECKED
+from .. import AGENT_HOME, buildrules, harness, sandbox
+from . import report
+from ..harness import guard
+from ..build import triton_cache_dir
+from ..buildrules import NOT_CHECKED
 from .children import ChildLimits, WorkerOutcome, crash_description, run_child
-from .harness.judgeprocess import JudgeProcess
-from .harness.correctness import ERROR, PASSED, TIMEOUT
+from ..harness.judgeprocess import JudgeProcess
+from ..harness.correctness import ERROR, PASSED, TIMEOUT
 from .events import EventLog, read_events
 from .guards import OURS_PER_ROW, DiskReserve, ForeignWatch
-from .provenance import baseline_upstream, source_provenance
+from ..provenance import baseline_upstream, source_provenance
 from .runoptions import Options, parse_args
 from .runstate import DISK_FULL_EXIT, disk_full_message, is_disk_full, update_state
-from .taskspec import TaskSpec, TaskSpecError, Workload, load_task
+from ..taskspec import TaskSpec, TaskSpecError, Workload, load_task
 
 EXIT_PASSED, EXIT_FAILED, EXIT_REFUSED, EXIT_INFRA, EXIT_CANCELLED = 0, 1, 2, 3, 130
 PREPARE_LIMIT_S = 3600.0  # both builds (a CUDA build can take many minutes) and the device probe
 # The folder holding the `kpremote` package: workers import the very same agent copy.
-AGENT_HOME = Path(__file__).resolve().parents[2]
 
 
 class Cancelled(Exception):
@@ -70,7 +70,7 @@ def main(argv: list[str], stopped_by: Callable[[Path], StopVerdict | None] | Non
     """stopped_by(run_dir): who stopped a run that a signal ended, when not a cancel (a Slurm job's step passes
     Slurm's answer: time limit, preemption, node failure)."""
     options = parse_args(argv)
-    return Runner(options, [sys.executable, "-m", "kpremote.agent.runner", *argv], stopped_by).run()
+    return Runner(options, [sys.executable, "-m", "kpremote.agent.run.runner", *argv], stopped_by).run()
 
 
 # --------------------------------------------------------------------------------------------- the run
@@ -200,7 +200,7 @@ class Runner:
             if not self.options.workloads:
                 self.ctx.selected = self.ctx.spec.smoke_rows()
             return
-        from . import lease, nvml
+        from .. import lease, nvml
 
         root = self._lease_root()
         self.ctx.lease_root = root
@@ -226,7 +226,7 @@ class Runner:
         if self.options.device != "auto":
             return self.options.device
         try:
-            from . import nvml
+            from .. import nvml
 
             snap = nvml.snapshot()
         except Exception:  # noqa: BLE001 - no NVML: no GPU
@@ -244,7 +244,7 @@ class Runner:
         return Path.home() / "kpremote"
 
     def _adopt_lease(self, root: Path) -> Any:
-        from . import lease, nvml
+        from .. import lease, nvml
 
         fd = self.options.lease_fd
         uuid = self.options.gpu or json.loads(os.pread(fd, 1 << 16, 0) or b"{}").get("uuid")
@@ -411,7 +411,7 @@ class Runner:
         self.ctx.audit = self._audit_status()
         if self.ctx.audit != "on":
             return
-        from . import audit
+        from .. import audit
 
         rows = [r for r in self.ctx.rows if r.get("production") and r["status"] == PASSED and r.get("timing")]
         if rows:
@@ -440,7 +440,7 @@ class Runner:
 
         if importlib.util.find_spec(f"{__package__}.audit") is None:
             return "unaudited: audit module missing"
-        from . import ncu
+        from .. import ncu
 
         if ncu.find_ncu(dict(os.environ)) is None:
             return "unaudited: ncu not found"
@@ -514,7 +514,7 @@ class Runner:
     def _release_gpu(self) -> None:
         if self.ctx.lease is None:
             return
-        from . import nvml
+        from .. import nvml
 
         gpu = nvml.snapshot().find(self.ctx.gpu.uuid) if self.ctx.gpu else None
         self.ctx.gpu_after = gpu.to_json() if gpu else None

@@ -62,12 +62,12 @@ class ForeignWatch:
             self._look()
 
     def _look(self) -> None:
-        from . import nvml
+        from .. import nvml
 
         gpu = nvml.snapshot().find(self.uuid)
         if gpu is None:
             return
-        from .procfs import descendants, pid_exists
+        from ..procfs import descendants, pid_exists
 
         self.known_ours.update(descendants(os.getpid()))
         others = [p for p in gpu.processes or [] if p.get("pid") not in self.baseline_pids | self.known_ours]

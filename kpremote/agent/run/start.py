@@ -15,16 +15,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from .lease import Lease, acquire, utc_now_iso
-from .nvml import GpuState, Snapshot, snapshot
-from .protocol import PROFILE_MODE_PREFIX, RUNNERS, AgentError, GpuNotFound, IdlePolicy, NotFound, StartCancelled, run_kind
+from .. import AGENT_HOME
+from ..lease import Lease, acquire, utc_now_iso
+from ..nvml import GpuState, Snapshot, snapshot
+from ..protocol import PROFILE_MODE_PREFIX, RUNNERS, AgentError, GpuNotFound, IdlePolicy, NotFound, StartCancelled, run_kind
 from .runpaths import claim_run, task_dir
 from .runstate import update_state
 from .startchecks import refuse_bad_task, refuse_missing_packages, refuse_unusable_python, task_arch
 from .startguard import CLIENT_GONE, StartGuard, Waiter
 
 # The folder that holds the `kpremote` package this code runs from: the detached runner imports the same copy.
-AGENT_HOME = Path(__file__).resolve().parents[2]
 
 
 @dataclass

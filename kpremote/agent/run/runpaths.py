@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from .lease import utc_now_iso
-from .protocol import NAME_PATTERN, RUN_ID_PATTERN, RUN_ID_RULE, is_name, new_run_id
-from .protocol import BadRequest, NotFound, StartCancelled
+from ..lease import utc_now_iso
+from ..protocol import NAME_PATTERN, RUN_ID_PATTERN, RUN_ID_RULE, is_name, new_run_id
+from ..protocol import BadRequest, NotFound, StartCancelled
 from .runstate import update_state
 
 SAFE_NAME = re.compile(NAME_PATTERN)

@@ -1,6 +1,6 @@
 """The runners' command lines: the timing runner's options, and the profile runner's request on top of them.
 
-    python -m kpremote.agent.runner --task-dir W --run-dir R --device cuda|cpu|auto [--gpu UUID] [--lease-fd N]
+    python -m kpremote.agent.run.runner --task-dir W --run-dir R --device cuda|cpu|auto [--gpu UUID] [--lease-fd N]
         [--workloads a,b] [--mode cold|graph] [--host-alias NAME] [--root ROOT] [--audit on|off]
     python -m kpremote.agent.profile --profile JSON [the same options]
         (what `start --profile JSON` spawns; JSON is a protocol.ProfileRequest)
@@ -12,9 +12,9 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from .protocol import ProfileRequest
+from ..protocol import ProfileRequest
 
-TIMING_PROG = "python -m kpremote.agent.runner"
+TIMING_PROG = "python -m kpremote.agent.run.runner"
 PROFILE_PROG = "python -m kpremote.agent.profile"
 DESCRIPTION = "One run, start to end: validate → lease → build → (correctness → timing) per workload → report."
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .follow import HEARTBEAT_S, reader_gone
-from .lease import utc_now_iso
-from .nvml import GpuState, Snapshot
-from .protocol import StartCancelled
+from ..lease import utc_now_iso
+from ..nvml import GpuState, Snapshot
+from ..protocol import StartCancelled
 from .runstate import update_state
 
 CLIENT_GONE = "its client went away before the run began"

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .protocol import TERMINAL, BadRequest, NotFound, NotTerminal, is_name
-from .provenance import file_sha256
+from ..protocol import TERMINAL, BadRequest, NotFound, NotTerminal, is_name
+from ..provenance import file_sha256
 from .liveness import current_state
 from .runpaths import existing_run_dir
 

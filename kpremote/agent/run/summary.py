@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from .liveness import current_state
-from .protocol import TERMINAL, NotTerminal
+from ..protocol import TERMINAL, NotTerminal
 from .runpaths import existing_run_dir
 
 

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .lease import utc_now_iso
+from ..lease import utc_now_iso
 from .liveness import current_state, group_is_run, looks_like_run, signal_group, wait_group_gone
-from .protocol import TERMINAL
+from ..protocol import TERMINAL
 from .runpaths import existing_run_dir, tombstone_unless_recorded
 from .runstate import mark_cancel_requested, read_state, update_state
 

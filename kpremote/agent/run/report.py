@@ -14,10 +14,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from . import harness
-from .harness import stats
-from .atomicfile import write_atomically as _write
-from .harness.correctness import ERROR, INCORRECT, NOT_CHECKED, PASSED, TIMEOUT
+from .. import harness
+from ..harness import stats
+from ..atomicfile import write_atomically as _write
+from ..harness.correctness import ERROR, INCORRECT, NOT_CHECKED, PASSED, TIMEOUT
 
 SCHEMA = "kpremote.results/1"
 SMOKE_LABEL = "smoke: timings are not meaningful"

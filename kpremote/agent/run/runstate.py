@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .atomicfile import write_json_atomically
-from .protocol import TERMINAL, RunExit  # noqa: F401 - re-exported
+from ..atomicfile import write_json_atomically
+from ..protocol import TERMINAL, RunExit  # noqa: F401 - re-exported
 
 DISK_FULL_EXIT = RunExit.DISK_FULL
 """A worker's exit code when the disk was too full to write its result (28 = ENOSPC)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from .protocol import row_interval
+from ..protocol import row_interval
 
 PASSED = "PASSED"
 

@@ -15,7 +15,7 @@ from typing import Any, BinaryIO, Protocol
 
 from .events import complete_lines
 from .liveness import current_state
-from .protocol import TERMINAL
+from ..protocol import TERMINAL
 from .runpaths import existing_run_dir
 from .summary import write_summary_tar
 

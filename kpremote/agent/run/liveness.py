@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .lease import utc_now_iso
-from .procfs import command_line, group_members, is_alive, pid_exists
-from .protocol import TERMINAL
+from ..lease import utc_now_iso
+from ..procfs import command_line, group_members, is_alive, pid_exists
+from ..protocol import TERMINAL
 from .runpaths import recorded_run_dirs
 from .runstate import cancel_requested, read_state, update_state
 
