@@ -146,7 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     p = command("ship", _ship, "extract an agent tar from stdin into DEST")
     p.add_argument("--dest", required=True)
 
-    from .slurm import add_commands as add_slurm_commands  # slurm-*: Slurm clusters (issue 15, docs/slurm.md)
+    from .slurm.commands import add_commands as add_slurm_commands  # slurm-*: Slurm clusters (issue 15, docs/slurm.md)
 
     add_slurm_commands(command)
     return parser

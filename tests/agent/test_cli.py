@@ -17,7 +17,6 @@ from kpremote.agent.lease import IdlePolicy, acquire
 from kpremote.agentclient import agent_bundle
 
 
-
 def _installed(distribution: str) -> str | None:
     try:
         return importlib.metadata.version(distribution)

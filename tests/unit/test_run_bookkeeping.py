@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from kpremote.agent import slurmjobs, slurmsettle
+from kpremote.agent.slurm import slurmjobs, slurmsettle
 from kpremote.agent.run.follow import follow_run
 from kpremote.agent.run.runstate import update_state
 
 AGENT = Path(__file__).resolve().parents[2] / "kpremote" / "agent"
 RUN_MODULES = {"runpaths", "start", "startchecks", "startguard", "liveness", "cancel", "follow", "summary",
-               "slurm", "slurmjobs", "slurmruns", "slurmsettle", "slurmstep", "slurmsubmit"}
+               "commands", "slurmjobs", "slurmruns", "slurmsettle", "slurmstep", "slurmsubmit"}
 
 
 class ScriptedWatch:

@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .lease import utc_now_iso
-from .run.events import EventLog
-from .protocol import BadRequest, RunExit
-from .run.runpaths import claim_run, task_dir
-from .run.runstate import update_state
+from ..lease import utc_now_iso
+from ..run.events import EventLog
+from ..protocol import BadRequest, RunExit
+from ..run.runpaths import claim_run, task_dir
+from ..run.runstate import update_state
 from .slurmjobs import SCHEDULER, SlurmError, slurm
-from . import AGENT_HOME
+from .. import AGENT_HOME
 
 SBATCH_ALLOWED = ("mem", "mem-per-cpu", "mem-per-gpu", "cpus-per-task", "cpus-per-gpu", "gpus", "gpus-per-node",
                   "gpu-bind", "nodelist", "exclude", "reservation", "nice", "comment", "wckey", "licenses",

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Optional
 
-from .protocol import TERMINAL, AgentError
+from ..protocol import TERMINAL, AgentError
 
 SCHEDULER = "slurm"
 COMMAND_TIMEOUT_S = 60.0

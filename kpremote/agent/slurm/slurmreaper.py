@@ -15,7 +15,7 @@ import signal
 import time
 from contextlib import suppress
 
-from .procfs import group_members
+from ..procfs import group_members
 
 REAP_ROUNDS = 50  # SIGKILL the group's members until none is left, at most this many times 0.1 s apart
 

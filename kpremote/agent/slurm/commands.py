@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from .protocol import BadRequest, ExitCode
+from ..protocol import BadRequest, ExitCode
 
 
 def add_commands(command: Callable[..., Any]) -> None:
@@ -77,8 +77,8 @@ def _json_arg(text: str, what: str) -> dict[str, Any]:
 
 
 def _submit(args: Any) -> int:
-    from .__main__ import _apply_sync
-    from .run.runpaths import validate_task_name
+    from ..__main__ import _apply_sync
+    from ..run.runpaths import validate_task_name
     from .slurmsubmit import sbatch_options, submit
 
     request = {**_json_arg(args.request, "--request"), "task": validate_task_name(args.task)}

@@ -12,17 +12,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
-from .run.events import EventLog
-from .lease import acquire, utc_now_iso
-from .nvml import snapshot
-from .protocol import TERMINAL, AgentError, ExitCode, IdlePolicy, RunExit
-from .run.runpaths import existing_run_dir
-from .run.runstate import read_state, update_state
+from ..run.events import EventLog
+from ..lease import acquire, utc_now_iso
+from ..nvml import snapshot
+from ..protocol import TERMINAL, AgentError, ExitCode, IdlePolicy, RunExit
+from ..run.runpaths import existing_run_dir
+from ..run.runstate import read_state, update_state
 from .slurmjobs import jobs
 from .slurmreaper import start_reaper
 from .slurmsettle import settle, stopped_by_slurm
-from .run.start import runner_env
-from .run.startchecks import refuse_unusable_python, task_arch
+from ..run.start import runner_env
+from ..run.startchecks import refuse_unusable_python, task_arch
 
 
 class Refused(AgentError):
@@ -171,7 +171,7 @@ def _fork_runner(argv: list[str], env: dict[str, str], log_path: Path, job_id: O
         os.close(log)
         os.environ.clear()
         os.environ.update(env)
-        from .run.runner import main as runner_main
+        from ..run.runner import main as runner_main
 
         code = runner_main(argv, stopped_by=lambda run_dir: stopped_by_slurm(run_dir, job_id))
     except BaseException:  # noqa: BLE001 - whatever happens, the child must not return into the step's code

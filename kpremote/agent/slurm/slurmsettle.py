@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from .run.events import EventLog
-from .lease import utc_now_iso
-from .protocol import TERMINAL, RunExit
-from .run.runstate import read_state, update_state
+from ..run.events import EventLog
+from ..lease import utc_now_iso
+from ..protocol import TERMINAL, RunExit
+from ..run.runstate import read_state, update_state
 from .slurmjobs import ENDED, KILLED_BY_SLURM, SCHEDULER, jobs, node_reason, queue_position
 
 SLURM_POLL_S = 1.0  # how often a follower asks Slurm (one squeue call) while the run has not ended

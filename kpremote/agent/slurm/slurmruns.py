@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO, Optional
 
-from .run.follow import follow_run
-from .lease import utc_now_iso
-from .protocol import TERMINAL
-from .run.runpaths import existing_run_dir, recorded_run_dirs, tombstone_unless_recorded
-from .run.runstate import read_state, update_state
+from ..run.follow import follow_run
+from ..lease import utc_now_iso
+from ..protocol import TERMINAL
+from ..run.runpaths import existing_run_dir, recorded_run_dirs, tombstone_unless_recorded
+from ..run.runstate import read_state, update_state
 from .slurmjobs import ENDED, SCHEDULER, jobs, slurm
 from .slurmsettle import SlurmWatch, append_event, look, look_all, needs_slurm, queued_phase, with_queue
 
