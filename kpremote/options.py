@@ -108,7 +108,7 @@ def workload_ids(value: Optional[str]) -> Optional[list[str]]:
 
 def check_tasks(tasks: list[TaskDir], *, timing_mode: Optional[str], workloads: Optional[list[str]]) -> None:
     """Each task's task.toml and workloads.toml hold, and every --workloads id is one of its rows."""
-    from .agent import taskspec  # the host's own validator, so the client refuses exactly what the host would
+    from .agent.task import taskspec  # the host's own validator, so the client refuses exactly what the host would
 
     if taskspec.tomllib is None:  # Python 3.10 without tomli: the host checks the task instead
         return

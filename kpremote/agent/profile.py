@@ -29,7 +29,7 @@ from .protocol import ProfileRequest
 from .provenance import file_sha256
 from .run.runner import EXIT_FAILED, EXIT_PASSED, EXIT_REFUSED, Abort, Runner
 from .run.runoptions import Options, parse_profile_args
-from .taskspec import Workload
+from .task.taskspec import Workload
 
 PROFILE_LIMIT_S = 3600.0  # one side under ncu: a full set replays every kernel dozens of times
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .atomicfile import write_atomically
-from .taskspec import SIDES, TaskSpec, Workload, load_task
+from .task.taskspec import SIDES, TaskSpec, Workload, load_task
 
 
 def call_side(job: dict[str, Any]) -> dict[str, Any]:
@@ -66,7 +66,7 @@ def job_task(job: dict[str, Any]) -> tuple[TaskSpec, Workload, str]:
 
 def bound_adapter(spec: TaskSpec, side: str, module_file: str | None) -> Any:
     """The task's adapter with only the measured side imported (the other side is bound to None)."""
-    from .build import import_adapter, import_side
+    from .task.build import import_adapter, import_side
 
     module = import_side(spec, side, module_file)
     adapter = import_adapter(spec)

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from kpremote.agent import build, harness
+from kpremote.agent import harness
+from kpremote.agent.task import build
 from kpremote.agent.run import guards, report, runner
 from kpremote.agent.harness.judge import TIMING_CASES_CPU
 from kpremote.agent.run.events import read_events

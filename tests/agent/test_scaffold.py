@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agent.test_runner import results_of, run_agent
-from kpremote.agent.taskspec import load_task
+from kpremote.agent.task.taskspec import load_task
 from kpremote.scaffold import ScaffoldError, arch_for, new_task
 
 

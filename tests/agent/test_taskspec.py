@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kpremote.agent.run.startchecks import task_arch
-from kpremote.agent.taskspec import TaskSpecError, load_task
+from kpremote.agent.task.taskspec import TaskSpecError, load_task
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "tiny_rmsnorm"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kpremote.agent.harness import timing
-from kpremote.agent.taskspec import TimingSettings
+from kpremote.agent.task.taskspec import TimingSettings
 
 
 def sides() -> tuple[timing.SideSamples, timing.SideSamples]:

@@ -15,7 +15,7 @@ SEAM = {f"kpremote.agent.{name}" for name in ("protocol", "boot", "provenance", 
 ALLOWED_ELSEWHERE = {
     # The task folder is refused on the client by the host's own validator, so nothing the host would refuse is
     # sent (docs/architecture.md): one rule, not a client copy of the task contract.
-    ("options.py", "kpremote.agent.taskspec"),
+    ("options.py", "kpremote.agent.task.taskspec"),
     # An earlier measurement stands for a new one only with the same harness version and pinned bench/ and task.toml,
     # computed by the runner's own rule (harness.py: standard library only, meant for the client too).
     ("ledger.py", "kpremote.agent.harness"),

@@ -10,12 +10,12 @@ from pathlib import Path
 from kpremote.agent import harness
 
 AGENT = harness.AGENT_DIR
-ENTRY_POINTS = ("run/runner.py", "harness/judge.py", "harness/side.py", "worker.py", "audit.py")  # the processes of one run
+ENTRY_POINTS = ("run/runner.py", "harness/judge.py", "harness/side.py", "task/worker.py", "audit.py")  # the processes of one run
 
 
 def agent_imports(name: str) -> set[str]:
     """The agent modules the file `name` imports (relative or absolute, at the top or inside a function), as paths
-    from the agent's folder ("build.py", "builders/cuda.py"); importing a package's module imports its __init__.py."""
+    from the agent's folder ("task/build.py", "task/builders/cuda.py"); importing a package's module imports its __init__.py."""
     path = AGENT / name
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -76,5 +76,5 @@ def test_the_digest_changes_with_any_harness_file(tmp_path):
 def test_the_modules_of_a_package_are_followed_into_the_digest():
     """build.py reaches the builders through builders/__init__.py: each kind's builder decides how a side is built."""
     reached = imported_by_a_run()
-    assert {"builders/__init__.py", "builders/base.py", "builders/cuda.py", "builders/tvmffi.py"} <= reached
-    assert {"builders/cuda.py", "builders/tvmffi.py", "buildrules.py"} <= set(harness.HARNESS_FILES)
+    assert {"task/builders/__init__.py", "task/builders/base.py", "task/builders/cuda.py", "task/builders/tvmffi.py"} <= reached
+    assert {"task/builders/cuda.py", "task/builders/tvmffi.py", "task/buildrules.py"} <= set(harness.HARNESS_FILES)

@@ -11,7 +11,7 @@ import pytest
 
 from kpremote.agent.harness import sampling, timing
 from kpremote.agent.harness.correctness import ERROR, Refused
-from kpremote.agent.taskspec import SIDES
+from kpremote.agent.task.taskspec import SIDES
 
 
 class ScriptedSide:

@@ -17,7 +17,7 @@ from typing import Any
 
 from .channel import share_cpu_tensor
 from .correctness import clone_tensors, restore_mutated, results_of
-from ..taskspec import SIDES
+from ..task.taskspec import SIDES
 
 SEED_BITS = 63
 

@@ -46,7 +46,7 @@ from .channel import encode_values
 from .correctness import (ERROR, INCORRECT, PASSED, CaseView, Refused, SideFailed, Verdict, check_case,
                           mutated_inputs, require_inputs_untouched)
 from .sideprocess import SideProcess, request_guarded
-from ..taskspec import SIDES, TaskSpec, Workload, load_task
+from ..task.taskspec import SIDES, TaskSpec, Workload, load_task
 
 TIMING_CASES_GPU = 4  # fresh cases at distinct addresses the timed samples rotate over
 TIMING_CASES_CPU = 2  # the interpreter is slow: fewer on a smoke run, the same boundary
@@ -83,7 +83,7 @@ class Bench:
         env = dict(os.environ)
         self.sides = {side: SideProcess(side, env, self.run_dir, side_scratch(self.run_dir, side))
                       for side in SIDES}  # they import while we do
-        from .. import build
+        from ..task import build
 
         failed = self._import_all(build)
         if failed:

@@ -16,7 +16,7 @@ from .cases import SharedCase, derive_seed, make_case_guarded
 from .correctness import (ERROR, INCORRECT, Refused, SideFailed, Verdict, compare_output, describe, poison_outputs,
                           reference_inputs)
 from .sideprocess import request_guarded
-from ..taskspec import SIDES
+from ..task.taskspec import SIDES
 
 if TYPE_CHECKING:
     from .judge import Judge

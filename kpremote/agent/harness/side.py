@@ -56,8 +56,8 @@ class Side:
     # ---------------------------------------------------------------- commands
 
     def start(self, command: dict[str, Any]) -> dict[str, Any]:
-        from .. import build
-        from ..taskspec import SIDES, load_task
+        from ..task import build
+        from ..task.taskspec import SIDES, load_task
 
         if command["device"] != "cuda":
             import torch

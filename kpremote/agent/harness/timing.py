@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import stats
-from ..taskspec import TimingSettings
+from ..task.taskspec import TimingSettings
 
 OFF_STREAM = "implausible: work not on the current stream"
 CLOCK_SAG_FRACTION = 0.75

@@ -30,11 +30,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import AGENT_HOME, buildrules, harness, sandbox
+from .. import AGENT_HOME, harness, sandbox
+from ..task import buildrules
 from . import report
 from ..harness import guard
-from ..build import triton_cache_dir
-from ..buildrules import NOT_CHECKED
+from ..task.build import triton_cache_dir
+from ..task.buildrules import NOT_CHECKED
 from .children import ChildLimits, WorkerOutcome, crash_description, run_child
 from ..harness.judgeprocess import JudgeProcess
 from ..harness.correctness import ERROR, PASSED, TIMEOUT
@@ -43,7 +44,7 @@ from .guards import OURS_PER_ROW, DiskReserve, ForeignWatch
 from ..provenance import baseline_upstream, source_provenance
 from .runoptions import Options, parse_args
 from .runstate import DISK_FULL_EXIT, disk_full_message, is_disk_full, update_state
-from ..taskspec import TaskSpec, TaskSpecError, Workload, load_task
+from ..task.taskspec import TaskSpec, TaskSpecError, Workload, load_task
 
 EXIT_PASSED, EXIT_FAILED, EXIT_REFUSED, EXIT_INFRA, EXIT_CANCELLED = 0, 1, 2, 3, 130
 PREPARE_LIMIT_S = 3600.0  # both builds (a CUDA build can take many minutes) and the device probe
@@ -365,7 +366,7 @@ class Runner:
         job_path.write_text(json.dumps(job, indent=1))
 
         def command(result_fd: int) -> list[str]:
-            return [sys.executable, "-m", "kpremote.agent.worker", what, "--job", str(job_path), "--out", str(out),
+            return [sys.executable, "-m", "kpremote.agent.task.worker", what, "--job", str(job_path), "--out", str(out),
                     "--result-fd", str(result_fd)]
 
         outcome = run_child(command, ChildLimits(self._worker_env(), self.run_dir, log_path, limit_s))

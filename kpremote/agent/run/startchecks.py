@@ -20,7 +20,7 @@ def refuse_bad_task(workspace: Path, request: StartRequest) -> Any:
     user knows it (kernels/<task>/...), not this host's copy."""
     if request.runner_module not in AGENT_RUNNERS:  # a stand-in runner reads no task
         return None
-    from ..taskspec import TaskSpecError, load_task
+    from ..task.taskspec import TaskSpecError, load_task
 
     try:
         spec = load_task(workspace, timing_mode=request.mode, packages=False)
@@ -35,8 +35,8 @@ def refuse_missing_packages(workspace: Path, spec: Any) -> None:
     task refusal; refused before any record or lease all the same."""
     if spec is None:
         return
-    from ..buildrules import check_packages
-    from ..taskspec import TaskSpecError
+    from ..task.buildrules import check_packages
+    from ..task.taskspec import TaskSpecError
 
     try:
         check_packages(workspace / "task.toml", spec.build)
@@ -45,7 +45,7 @@ def refuse_missing_packages(workspace: Path, spec: Any) -> None:
 
 
 def _users_path(message: str, workspace: Path, task: str) -> str:
-    from ..taskspec import shown
+    from ..task.taskspec import shown
 
     for form in {str(workspace), str(workspace.resolve()), shown(workspace)}:
         message = message.replace(form, f"kernels/{task}")

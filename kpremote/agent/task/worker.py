@@ -1,6 +1,6 @@
 """The prepare step of a run in its own process: device probe first, then both builds.
 
-    python -m kpremote.agent.worker prepare --job JOB.json --out RESULT.json [--result-fd N]
+    python -m kpremote.agent.task.worker prepare --job JOB.json --out RESULT.json [--result-fd N]
 
 The probe (device, copy bandwidth, the L2 flush probe) runs BEFORE any task code is imported and goes to the
 runner through the inherited pipe N, which is closed before the builds start: whatever a side's code does
@@ -22,16 +22,17 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import build, sandbox
-from .harness import floors, timing
-from .atomicfile import write_json_atomically
-from .harness.correctness import ERROR
-from .run.runstate import DISK_FULL_EXIT, is_disk_full
+from .. import sandbox
+from . import build
+from ..harness import floors, timing
+from ..atomicfile import write_json_atomically
+from ..harness.correctness import ERROR
+from ..run.runstate import DISK_FULL_EXIT, is_disk_full
 from .taskspec import SIDES, TaskSpec, load_task
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kpremote.agent.worker")
+    parser = argparse.ArgumentParser(prog="python -m kpremote.agent.task.worker")
     parser.add_argument("what", choices=("prepare", "build-side"))
     parser.add_argument("--job", required=True, type=Path)
     parser.add_argument("--out", type=Path)
@@ -58,7 +59,7 @@ def main(argv: list[str]) -> int:
 
 
 def prepare(job: dict[str, Any], result_fd: int | None = None) -> dict[str, Any]:
-    from .harness import guard
+    from ..harness import guard
 
     guard.make_undumpable()
     spec = load_task(Path(job["task_dir"]), timing_mode=job.get("mode"))
@@ -92,7 +93,7 @@ def build_in_sandbox(spec: TaskSpec, run_dir: Path, side: str, builder: Any, *,
     read_end, write_end = os.pipe()
     try:
         launcher = [sys.executable, "-m", "kpremote.agent.sandbox.namespace", "--"] if _namespaces() else []
-        child = subprocess.Popen(launcher + [sys.executable, "-m", "kpremote.agent.worker", "build-side", "--job",
+        child = subprocess.Popen(launcher + [sys.executable, "-m", "kpremote.agent.task.worker", "build-side", "--job",
                                              str(job_path), "--result-fd", str(write_end)],
                                  pass_fds=(write_end,), stdin=subprocess.DEVNULL,
                                  env={**os.environ, **sandbox.scratch_env(scratch)})

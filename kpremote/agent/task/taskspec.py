@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .protocol import TIMING_MODES
+from ..protocol import TIMING_MODES
 
 try:
     import tomllib
