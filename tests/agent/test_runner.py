@@ -352,7 +352,7 @@ def test_the_audit_state_says_why_a_run_is_unaudited(tmp_path: Path, monkeypatch
     assert status("cuda", None) == "unaudited: ncu not found"
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "kpremote.agent.audit" else real_find_spec(name, *a))
+                        lambda name, *a: None if name == "kpremote.agent.ncu.audit" else real_find_spec(name, *a))
     assert status("cuda", None) == "unaudited: audit module missing"
 
 

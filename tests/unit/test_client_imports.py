@@ -20,9 +20,9 @@ ALLOWED_ELSEWHERE = {
     # computed by the runner's own rule (harness.py: standard library only, meant for the client too).
     ("ledger.py", "kpremote.agent.harness"),
 }
-if "class ProfileRequest" in (PACKAGE / "agent" / "ncu.py").read_text():
+if "class ProfileRequest" in (PACKAGE / "agent" / "ncu" / "ncu.py").read_text():
     # ProfileRequest moves into protocol.py (issue 12, profile as a kind of start); until then it lives in ncu.py.
-    ALLOWED_ELSEWHERE |= {("commands.py", "kpremote.agent.ncu"), ("profile.py", "kpremote.agent.ncu")}
+    ALLOWED_ELSEWHERE |= {("commands.py", "kpremote.agent.ncu.ncu"), ("profile.py", "kpremote.agent.ncu.ncu")}
 NOT_CLIENT_FOLDERS = {
     "agent",
     "templates",  # a new task's files: task code, which runs on the host beside the agent

@@ -10,7 +10,7 @@ from pathlib import Path
 from kpremote.agent import harness
 
 AGENT = harness.AGENT_DIR
-ENTRY_POINTS = ("run/runner.py", "harness/judge.py", "harness/side.py", "task/worker.py", "audit.py")  # the processes of one run
+ENTRY_POINTS = ("run/runner.py", "harness/judge.py", "harness/side.py", "task/worker.py", "ncu/audit.py")  # the processes of one run
 
 
 def agent_imports(name: str) -> set[str]:

@@ -412,7 +412,7 @@ class Runner:
         self.ctx.audit = self._audit_status()
         if self.ctx.audit != "on":
             return
-        from .. import audit
+        from ..ncu import audit
 
         rows = [r for r in self.ctx.rows if r.get("production") and r["status"] == PASSED and r.get("timing")]
         if rows:
@@ -441,7 +441,7 @@ class Runner:
 
         if importlib.util.find_spec(f"{__package__}.audit") is None:
             return "unaudited: audit module missing"
-        from .. import ncu
+        from ..ncu import ncu
 
         if ncu.find_ncu(dict(os.environ)) is None:
             return "unaudited: ncu not found"

@@ -1,7 +1,7 @@
 """The process Nsight Compute measures: one side's calls of one workload, only the marked ones profiled.
 
-    python -m kpremote.agent.profile call --job JOB.json --out DONE.json   (a profile run's target: call_side)
-    python -m kpremote.agent.audit call --job JOB.json --out DONE.json     (the timing audit's: audit.call_row)
+    python -m kpremote.agent.ncu.profile call --job JOB.json --out DONE.json   (a profile run's target: call_side)
+    python -m kpremote.agent.ncu.audit call --job JOB.json --out DONE.json     (the timing audit's: audit.call_row)
 
 Both import only the measured side into the task's adapter, make the warm-up calls outside the profiler's region,
 then the measured calls inside cudaProfilerStart/Stop (ncu runs with `--profile-from-start off`). A call that
@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .atomicfile import write_atomically
-from .task.taskspec import SIDES, TaskSpec, Workload, load_task
+from ..atomicfile import write_atomically
+from ..task.taskspec import SIDES, TaskSpec, Workload, load_task
 
 
 def call_side(job: dict[str, Any]) -> dict[str, Any]:
@@ -43,7 +43,7 @@ def call_main(argv: list[str], prog: str, calls: Callable[[dict[str, Any]], dict
     parser.add_argument("--job", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
-    from . import sandbox
+    from .. import sandbox
 
     print(f"profiled call: {sandbox.enter()}", file=sys.stderr, flush=True)  # before the side's code is imported
     try:
@@ -66,7 +66,7 @@ def job_task(job: dict[str, Any]) -> tuple[TaskSpec, Workload, str]:
 
 def bound_adapter(spec: TaskSpec, side: str, module_file: str | None) -> Any:
     """The task's adapter with only the measured side imported (the other side is bound to None)."""
-    from .task.build import import_adapter, import_side
+    from ..task.build import import_adapter, import_side
 
     module = import_side(spec, side, module_file)
     adapter = import_adapter(spec)

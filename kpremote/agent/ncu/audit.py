@@ -19,7 +19,7 @@ graph-mode row is audited warm, as its replays run.
 
 Each row runs in a process of its own, started under
     ncu --clock-control none --cache-control none --profile-from-start off --metrics gpu__time_duration.sum
-        --export raw/audit/<side>-<row>.ncu-rep --force-overwrite  python -m kpremote.agent.audit call --job ...
+        --export raw/audit/<side>-<row>.ncu-rep --force-overwrite  python -m kpremote.agent.ncu.audit call --job ...
 so the audited side's code never runs in the caller's process, and one row's kernels can never be taken for
 another's. That process imports the audited side and the adapter only (the other side is bound as None), makes a
 case with fresh inputs from a seed drawn here, makes `warmup` calls outside the profiled region and `calls` calls
@@ -45,10 +45,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import ncu, sandbox
-from .procfs import kill_tree
+from .. import AGENT_HOME, sandbox
+from . import ncu
+from ..procfs import kill_tree
 from .profiledcall import bound_adapter, call_main, job_task, profiled, side_call, synchronize, warm_up
-from .protocol import PROFILE_SIDES
+from ..protocol import PROFILE_SIDES
 
 # (below this length in µs, absolute µs, relative): the first band the ncu length falls in gives the tolerance.
 # The absolute part is the launch the harness's event pair holds and ncu's gpu__time_duration does not: on the H200
@@ -65,7 +66,6 @@ ROW_LIMIT_S = 600.0
 NCU_NOT_FOUND = "unaudited: ncu not found"
 # Failures that no other row would escape either: the whole side is unaudited.
 WHOLE_SIDE = ("ncu_missing", "counter_permission")
-AGENT_HOME = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -279,7 +279,7 @@ def _audit_one(found: str, folder: Path, row: AuditRow, job: dict[str, Any], env
     for stale in (report, done):
         stale.unlink(missing_ok=True)
     job_path.write_text(json.dumps(job, indent=1))
-    target = [sys.executable, "-m", "kpremote.agent.audit", "call", "--job", str(job_path), "--out", str(done)]
+    target = [sys.executable, "-m", "kpremote.agent.ncu.audit", "call", "--job", str(job_path), "--out", str(done)]
     command = ncu.audit_command(found, report=report, target=target,
                                 cache_control="none" if cache_control == "call" else cache_control)
     returncode = _run(command, log_path, env, Path(job["task_dir"]), limit_s)
@@ -359,12 +359,12 @@ def _cold_l2(device: str) -> Any:
     """A read of 2 x L2 (the harness's flush): the L2 holds none of the call's data afterwards."""
     if device != "cuda":
         return None
-    from .harness.timing import L2Flusher
+    from ..harness.timing import L2Flusher
 
     return L2Flusher(None).flush_buffer.max
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["call"]:
-        sys.exit("usage: python -m kpremote.agent.audit call --job JOB.json --out DONE.json (audit_rows starts it)")
-    sys.exit(call_main(sys.argv[2:], "python -m kpremote.agent.audit call", call_row))
+        sys.exit("usage: python -m kpremote.agent.ncu.audit call --job JOB.json --out DONE.json (audit_rows starts it)")
+    sys.exit(call_main(sys.argv[2:], "python -m kpremote.agent.ncu.audit call", call_row))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ncu
-from .protocol import PROFILE_SIDES, ProfileRequest
+from ..protocol import PROFILE_SIDES, ProfileRequest
 
 SMOKE_NOTE = ("> **SMOKE PROFILE** — no GPU here: the calls ran on the CPU under whatever `ncu` is on PATH; "
               "every number below is the stand-in's, not a measurement.")
