@@ -1,4 +1,5 @@
-"""kpremote/agent/ncu/ncu.py: finding ncu, its command lines, its failures, reading its raw CSV, the roofline verdict."""
+"""kpremote/agent/ncu/ncu.py: finding ncu, its command lines, its failures, reading its raw CSV, the roofline
+verdict."""
 
 from __future__ import annotations
 

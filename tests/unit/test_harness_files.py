@@ -1,6 +1,6 @@
 """Every agent module a run imports either counts in the harness digest or is named, with its reason, as deciding
-no verdict and no number (kpremote/agent/harness/__init__.py). A module split out of the runner or the judge cannot slip out
-of the digest unnoticed: results would then not say which code measured them."""
+no verdict and no number (kpremote/agent/harness/__init__.py). A module split out of the runner or the judge cannot slip
+out of the digest unnoticed: results would then not say which code measured them."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ from pathlib import Path
 from kpremote.agent import harness
 
 AGENT = harness.AGENT_DIR
-ENTRY_POINTS = ("run/runner.py", "harness/judge.py", "harness/side.py", "task/worker.py", "ncu/audit.py")  # the processes of one run
+# the processes of one run
+ENTRY_POINTS = ("run/runner.py", "harness/judge.py", "harness/side.py", "task/worker.py", "ncu/audit.py")
 
 
 def agent_imports(name: str) -> set[str]:
     """The agent modules the file `name` imports (relative or absolute, at the top or inside a function), as paths
-    from the agent's folder ("task/build.py", "task/builders/cuda.py"); importing a package's module imports its __init__.py."""
+    from the agent's folder ("task/build.py", "task/builders/cuda.py"); importing a package's module imports its
+    __init__.py."""
     path = AGENT / name
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -76,5 +78,6 @@ def test_the_digest_changes_with_any_harness_file(tmp_path):
 def test_the_modules_of_a_package_are_followed_into_the_digest():
     """build.py reaches the builders through builders/__init__.py: each kind's builder decides how a side is built."""
     reached = imported_by_a_run()
-    assert {"task/builders/__init__.py", "task/builders/base.py", "task/builders/cuda.py", "task/builders/tvmffi.py"} <= reached
+    assert {"task/builders/__init__.py", "task/builders/base.py", "task/builders/cuda.py",
+            "task/builders/tvmffi.py"} <= reached
     assert {"task/builders/cuda.py", "task/builders/tvmffi.py", "task/buildrules.py"} <= set(harness.HARNESS_FILES)

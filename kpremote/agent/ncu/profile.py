@@ -90,7 +90,8 @@ class ProfileRunner(Runner):
         for stale in (report, done):
             stale.unlink(missing_ok=True)
         job_path.write_text(json.dumps(self._call_job(workload, side), indent=1))
-        target = [sys.executable, "-m", "kpremote.agent.ncu.profile", "call", "--job", str(job_path), "--out", str(done)]
+        target = [sys.executable, "-m", "kpremote.agent.ncu.profile", "call", "--job", str(job_path),
+                  "--out", str(done)]
         command = ncu.profile_command(self.ncu_path, section_set=self.request.section_set,
                                       kernel_regex=self.request.kernel, report=report, target=target)
         self.events.emit("profile", side=side, step="ncu", command=command)

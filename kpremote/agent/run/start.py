@@ -18,7 +18,8 @@ from typing import Any, Callable
 from .. import AGENT_HOME
 from ..lease import Lease, acquire, utc_now_iso
 from ..nvml import GpuState, Snapshot, snapshot
-from ..protocol import PROFILE_MODE_PREFIX, RUNNERS, AgentError, GpuNotFound, IdlePolicy, NotFound, StartCancelled, run_kind
+from ..protocol import (PROFILE_MODE_PREFIX, RUNNERS, AgentError, GpuNotFound, IdlePolicy, NotFound, StartCancelled,
+                        run_kind)
 from .runpaths import claim_run, task_dir
 from .runstate import update_state
 from .startchecks import refuse_bad_task, refuse_missing_packages, refuse_unusable_python, task_arch
