@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .agent.protocol import ProfileRequest
+from .agent.provenance import file_sha256
 from .agentclient import Agent, error_message
 from .config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
@@ -143,7 +144,7 @@ def fetch_raw_file(agent: Agent, task: str, run: str, name: str, kernels_dir: Pa
     report = RawFile(host_name, task, run_id, "/".join(parts), size, digest, str(info.get("path")), destination,
                      "fetched")
     if destination.exists() or destination.is_symlink():
-        if destination.is_symlink() or not destination.is_file() or _sha256(destination) != digest:
+        if destination.is_symlink() or not destination.is_file() or file_sha256(destination) != digest:
             raise FetchRefused(f"{destination} already holds a different file; kept it as it is. Move it away to "
                                "fetch again.")
         report.outcome = "unchanged"
@@ -190,9 +191,3 @@ def _download(agent: Agent, task: str, run_id: str, report: RawFile) -> None:
             os.unlink(tmp)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(MIB), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

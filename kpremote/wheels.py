@@ -10,7 +10,6 @@ regular file of bounded size.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -22,6 +21,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .agent.provenance import file_sha256
 from .errors import KpremoteError
 
 CACHE_ENV = "KPREMOTE_CACHE"
@@ -65,14 +65,6 @@ def parse_name(name: str) -> dict[str, str]:
     if not match:
         raise WheelError(f"{name!r} is not a wheel file name (name-version-python-abi-platform.whl)")
     return match.groupdict()
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # ------------------------------------------------------------------------------------------------ getting one

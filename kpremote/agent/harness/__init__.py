@@ -13,6 +13,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from ..provenance import file_sha256
+
 HARNESS_VERSION = "2.8"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
 # 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
@@ -68,10 +70,6 @@ def harness_digest(folder: Path = AGENT_DIR) -> str:
     return digest.hexdigest()
 
 
-def file_sha256(path: Path) -> str | None:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-
-
 def tree_sha256(folder: Path) -> str | None:
     """sha256 over "relative path NUL sha256(content)" lines of every file, in path order (caches skipped)."""
     if not folder.is_dir():
@@ -89,4 +87,6 @@ def harness_record() -> dict[str, Any]:
 def pinned_inputs(task_dir: Path) -> dict[str, Any]:
     """The trusted-but-pinned task inputs: bench/ (adapter, workloads, tolerances) and task.toml."""
     task_dir = Path(task_dir)
-    return {"bench_sha256": tree_sha256(task_dir / "bench"), "task_toml_sha256": file_sha256(task_dir / "task.toml")}
+    toml = task_dir / "task.toml"
+    present = toml.is_file() and not toml.is_symlink()  # a link is never synced, so never read here either
+    return {"bench_sha256": tree_sha256(task_dir / "bench"), "task_toml_sha256": file_sha256(toml) if present else None}

@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import AGENT_HOME, harness, sandbox
+from .. import AGENT_HOME, harness, lease, nvml, sandbox
 from ..task import buildrules
 from . import report
 from ..harness import guard
@@ -41,7 +41,7 @@ from ..harness.judgeprocess import JudgeProcess
 from ..harness.correctness import ERROR, PASSED, TIMEOUT
 from .events import EventLog, read_events
 from .guards import OURS_PER_ROW, DiskReserve, ForeignWatch
-from ..provenance import baseline_upstream, source_provenance
+from ..provenance import baseline_upstream, file_sha256, source_provenance
 from .runoptions import Options, parse_args
 from .runstate import DISK_FULL_EXIT, disk_full_message, is_disk_full, update_state
 from ..task.taskspec import TaskSpec, TaskSpecError, Workload, load_task
@@ -195,14 +195,12 @@ class Runner:
         update_state(self.run_dir, task=spec.task.name)
 
     def _take_gpu(self) -> None:
-        self.ctx.device = self._resolve_device()
+        self.ctx.device = nvml.resolve_device(self.options.device)
         update_state(self.run_dir, device=self.ctx.device)
         if self.ctx.device != "cuda":
             if not self.options.workloads:
                 self.ctx.selected = self.ctx.spec.smoke_rows()
             return
-        from .. import lease, nvml
-
         root = self._lease_root()
         self.ctx.lease_root = root
         try:
@@ -223,17 +221,6 @@ class Runner:
         self.ctx.watch = ForeignWatch(gpu.uuid, {p.get("pid") for p in gpu.processes or []}, gpu.memory_used_mib,
                                       policy.max_memory_mib)
 
-    def _resolve_device(self) -> str:
-        if self.options.device != "auto":
-            return self.options.device
-        try:
-            from .. import nvml
-
-            snap = nvml.snapshot()
-        except Exception:  # noqa: BLE001 - no NVML: no GPU
-            return "cpu"
-        return "cuda" if snap.source == "nvml" and snap.gpus else "cpu"
-
     def _lease_root(self) -> Path:
         if self.options.root:
             return self.options.root
@@ -245,8 +232,6 @@ class Runner:
         return Path.home() / "kpremote"
 
     def _adopt_lease(self, root: Path) -> Any:
-        from .. import lease, nvml
-
         fd = self.options.lease_fd
         uuid = self.options.gpu or json.loads(os.pread(fd, 1 << 16, 0) or b"{}").get("uuid")
         gpu = nvml.snapshot().find(uuid) if uuid else None
@@ -480,7 +465,7 @@ class Runner:
                                            message=message, smoke=self.ctx.device != "cuda",
                                            unsandboxed=self._unsandboxed(), ended_by=ended_by)
             report.write_summary(self.run_dir, results, read_events(self.raw / "events.jsonl")[0])
-            digest = harness.file_sha256(self.run_dir / "summary" / "results.json")
+            digest = file_sha256(self.run_dir / "summary" / "results.json")
             head = results["headline"]
             self.events.emit("headline", **head)
         except Exception as exc:  # noqa: BLE001 - the run must still end with a terminal state
@@ -515,8 +500,6 @@ class Runner:
     def _release_gpu(self) -> None:
         if self.ctx.lease is None:
             return
-        from .. import nvml
-
         gpu = nvml.snapshot().find(self.ctx.gpu.uuid) if self.ctx.gpu else None
         self.ctx.gpu_after = gpu.to_json() if gpu else None
         self.ctx.lease.release()

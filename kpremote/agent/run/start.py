@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from .. import AGENT_HOME
 from ..lease import Lease, acquire, utc_now_iso
-from ..nvml import GpuState, Snapshot, snapshot
+from ..nvml import GpuState, Snapshot, resolve_device, snapshot
 from ..protocol import (PROFILE_MODE_PREFIX, RUNNERS, AgentError, GpuNotFound, IdlePolicy, NotFound, StartCancelled,
                         run_kind)
 from .runpaths import claim_run, task_dir
@@ -68,7 +68,7 @@ def start(root: Path, request: StartRequest, snapshot_fn: Callable[[], Snapshot]
         raise NotFound(f"task {request.task} has no workspace on this host ({workspace}); sync it first")
     spec = refuse_bad_task(workspace, request)
     snap = snapshot_fn()
-    device = _resolve_device(request.device, snap)
+    device = resolve_device(request.device, lambda: snap)
     refuse_unusable_python(device)
     refuse_missing_packages(workspace, spec)
     # The task decides which GPUs it may run on (a b200 task refuses an H200); the host's declared arch is
@@ -168,13 +168,6 @@ def _named_gpu(snap: Snapshot, key: str | None) -> GpuState | None:
     if gpu is None:
         raise GpuNotFound(f"no GPU {key!r} on {snap.hostname}")
     return gpu
-
-
-def _resolve_device(device: str, snap: Snapshot) -> str:
-    if device != "auto":
-        return device
-    # Fixture GPUs are not real: a fixture host leases one and still runs on the CPU.
-    return "cuda" if snap.source == "nvml" and snap.gpus else "cpu"
 
 
 def _runner_command(

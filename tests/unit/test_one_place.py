@@ -1,0 +1,86 @@
+"""One place for each rule (CONTRIBUTING.md): the rules that had copies are defined once, and that one is right.
+
+Definitions are found by reading the source (AST), so a copy that comes back under the same name fails here."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from pathlib import Path
+
+import pytest
+
+import kpremote
+from kpremote.agent import nvml
+from kpremote.agent.provenance import file_sha256
+
+PACKAGE = Path(kpremote.__file__).parent
+
+
+def definitions(name: str) -> list[str]:
+    """Where a function or class called `name` is defined in kpremote/, as "path:line"."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+                found.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno}")
+    return found
+
+
+def sha256_of_a_file_definitions() -> list[str]:
+    """Functions that hash a whole file's content with sha256: whatever their name, hashlib.sha256 next to an
+    open() or read_bytes() of one path."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.FunctionDef) or "sha256" not in node.name or "tree" in node.name:
+                continue
+            calls = {ast.unparse(call.func) for call in ast.walk(node) if isinstance(call, ast.Call)}
+            if any(c.endswith("sha256") for c in calls) and calls & {"open", "os.open", "path.read_bytes"}:
+                found.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.name}")
+    return found
+
+
+def test_one_file_sha256():
+    assert sha256_of_a_file_definitions() == ["agent/provenance.py:file_sha256"]
+
+
+def test_file_sha256_is_the_content_digest_and_refuses_a_link(tmp_path):
+    (tmp_path / "f").write_bytes(b"abc" * 100_000)
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    assert file_sha256(tmp_path / "f") == hashlib.sha256(b"abc" * 100_000).hexdigest()
+    with pytest.raises(OSError):
+        file_sha256(tmp_path / "link")
+
+
+def test_one_device_rule():
+    assert [where.split(":")[0] for where in definitions("resolve_device") + definitions("_resolve_device")] == [
+        "agent/nvml.py"]
+
+
+def gpu_snapshot(source: str, gpus: int) -> nvml.Snapshot:
+    gpu = nvml.GpuState.from_json({"index": 0, "uuid": "GPU-0", "name": "H200", "cc": [9, 0], "memory_used_mib": 0,
+                                   "memory_total_mib": 143771})
+    return nvml.Snapshot(hostname="h", driver="1", source=source, gpus=[gpu] * gpus)
+
+
+@pytest.mark.parametrize(("device", "snap", "expected"), [
+    ("auto", gpu_snapshot("nvml", 1), "cuda"),
+    ("auto", gpu_snapshot("nvml", 0), "cpu"),
+    ("auto", gpu_snapshot("fixture", 1), "cpu"),  # a fixture's GPUs are not real
+    ("cpu", gpu_snapshot("nvml", 1), "cpu"),
+    ("cuda", None, "cuda"),  # a device named is not looked up
+])
+def test_auto_is_cuda_only_where_nvml_itself_shows_a_gpu(device, snap, expected):
+    def snapshot() -> nvml.Snapshot:
+        assert snap is not None, "looked up a device that was named"
+        return snap
+
+    assert nvml.resolve_device(device, snapshot) == expected
+
+
+def test_auto_is_cpu_where_nvml_cannot_be_read():
+    def broken() -> nvml.Snapshot:
+        raise RuntimeError("NVML Shared Library Not Found")
+
+    assert nvml.resolve_device("auto", broken) == "cpu"
