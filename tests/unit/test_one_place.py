@@ -84,3 +84,23 @@ def test_auto_is_cpu_where_nvml_cannot_be_read():
         raise RuntimeError("NVML Shared Library Not Found")
 
     assert nvml.resolve_device("auto", broken) == "cpu"
+
+
+def exit_code_literals() -> list[str]:
+    """Module-level names like EXIT_FAILED or DISK_FULL_EXIT that the agent binds to integer literals of its own."""
+    found = []
+    for path in sorted((PACKAGE / "agent").rglob("*.py")):
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if not isinstance(node, ast.Assign):
+                continue
+            names = [n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+            values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            if any("EXIT" in name and not name.endswith("_S") for name in names) and \
+                    any(isinstance(v, ast.Constant) and isinstance(v.value, int) for v in values):
+                found.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno}")
+    return found
+
+
+def test_the_agent_takes_its_exit_codes_from_protocol():
+    """ExitCode (the agent's subcommands) and RunExit (a runner's process) in protocol.py are the only numbers."""
+    assert exit_code_literals() == []

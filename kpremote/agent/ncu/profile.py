@@ -26,9 +26,9 @@ from ..harness.correctness import PASSED, SKIPPED
 from ..procfs import kill_tree
 from .profiledcall import call_main, call_side
 from .profilereport import SideProfile, render_profile_csv, render_profile_json, render_profile_md
-from ..protocol import ProfileRequest
+from ..protocol import ProfileRequest, RunExit
 from ..provenance import file_sha256
-from ..run.runner import EXIT_FAILED, EXIT_PASSED, EXIT_REFUSED, Abort, Runner
+from ..run.runner import Abort, Runner
 from ..run.runoptions import Options, parse_profile_args
 from ..task.taskspec import Workload
 
@@ -54,18 +54,18 @@ class ProfileRunner(Runner):
             self.profiled.append(self._profile_side(workload, side))
         self._phase("summarize")
         self._write_profile_summary(workload)
-        return "passed", EXIT_PASSED
+        return "passed", RunExit.PASSED
 
     def _validate(self) -> None:
         if isinstance(self.request, str):
-            raise Abort(f"refused: {self.request}", EXIT_REFUSED)
+            raise Abort(f"refused: {self.request}", RunExit.REFUSED)
         problems = self.request.problems()
         if problems:
-            raise Abort(f"refused: {'; '.join(problems)}", EXIT_REFUSED)
+            raise Abort(f"refused: {'; '.join(problems)}", RunExit.REFUSED)
         super()._validate()
         if len(self.ctx.selected) != 1:
             raise Abort(f"refused: a profile takes exactly one workload (--workload ID), not "
-                        f"{len(self.ctx.selected)}", EXIT_REFUSED)
+                        f"{len(self.ctx.selected)}", RunExit.REFUSED)
         try:
             self.ncu_path = ncu.require_ncu()  # before any lease or build: a host without ncu fails at once
         except ncu.NcuError as exc:
@@ -73,10 +73,10 @@ class ProfileRunner(Runner):
 
     def _require_gate_passed(self, row: dict[str, Any]) -> None:
         if row["status"] == SKIPPED:
-            raise Abort(f"not profiled: {row.get('message')} (profile on a GPU host)", EXIT_FAILED, "failed")
+            raise Abort(f"not profiled: {row.get('message')} (profile on a GPU host)", RunExit.FAILED, "failed")
         if row["status"] != PASSED:
             raise Abort(f"not profiled: workload {row['workload']} is {row['status']} at the correctness gate "
-                        f"({row.get('message')}); only a correct row is profiled", EXIT_FAILED, "failed")
+                        f"({row.get('message')}); only a correct row is profiled", RunExit.FAILED, "failed")
 
     # ---------------------------------------------------------------- one side under ncu
 

@@ -127,7 +127,7 @@ def build_results(
     return {
         "schema": SCHEMA,
         "status": status,
-        "exit_code": exit_code,
+        "exit_code": int(exit_code),
         "message": message,
         "ended_by": ended_by,
         "smoke": smoke,

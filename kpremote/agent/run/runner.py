@@ -41,12 +41,12 @@ from ..harness.judgeprocess import JudgeProcess
 from ..harness.correctness import ERROR, PASSED, TIMEOUT
 from .events import EventLog, read_events
 from .guards import OURS_PER_ROW, DiskReserve, ForeignWatch
+from ..protocol import RunExit
 from ..provenance import baseline_upstream, file_sha256, source_provenance
 from .runoptions import Options, parse_args
-from .runstate import DISK_FULL_EXIT, disk_full_message, is_disk_full, update_state
+from .runstate import disk_full_message, is_disk_full, update_state
 from ..task.taskspec import TaskSpec, TaskSpecError, Workload, load_task
 
-EXIT_PASSED, EXIT_FAILED, EXIT_REFUSED, EXIT_INFRA, EXIT_CANCELLED = 0, 1, 2, 3, 130
 PREPARE_LIMIT_S = 3600.0  # both builds (a CUDA build can take many minutes) and the device probe
 # The folder holding the `kpremote` package: workers import the very same agent copy.
 
@@ -58,7 +58,7 @@ class Cancelled(Exception):
 class Abort(Exception):
     """The run cannot go on; carries the exit code and the state status."""
 
-    def __init__(self, message: str, exit_code: int = EXIT_INFRA, status: str = "error") -> None:
+    def __init__(self, message: str, exit_code: int = RunExit.INFRA, status: str = "error") -> None:
         super().__init__(message)
         self.exit_code = exit_code
         self.status = status
@@ -123,7 +123,7 @@ class Runner:
         update_state(self.run_dir, run_id=self.run_dir.name, status="running", phase="validate", pid=os.getpid(),
                      pgid=os.getpgrp(), started=self.started_iso)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        status, exit_code, message, ended_by = "error", EXIT_INFRA, None, None
+        status, exit_code, message, ended_by = "error", RunExit.INFRA, None, None
         try:
             status, exit_code = self._run_all()
         except Cancelled:
@@ -133,9 +133,9 @@ class Runner:
             self.events.emit("error", message=message)
         except Exception as exc:  # noqa: BLE001 - an agent bug still ends the run with a record of it
             if is_disk_full(exc):  # nothing more can be written until _finish gives the reserve back
-                status, exit_code, message = "error", EXIT_INFRA, disk_full_message(exc.filename or self.run_dir)
+                status, exit_code, message = "error", RunExit.INFRA, disk_full_message(exc.filename or self.run_dir)
             else:
-                status, exit_code, message = "error", EXIT_INFRA, f"agent error: {type(exc).__name__}: {exc}"
+                status, exit_code, message = "error", RunExit.INFRA, f"agent error: {type(exc).__name__}: {exc}"
                 self.events.emit("error", message=message)
         finally:
             for sig in previous:
@@ -154,7 +154,7 @@ class Runner:
         verdict = self.stopped_by(self.run_dir) if self.stopped_by else None
         if verdict:
             return verdict["status"], verdict["exit_code"], verdict["message"], verdict["ended_by"]
-        return "cancelled", EXIT_CANCELLED, "cancelled by a signal", None
+        return "cancelled", RunExit.CANCELLED, "cancelled by a signal", None
 
     def _run_all(self) -> tuple[str, int]:
         self._get_ready()
@@ -190,7 +190,7 @@ class Runner:
             spec = load_task(self.options.task_dir, timing_mode=self.options.mode)
             self.ctx.selected = spec.select(self.options.workloads)
         except TaskSpecError as exc:
-            raise Abort(f"refused: {exc}", EXIT_REFUSED) from None
+            raise Abort(f"refused: {exc}", RunExit.REFUSED) from None
         self.ctx.spec = spec
         update_state(self.run_dir, task=spec.task.name)
 
@@ -359,7 +359,7 @@ class Runner:
             return outcome
         if out.exists():
             return replace(outcome, result=json.loads(out.read_text()))
-        if outcome.returncode == DISK_FULL_EXIT:
+        if outcome.returncode == RunExit.DISK_FULL:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out))
         return replace(outcome, crashed=crash_description(outcome.returncode, log_path))
 
@@ -449,7 +449,7 @@ class Runner:
     def _verdict(self) -> tuple[str, int]:
         rows = self.ctx.rows
         good = all(r["status"] == PASSED and not r.get("invalid") for r in rows)
-        return ("passed", EXIT_PASSED) if good else ("failed", EXIT_FAILED)
+        return ("passed", RunExit.PASSED) if good else ("failed", RunExit.FAILED)
 
     def _finish(self, status: str, exit_code: int, message: str | None, ended_by: str | None = None) -> None:
         """Release the GPU, write the summary, and only then say the run is over (state last). ended_by: the Slurm
@@ -469,7 +469,7 @@ class Runner:
             head = results["headline"]
             self.events.emit("headline", **head)
         except Exception as exc:  # noqa: BLE001 - the run must still end with a terminal state
-            status, exit_code = "error", EXIT_INFRA
+            status, exit_code = "error", RunExit.INFRA
             if not (is_disk_full(exc) and (message or "").startswith("disk full")):  # one disk-full line is enough
                 why = disk_full_message(self.run_dir) if is_disk_full(exc) else \
                     f"report failed: {type(exc).__name__}: {exc}"
