@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import secrets
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
 from pydantic import BaseModel
 
-from .agent.protocol import TERMINAL, ExitCode
+from .agent.protocol import TERMINAL, ExitCode, new_run_id
 from .agentclient import Agent, error_message
 from .config import Host
 from .connect import open_transport
@@ -88,11 +86,6 @@ class RunSession:
 
     def close(self) -> None:
         self.agent.transport.close()
-
-
-def new_run_id() -> str:
-    """A run id in the agent's form, chosen here: the client can cancel a run before it hears back from the host."""
-    return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
 def start_run(session: RunSession, task: TaskDir, options: RunOptions, run_id: Optional[str] = None,

@@ -22,7 +22,8 @@ from kpremote.agent.run.follow import follow
 from kpremote.agent.lease import holders
 from kpremote.agent.run.liveness import status
 from kpremote.agent.procfs import group_members
-from kpremote.agent.run.runpaths import RUN_ID, new_run
+from kpremote.agent.protocol import is_run_id
+from kpremote.agent.run.runpaths import new_run
 from kpremote.agent.run.runstate import mark_cancel_requested, read_state, update_state
 from kpremote.agent import AGENT_HOME
 from waiting import processes_mentioning, wait_for
@@ -109,7 +110,7 @@ def test_run_ids_sort_by_time_and_never_collide(tmp_path):
     after = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
 
     assert len(set(ids)) == 240 == len(list((tmp_path / "runs").iterdir()))
-    assert all(RUN_ID.fullmatch(i) and before <= i[:15] <= after for i in ids)
+    assert all(is_run_id(i) and before <= i[:15] <= after for i in ids)
 
 
 def test_start_then_follow_until_end(root, workspace, started, nvml_fixture, make_gpu):

@@ -104,3 +104,11 @@ def exit_code_literals() -> list[str]:
 def test_the_agent_takes_its_exit_codes_from_protocol():
     """ExitCode (the agent's subcommands) and RunExit (a runner's process) in protocol.py are the only numbers."""
     assert exit_code_literals() == []
+
+
+def test_one_run_id_rule():
+    """protocol.py makes and checks run ids; the client's start and the agent's claims use its functions."""
+    assert [where.split(":")[0] for where in definitions("new_run_id")] == ["agent/protocol.py"]
+    makers = [path.relative_to(PACKAGE).as_posix() for path in sorted(PACKAGE.rglob("*.py"))
+              if "token_hex(3)" in path.read_text() or "compile(RUN_ID_PATTERN)" in path.read_text()]
+    assert makers == ["agent/protocol.py"]

@@ -9,26 +9,22 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 from ..lease import utc_now_iso
-from ..protocol import NAME_PATTERN, RUN_ID_PATTERN, RUN_ID_RULE, is_name, new_run_id
+from ..protocol import NAME_RULE, RUN_ID_RULE, is_name, is_run_id, new_run_id
 from ..protocol import BadRequest, NotFound, StartCancelled
 from .runstate import update_state
 
-SAFE_NAME = re.compile(NAME_PATTERN)
-RUN_ID = re.compile(RUN_ID_PATTERN)
 TOMBSTONES = ".cancelled"  # tasks/<task>/.cancelled/<run-id>: cancelled before its start came; it refuses
 CLAIMS_LOCK = ".claims.lock"  # tasks/<task>/.claims.lock: a claim and a cancel of an unborn run, one at a time
 
 
 def validate_task_name(task: str) -> str:
     if not is_name(task):
-        raise BadRequest(f"bad task name {task!r}: use letters, digits, '_', '.', '-' "
-                         "(starting with a letter or digit)")
+        raise BadRequest(f"bad task name {task!r}: use {NAME_RULE}")
     return task
 
 
@@ -37,7 +33,7 @@ def task_dir(root: Path, task: str) -> Path:
 
 
 def check_run_id(run_id: str) -> str:
-    if not RUN_ID.fullmatch(run_id or ""):
+    if not is_run_id(run_id):
         raise BadRequest(f"bad run id {run_id!r}: expected {RUN_ID_RULE}")
     return run_id
 
