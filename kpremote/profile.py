@@ -21,8 +21,8 @@ from .agent.protocol import ProfileRequest
 from .agent.provenance import file_sha256
 from .agentclient import Agent, error_message
 from .config import Host
-from .errors import HostError, KpremoteError, RemoteCommandError
-from .fetch import MIB, FetchRefused, SummaryReceiver, checked_name, fetch_run, real_folder, select_runs
+from .errors import FetchRefused, HostError, KpremoteError, RemoteCommandError
+from .fetch import MIB, SummaryReceiver, checked_name, fetch_run, real_folder, select_runs
 from .placement import Outcome
 from .runs import RunOptions, RunSession, follow_run, reattach_hint, start_run
 from .taskdir import TaskDir, find_task

@@ -17,7 +17,7 @@ from .agent.protocol import TERMINAL, ExitCode, new_run_id
 from .agentclient import Agent, error_message
 from .config import Host
 from .connect import open_transport
-from .errors import HostError, KpremoteError, RemoteCommandError
+from .errors import HostBusy, HostCannotTake, HostError, KpremoteError, RemoteCommandError, StartStopped, TaskRefusedByHost
 from .interrupt import REGISTRY
 from .runids import check_run_word, is_full_id, resolve_run_id
 from .slurm import agent_subcommand  # Slurm clusters: the agent's slurm-* twins (issue 15)
@@ -52,22 +52,6 @@ class StartedRun(BaseModel):
     gpu: Optional[dict[str, Any]] = None
     synced_files: Optional[int] = None
     job_id: Optional[str] = None  # a Slurm cluster's job
-
-
-class NoIdleGpu(KpremoteError):
-    """Every GPU of the host is busy or leased: another host may take the task."""
-
-
-class HostCannotTake(KpremoteError):
-    """The host cannot run this task at all (its GPUs are the wrong arch): another host may."""
-
-
-class TaskRefusedByHost(KpremoteError):
-    """The agent refused the task or the request itself: no host would take it."""
-
-
-class StartStopped(KpremoteError):
-    """The start was cancelled before its run began."""
 
 
 @dataclass
@@ -122,7 +106,7 @@ def start_run(session: RunSession, task: TaskDir, options: RunOptions, run_id: O
                           on_plan=lambda plan: on_progress(plan.syncing_event()))
         if not started:
             started.append(_started(session.host, task.name, _call_start(session, args, None, on_progress)))
-    except (NoIdleGpu, HostCannotTake, TaskRefusedByHost, StartStopped):
+    except (HostBusy, HostCannotTake, TaskRefusedByHost, StartStopped):
         REGISTRY.discard(session.host.name, run_id)  # the host answered: no run exists
         raise
     return started[0].model_copy(update={"synced_files": synced.files_sent})
@@ -174,7 +158,7 @@ def _start_args(host: Host, task: str, options: RunOptions) -> list[str]:
 
 def _started(host: Host, task: str, result: Completed) -> StartedRun:
     if result.exit_code == NO_IDLE_GPU:
-        raise NoIdleGpu(f"{host.name}: {error_message(result)}")
+        raise HostBusy(f"{host.name}: {error_message(result)}")
     if result.exit_code == ARCH_MISMATCH:
         raise HostCannotTake(f"{host.name}: {error_message(result)}")
     if result.exit_code == TASK_REFUSED and _last_json(result).get("error") in REFUSALS:

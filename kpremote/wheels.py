@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .agent.provenance import file_sha256
-from .errors import KpremoteError
+from .errors import WheelError
 
 CACHE_ENV = "KPREMOTE_CACHE"
 PIP_TIMEOUT_S = 900.0
@@ -30,10 +30,6 @@ MAX_MEMBER_BYTES = 16 * 1024 * 1024  # one source file; a larger member is refus
 # name-version(-build)?-python-abi-platform.whl (PEP 427); names and versions hold no '-' there.
 WHEEL_NAME = re.compile(r"(?P<dist>[^-/]+)-(?P<version>[^-/]+)(?:-(?P<build>\d[^-/]*))?"
                         r"-(?P<python>[^-/]+)-(?P<abi>[^-/]+)-(?P<platform>[^-/]+)\.whl")
-
-
-class WheelError(KpremoteError):
-    """A wheel could not be had, or does not hold what was asked; the message is one complete line."""
 
 
 @dataclass(frozen=True)

@@ -112,3 +112,33 @@ def test_one_run_id_rule():
     makers = [path.relative_to(PACKAGE).as_posix() for path in sorted(PACKAGE.rglob("*.py"))
               if "token_hex(3)" in path.read_text() or "compile(RUN_ID_PATTERN)" in path.read_text()]
     assert makers == ["agent/protocol.py"]
+
+
+def exception_classes() -> dict[str, list[str]]:
+    """Every class in kpremote/ whose bases name an error (…Error, …Exception, Refused, KeyboardInterrupt, or a
+    class of this list), by name, with where each is defined."""
+    found: dict[str, list[str]] = {}
+    known = {"Exception", "BaseException", "KeyboardInterrupt"}
+    trees = [(path, ast.parse(path.read_text(), str(path))) for path in sorted(PACKAGE.rglob("*.py"))]
+    for _ in range(4):  # subclasses of subclasses, defined in any order
+        for path, tree in trees:
+            for node in ast.walk(tree):
+                bases = {ast.unparse(base).split(".")[-1] for base in getattr(node, "bases", [])}
+                if isinstance(node, ast.ClassDef) and bases & known:
+                    known.add(node.name)
+                    where = f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno}"
+                    if where not in found.setdefault(node.name, []):
+                        found[node.name].append(where)
+    return found
+
+
+def test_each_error_class_is_defined_once():
+    assert {name: where for name, where in exception_classes().items() if len(where) > 1} == {}
+
+
+def test_the_clients_errors_live_in_errors_py():
+    """The client's error tree is errors.py (its root and host errors are the transport's, which imports nothing of
+    the client); the agent's are protocol.py's and its own modules'."""
+    elsewhere = {name: where for name, where in exception_classes().items()
+                 if not any(w.startswith(("errors.py", "transport/errors.py", "agent/")) for w in where)}
+    assert elsewhere == {}

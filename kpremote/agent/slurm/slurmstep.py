@@ -25,7 +25,7 @@ from ..run.start import runner_env
 from ..run.startchecks import refuse_unusable_python, task_arch
 
 
-class Refused(AgentError):
+class NoAllocatedGpu(AgentError):
     """This job's node cannot run the task (no GPU Slurm allocated that NVML sees): the step exits with it."""
 
     kind = "refused"
@@ -128,7 +128,7 @@ def _lease_allocated(root: Path, run_dir: Path, request: dict[str, Any], where: 
             _warn(run_dir, f"{where} was allocated GPU {','.join(keys)} (gres), but NVML does not answer on this "
                            f"node (GPU readings: {snap.source}): a CPU smoke run, its timings not meaningful")
     if device == "cuda" and not snap.gpus:
-        raise Refused(f"{where} was allocated no GPU NVML can see: set gres (e.g. \"gpu:1\") for this host in "
+        raise NoAllocatedGpu(f"{where} was allocated no GPU NVML can see: set gres (e.g. \"gpu:1\") for this host in "
                       "hosts.toml")
     refuse_unusable_python(device)
     if not snap.gpus:
@@ -195,7 +195,8 @@ def _warn(run_dir: Path, message: str) -> None:
 def _record_refusal(run_dir: Path, job_id: Optional[str], node: str, message: str) -> None:
     log = EventLog(run_dir / "raw" / "events.jsonl")
     log.emit("error", message=message)
-    log.emit("done", status="error", exit_code=Refused.exit_code, message=message)
+    log.emit("done", status="error", exit_code=NoAllocatedGpu.exit_code, message=message)
     log.close()
-    update_state(run_dir, status="error", phase="done", exit_code=Refused.exit_code, message=message, hostname=node,
-                 node=node, finished=utc_now_iso(), slurm={"job_id": job_id, "state": "RUNNING", "node": node})
+    update_state(run_dir, status="error", phase="done", exit_code=NoAllocatedGpu.exit_code, message=message,
+                 hostname=node, node=node, finished=utc_now_iso(),
+                 slurm={"job_id": job_id, "state": "RUNNING", "node": node})
