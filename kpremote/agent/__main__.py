@@ -238,6 +238,7 @@ def _probe(args: argparse.Namespace) -> int:
 def _start(args: argparse.Namespace) -> int:
     from .lease import IdlePolicy
     from .run.start import StartRequest, start
+    from .sync import sync_answer
 
     request = StartRequest(
         task=args.task,
@@ -254,7 +255,7 @@ def _start(args: argparse.Namespace) -> int:
         run_id=args.run_id,
         audit=args.audit,
     )
-    synced = _apply_sync(args) if args.sync else None
+    synced = sync_answer(_root(args), args.task, sys.stdin.buffer) if args.sync else None
     if synced is not None and "error" in synced:
         _print_json(synced)
         return int(synced.get("exit_code", ExitCode.ERROR))
@@ -267,15 +268,6 @@ def _start(args: argparse.Namespace) -> int:
     answer = {**result, "sync": synced} if synced is not None else result
     _print_json({"event": "started", **answer} if args.progress else answer)
     return 0
-
-
-def _apply_sync(args: argparse.Namespace) -> dict[str, Any]:
-    """The answer to the sync request on stdin (agent/sync.py), as `start --sync` prints it: an error carries its
-    exit code."""
-    from .sync import answer_sync_request
-
-    answer, exit_code = answer_sync_request(_root(args), args.task, sys.stdin.buffer)
-    return {**answer, "exit_code": exit_code} if exit_code else answer
 
 
 def _follow(args: argparse.Namespace) -> int:

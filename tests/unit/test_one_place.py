@@ -142,3 +142,25 @@ def test_the_clients_errors_live_in_errors_py():
     elsewhere = {name: where for name, where in exception_classes().items()
                  if not any(w.startswith(("errors.py", "transport/errors.py", "agent/")) for w in where)}
     assert elsewhere == {}
+
+
+def private_imports(path: Path, source: str | None = None) -> list[str]:
+    """`from X import _name` of a kpremote module (relative or absolute, at the top or inside a function)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source, str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("kpremote")):
+            found += [f"{'.' * node.level}{node.module or ''}.{alias.name}" for alias in node.names
+                      if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = {path.relative_to(PACKAGE).as_posix(): private_imports(path) for path in sorted(PACKAGE.rglob("*.py"))}
+    assert {rel: names for rel, names in found.items() if names} == {}
+
+
+@pytest.mark.parametrize("source", ["from .correctness import guarded, _non_finite\n",
+                                    "def f():\n    from ..__main__ import _apply_sync\n",
+                                    "from kpremote.agent.run.start import _runner_command\n"])
+def test_the_private_import_walk_can_fail(source):
+    assert len(private_imports(PACKAGE / "agent" / "harness" / "x.py", source)) == 1

@@ -30,9 +30,9 @@ def derive_seed(secret: bytes, workload_id: str, purpose: str, index: int) -> in
 
 def make_case_guarded(adapter: Any, params: dict[str, Any], device: str, seed: int, label: str) -> Any:
     """adapter.make_case for one seed, with whatever it raises turned into this row's ERROR at `label`."""
-    from .correctness import _guarded
+    from .correctness import guarded
 
-    return _guarded(f"{label}, make_case", lambda: adapter.make_case(params, device=device, seed=seed))
+    return guarded(f"{label}, make_case", lambda: adapter.make_case(params, device=device, seed=seed))
 
 
 @dataclass

@@ -151,7 +151,7 @@ def check_workload(
     for k in range(seeds):
         seed = base_seed + k
         try:
-            case = _guarded(f"seed {seed}, make_case", lambda: adapter.make_case(workload, device=device, seed=seed))
+            case = guarded(f"seed {seed}, make_case", lambda: adapter.make_case(workload, device=device, seed=seed))
             view = in_process_view(adapter, workload, case, f"seed {seed}", atol, rtol,
                                    mutated_inputs(mutates, case, f"seed {seed}"))
             check_case(adapter, workload, view, device=device, largest=largest)
@@ -190,7 +190,7 @@ def check_case(adapter: Any, workload: dict[str, Any], view: CaseView, *, device
         require_inputs_untouched(side, label, view.pristine, view.inputs[side], skip=view.mutates)
     baseline_out, candidate_out = view.results("baseline"), view.results("candidate")
     if callable(getattr(adapter, "reference", None)):
-        expected = _guarded(f"{label}, reference",
+        expected = guarded(f"{label}, reference",
                             lambda: adapter.reference(workload, reference_inputs(view.inputs["baseline"], view.pristine)))
         _sync(device, f"{label}, reference")
         _require_usable_reference("reference", label, expected, baseline_out)
@@ -213,7 +213,7 @@ def run_side(view: CaseView, side: str, device: str) -> None:
     """Poison, call, and sync (so an asynchronous CUDA fault lands on this call); a reported problem fails it."""
     poison_outputs(view.outputs[side])
     _sync(device, f"{view.label}, before {side}")
-    problem = _guarded(f"{view.label}, call_{side}", lambda: view.call(side))
+    problem = guarded(f"{view.label}, call_{side}", lambda: view.call(side))
     _sync(device, f"{view.label}, call_{side}")
     if problem:
         fail_on_problem(side, view.label, problem)
@@ -281,7 +281,7 @@ def _require_usable_reference(label: str, where_label: str, expected: dict[str, 
         if tuple(value.shape) != tuple(layout[name].shape):
             _fail(ERROR, f"{label} output {name!r} has shape {list(value.shape)}, the outputs {list(layout[name].shape)}",
                   f"{where_label}, {label} output {name!r}", {"output": name, "kind": "shape"})
-        bad = _non_finite(value)
+        bad = non_finite(value)
         if bad is not None:
             _fail(
                 ERROR,
@@ -332,7 +332,7 @@ def compare_output(
         return {"kind": "shape", "detail": f"shape {list(got.shape)}, expected {list(layout.shape)}"}
     if got.dtype != layout.dtype:
         return {"kind": "dtype", "detail": f"dtype {got.dtype}, expected {layout.dtype}"}
-    bad = _non_finite(got)
+    bad = non_finite(got)
     if bad is not None:
         return bad
     wide = torch.float64 if torch.float64 in (got.dtype, expected.dtype) else torch.float32
@@ -369,7 +369,7 @@ def describe(mismatch: dict[str, Any]) -> str:
     return mismatch.get("detail") or mismatch["kind"]
 
 
-def _non_finite(tensor: Any) -> dict[str, Any] | None:
+def non_finite(tensor: Any) -> dict[str, Any] | None:
     import torch
 
     if not (tensor.dtype.is_floating_point or tensor.dtype.is_complex) or tensor.numel() == 0:
@@ -395,7 +395,7 @@ def _non_finite(tensor: Any) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------------------------- helpers
 
 
-def _guarded(where: str, action: Callable[[], Any]) -> Any:
+def guarded(where: str, action: Callable[[], Any]) -> Any:
     try:
         return action()
     except Refused:
@@ -409,7 +409,7 @@ def _sync(device: str, where: str) -> None:
         return
     import torch
 
-    _guarded(where, torch.cuda.synchronize)
+    guarded(where, torch.cuda.synchronize)
 
 
 class SideFailed(Exception):

@@ -214,7 +214,7 @@ class Sampler:
         self.verify_expected_finite(case)
 
     def verify_expected_finite(self, case: SharedCase) -> None:
-        from .correctness import _non_finite
+        from .correctness import non_finite as _non_finite
 
         for name, value in case.expected.items():
             bad = _non_finite(value)

@@ -80,6 +80,6 @@ class SideProcess:
 def request_guarded(process: SideProcess, command: dict[str, Any], where: str,
                     fds: list[int] | tuple[int, ...] = ()) -> dict[str, Any]:
     """process.request, with whatever it raises (a Refused aside) turned into this row's ERROR at `where`."""
-    from .correctness import _guarded
+    from .correctness import guarded as _guarded
 
     return _guarded(where, lambda: process.request(command, fds))

@@ -77,14 +77,14 @@ def _json_arg(text: str, what: str) -> dict[str, Any]:
 
 
 def _submit(args: Any) -> int:
-    from ..__main__ import _apply_sync
     from ..run.runpaths import validate_task_name
+    from ..sync import sync_answer
     from .slurmsubmit import sbatch_options, submit
 
     request = {**_json_arg(args.request, "--request"), "task": validate_task_name(args.task)}
     settings = _json_arg(args.settings, "--settings")
     sbatch_options(settings)  # a bad setting is refused before the sync touches anything
-    synced = _apply_sync(args) if args.sync else None
+    synced = sync_answer(_root(args), args.task, sys.stdin.buffer) if args.sync else None
     if synced is not None and "error" in synced:
         _print(synced)
         return int(synced.get("exit_code", 1))
