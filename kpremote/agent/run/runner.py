@@ -424,7 +424,7 @@ class Runner:
             return "unaudited: --no-audit"
         import importlib.util
 
-        if importlib.util.find_spec(f"{__package__}.audit") is None:
+        if importlib.util.find_spec("kpremote.agent.ncu.audit") is None:
             return "unaudited: audit module missing"
         from ..ncu import ncu
 
