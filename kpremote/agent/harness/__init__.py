@@ -40,7 +40,8 @@ HARNESS_FILES = (
     "run/runner.py", "run/runoptions.py", "sandbox/__init__.py", "sandbox/landlock.py", "sandbox/members.py",
     "sandbox/namespace.py", "sandbox/seccomp.py", "task/build.py", "task/builders/__init__.py", "task/builders/base.py",
     "task/builders/compiler.py", "task/builders/cuda.py", "task/builders/imported.py", "task/builders/tvmffi.py",
-    "task/buildrules.py", "task/sourceonly.py", "task/taskfiles.py", "task/taskspec.py", "task/worker.py",
+    "task/buildrules.py", "task/sourceonly.py", "task/taskfiles.py", "task/taskrecords.py", "task/taskspec.py",
+    "task/worker.py",
 )
 # The other agent modules a run imports, and why none of them decides a verdict or a number
 # (tests/unit/test_harness_files.py: every module a run imports is in one of the two lists).

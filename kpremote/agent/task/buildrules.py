@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .taskspec import (
+from .taskrecords import (
     SIDES,
     BuildSpec,
     TaskSpecError,

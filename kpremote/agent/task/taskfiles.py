@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .buildrules import needed_field, needed_files
-from .taskspec import SIDES, TaskSpec, TaskSpecError, listed, shown
+from .taskrecords import SIDES, TaskSpec, TaskSpecError, listed, shown
 
 ADAPTER_REQUIRED = ("make_case", "call_baseline", "call_candidate")
 # Names whose use means a side compiles or loads its own binary, outside the one symmetric builder.
