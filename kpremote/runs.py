@@ -20,7 +20,8 @@ from .connect import open_transport
 from .errors import HostBusy, HostCannotTake, HostError, KpremoteError, RemoteCommandError, StartStopped, TaskRefusedByHost
 from .interrupt import REGISTRY
 from .runids import check_run_word, is_full_id, resolve_run_id
-from .slurm import agent_subcommand  # Slurm clusters: the agent's slurm-* twins (issue 15)
+from .slurm import agent_subcommand, submit_run  # Slurm clusters: the agent's slurm-* twins (issue 15)
+from .started import StartedRun, raise_unless_started
 from .sync import exchange, over_sync_apply
 from .taskdir import TaskDir
 from .taskscan import scan_task
@@ -30,7 +31,6 @@ NO_IDLE_GPU = ExitCode.NO_IDLE_GPU
 ARCH_MISMATCH = ExitCode.ARCH_MISMATCH
 TASK_REFUSED = ExitCode.BAD_REQUEST
 NEED_FULL_SYNC = ExitCode.NEED_FULL_SYNC
-START_CANCELLED = ExitCode.CANCELLED_BEFORE_START
 REFUSALS = {"task_refused", "bad_request", "usage"}  # the request itself is wrong: no other host would take it
 HEARTBEAT_GRACE_S = 5.0
 
@@ -43,15 +43,6 @@ class RunOptions(BaseModel):
     profile: Optional[str] = None  # a profile run: its protocol.ProfileRequest as JSON (start --profile)
     device: str = "auto"
     audit: bool = True  # False: --no-audit, the run is labelled "unaudited: --no-audit"
-
-
-class StartedRun(BaseModel):
-    host: str
-    task: str
-    run_id: str
-    gpu: Optional[dict[str, Any]] = None
-    synced_files: Optional[int] = None
-    job_id: Optional[str] = None  # a Slurm cluster's job
 
 
 @dataclass
@@ -82,8 +73,6 @@ def start_run(session: RunSession, task: TaskDir, options: RunOptions, run_id: O
     """
     run_id = run_id or new_run_id()
     if session.host.is_cluster:  # Slurm: the same sync, then sbatch instead of a lease (kpremote/slurm.py)
-        from .slurm import submit_run
-
         return submit_run(session, task, options, run_id, on_progress)
     args = [*_start_args(session.host, task.name, options), "--run-id", run_id, "--progress"]
     on_progress({"event": "connecting"})
@@ -166,16 +155,6 @@ def _started(host: Host, task: str, result: Completed) -> StartedRun:
     raise_unless_started(host, result, "start")
     answer = _last_json(result)
     return StartedRun(host=host.name, task=task, run_id=answer["run_id"], gpu=answer.get("gpu"))
-
-
-def raise_unless_started(host: Host, result: Completed, verb: str) -> None:
-    """What every way of starting a run (start, slurm-submit) says when the host did not: stopped before it
-    began, or failed."""
-    if result.exit_code == START_CANCELLED:
-        raise StartStopped(f"{host.name}: {error_message(result)}")
-    if not result.ok:
-        raise RemoteCommandError(host.name, f"could not {verb} the run: {error_message(result)}", result.exit_code,
-                                 result.stderr_tail())
 
 
 def follow_run(session: RunSession, task: str, run_id: str, on_event: Callable[[dict[str, Any]], None],
