@@ -5,27 +5,25 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tarfile
 import threading
 import time
-import types
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-from kpremote.agent import protocol
+from kpremote.agent import AGENT_HOME, protocol
+from kpremote.agent import sync as agent_sync
 from kpremote.agent.__main__ import main
-from kpremote.agent.run.cancel import cancel
-from kpremote.agent.run.follow import follow
 from kpremote.agent.lease import holders
-from kpremote.agent.run.liveness import status
 from kpremote.agent.procfs import group_members
 from kpremote.agent.protocol import is_run_id
+from kpremote.agent.run.cancel import cancel
+from kpremote.agent.run.follow import follow
+from kpremote.agent.run.liveness import status
 from kpremote.agent.run.runpaths import new_run
 from kpremote.agent.run.runstate import mark_cancel_requested, read_state, update_state
-from kpremote.agent import AGENT_HOME
 from waiting import processes_mentioning, wait_for
 
 TASK = "h200_demo__multi_shape"
@@ -350,7 +348,7 @@ def test_start_sync_applies_the_stream_first_and_prints_one_object(root, nvml_fi
         (root / "tasks" / TASK / "workspace" / "standin.json").write_text("{}")
         return {"received_files": 1}, 0
 
-    monkeypatch.setitem(sys.modules, "kpremote.agent.sync", types.SimpleNamespace(answer_sync_request=fake_sync))
+    monkeypatch.setattr(agent_sync, "answer_sync_request", fake_sync)
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
     args = ["start", "--task", TASK, "--sync", "--root", str(root)]
 
