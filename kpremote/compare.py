@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from .agent.protocol import row_interval
+from .agent.protocol import Headline, RowResult, SideStats
 from .errors import KpremoteError
 from .runstore import FetchedRun, find_run
 
@@ -25,23 +25,22 @@ MIN_CHANGE = 0.01  # a change under 1 % is SAME however tight its interval: run-
 MAX_LAST = 1000  # --last N: a table of more runs than that is no comparison
 
 
-def side_rse(side: Optional[dict[str, Any]]) -> Optional[float]:
+def side_rse(side: Optional[SideStats]) -> Optional[float]:
     """The relative standard error of one side's median: as measured, else from its std and n (normal theory)."""
-    if not side or not side.get("n") or not side.get("median"):
+    if side is None or not side.n or not side.median:
         return None
-    if side.get("rse") is not None:
-        return float(side["rse"])
-    if side.get("std") is not None and side["n"] > 1:
-        return 1.2533 * float(side["std"]) / math.sqrt(side["n"]) / float(side["median"])
+    if side.rse is not None:
+        return float(side.rse)
+    if side.std is not None and side.n > 1:
+        return 1.2533 * float(side.std) / math.sqrt(side.n) / float(side.median)
     return None
 
 
-def log_se_of_speedup(row: dict[str, Any]) -> Optional[float]:
-    interval = row_interval(row)
-    if interval and row.get("speedup"):
+def log_se_of_speedup(row: RowResult) -> Optional[float]:
+    interval = row.interval
+    if interval and row.speedup:
         return (math.log(interval[1]) - math.log(interval[0])) / (2 * Z95)
-    timing = row.get("timing") or {}
-    parts = [side_rse(timing.get("baseline")), side_rse(timing.get("candidate"))]
+    parts = [side_rse(row.side("baseline")), side_rse(row.side("candidate"))]
     if any(p is None for p in parts):
         return None
     return math.sqrt(sum(p * p for p in parts))
@@ -55,30 +54,33 @@ def verdict(change: float, low: Optional[float], high: Optional[float], threshol
     return "SAME"
 
 
-def change_threshold(base: dict[str, Any], new: dict[str, Any]) -> float:
+def change_threshold(base: RowResult, new: RowResult) -> float:
     """The smallest change of a row's speedup that says anything: MIN_CHANGE, or both runs' noise in quadrature."""
-    noises = [float((row.get("verdict") or {}).get("noise") or 0.0) for row in (base, new)]
+    noises = [float((row.verdict.noise if row.verdict else None) or 0.0) for row in (base, new)]
     return max(MIN_CHANGE, math.hypot(*noises))
 
 
-def _side(row: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+def _median_us(row: RowResult, side: str) -> Optional[float]:
+    summary = row.side(side)
+    return summary.median if summary else None
+
+
+def _side(row: Optional[RowResult]) -> Optional[dict[str, Any]]:
     if row is None:
         return None
-    timing = row.get("timing") or {}
-    return {"status": row.get("status"), "speedup": row.get("speedup"),
-            "baseline_median_us": (timing.get("baseline") or {}).get("median"),
-            "candidate_median_us": (timing.get("candidate") or {}).get("median")}
+    return {"status": row.status, "speedup": row.speedup, "baseline_median_us": _median_us(row, "baseline"),
+            "candidate_median_us": _median_us(row, "candidate")}
 
 
-def compare_rows(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def compare_rows(base: RowResult, new: RowResult) -> dict[str, Any]:
     """One workload in both runs: the change of its speedup (new / base), its interval and verdict."""
     entry: dict[str, Any] = {"base": _side(base), "new": _side(new), "change": None, "low": None, "high": None,
                              "verdict": None}
-    if not (base.get("speedup") and new.get("speedup")):
-        entry["note"] = "no speedup in " + ("either run" if not base.get("speedup") and not new.get("speedup")
-                                            else "the base run" if not base.get("speedup") else "the new run")
+    if not (base.speedup and new.speedup):
+        entry["note"] = "no speedup in " + ("either run" if not base.speedup and not new.speedup
+                                            else "the base run" if not base.speedup else "the new run")
         return entry
-    change = new["speedup"] / base["speedup"]
+    change = new.speedup / base.speedup
     ses = [log_se_of_speedup(base), log_se_of_speedup(new)]
     low = high = None
     if all(se is not None for se in ses):
@@ -91,17 +93,17 @@ def compare_rows(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def headline_change(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def headline_change(base: Headline, new: Headline) -> dict[str, Any]:
     """The geometric means' ratio (new / base) with an interval from the two bootstrap intervals."""
-    result: dict[str, Any] = {"base": base.get("geomean"), "new": new.get("geomean"), "change": None, "low": None,
+    result: dict[str, Any] = {"base": base.geomean, "new": new.geomean, "change": None, "low": None,
                               "high": None, "verdict": None}
-    if not (base.get("geomean") and new.get("geomean")):
+    if not (base.geomean and new.geomean):
         return result
-    change = new["geomean"] / base["geomean"]
+    change = new.geomean / base.geomean
     ses = []
     for head in (base, new):
-        if head.get("low") and head.get("high"):
-            ses.append((math.log(head["high"]) - math.log(head["low"])) / (2 * Z95))
+        if head.low and head.high:
+            ses.append((math.log(head.high) - math.log(head.low)) / (2 * Z95))
     low = high = None
     if len(ses) == 2:
         spread = Z95 * math.sqrt(ses[0] ** 2 + ses[1] ** 2)
@@ -112,7 +114,7 @@ def headline_change(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]
 
 def run_summary(run: FetchedRun) -> dict[str, Any]:
     return {"host": run.host, "run_id": run.run_id, "started": run.started, "commit": run.commit, "dirty": run.dirty,
-            "status": run.results.get("status"), "smoke": run.smoke, "headline": run.headline.get("geomean"),
+            "status": run.status, "smoke": run.smoke, "headline": run.headline.geomean,
             "path": str(run.path)}
 
 
@@ -184,5 +186,5 @@ def skipped_runs(runs: list[FetchedRun], chosen: list[FetchedRun], to_the_newest
 
 def series(runs: list[FetchedRun]) -> list[dict[str, Any]]:
     """--last N: each run's headline and each row's speedup, oldest first."""
-    return [{"run_id": r.run_id, "host": r.host, "headline": r.headline.get("geomean"),
-             "speedups": {w: row.get("speedup") for w, row in r.rows().items()}} for r in runs]
+    return [{"run_id": r.run_id, "host": r.host, "headline": r.headline.geomean,
+             "speedups": {w: row.speedup for w, row in r.rows().items()}} for r in runs]

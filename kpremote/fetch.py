@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 
-import json
 import os
 import shutil
 import tempfile
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .agent.atomicfile import write_atomically
-from .agent.protocol import NAME_RULE, TERMINAL, is_name
+from .agent.protocol import NAME_RULE, TERMINAL, RunResults, is_name
 from .agentclient import Agent, error_message
 from .config import Host
 from .errors import FetchRefused, HostError, RemoteCommandError
@@ -229,10 +228,10 @@ def refresh_docs(task_dir: Path, fetched: list[FetchReport]) -> None:
 def is_timing_run(summary: Path) -> bool:
     """A real timing run's summary: not a CPU smoke run, not a profile run."""
     try:
-        results = json.loads((summary / "results.json").read_text())
-        return not results.get("smoke", False) and not is_profile_run(results, summary)
-    except (OSError, ValueError, AttributeError):
+        results = RunResults.read(summary / "results.json")
+    except ValueError:
         return False
+    return not results.smoke and not is_profile_run(results, summary)
 
 
 def newest_fetched_run(task_dir: Path) -> str:

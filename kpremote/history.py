@@ -12,9 +12,8 @@ from .runstore import FetchedRun
 def history_entry(run: FetchedRun) -> dict[str, Any]:
     head = run.headline
     return {"host": run.host, "run_id": run.run_id, "started": run.started, "commit": run.commit, "dirty": run.dirty,
-            "status": run.results.get("status"), "smoke": run.smoke, "geomean": head.get("geomean"),
-            "low": head.get("low"), "high": head.get("high"), "n": head.get("n"), "of": head.get("of"),
-            "note": head.get("note"), "path": str(run.path)}
+            "status": run.status, "smoke": run.smoke, "geomean": head.geomean, "low": head.low, "high": head.high,
+            "n": head.n, "of": head.of, "note": head.note, "path": str(run.path)}
 
 
 def commit_label(entry: dict[str, Any]) -> str:

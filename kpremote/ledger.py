@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from .agent.protocol import PROFILE_MODE_PREFIX
+from .agent.protocol import PROFILE_MODE_PREFIX, Headline, RowResult, RunResults
 from .errors import KpremoteError
 
 LEDGER_NAME = "ledger.jsonl"
@@ -33,7 +33,10 @@ def record_run(task_dir: Path, summary_dir: Path, host: str, exit_code: Optional
                command: Optional[list[str]] = None, kind: str = "run") -> dict[str, Any]:
     """Append the line for the run whose summary is summary_dir (its results.json); returns the line's value.
     kind: run (a timing run), profile or check."""
-    results = _read_results(Path(summary_dir) / "results.json")
+    try:
+        results = RunResults.read(Path(summary_dir) / "results.json")
+    except ValueError:
+        results = RunResults.from_json({})  # no readable summary: the line says what it knows, the rest null
     entry = {**ledger_entry(results, host, exit_code, command if command is not None else sys.argv), "kind": kind}
     try:
         append_line(ledger_path(task_dir), entry)
@@ -47,38 +50,31 @@ def kind_of(state: dict[str, Any]) -> str:
     return "profile" if str(state.get("mode") or "").startswith(PROFILE_MODE_PREFIX) else "run"
 
 
-def ledger_entry(results: dict[str, Any], host: str, exit_code: Optional[int], command: list[str]) -> dict[str, Any]:
-    """One ledger line from a results.json (kpremote.results/1); a missing part is null, never guessed."""
-    provenance = _dict(results.get("provenance"))
-    source = _dict(provenance.get("source"))
-    upstream = _dict(provenance.get("baseline_upstream"))
-    gpu = _dict(provenance.get("gpu"))
+def ledger_entry(results: RunResults, host: str, exit_code: Optional[int], command: list[str]) -> dict[str, Any]:
+    """One ledger line from a run's results (kpremote.results/1); a missing part is null, never guessed. A summary
+    of another shape (a stand-in's "rows": 200) reads as one without rows (RunResults.from_json)."""
+    upstream = results.part("baseline_upstream")
     return {
         "schema": SCHEMA,
         "recorded": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "run_id": provenance.get("run_id"),
+        "run_id": results.run_id,
         "host": host,
-        "gpu": gpu.get("name") or None,
-        "device": provenance.get("device"),
-        "candidate_sha256": source.get("solution_sha256"),
-        "baseline_sha256": source.get("baseline_sha256"),
+        "gpu": results.part("gpu").get("name") or None,
+        "device": results.provenance.get("device"),
+        "candidate_sha256": results.part("source").get("solution_sha256"),
+        "baseline_sha256": results.part("source").get("baseline_sha256"),
         "baseline_pin": {key: upstream.get(key) for key in ("repo", "ref", "commit", "release")
                          if upstream.get(key) is not None} or None,
-        "harness": _dict(provenance.get("harness")).get("version"),
-        "pinned": provenance.get("pinned"),
-        "status": results.get("status"),
-        "exit_code": exit_code if exit_code is not None else results.get("exit_code"),
-        "smoke": bool(results.get("smoke")),
-        "unsandboxed": results.get("unsandboxed"),
-        "headline": _headline(results.get("headline")),
-        "rows": {row.get("workload"): _row(row) for row in _list(results.get("rows")) if isinstance(row, dict)},
+        "harness": results.part("harness").get("version"),
+        "pinned": results.provenance.get("pinned"),
+        "status": None if "status" in results.absent else results.status,
+        "exit_code": exit_code if exit_code is not None else results.exit_code,
+        "smoke": bool(results.smoke),
+        "unsandboxed": results.unsandboxed,
+        "headline": _headline(results.headline),
+        "rows": {row.workload: _row(row) for row in results.rows},
         "command": shlex.join(str(part) for part in command),
     }
-
-
-def _list(value: Any) -> list[Any]:
-    """A results.json field that should be a list; anything else (a stand-in's summary, a foreign one) is empty."""
-    return value if isinstance(value, list) else []
 
 
 def append_line(path: Path, value: dict[str, Any]) -> None:
@@ -110,29 +106,17 @@ def read_ledger(task_dir: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def _headline(head: Any) -> Any:
-    if not isinstance(head, dict):
-        return head  # None, or the text saying why it was withheld
+def _headline(head: Headline) -> Optional[dict[str, Any]]:
+    """The headline's numbers and why; None for a summary that had none."""
     keep = ("geomean", "low", "high", "level", "n", "of", "verdicts", "label", "note")
-    return {key: head[key] for key in keep if key in head}
+    written = head.to_json()
+    return {key: written[key] for key in keep if key in written} or None
 
 
-def _row(row: dict[str, Any]) -> dict[str, Any]:
-    verdict = _dict(row.get("verdict"))
-    return {"status": row.get("status"), "verdict": verdict.get("verdict"), "speedup": verdict.get("speedup"),
-            "implausible": row.get("implausible"), "invalid": row.get("invalid")}
-
-
-def _read_results(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
+def _row(row: RowResult) -> dict[str, Any]:
+    verdict = row.verdict
+    return {"status": row.status, "verdict": verdict.verdict if verdict else None,
+            "speedup": verdict.speedup if verdict else None, "implausible": row.implausible, "invalid": row.invalid}
 
 
 def measured_before(task_dir: Path, host_names: list[str]) -> Optional[dict[str, Any]]:

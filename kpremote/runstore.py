@@ -3,12 +3,11 @@ inv fetch-results) and check/<stamp>/summary/results.json (inv check, host `chec
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
-from .agent.protocol import PROFILE, RUNNERS
+from .agent.protocol import PROFILE, RUNNERS, Headline, RowResult, RunResults
 from .errors import KpremoteError
 from .runids import resolve_run_id
 
@@ -21,58 +20,58 @@ class FetchedRun:
     host: str
     run_id: str
     path: Path  # its results.json
-    results: dict[str, Any]
-
-    @property
-    def provenance(self) -> dict[str, Any]:
-        return self.results.get("provenance") or {}
+    results: RunResults
 
     @property
     def started(self) -> str:
-        return str(self.provenance.get("started") or "")
+        return self.results.started
 
     @property
     def commit(self) -> Optional[str]:
-        return (self.provenance.get("source") or {}).get("git_commit")
+        return self.results.part("source").get("git_commit")
 
     @property
     def dirty(self) -> bool:
-        return bool((self.provenance.get("source") or {}).get("git_dirty"))
+        return bool(self.results.part("source").get("git_dirty"))
 
     @property
     def smoke(self) -> bool:
-        return bool(self.results.get("smoke"))
+        return bool(self.results.smoke)
 
     @property
-    def headline(self) -> dict[str, Any]:
-        return self.results.get("headline") or {}
+    def status(self) -> str:
+        return self.results.status
 
-    def rows(self) -> dict[str, dict[str, Any]]:
-        return {row.get("workload", "?"): row for row in self.results.get("rows") or []}
+    @property
+    def headline(self) -> Headline:
+        return self.results.headline
+
+    def rows(self) -> dict[str, RowResult]:
+        return self.results.by_workload()
 
     def nothing_to_compare(self) -> Optional[str]:
         """Why this run has no results to compare (a profile run; a run no row of which has a speedup, as a
         cancelled or failed one), or None when it has."""
         if is_profile_run(self.results, self.path.parent):
-            return f"a profile run, {self.results.get('status')}"
-        if not any(row.get("speedup") for row in self.rows().values()):
-            return f"{self.results.get('status')}, no row has a speedup"
+            return f"a profile run, {self.status}"
+        if not any(row.speedup for row in self.results.rows):
+            return f"{self.status}, no row has a speedup"
         return None
 
 
-def is_profile_run(results: dict[str, Any], summary: Path) -> bool:
+def is_profile_run(results: RunResults, summary: Path) -> bool:
     """A summary of `inv profile` (its one row gated and timed once, then Nsight Compute), whether or not it got as
     far as profile.md: not a timing run."""
-    command = (results.get("provenance") or {}).get("command") or []
+    command = results.provenance.get("command") or []
     return (summary / "profile.md").exists() or (isinstance(command, list) and RUNNERS[PROFILE] in command)
 
 
 def _read(task: str, host: str, run_id: str, path: Path) -> Optional[FetchedRun]:
     try:
-        results = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None  # a folder being written, or not a summary: not a run to compare
-    if not isinstance(results, dict) or not str(results.get("schema", "")).startswith("kpremote.results/"):
+        results = RunResults.read(path)
+    except ValueError:
+        return None  # a folder being written: not a run to compare
+    if not results.is_summary:
         return None
     return FetchedRun(task=task, host=host, run_id=run_id, path=path, results=results)
 

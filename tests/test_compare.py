@@ -10,11 +10,17 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from kpremote.agent.protocol import RowResult
 from kpremote.compare import compare_rows, verdict
 from localproject import kp
 from rig import REPO
 
 TASK = "t"
+
+
+def compared(base: dict, new: dict) -> dict:
+    """compare_rows on two rows as results.json holds them."""
+    return compare_rows(RowResult.from_json(base), RowResult.from_json(new))
 
 
 def side(median: float, rse: float = 0.002) -> dict:
@@ -57,9 +63,9 @@ def test_verdicts_need_the_whole_interval_beyond_one():
     assert verdict(1.2, 1.1, 1.3) == "FASTER" and verdict(0.8, 0.7, 0.9) == "SLOWER"
     assert verdict(1.2, 0.95, 1.4) == "SAME"          # the interval holds 1: no claim
     assert verdict(1.005, 1.001, 1.009) == "SAME"     # a tight interval, but under 1 %: drift, not a win
-    same = compare_rows(row("w", 100, 100), row("w", 100, 100))
+    same = compared(row("w", 100, 100), row("w", 100, 100))
     assert same["change"] == pytest.approx(1.0) and same["low"] < 1 < same["high"] and same["verdict"] == "SAME"
-    noisy = compare_rows(row("w", 100, 100, rse=0.2), row("w", 100, 80, rse=0.2))
+    noisy = compared(row("w", 100, 100, rse=0.2), row("w", 100, 80, rse=0.2))
     assert noisy["change"] == pytest.approx(1.25) and noisy["verdict"] == "SAME"  # 25 % inside a wide noise band
 
 
@@ -139,11 +145,11 @@ def test_a_change_inside_both_runs_noise_is_same():
     # Two runs of a 4 us row: 1.00x then 1.10x, each with a tight interval, but each run's verdict noise is 18 %
     # (the GPU process floor over a 4 us median): a 10 % change between them says nothing.
     base, new = row("w", 4.0, 4.0, rse=0.0005), row("w", 4.4, 4.0, rse=0.0005)
-    assert compare_rows(base, new)["verdict"] == "FASTER"  # rows without a recorded noise: the 1 % floor
+    assert compared(base, new)["verdict"] == "FASTER"  # rows without a recorded noise: the 1 % floor
     base["verdict"], new["verdict"] = {"noise": 0.18}, {"noise": 0.18}
-    entry = compare_rows(base, new)
+    entry = compared(base, new)
     assert entry["verdict"] == "SAME" and entry["threshold"] == pytest.approx(0.2546, abs=1e-3)
-    assert compare_rows(base, row("w", 6.0, 4.0, rse=0.0005) | {"verdict": {"noise": 0.18}})["verdict"] == "FASTER"
+    assert compared(base, row("w", 6.0, 4.0, rse=0.0005) | {"verdict": {"noise": 0.18}})["verdict"] == "FASTER"
 
 
 @pytest.fixture(scope="module")

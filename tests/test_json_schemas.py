@@ -10,12 +10,18 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from kpremote.agent.protocol import RESULTS_SCHEMA, RunResults
 from kpremote.jsonout import VERSIONS
 from kpremote.placement import Outcome
 from localproject import TASK, kp, make_project, watch_for
 from rig import REPO
 
 SCHEMAS = REPO / "docs" / "schemas"
+RECORDS = {"results": RESULTS_SCHEMA}
+"""Schema files of the records the agent writes (not a command's --json): name -> the record's schema value."""
+KEPT_RESULTS = sorted([*(REPO / "tests" / "fixtures" / "results").glob("*.json"),
+                       *REPO.glob("kernels/*/results/**/results.json")])
+"""Every results.json at hand: the kept ones of earlier harness versions, and whatever runs the task folders hold."""
 
 
 def validate(document: dict, command: str) -> dict:
@@ -37,11 +43,40 @@ def project(tmp_path_factory) -> Path:
 
 def test_every_schema_file_is_a_valid_schema_of_its_own_name():
     files = sorted(p.stem for p in SCHEMAS.glob("*.json"))
-    assert files == sorted(VERSIONS)
+    assert files == sorted([*VERSIONS, *RECORDS])
     for name in files:
         schema = json.loads((SCHEMAS / f"{name}.json").read_text())
         jsonschema.Draft202012Validator.check_schema(schema)
-        assert schema["properties"]["schema"]["const"] == f"kpremote.{name}/{VERSIONS[name]}"
+        assert schema["properties"]["schema"]["const"] == RECORDS.get(name, f"kpremote.{name}/{VERSIONS.get(name)}")
+
+
+def validate_results(document: dict) -> dict:
+    """A results.json, checked against docs/schemas/results.json."""
+    schema = json.loads((SCHEMAS / "results.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(document)
+    return document
+
+
+@pytest.mark.parametrize("path", KEPT_RESULTS, ids=lambda p: p.name if "fixtures" in p.parts else str(p.parent))
+def test_every_kept_results_json_matches_the_schema_and_reads_back_as_written(path):
+    document = validate_results(json.loads(path.read_text()))
+    results = RunResults.read(path)
+    assert results.to_json() == document  # nothing a reader does not know is lost, nothing is added
+    assert results.rows and all(row.interval for row in results.rows if row.speedup)  # the verdict's interval
+
+
+def test_the_kept_results_include_an_older_harness_shape():
+    # The schema and the readers are only shown to take older files if one is here: a file without ended_by.
+    assert any("ended_by" not in json.loads(p.read_text()) for p in KEPT_RESULTS)
+
+
+def test_the_results_schema_refuses_what_no_harness_writes():
+    document = json.loads(KEPT_RESULTS[0].read_text())
+    for broken in ({**document, "rows": [{**document["rows"][0], "status": "FINE"}]},
+                   {**document, "headline": {**document["headline"], "geomean": None, "note": None}},
+                   {**document, "rows": [{**document["rows"][0], "verdict": {"low": 1.0, "high": 1.2}}]}):
+        with pytest.raises(jsonschema.ValidationError):
+            validate_results(broken)
 
 
 def test_every_command_with_json_has_a_schema():
@@ -101,7 +136,8 @@ def test_check_json_is_one_document_and_nothing_else(project):
     assert result.returncode == 0, result.stderr
     document = document_of(result, "check")  # the whole stdout is the one document: no progress mixed in
     assert document["status"] == "passed" and document["results"]["schema"] == "kpremote.results/1"
-    assert Path(document["summary_dir"], "results.json").is_file()
+    written = validate_results(json.loads(Path(document["summary_dir"], "results.json").read_text()))
+    assert validate_results(document["results"]) == written  # a CPU run through the runner, as the agent wrote it
 
 
 def test_profile_outcome_matches_its_schema():

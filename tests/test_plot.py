@@ -7,34 +7,38 @@ import subprocess
 import sys
 
 from kpremote.agent.run.plot import copy_share, draw_speedup_plot
-from kpremote.agent.protocol import row_interval
+from kpremote.agent.protocol import RowResult, RunResults, row_interval
 from rig import REPO
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def results(rows: list[dict]) -> dict:
-    return {"smoke": False, "provenance": {"copy_bandwidth": {"gbps": 4000.0}}, "rows": rows,
-            "headline": {"geomean": 1.1}}
+def results(rows: list[dict], **more) -> RunResults:
+    return RunResults.from_json({"smoke": False, "provenance": {"copy_bandwidth": {"gbps": 4000.0}}, "rows": rows,
+                                 "headline": {"geomean": 1.1}, **more})
 
 
 def row(workload: str, speedup: float, **more) -> dict:
     return {"workload": workload, "status": "PASSED", "speedup": speedup, "gbps": {"candidate": 2000.0}, **more}
 
 
+def typed(workload: str, speedup: float, **more) -> RowResult:
+    return RowResult.from_json(row(workload, speedup, **more))
+
+
 def test_the_plot_is_drawn_with_intervals_and_copy_share(tmp_path):
     path = tmp_path / "speedup.png"
-    rows = [row("a_long_workload_id", 1.2, speedup_interval={"low": 1.1, "high": 1.3}), row("b", 0.9)]
+    rows = [row("a_long_workload_id", 1.2, verdict={"low": 1.1, "high": 1.3}), row("b", 0.9)]
     assert draw_speedup_plot(results(rows), path) is None
     assert path.read_bytes().startswith(PNG) and path.stat().st_size > 5000
 
 
 def test_intervals_and_shares_are_read_from_the_row():
-    assert row_interval(row("a", 1.2, speedup_interval={"low": 1.1, "high": 1.3})) == (1.1, 1.3)
-    assert row_interval(row("a", 1.2, speedup_low=1.0, speedup_high=1.4)) == (1.0, 1.4)
-    assert row_interval(row("a", 1.2, timing={"speedup_interval": [0.9, 1.5]})) == (0.9, 1.5)
-    assert row_interval(row("a", 1.2)) is None
-    assert copy_share(row("a", 1.2), 4000.0) == 50.0 and copy_share(row("a", 1.2), None) is None
+    assert row_interval(typed("a", 1.2, verdict={"low": 1.1, "high": 1.3, "verdict": "FASTER"})) == (1.1, 1.3)
+    assert typed("a", 1.2, verdict={"low": 1.1, "high": 1.3}).interval == (1.1, 1.3)
+    assert row_interval(typed("a", 1.2, verdict={"verdict": "SAME"})) is None  # a verdict without its interval
+    assert row_interval(typed("a", 1.2)) is None
+    assert copy_share(typed("a", 1.2), 4000.0) == 50.0 and copy_share(typed("a", 1.2), None) is None
 
 
 def test_no_plot_says_why(tmp_path):
@@ -44,7 +48,9 @@ def test_no_plot_says_why(tmp_path):
     # a host without matplotlib: the agent runs on, and the reason names what is missing
     code = ("import sys; sys.modules['matplotlib'] = None\n"
             "from kpremote.agent.run.plot import draw_speedup_plot\n"
-            "print(draw_speedup_plot({'rows': [{'workload': 'a', 'status': 'PASSED', 'speedup': 1.1}]}, 'x.png'))")
+            "from kpremote.agent.protocol import RunResults\n"
+            "rows = [{'workload': 'a', 'status': 'PASSED', 'speedup': 1.1}]\n"
+            "print(draw_speedup_plot(RunResults.from_json({'rows': rows}), 'x.png'))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(REPO)},
                          capture_output=True, text=True)
     assert out.stdout.strip().startswith("no plot: matplotlib is not installed"), out.stderr
@@ -59,10 +65,10 @@ def test_bars_are_coloured_by_verdict_not_by_which_side_of_one_they_fall(tmp_pat
     speed = MagicMock()
     plt = MagicMock()
     plt.subplots.return_value = (MagicMock(), [[speed]])
-    rows = [row("faster", 1.3, verdict={"verdict": "FASTER"}), row("same_above", 1.02, verdict={"verdict": "SAME"}),
-            row("same_below", 0.98, verdict={"verdict": "SAME"}), row("slower", 0.7, verdict={"verdict": "SLOWER"}),
-            row("no_verdict", 1.5), row("smoke", 1.5, smoke=True, verdict={"verdict": "FASTER"})]
-    _draw(plt, {"rows": rows}, rows, tmp_path / "p.png")
+    rows = [typed("faster", 1.3, verdict={"verdict": "FASTER"}), typed("same_above", 1.02, verdict={"verdict": "SAME"}),
+            typed("same_below", 0.98, verdict={"verdict": "SAME"}), typed("slower", 0.7, verdict={"verdict": "SLOWER"}),
+            typed("no_verdict", 1.5), typed("smoke", 1.5, smoke=True, verdict={"verdict": "FASTER"})]
+    _draw(plt, RunResults(rows=rows), rows, tmp_path / "p.png")
     assert speed.barh.call_args.kwargs["color"] == ["tab:green", "tab:gray", "tab:gray", "tab:red", "tab:gray",
                                                     "tab:gray"]
 
@@ -70,7 +76,7 @@ def test_bars_are_coloured_by_verdict_not_by_which_side_of_one_they_fall(tmp_pat
 def test_results_md_says_why_there_is_no_plot_once(tmp_path):
     from kpremote.agent.run.report import render_results_md
 
-    failed = results([{"workload": "a", "status": "INCORRECT", "speedup": None}])
-    markdown = render_results_md({**failed, "status": "failed", "exit_code": 1, "headline": {"note": "no rows"}},
-                                 plot_missing=draw_speedup_plot(failed, tmp_path / "p.png"))
+    failed = results([{"workload": "a", "status": "INCORRECT", "speedup": None}], status="failed", exit_code=1,
+                     headline={"note": "no rows"})
+    markdown = render_results_md(failed, plot_missing=draw_speedup_plot(failed, tmp_path / "p.png"))
     assert "No plot: no row passed with a speedup to show" in markdown and "no plot: no plot" not in markdown.lower()

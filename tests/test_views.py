@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from kpremote.agent.protocol import RunResults
 from kpremote.views.results import results_view
 from localproject import TASK, kp, make_project, watch_for
 
@@ -127,7 +128,7 @@ def results(verdicts: bool = True) -> dict:
                      "timing": timing, "gbps": {"candidate": 1234.5}, "smoke": False,
                      "params": {"seq": 4096 if number < 2 else 33, "head_dim": 128 - 64 * (number % 2), "smoke": True,
                                 "dtype": "bf16"},
-                     **({"verdict": ["FASTER", "SAME", "SAME", "SLOWER"][number]} if verdicts else {}),
+                     **({"verdict": {"verdict": ["FASTER", "SAME", "SAME", "SLOWER"][number]}} if verdicts else {}),
                      "message": "the candidate read past the row end" if number == 3 else None})
     return {"schema": "kpremote.results/1", "status": "passed", "exit_code": 0, "smoke": False,
             "provenance": {"task": {"name": "t"}, "copy_bandwidth": {"gbps": 4000.0}, "gpu": {"name": "NVIDIA H200"}},
@@ -136,7 +137,7 @@ def results(verdicts: bool = True) -> dict:
 
 def render(document: dict, width: int) -> str:
     console = Console(width=width, record=True, no_color=True, file=open("/dev/null", "w"))
-    console.print(results_view(document, width))
+    console.print(results_view(RunResults.from_json(document), width))
     return console.export_text()
 
 
@@ -397,10 +398,10 @@ def test_a_smoke_runs_rows_show_no_verdict_anywhere(tmp_path):
     document["smoke"] = True
     for row in document["rows"]:
         row.update(smoke=True, label="smoke: timings are not meaningful",
-                   verdict={"verdict": row["verdict"], "low": 1.0, "high": 1.2})
+                   verdict={**row["verdict"], "low": 1.0, "high": 1.2})
     shown = render(document, 140)
     assert not any(word in shown for word in ("FASTER", "SLOWER", "SAME")), shown
-    markdown = render_results_md(document, plot_missing="no plot: smoke")
+    markdown = render_results_md(RunResults.from_json(document), plot_missing="no plot: smoke")
     assert not any(word in markdown for word in ("FASTER", "SLOWER")), markdown
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
+
+from .protocol import GpuState, Snapshot
 
 FIXTURE_ENV = "KPREMOTE_NVML_FIXTURE"
 
@@ -30,84 +31,6 @@ CLOCK_EVENT_REASONS = {
     0x80: "hw_power_brake_slowdown",
     0x100: "display_clock_setting",
 }
-
-
-@dataclass
-class GpuState:
-    index: int
-    uuid: str
-    name: str
-    cc: tuple[int, int]
-    memory_used_mib: int
-    memory_total_mib: int
-    util_pct: int | None  # None: NVML could not read it
-    temperature_c: int | None
-    power_w: float | None
-    sm_clock_mhz: int | None
-    sm_clock_max_mhz: int | None
-    clock_event_reasons: list[str]
-    processes: list[dict] | None  # None: NVML could not read the list
-    l2_bytes: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        record = asdict(self)
-        record["cc"] = list(self.cc)
-        return record
-
-    @classmethod
-    def from_json(cls, record: dict[str, Any]) -> "GpuState":
-        """The inverse of to_json; optional fields may be left out (see docs/nvml-fixture.md)."""
-        required = ("index", "uuid", "name", "cc", "memory_used_mib", "memory_total_mib")
-        missing = [key for key in required if key not in record]
-        if missing:
-            raise ValueError(f"GPU record {record.get('index', '?')} lacks {', '.join(missing)}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(record) - known)
-        if unknown:
-            raise ValueError(f"GPU record {record['index']} has unknown keys {', '.join(unknown)}")
-        major, minor = record["cc"]
-        return cls(
-            index=int(record["index"]),
-            uuid=str(record["uuid"]),
-            name=str(record["name"]),
-            cc=(int(major), int(minor)),
-            memory_used_mib=int(record["memory_used_mib"]),
-            memory_total_mib=int(record["memory_total_mib"]),
-            util_pct=_optional_int(record.get("util_pct", 0)),
-            temperature_c=record.get("temperature_c"),
-            power_w=record.get("power_w"),
-            sm_clock_mhz=record.get("sm_clock_mhz"),
-            sm_clock_max_mhz=record.get("sm_clock_max_mhz"),
-            clock_event_reasons=list(record.get("clock_event_reasons", [])),
-            processes=_process_records(record.get("processes", [])),
-            l2_bytes=record.get("l2_bytes"),
-        )
-
-
-@dataclass
-class Snapshot:
-    hostname: str
-    driver: str | None
-    source: str  # "nvml" | "fixture" | "none"
-    gpus: list[GpuState] = field(default_factory=list)
-    error: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "hostname": self.hostname,
-            "driver": self.driver,
-            "source": self.source,
-            "gpus": [gpu.to_json() for gpu in self.gpus],
-            "error": self.error,
-        }
-
-    def find(self, key: str) -> GpuState | None:
-        """The GPU named by its index ("0") or its UUID."""
-        key = str(key).strip()
-        for gpu in self.gpus:
-            if key == str(gpu.index) or key.lower() == gpu.uuid.lower():
-                return gpu
-        return None
 
 
 def snapshot() -> Snapshot:
@@ -168,19 +91,6 @@ def _snapshot_from_fixture(path: Path) -> Snapshot:
         gpus=gpus,
         error=data.get("error"),
     )
-
-
-def _optional_int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-def _process_records(processes: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-    """The fixture's process list; null says NVML could not read it."""
-    return None if processes is None else [_process_record(p) for p in processes]
-
-
-def _process_record(process: dict[str, Any]) -> dict[str, Any]:
-    return {"pid": process.get("pid"), "name": process.get("name"), "used_mib": process.get("used_mib")}
 
 
 # ---------------------------------------------------------------------------------------------- NVML

@@ -3,7 +3,6 @@ columns dropped before anything is cut), each row's note on a line of its own, a
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Optional
@@ -11,7 +10,7 @@ from typing import Any, Optional
 from rich.console import Group
 from rich.text import Text
 
-from ..agent.protocol import row_interval
+from ..agent.protocol import Headline, RowResult, RunResults
 from . import terminal
 from .layout import Column, fitted_table
 
@@ -29,37 +28,37 @@ def number(value: Optional[float]) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
-def varying_params(rows: list[dict[str, Any]]) -> list[str]:
+def varying_params(rows: list[RowResult]) -> list[str]:
     """The parameter names whose values differ between rows: the key that tells rows apart, nothing constant."""
     names: list[str] = []
     for row in rows:
-        names += [k for k in (row.get("params") or {}) if k not in NOT_SHAPE and k not in names]
-    return [k for k in names if len({repr((r.get("params") or {}).get(k)) for r in rows}) > 1]
+        names += [k for k in (row.params or {}) if k not in NOT_SHAPE and k not in names]
+    return [k for k in names if len({repr((r.params or {}).get(k)) for r in rows}) > 1]
 
 
-def _speedup_cell(row: dict[str, Any]) -> str:
-    if not row.get("speedup"):
+def _speedup_cell(row: RowResult) -> str:
+    if not row.speedup:
         return "–"
-    interval = row_interval(row)
-    return f"{row['speedup']:.3f}x" + (f" ({interval[0]:.3f}–{interval[1]:.3f})" if interval else "")
+    interval = row.interval
+    return f"{row.speedup:.3f}x" + (f" ({interval[0]:.3f}–{interval[1]:.3f})" if interval else "")
 
 
-def _median(row: dict[str, Any], side: str) -> str:
-    summary = (row.get("timing") or {}).get(side) or {}
-    return number(summary.get("median")) if summary.get("n") else "–"
+def _median(row: RowResult, side: str) -> str:
+    summary = row.side(side)
+    return number(summary.median) if summary else "–"
 
 
-def results_columns(rows: list[dict[str, Any]], copy_gbps: Optional[float]) -> list[Column]:
+def results_columns(rows: list[RowResult], copy_gbps: Optional[float]) -> list[Column]:
     shape_keys = varying_params(rows)
 
-    def gbps(row: dict[str, Any]) -> Optional[float]:
-        return (row.get("gbps") or {}).get("candidate") if row.get("speedup") else None
+    def gbps(row: RowResult) -> Optional[float]:
+        return (row.gbps or {}).get("candidate") if row.speedup else None
 
     columns = [
-        Column("workload", [row.get("workload", "?") for row in rows], whole=True),
-        Column("prod", ["yes" if row.get("production") else "" for row in rows], drop=1),
-        Column("status", [Text(row.get("status", "?") + (" (invalid)" if row.get("invalid") else ""),
-                               style=STATUS_STYLE.get(row.get("status", ""), "")) for row in rows], whole=True),
+        Column("workload", [row.workload for row in rows], whole=True),
+        Column("prod", ["yes" if row.production else "" for row in rows], drop=1),
+        Column("status", [Text(row.status + (" (invalid)" if row.invalid else ""),
+                               style=STATUS_STYLE.get(row.status, "")) for row in rows], whole=True),
     ]
     if any(row_verdict(row) for row in rows):
         columns.append(Column("verdict", [Text(row_verdict(row) or "–", style=VERDICT_STYLE.get(row_verdict(row), ""))
@@ -74,29 +73,26 @@ def results_columns(rows: list[dict[str, Any]], copy_gbps: Optional[float]) -> l
         columns.append(Column("% copy BW", [f"{number(100 * gbps(row) / copy_gbps)} %" if gbps(row) else "–"
                                             for row in rows], whole=True, drop=6, justify="right"))
     if shape_keys:
-        columns.append(Column("shape", [" ".join(f"{k}={(row.get('params') or {}).get(k)}" for k in shape_keys)
+        columns.append(Column("shape", [" ".join(f"{k}={(row.params or {}).get(k)}" for k in shape_keys)
                                         for row in rows], drop=3))
     return columns
 
 
-def _banner(results: dict[str, Any]) -> list[Text]:
-    prov = results.get("provenance") or {}
-    task = prov.get("task") or {}
-    task = task.get("name") or (Path(task["dir"]).name if task.get("dir") else "?")  # refused: task.toml unread
-    status = str(results.get("status", "?"))
+def _banner(results: RunResults) -> list[Text]:
+    task = results.task_name  # a refused run names its folder: task.toml unread
+    status = str(results.status)
     lines = [Text.assemble((f"{task}: ", "bold"), (status, "green" if status == "passed" else "red"),
-                           f" (exit code {results.get('exit_code')})")]
-    if results.get("smoke"):
+                           f" (exit code {results.exit_code})")]
+    if results.smoke:
         lines.append(Text("smoke: timings are not meaningful (CPU, Triton interpreter)", style="bold yellow"))
-    gpu = prov.get("gpu") or {}
-    host = prov.get("host") or {}
+    host = results.part("host")
     where = host.get("alias") or host.get("hostname")
-    device = gpu.get("name") or prov.get("device")
+    device = results.part("gpu").get("name") or results.provenance.get("device")
     if where or device:
-        run = f", run {prov['run_id']}" if prov.get("run_id") else ""
+        run = f", run {results.run_id}" if results.run_id else ""
         lines.append(Text(f"{where or '?'}, {device or '?'}{run}", style="dim"))
-    if results.get("message"):
-        lines.append(Text(str(results["message"]), style="red"))
+    if results.message:
+        lines.append(Text(str(results.message), style="red"))
     return lines
 
 
@@ -120,48 +116,44 @@ def task_frame(traceback: Any) -> Optional[str]:
     return f"{path}:{line}"
 
 
-def _notes(rows: list[dict[str, Any]]) -> list[Text]:
+def _notes(rows: list[RowResult]) -> list[Text]:
     notes = []
     for row in rows:
-        parts = [str(p) for p in (row.get("message"), row.get("invalid"), row.get("implausible"), row.get("audit"))
+        parts = [str(p) for p in (row.message, row.invalid, row.implausible, row.audit)
                  if p and not isinstance(p, (dict, list))]
-        where = task_frame((row.get("correctness") or {}).get("traceback") or row.get("traceback"))
+        where = task_frame((row.correctness or {}).get("traceback") or row.extra.get("traceback"))
         if where and parts:
             parts[0] += f" (at {where})"
         if parts:
-            notes.append(Text.assemble((f"{row.get('workload')}: ", "bold"), "; ".join(dict.fromkeys(parts))))
+            notes.append(Text.assemble((f"{row.workload}: ", "bold"), "; ".join(dict.fromkeys(parts))))
     return notes
 
 
-def headline_line(head: dict[str, Any]) -> Text:
-    label = " (smoke: not meaningful)" if head.get("label") else ""
-    if head.get("geomean") is None:
-        return Text(f"headline: none ({head.get('note', 'no rows')}){label}", style="bold")
-    return Text(f"headline: {head['geomean']:.3f}x geometric-mean speedup over {head.get('n')} of {head.get('of')} "
-                f"production rows, {int(100 * (head.get('level') or 0.95))} % interval {head['low']:.3f}–"
-                f"{head['high']:.3f}{label}", style="bold")
+def headline_line(head: Headline) -> Text:
+    label = " (smoke: not meaningful)" if head.label else ""
+    if head.geomean is None:
+        return Text(f"headline: none ({head.note or 'no rows'}){label}", style="bold")
+    return Text(f"headline: {head.geomean:.3f}x geometric-mean speedup over {head.n} of {head.of} "
+                f"production rows, {int(100 * (head.level or 0.95))} % interval {head.low:.3f}–"
+                f"{head.high:.3f}{label}", style="bold")
 
 
-def results_view(results: dict[str, Any], width: int) -> Group:
-    rows = results.get("rows") or []
-    copy_gbps = ((results.get("provenance") or {}).get("copy_bandwidth") or {}).get("gbps")
+def results_view(results: RunResults, width: int) -> Group:
+    rows = results.rows
     parts: list[Any] = _banner(results)
     if rows:
-        parts.append(fitted_table(results_columns(rows, copy_gbps), width))
+        parts.append(fitted_table(results_columns(rows, results.part("copy_bandwidth").get("gbps")), width))
         parts += _notes(rows)
-    parts.append(headline_line(results.get("headline") or {}))
+    parts.append(headline_line(results.headline))
     return Group(*parts)
 
 
-def row_verdict(row: dict) -> Optional[str]:
-    """FASTER / SAME / SLOWER: the agent writes {"verdict", "speedup", "low", "high", ...} (results.json rows);
-    None for a smoke row, whose timings (and so verdicts) mean nothing."""
-    if row.get("smoke") or row.get("label"):
+def row_verdict(row: RowResult) -> Optional[str]:
+    """FASTER / SAME / SLOWER, as the judge gave it (the row's verdict); None for a smoke row, whose timings (and so
+    verdicts) mean nothing."""
+    if row.smoke or row.label:
         return None
-    verdict = row.get("verdict")
-    if isinstance(verdict, dict):
-        verdict = verdict.get("verdict")
-    return str(verdict) if verdict else None
+    return row.verdict_word
 
 
 def summary_markdown(path: Path) -> Any:
@@ -170,7 +162,7 @@ def summary_markdown(path: Path) -> Any:
     results_json = path.with_name("results.json")
     if path.name == "results.md" and results_json.is_file():
         try:
-            return results_view(json.loads(results_json.read_text()), terminal.console.width)
+            return results_view(RunResults.read(results_json), terminal.console.width)
         except (ValueError, KeyError, TypeError):
             pass  # a summary we cannot read as results: the agent's own markdown below
     from rich.markdown import Markdown  # 40 ms of import (markdown_it) that every other command can skip

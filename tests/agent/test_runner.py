@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from kpremote.agent import harness
@@ -26,6 +27,7 @@ from kpremote.agent.run import guards, report, runner
 from kpremote.agent.harness.judge import TIMING_CASES_CPU
 from kpremote.agent.run.events import read_events
 from kpremote.agent.procfs import descendants
+from kpremote.agent.protocol import RowResult, RowVerdict, RunResults
 from kpremote.agent.run.runstate import read_state
 from kpremote.agent.harness.timing import SMOKE_SAMPLES
 from waiting import wait_for
@@ -70,7 +72,12 @@ def make_cuda_variant(destination: Path) -> Path:
 
 
 def results_of(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / "summary" / "results.json").read_text())
+    """The run's results.json, checked against docs/schemas/results.json: every run these tests make (passed, not
+    checked, failed to build, invalid, cancelled) is real output the schema must describe."""
+    results = json.loads((run_dir / "summary" / "results.json").read_text())
+    jsonschema.Draft202012Validator(json.loads((REPO / "docs" / "schemas" / "results.json").read_text())).validate(results)
+    assert RunResults.from_json(results).to_json() == results  # the record the agent built reads back as written
+    return results
 
 
 def events_of(run_dir: Path) -> list[dict[str, Any]]:
@@ -311,23 +318,23 @@ def test_the_runs_own_processes_are_never_foreign_and_a_visible_stranger_always_
 
 
 def test_no_headline_while_any_production_row_failed_or_is_in_doubt() -> None:
-    def row(name: str, speedup: float | None, **extra: Any) -> dict[str, Any]:
+    def row(name: str, speedup: float | None, **extra: Any) -> RowResult:
         status = extra.pop("status", "PASSED")
-        return {"workload": name, "production": True, "status": status, "speedup": speedup, **extra}
+        return RowResult.from_json({"workload": name, "production": True, "status": status, "speedup": speedup,
+                                    **extra})
 
     clean = [row("a", 2.0), row("b", 8.0), row("e", 3.0, production=False)]
     head = report.headline(clean, {}, smoke=False)
-    assert (head["n"], head["of"]) == (2, 2)
-    assert head["geomean"] == pytest.approx(4.0) and head["low"] <= 4.0 <= head["high"]
+    assert (head.n, head.of) == (2, 2)
+    assert head.geomean == pytest.approx(4.0) and head.low <= 4.0 <= head.high
 
     rows = [*clean, row("c", 50.0, invalid="foreign process"),
             row("d", None, status="INCORRECT", implausible="candidate: implausible: ..."),
             row("f", None, status="TIMEOUT"), row("g", None, status="ERROR", production=False)]
     head = report.headline(rows, {}, smoke=False)
-    assert head["geomean"] is None and head["n"] == 0 and head["of"] == 5
-    assert head["note"] == "withheld: c invalid, d implausible, f TIMEOUT"  # a regression-grid ERROR does not block
-    markdown = report.render_results_md({"status": "failed", "exit_code": 1, "provenance": {}, "rows": rows,
-                                         "headline": head})
+    assert head.geomean is None and head.n == 0 and head.of == 5
+    assert head.note == "withheld: c invalid, d implausible, f TIMEOUT"  # a regression-grid ERROR does not block
+    markdown = report.render_results_md(RunResults(status="failed", exit_code=1, rows=rows, headline=head))
     assert "| PASSED (invalid) |" in markdown and "| INCORRECT (implausible) |" in markdown
     assert "- `c`: foreign process" in markdown
     assert "**Headline:** none (withheld: c invalid, d implausible, f TIMEOUT)" in markdown
@@ -365,13 +372,31 @@ def test_the_headline_interval_carries_each_gpu_rows_process_floor() -> None:
         base = [4.4 + rng.gauss(0, 0.01) for _ in range(400)]
         cand = [4.0 + rng.gauss(0, 0.01) for _ in range(400)]
         samples[name] = {"baseline": base, "candidate": cand}
-        timing = {"baseline": {"median": 4.4}, "candidate": {"median": 4.0}}
-        rows.append({"workload": name, "production": True, "status": "PASSED", "speedup": 1.1, "timing": timing,
-                     "verdict": {"process_floor_us": 0.75}})
+        timing = {"baseline": {"n": 400, "median": 4.4}, "candidate": {"n": 400, "median": 4.0}}
+        rows.append(RowResult.from_json({"workload": name, "production": True, "status": "PASSED", "speedup": 1.1,
+                                         "timing": timing, "verdict": {"process_floor_us": 0.75}}))
     gpu = report.headline(rows, samples, smoke=False)
-    assert gpu["geomean"] == pytest.approx(1.1) and gpu["low"] < 1.0 < 1.2 < gpu["high"]
+    assert gpu.geomean == pytest.approx(1.1) and gpu.low < 1.0 < 1.2 < gpu.high
     for row in rows:
-        row["verdict"] = {"process_floor_us": 0.0}  # a CPU row: no floor, the samples' own interval
+        row.verdict = RowVerdict(process_floor_us=0.0)  # a CPU row: no floor, the samples' own interval
     cpu = report.headline(rows, samples, smoke=False)
-    assert 1.09 < cpu["low"] <= cpu["high"] < 1.11
-    assert report.process_offset_share(rows[0]) == 0.0 and report.process_offset_share({"speedup": 2.0}) == 0.0
+    assert 1.09 < cpu.low <= cpu.high < 1.11
+    assert report.process_offset_share(rows[0]) == 0.0
+    assert report.process_offset_share(RowResult.from_json({"speedup": 2.0})) == 0.0
+
+
+def test_a_row_timed_by_several_process_pairs_pools_their_samples(tmp_path: Path) -> None:
+    # KPREMOTE_SIDE_PAIRS picks the pairs on any device (a cold GPU row gets timing.SIDE_PAIRS): every pair's
+    # processes serve the row, each pair's medians are kept, the samples pooled, and the record names them all.
+    task = copy_fixture(tmp_path)
+    run_dir = tmp_path / "runs" / "pairs"
+    done = subprocess.run(runner_command(task, run_dir, "--workloads", "prod_r4_c64"),
+                          env={**agent_env(), "KPREMOTE_SIDE_PAIRS": "2"}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    row = rows_by_id(run_dir)["prod_r4_c64"]
+    processes = row["processes"]
+    assert {"baseline", "candidate", "baseline_2", "candidate_2"} <= set(processes)
+    assert len({processes[k] for k in ("judge", "baseline", "candidate", "baseline_2", "candidate_2")}) == 5
+    pairs = row["timing"]["process_pairs"]
+    assert len(pairs) == 2 and row["checks"]["process_pairs"] == 2
+    assert row["timing"]["baseline"]["n"] == sum(p["n"] for p in pairs) == 2 * SMOKE_SAMPLES

@@ -196,11 +196,11 @@ def test_compiled_python_in_a_task_folder_is_refused(tmp_path: Path) -> None:
 def test_an_unsandboxed_run_says_so_in_its_results_and_headline() -> None:
     results = report.build_results(provenance={"task": {"name": "t"}}, rows=[], samples={}, status="passed",
                                    exit_code=0, message=None, smoke=False, unsandboxed="no Landlock in this kernel")
-    assert results["headline"]["label"] == "unsandboxed"
+    assert results.headline.label == "unsandboxed" and results.to_json()["unsandboxed"] == "no Landlock in this kernel"
     assert "**UNSANDBOXED**" in report.render_results_md(results)
     clean = report.build_results(provenance={"task": {"name": "t"}}, rows=[], samples={}, status="passed",
                                  exit_code=0, message=None, smoke=False)
-    assert clean["headline"]["label"] is None and "UNSANDBOXED" not in report.render_results_md(clean)
+    assert clean.headline.label is None and "UNSANDBOXED" not in report.render_results_md(clean)
 
 
 def test_task_code_is_imported_from_source_never_from_a_planted_pyc(tmp_path: Path) -> None:

@@ -137,5 +137,17 @@ def test_gpu_medians_closer_than_the_process_floor_are_the_same() -> None:
     assert stats.row_verdict(baseline, candidate, process_floor_us=floor)["verdict"] == stats.SAME
     assert stats.row_verdict(baseline, candidate)["verdict"] == stats.FASTER
     assert stats.row_verdict(baseline, [t * 0.7 for t in baseline], process_floor_us=floor)["verdict"] == stats.FASTER
-    slower_by_a_floor = [t + 0.6 for t in baseline]  # 0.6 us slower: SLOWER on CPU, SAME on a GPU row
+    slower_by_a_floor = [t + 0.25 for t in baseline]  # 0.25 us slower: SLOWER on CPU, SAME on one pair's GPU row
     assert stats.row_verdict(baseline, slower_by_a_floor, process_floor_us=floor)["verdict"] == stats.SAME
+    assert stats.row_verdict(baseline, slower_by_a_floor)["verdict"] == stats.SLOWER
+
+
+def test_four_process_pairs_halve_the_floor() -> None:
+    # Pooled over four pairs a row carries the mean of four processes' offsets: a 0.2 us change on a 4 us row (5 %)
+    # is a change there, and inside one pair's floor.
+    tick = 0.032
+    baseline = [130 * tick] * 80 + [131 * tick] * 20  # 4.16 us
+    slower = [t + 0.2 for t in baseline]
+    assert stats.process_floor_us(4) == stats.PROCESS_FLOOR_US / 2
+    assert stats.row_verdict(baseline, slower, process_floor_us=stats.process_floor_us(4))["verdict"] == stats.SLOWER
+    assert stats.row_verdict(baseline, slower, process_floor_us=stats.process_floor_us(1))["verdict"] == stats.SAME

@@ -97,3 +97,31 @@ def test_graph_holds_enough_calls_for_about_a_millisecond(single_us: float, call
 def test_head_start_is_twice_the_launch_time_and_capped() -> None:
     assert timing.head_start_us(10.0) == 40.0
     assert timing.head_start_us(10_000.0) == timing.HEAD_START_MAX_US
+
+
+def test_a_cold_gpu_row_gets_four_pairs_and_anything_else_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(timing.SIDE_PAIRS_ENV, raising=False)
+    assert timing.side_pairs("cuda", "cold") == timing.SIDE_PAIRS == 4
+    assert timing.side_pairs("cuda", "graph") == 1 and timing.side_pairs("cpu", "cold") == 1
+    monkeypatch.setenv(timing.SIDE_PAIRS_ENV, "2")
+    assert timing.side_pairs("cpu", "smoke") == 2
+    monkeypatch.setenv(timing.SIDE_PAIRS_ENV, "none")
+    assert timing.side_pairs("cuda", "cold") == 4
+
+
+def test_each_pair_gets_its_share_and_the_pooled_row_keeps_each_pairs_medians() -> None:
+    settings = TimingSettings(min_time_s=0.5, max_time_s=20.0, max_samples=2000, target_rse=0.005)
+    share = timing.share_of(settings, 4)
+    assert (share.min_time_s, share.max_time_s, share.max_samples) == (0.125, 5.0, 500)
+    assert share.target_rse == pytest.approx(0.01) and timing.share_of(settings, 1) is settings
+
+    def pair(base: float, cand: float, n: int) -> timing.PairTiming:
+        return timing.PairTiming("cold", 1, timing.SideSamples("baseline", times_us=[base] * n, late=1),
+                                 timing.SideSamples("candidate", times_us=[cand] * n, dropped_clock=2), "converged", "on")
+
+    row = timing.pooled([pair(5.0, 4.0, 3), pair(5.2, 4.1, 5)])
+    assert row.baseline.times_us == [5.0] * 3 + [5.2] * 5 and row.baseline.late == 2 and row.candidate.dropped_clock == 4
+    assert row.process_pairs == [{"baseline": 5.0, "candidate": 4.0, "n": 3}, {"baseline": 5.2, "candidate": 4.1, "n": 5}]
+    assert row.to_json()["process_pairs"] == row.process_pairs
+    single = pair(1.0, 1.0, 2)
+    assert timing.pooled([single]) is single

@@ -1,6 +1,6 @@
-"""The probe's GPU record has two ends: the agent fills it from NVML (agent/nvml.py GpuState, plus the lease's
-fields) and the client reads it into gpu-status's documented model (gpustatus.GpuReport). They are declared apart on
-purpose (the client never imports agent/nvml.py, and each side types the record for its own job), so this test keeps
+"""The probe's GPU record has two ends: the agent fills it from NVML (the seam's protocol.GpuState, plus the lease's
+fields) and the client reads it into gpu-status's documented model (gpustatus.GpuReport, which adds the idle verdict
+and the lease). They are declared apart on purpose (each side types the record for its own job), so this test keeps
 them one record: every field the client reads is one the agent sends, under the same name."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import jsonschema
 from rich.console import Console
 from unit.helpers import gpu
 
-from kpremote.agent.nvml import GpuState
+from kpremote.agent.protocol import GpuState
 from kpremote.gpustatus import GpuReport, gpu_status_body, probe_host
 from kpremote.views.gpus import GpuViewOptions, gpu_view
 

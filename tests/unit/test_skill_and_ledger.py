@@ -117,5 +117,8 @@ def test_a_summary_of_another_shape_still_gets_its_ledger_line() -> None:
     is written with what could be read (the follow benchmark's stand-in summary says "rows": 200)."""
     from kpremote.ledger import ledger_entry
 
-    entry = ledger_entry({"smoke": True, "rows": 200, "headline": "x", "provenance": []}, "h", 0, ["inv", "run"])
+    from kpremote.agent.protocol import RunResults
+
+    foreign = RunResults.from_json({"smoke": True, "rows": 200, "headline": "x", "provenance": []})
+    entry = ledger_entry(foreign, "h", 0, ["inv", "run"])
     assert entry["rows"] == {} and entry["exit_code"] == 0 and entry["smoke"] is True and entry["run_id"] is None

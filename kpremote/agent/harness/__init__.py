@@ -15,7 +15,7 @@ from typing import Any
 
 from ..provenance import file_sha256
 
-HARNESS_VERSION = "2.8"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+HARNESS_VERSION = "2.9"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
 # 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
 # 2.3: a row's noise threshold covers two timer ticks; the flush probe ramps the clocks first (no timed number moves)
@@ -29,6 +29,8 @@ HARNESS_VERSION = "2.8"  # 2.0: process boundary (judge + one process per side),
 # 2.8: each side, each side's build and the audited calls run sandboxed (sandbox/: Landlock, seccomp, the judge's PID
 #      namespace); task code imported from source only; a row whose side leaves a process behind, is reniced,
 #      re-pinned or starved, or whose candidate runs a helper thread while timed, is void (guard.py)
+# 2.9: a cold GPU row is timed by four process pairs (timing.SIDE_PAIRS), its samples pooled, and its process floor is
+#      0.3 us / sqrt(pairs) = 0.15 us (2.4-2.8: one pair, 0.75 us): each process's own offset, measured with the dial
 AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".
@@ -52,7 +54,8 @@ OUTSIDE_THE_HARNESS = {
     "nvml.py": "reads GPU state for the record",
     "run/plot.py": "draws the numbers report.py wrote",
     "procfs.py": "reads /proc, kills process trees",
-    "protocol.py": "the client-agent seam: exit codes, names, request kinds",
+    "protocol.py": "the client-agent seam: exit codes, names, request kinds, the records results.json is written "
+                   "through (they carry the judge's and report.py's numbers, never compute one)",
     "provenance.py": "stamps which source was measured",
     "run/runstate.py": "writes state.json",
     "run/__init__.py": "a docstring: says what the folder holds",

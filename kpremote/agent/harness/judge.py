@@ -63,26 +63,39 @@ class Bench:
         self.device = "cuda" if job["device"].startswith("cuda") else "cpu"
         self.run_dir = Path(job.get("run_dir") or ".")
         self.modules = job.get("modules") or {}
-        self.sides: dict[str, SideProcess] = {}
+        self.mode = self.spec.timing.mode if self.device == "cuda" else "smoke"
+        self.pairs: list[dict[str, SideProcess]] = []  # one process per side, timing.side_pairs(...) times over
+        self.active = 0  # the pair the row's commands go to now (pair 0: correctness and everything but timing)
         self.adapter: Any = None
         self.sharing: Sharing | None = None
         self.rows_started = 0  # rows these side processes have begun (1 for the first row they serve)
         self.sandbox: dict[str, str] = {}  # what each side process entered, in its own words
 
+    @property
+    def sides(self) -> dict[str, SideProcess]:
+        """The active pair's side processes (empty before start and after stop)."""
+        return self.pairs[self.active] if self.pairs else {}
+
+    def every_process(self) -> list[SideProcess]:
+        return [process for pair in self.pairs for process in pair.values()]
+
     def processes(self) -> dict[str, Any]:
-        """Which processes ran the row, for the record: a pid shared by two rows is one process serving both."""
-        return {"judge": os.getpid(), **{side: process.pid for side, process in self.sides.items()},
-                "row_of_these": self.rows_started}
+        """Which processes ran the row, for the record: a pid shared by two rows is one process serving both.
+        The first pair is named by side, the others by side and number (candidate_2, ...)."""
+        named = {(side if k == 0 else f"{side}_{k + 1}"): process.pid
+                 for k, pair in enumerate(self.pairs) for side, process in pair.items()}
+        return {"judge": os.getpid(), **named, "row_of_these": self.rows_started}
 
     def start(self) -> dict[str, Any] | None:
-        """Both side processes up with their modules imported; None, or the row's ERROR."""
-        if self.sides:
+        """Every pair's side processes up with their modules imported; None, or the row's ERROR."""
+        if self.pairs:
             self.rows_started += 1
             return None
         self.rows_started = 1
         env = dict(os.environ)
-        self.sides = {side: SideProcess(side, env, self.run_dir, side_scratch(self.run_dir, side))
-                      for side in SIDES}  # they import while we do
+        self.active = 0
+        self.pairs = [{side: SideProcess(side, env, self.run_dir, side_scratch(self.run_dir, side)) for side in SIDES}
+                      for _ in range(timing.side_pairs(self.device, self.mode))]  # they import while we do
         from ..task import build
 
         failed = self._import_all(build)
@@ -97,7 +110,8 @@ class Bench:
             return {"status": ERROR, "message": f"import: bench/adapter.py: {type(exc).__name__}: {exc}",
                     "where": "import", "traceback": traceback.format_exc()}
         self.sharing = self.sharing or Sharing(self.device)
-        for side, process in self.sides.items():
+        for process in self.every_process():
+            side = process.side
             try:
                 reply = process.request({"op": "start", "side": side, "task_dir": str(self.spec.root),
                                          "device": self.device, "module_file": self.modules.get(side)})
@@ -108,9 +122,10 @@ class Bench:
         return None
 
     def stop(self) -> None:
-        for process in self.sides.values():
+        for process in self.every_process():
             process.stop()
-        self.sides = {}
+        self.pairs = []
+        self.active = 0
 
 
 class Judge:
@@ -152,7 +167,8 @@ class Judge:
         failed = self.bench.start()
         if failed:
             return failed
-        for side, process in self.sides.items():
+        for process in self.bench.every_process():
+            side = process.side
             log = open_log(self.job["log"]) if self.job.get("log") else None
             try:
                 process.request({"op": "row", "workload": self.params}, [log] if log is not None else [])
@@ -178,18 +194,19 @@ class Judge:
         shared = self.sharing.share(case, self.next_id, label, seed)
         shared.mutates = mutates
         self.next_id += 1
-        for side in SIDES:
+        for process in self.bench.every_process():
+            side = process.side
             fds: list[int] = []
             command = {"op": "case", "id": shared.id, "mutates": list(mutates),
                        "inputs": encode_values(shared.inputs[side], fds, shared.keep),
                        "outputs": encode_values(shared.outputs[side], fds, shared.keep)}
-            request_guarded(self.sides[side], command, f"{label}, handing the case to the {side}", fds)
+            request_guarded(process, command, f"{label}, handing the case to the {side}", fds)
         self.cases[shared.id] = shared
         return shared
 
     def drop_case(self, shared: SharedCase) -> None:
-        for side in SIDES:
-            request_guarded(self.sides[side], {"op": "drop", "id": shared.id}, f"{shared.label}, drop")
+        for process in self.bench.every_process():
+            request_guarded(process, {"op": "drop", "id": shared.id}, f"{shared.label}, drop")
         shared.close()
         self.cases.pop(shared.id, None)
 
@@ -239,24 +256,73 @@ class Judge:
         mode = settings.mode if self.device == "cuda" else "smoke"
         bytes_moved = self._bytes_moved(cases[0].case)
         result: dict[str, Any] = {"bytes_moved": bytes_moved, "flops": cases[0].case.flops, "implausible": None}
+        pairs = len(self.bench.pairs) if mode != "graph" else 1
         if self.device == "cuda":
             if not bytes_moved:
                 return {**result, "status": ERROR, "where": "timing",
                         "message": "bench/adapter.py gives no bytes_moved for this row: a GPU timing needs it for "
                                    "its physical floor (define bytes_moved(workload) or set Case.bytes_moved)"}
-            for side in ("candidate", "baseline"):
-                reason = self.sides[side].request({"op": "stream_check", "id": cases[0].id}).get("reason")
-                if reason:
-                    return _implausible(side, str(reason), {**result, "timing": None})
+            for k in range(pairs):
+                for side in ("candidate", "baseline"):
+                    reason = self.bench.pairs[k][side].request({"op": "stream_check", "id": cases[0].id}).get("reason")
+                    if reason:
+                        return _implausible(side, str(reason), {**result, "timing": None})
         ids = [case.id for case in cases]
-        hosts = [self.sides[side].request({"op": "warm_up", "ids": ids, "seconds": settings.warmup_s
-                                           if self.device == "cuda" else 0.0}).get("host_us") for side in SIDES]
-        head_start = 0.0
-        if self.device == "cuda":
-            head_start = timing.head_start_us(max(float(h or 0.0) for h in hosts))
+        hosts = []
+        for k in range(pairs):  # the first pair warms the GPU up; the others only their own processes
+            warmup_s = (settings.warmup_s if k == 0 else settings.warmup_s / pairs) if self.device == "cuda" else 0.0
+            hosts += [self.bench.pairs[k][side].request({"op": "warm_up", "ids": ids, "seconds": warmup_s})
+                      .get("host_us") for side in SIDES]
+        head_start = timing.head_start_us(max(float(h or 0.0) for h in hosts)) if self.device == "cuda" else 0.0
+        timings, voids, threads = [], [], {"before": {}, "after": {}}
+        try:
+            for k in range(pairs):
+                self.bench.active = k
+                if self.device == "cuda":
+                    for side in SIDES:
+                        self.sides[side].request({"op": "head_start", "us": head_start})
+                sampler = sampling.Sampler(self, cases, mode, head_start)
+                timings.append(self._time_pair(sampler, timing.share_of(settings, pairs), mode, voids, threads,
+                                               suffix="" if k == 0 else f"_{k + 1}"))
+                head_start = sampler.head_start_us
+        finally:
+            self.bench.active = 0
+        pair = timing.pooled(timings)
+        for case in cases:
             for side in SIDES:
-                self.sides[side].request({"op": "head_start", "us": head_start})
-        sampler = sampling.Sampler(self, cases, mode, head_start)
+                require_inputs_untouched(side, f"{case.label}, after timing", case.pristine, case.inputs[side],
+                                         skip=case.mutates)
+        medians = {side: stats.median(getattr(pair, side).times_us) for side in SIDES}
+        result.update(
+            timing=pair.to_json(),
+            samples={side: getattr(pair, side).times_us for side in SIDES},
+            gbps={side: floors.achieved_gbps(bytes_moved, medians[side]) for side in SIDES},
+            verdict=stats.row_verdict(pair.baseline.times_us, pair.candidate.times_us,
+                                      process_floor_us=stats.process_floor_us(pairs) if self.device == "cuda" else 0.0),
+            checks={"timing_cases": len(cases), "checked_samples": dict(self.checked), "refreshes": self.refreshes,
+                    "check_fraction": sampling.CHECK_FRACTION, "memory_isolation": self.sharing.isolation,
+                    "process_pairs": pairs},
+            side_threads=threads,
+        )
+        if pair.candidate.host_bound:
+            result["message"] = (f"the candidate's calls wait on the host: {sampling.LATE_TRIES} samples in a row "
+                                 f"opened their window before it had queued the call, at a "
+                                 f"{timing.HEAD_START_MAX_US:.0f} us head start; its times hold that host time")
+        if voids:
+            result["invalid"] = "; ".join(voids)
+        if self.device == "cuda":
+            floor = floors.floor_bandwidth(mode, bytes_moved, self.job.get("l2_bytes") or 0, self.job.get("copy_gbps"),
+                                           self.job.get("l2_copy_gbps"))
+            for side in ("candidate", "baseline"):
+                reason = floors.floor_check(bytes_moved, medians[side], *floor)
+                if reason:
+                    return _implausible(side, reason, result)
+        return result
+
+    def _time_pair(self, sampler: sampling.Sampler, settings: Any, mode: str, voids: list[str],
+                   threads: dict[str, dict[str, Any]], suffix: str) -> timing.PairTiming:
+        """The active pair's share of the row's samples; what disturbed it goes to voids, its thread counts to
+        threads (keyed side + suffix)."""
         if mode == "graph":
             sampler.capture_graphs()
         # Counted before the first sample command: a side that recognises a timed call and starts a thread then
@@ -275,38 +341,13 @@ class Judge:
                                         other_waited_s=next(waits[o] for o in SIDES if o != side))
                      for side in SIDES]
         sampler.final_checks()
-        for case in cases:
-            for side in SIDES:
-                require_inputs_untouched(side, f"{case.label}, after timing", case.pristine, case.inputs[side],
-                                         skip=case.mutates)
-        medians = {side: stats.median(getattr(pair, side).times_us) for side in SIDES}
-        result.update(
-            timing=pair.to_json(),
-            samples={side: getattr(pair, side).times_us for side in SIDES},
-            gbps={side: floors.achieved_gbps(bytes_moved, medians[side]) for side in SIDES},
-            verdict=stats.row_verdict(pair.baseline.times_us, pair.candidate.times_us,
-                                      process_floor_us=stats.PROCESS_FLOOR_US if self.device == "cuda" else 0.0),
-            checks={"timing_cases": len(cases), "checked_samples": dict(self.checked), "refreshes": self.refreshes,
-                    "check_fraction": sampling.CHECK_FRACTION, "memory_isolation": self.sharing.isolation},
-            side_threads={"before": threads_before, "after": threads_after},
-        )
-        if pair.candidate.host_bound:
-            result["message"] = (f"the candidate's calls wait on the host: {sampling.LATE_TRIES} samples in a row "
-                                 f"opened their window before it had queued the call, at a "
-                                 f"{timing.HEAD_START_MAX_US:.0f} us head start; its times hold that host time")
-        grew = [side for side in SIDES if (threads_after[side] or 0) > (threads_before[side] or 0)]
-        voids = [f"the {side} side started {threads_after[side] - threads_before[side]} thread(s) during timing"
-                 for side in grew] + [why for why in disturbed if why]
-        if voids:
-            result["invalid"] = "; ".join(voids)
-        if self.device == "cuda":
-            floor = floors.floor_bandwidth(mode, bytes_moved, self.job.get("l2_bytes") or 0, self.job.get("copy_gbps"),
-                                           self.job.get("l2_copy_gbps"))
-            for side in ("candidate", "baseline"):
-                reason = floors.floor_check(bytes_moved, medians[side], *floor)
-                if reason:
-                    return _implausible(side, reason, result)
-        return result
+        for side in SIDES:
+            threads["before"][side + suffix] = threads_before[side]
+            threads["after"][side + suffix] = threads_after[side]
+        voids += [f"the {side} side started {threads_after[side] - threads_before[side]} thread(s) during timing"
+                  for side in SIDES if (threads_after[side] or 0) > (threads_before[side] or 0)]
+        voids += [why for why in disturbed if why]
+        return pair
 
     def _bytes_moved(self, case: Any) -> int | None:
         if case.bytes_moved:
@@ -401,7 +442,7 @@ def serve_rows(lines: Any, secret: bytes, result_fd: int) -> None:
                 if bench.sides:
                     result["processes"] = bench.processes()
                     result["sandbox"] = dict(bench.sandbox)
-                _void_for_leftovers(result, members.kill_leftovers({p.pid for p in bench.sides.values()}))
+                _void_for_leftovers(result, members.kill_leftovers({p.pid for p in bench.every_process()}))
             except Exception as exc:  # noqa: BLE001 - the runner gets a result it can show, never a dead process
                 result = {"status": ERROR, "message": f"judge: {type(exc).__name__}: {exc}", "where": "judge",
                           "traceback": traceback.format_exc()}

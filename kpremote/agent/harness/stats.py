@@ -165,13 +165,19 @@ FASTER, SAME, SLOWER = "FASTER", "SAME", "SLOWER"
 # A change smaller than this is never called a win or a loss, however tight its interval.
 NOISE_FLOOR = 0.01
 RESOLUTION_QUANTA = 2  # timer ticks between two medians that still say nothing about which is faster
-# Two side processes timing the very same kernel read medians up to 0.61 us apart on the H200 (a copy of the
-# baseline against itself, 24 row-runs: benchmarks/gpu/copy_same.sh, benchmarks/README.md "A copy of the
-# baseline"), with intervals that did not hold 1.0. A GPU row's medians closer than this say nothing about which
-# side is faster.
-PROCESS_FLOOR_US = 0.75
+# How far apart two side processes may read one kernel. Each process has an offset of its own, constant for its life
+# and alike at every row length: the dial's A/A rows on the H200 (benchmarks/gpu/power.py, 25 process pairs, harness
+# 2.8) read -160 to +224 ns apart (a copy of the baseline, 2.7: up to 288 ns). One pair's medians closer than
+# PROCESS_FLOOR_US say nothing about which side is faster; a row timed by n pairs, its samples pooled, carries the
+# mean of n such offsets: PROCESS_FLOOR_US / sqrt(n) (process_floor_us). Harness 2.4-2.8 used 0.75 us for one pair.
+PROCESS_FLOOR_US = 0.3
 VERDICT_LEVEL = 0.95
 VERDICT_DRAWS = 200  # ~1 s per row at 2,000 samples a side on a busy core; enough for a 95 % interval
+
+
+def process_floor_us(pairs: int = 1) -> float:
+    """The process floor of a GPU row whose samples were pooled over `pairs` process pairs per side."""
+    return PROCESS_FLOOR_US / math.sqrt(max(1, pairs))
 
 
 def speedup_interval(
@@ -214,7 +220,7 @@ def row_verdict(baseline: Sequence[float], candidate: Sequence[float], *, seed: 
     """The row's speedup (median over median), its interval and its verdict, all from the raw samples.
 
     The noise threshold also covers the timer's resolution and, for GPU rows (process_floor_us, the judge passes
-    PROCESS_FLOOR_US), how far apart two processes read one kernel: medians RESOLUTION_QUANTA ticks or
+    process_floor_us(pairs)), how far apart the sides' processes may read one kernel: medians RESOLUTION_QUANTA ticks or
     process_floor_us apart or less are never a change. On the H200 a copy of the baseline read 0.917x to 1.064x
     on 3.5-5 us rows and 0.989x on a 55 us row, with intervals that did not hold 1.0.
     """

@@ -38,6 +38,12 @@ FLUSH_PROBE_MIN_RATIO = 1.1  # a flushed copy must be this much slower than a wa
 PROBE_RAMP_S = 0.1  # copies before the probe: on the H200 one run's probe read 17.5 us warm (8 us as a rule)
 PROBE_HEAD_START_US = 20.0  # the sleep queued before each probe copy, so its launch stays out of the window
 TRANSLATION_STRIDE = 64 * 1024  # a side reads one byte per 64 KiB of its case's memory before each sample
+# Process pairs per side that time a cold GPU row (harness 2.9). Each process reads one kernel with an offset of its
+# own, constant for its life and alike on 5, 16 and 227 us rows (the dial's A/A rows on the H200: -160 to +224 ns
+# from one pair to the next, benchmarks/README.md "What the harness can see"); the row's samples, pooled over
+# SIDE_PAIRS pairs, carry their mean offset, half as large as one pair's.
+SIDE_PAIRS = 4
+SIDE_PAIRS_ENV = "KPREMOTE_SIDE_PAIRS"
 
 Call = Callable[[], None]
 
@@ -73,6 +79,7 @@ class PairTiming:
     stop_reason: str
     clock_check: str
     head_start_us: float = 0.0
+    process_pairs: list[dict[str, Any]] = field(default_factory=list)  # each pair's medians, when pooled
 
     @property
     def speedup(self) -> float | None:
@@ -91,7 +98,50 @@ class PairTiming:
             "baseline": self.baseline.to_json(),
             "candidate": self.candidate.to_json(),
             "speedup": self.speedup,
+            "process_pairs": self.process_pairs,
         }
+
+
+def side_pairs(device: str, mode: str) -> int:
+    """How many process pairs time a row: SIDE_PAIRS for a cold GPU row, else one ($KPREMOTE_SIDE_PAIRS: any)."""
+    import os
+
+    wanted = os.environ.get(SIDE_PAIRS_ENV, "").strip()
+    if wanted.isdigit() and int(wanted) >= 1:
+        return int(wanted)
+    return SIDE_PAIRS if device == "cuda" and mode == "cold" else 1
+
+
+def share_of(settings: TimingSettings, pairs: int) -> TimingSettings:
+    """One pair's share of a row's sampling: the time and sample caps divided, the target spread widened so the
+    pooled samples meet the row's own."""
+    if pairs <= 1:
+        return settings
+    import dataclasses
+
+    return dataclasses.replace(settings, min_time_s=settings.min_time_s / pairs, max_time_s=settings.max_time_s / pairs,
+                               max_samples=max(settings.min_samples, settings.max_samples // pairs),
+                               target_rse=settings.target_rse * math.sqrt(pairs))
+
+
+def pooled(pairs: list[PairTiming]) -> PairTiming:
+    """One row's timing from its process pairs' timings: samples pooled, counts summed, each pair's medians kept."""
+    if len(pairs) == 1:
+        return pairs[0]
+
+    def merged(name: str) -> SideSamples:
+        parts = [getattr(pair, name) for pair in pairs]
+        return SideSamples(name, times_us=[t for part in parts for t in part.times_us],
+                           dropped_clock=sum(p.dropped_clock for p in parts), late=sum(p.late for p in parts),
+                           host_bound=any(p.host_bound for p in parts), wall_s=sum(p.wall_s for p in parts))
+
+    first = pairs[0]
+    medians = [{"baseline": round(stats.median(p.baseline.times_us), 4) if p.baseline.times_us else None,
+                "candidate": round(stats.median(p.candidate.times_us), 4) if p.candidate.times_us else None,
+                "n": min(len(p.baseline.times_us), len(p.candidate.times_us))} for p in pairs]
+    return PairTiming(first.mode, first.calls_per_sample, merged("baseline"), merged("candidate"),
+                      "; ".join(dict.fromkeys(p.stop_reason for p in pairs)), first.clock_check,
+                      max(p.head_start_us for p in pairs), medians)
 
 
 # --------------------------------------------------------------------------------------------- SM clock

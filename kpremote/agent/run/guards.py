@@ -16,7 +16,9 @@ from pathlib import Path
 
 WATCH_INTERVAL_S = 1.0
 MEMORY_SETTLE_S = 3.0  # a killed judge's CUDA contexts leave NVML's count a moment after the processes are gone
-OURS_PER_ROW = 3  # the judge and one process per side each hold a CUDA context (kept across clean rows)
+def ours_per_row(pairs: int) -> int:
+    """The judge and each pair's two side processes each hold a CUDA context (kept across clean rows)."""
+    return 1 + 2 * pairs
 RESERVE_BYTES = 256 * 1024  # room kept for the final record, in case the disk fills up during the run
 
 
@@ -26,7 +28,7 @@ class ForeignWatch:
     Ours are recognised by pid: every process this runner started (its descendants, gathered at each look and
     remembered for the run, so a judge of an earlier row still tearing its CUDA context down is never foreign).
     Inside a container NVML reports host pids this /proc does not show: those are counted instead (while a row
-    runs, ours are the judge and its two side processes: OURS_PER_ROW). The memory check runs only when none of
+    runs, ours are the judge and its side processes: ours_per_row). The memory check runs only when none of
     ours is alive (after a row whose judge ended).
     """
 

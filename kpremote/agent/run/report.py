@@ -1,7 +1,8 @@
 """A run's summary: summary/results.json (schema kpremote.results/1), results.md, run_log.md, speedup.png.
 
 results.json is the record a result is judged by: provenance first (what ran, where, built how, timed how,
-the GPU before and after, which harness judged it), then one row per workload, then the headline. The
+the GPU before and after, which harness judged it), then one row per workload, then the headline: one
+protocol.RunResults (build_results), which results.md, run_log.md and the plot are drawn from. The
 headline is withheld, with the reason, when any production row failed or is in doubt. results.md carries the
 harness digest on a line of its own, so a task's docs/results.md measured by an older harness says so
 (harness_staleness). Standard library only (matplotlib, when importable, draws the plot).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,9 @@ from .. import harness
 from ..harness import stats
 from ..atomicfile import write_atomically as _write
 from ..harness.correctness import ERROR, INCORRECT, NOT_CHECKED, PASSED, TIMEOUT
+from ..protocol import RESULTS_SCHEMA, Headline, RowResult, RunResults, SideStats
 
-SCHEMA = "kpremote.results/1"
+SCHEMA = RESULTS_SCHEMA
 SMOKE_LABEL = "smoke: timings are not meaningful"
 UNSANDBOXED_LABEL = "unsandboxed"
 HEADLINE_LEVEL = 0.95
@@ -32,38 +35,37 @@ NOT_SHAPE = {"id", "production", "preset", "atol", "rtol", "seed", "note", "note
 # --------------------------------------------------------------------------------------------- results
 
 
-def counts_in_headline(row: dict[str, Any]) -> bool:
-    return bool(row.get("production") and row.get("status") == PASSED and not row.get("invalid")
-                and row.get("speedup"))
+def counts_in_headline(row: RowResult) -> bool:
+    return bool(row.production and row.status == PASSED and not row.invalid and row.speedup)
 
 
 BLOCKING_STATUSES = (INCORRECT, ERROR, TIMEOUT, NOT_CHECKED)
 
 
-def headline_blockers(production: list[dict[str, Any]]) -> list[str]:
+def headline_blockers(production: list[RowResult]) -> list[str]:
     """Why no speedup may be claimed: every production row that failed, is implausible or invalid."""
     blockers = []
     for row in production:
-        if row.get("implausible"):
-            blockers.append(f"{row['workload']} implausible")
-        elif row.get("status") in BLOCKING_STATUSES:
-            blockers.append(f"{row['workload']} {row['status']}")
-        elif row.get("invalid"):
-            blockers.append(f"{row['workload']} invalid")
+        if row.implausible:
+            blockers.append(f"{row.workload} implausible")
+        elif row.status in BLOCKING_STATUSES:
+            blockers.append(f"{row.workload} {row.status}")
+        elif row.invalid:
+            blockers.append(f"{row.workload} invalid")
     return blockers
 
 
-def process_offset_share(row: dict[str, Any]) -> float:
+def process_offset_share(row: RowResult) -> float:
     """The row's process floor (its verdict's process_floor_us) over its shorter median; 0 where it has none."""
-    floor = (row.get("verdict") or {}).get("process_floor_us") or 0.0
-    medians = [((row.get("timing") or {}).get(side) or {}).get("median") for side in ("baseline", "candidate")]
+    floor = row.verdict.process_floor_us if row.verdict else None
+    medians = [side.median if side else None for side in (row.side("baseline"), row.side("candidate"))]
     if not floor or not all(isinstance(m, (int, float)) and m > 0 for m in medians):
         return 0.0
-    return float(floor) / min(medians)
+    return float(floor) / min(medians)  # type: ignore[type-var]
 
 
-def headline(rows: list[dict[str, Any]], samples: dict[str, dict[str, list[float]]], *, smoke: bool,
-             unsandboxed: str | None = None) -> dict[str, Any]:
+def headline(rows: list[RowResult], samples: dict[str, dict[str, list[float]]], *, smoke: bool,
+             unsandboxed: str | None = None) -> Headline:
     """Equal-weight geometric mean of the production rows' speedups, with a seeded bootstrap interval.
 
     The interval carries each GPU row's process floor too (stats.with_process_offset): a 4 us row whose sides'
@@ -72,43 +74,35 @@ def headline(rows: list[dict[str, Any]], samples: dict[str, dict[str, list[float
     None at all when any production row is INCORRECT, ERROR, TIMEOUT, NOT CHECKED, implausible or invalid: a
     mean over the rows that survived would be built from a failed run (or a cheat's own rows).
     """
-    production = [r for r in rows if r.get("production")]
+    production = [r for r in rows if r.production]
     counted = [r for r in production if counts_in_headline(r)]
     label = "; ".join(filter(None, [SMOKE_LABEL if smoke else None, UNSANDBOXED_LABEL if unsandboxed else None]))
-    result: dict[str, Any] = {"geomean": None, "low": None, "high": None, "level": HEADLINE_LEVEL,
-                              "n": len(counted), "of": len(production), "label": label or None,
-                              "unsandboxed": unsandboxed}
+    result = Headline(level=HEADLINE_LEVEL, n=len(counted), of=len(production), label=label or None,
+                      unsandboxed=unsandboxed, absent=frozenset({"note", "verdicts", "method"}))
     blockers = headline_blockers(production)
     if blockers:
-        result["n"] = 0
-        result["note"] = "withheld: " + ", ".join(blockers)
-        return result
+        return replace(result, n=0, note="withheld: " + ", ".join(blockers), absent=frozenset({"verdicts", "method"}))
     if not counted:
         if production:
-            counts = Counter(r.get("status") for r in production)
-            result["note"] = "no production row passed (" + ", ".join(f"{n} {k}" for k, n in counts.items()) + ")"
+            counts = Counter(r.status for r in production)
+            note = "no production row passed (" + ", ".join(f"{n} {k}" for k, n in counts.items()) + ")"
         else:
-            result["note"] = "no production row selected"
-        return result
+            note = "no production row selected"
+        return replace(result, note=note, absent=frozenset({"verdicts", "method"}))
     draws = []
     for number, row in enumerate(counted):
-        timed = samples.get(row["workload"]) or {}
+        timed = samples.get(row.workload) or {}
         if timed.get("baseline") and timed.get("candidate"):
             row_draws = stats.row_speedup_draws(timed["baseline"], timed["candidate"], seed=number, n_draws=ROW_DRAWS)
         else:
-            row_draws = [row["speedup"]]
+            row_draws = [row.speedup]
         draws.append(stats.with_process_offset(row_draws, process_offset_share(row), seed=number))
     low, high = stats.hierarchical_geomean_ci(draws, seed=0, n_boot=BOOTSTRAP_REPLICATES, level=HEADLINE_LEVEL)
-    verdicts = Counter((r.get("verdict") or {}).get("verdict") for r in counted)
-    result.update(
-        verdicts={k: v for k, v in verdicts.items() if k},
-        geomean=stats.geomean([r["speedup"] for r in counted]),
-        low=low,
-        high=high,
-        method="percentile bootstrap, seeded: rows resampled, each row's samples resampled, and each GPU row's "
-               "speedup moved within its process floor",
-    )
-    return result
+    verdicts = Counter(r.verdict_word for r in counted)
+    return replace(result, verdicts={k: v for k, v in verdicts.items() if k},
+                   geomean=stats.geomean([r.speedup for r in counted]), low=low, high=high,
+                   method="percentile bootstrap, seeded: rows resampled, each row's samples resampled, and each GPU "
+                          "row's speedup moved within its process floor", absent=frozenset({"note"}))
 
 
 def build_results(
@@ -122,24 +116,18 @@ def build_results(
     smoke: bool,
     unsandboxed: str | None = None,
     ended_by: str | None = None,
-) -> dict[str, Any]:
-    """ended_by: the scheduler's state when it ended the run (Slurm's TIMEOUT, PREEMPTED, ...), else None."""
-    return {
-        "schema": SCHEMA,
-        "status": status,
-        "exit_code": int(exit_code),
-        "message": message,
-        "ended_by": ended_by,
-        "smoke": smoke,
-        "label": SMOKE_LABEL if smoke else None,
-        "provenance": provenance,
-        "rows": rows,
-        "unsandboxed": unsandboxed,
-        "headline": headline(rows, samples, smoke=smoke, unsandboxed=unsandboxed),
-    }
+) -> RunResults:
+    """The run's results record from its judged rows. ended_by: the scheduler's state when it ended the run
+    (Slurm's TIMEOUT, PREEMPTED, ...), else None."""
+    typed = [RowResult.from_json(row) for row in rows]
+    return RunResults(
+        schema=SCHEMA, status=status, exit_code=int(exit_code), message=message, ended_by=ended_by, smoke=smoke,
+        label=SMOKE_LABEL if smoke else None, provenance=provenance, rows=typed, unsandboxed=unsandboxed,
+        headline=headline(typed, samples, smoke=smoke, unsandboxed=unsandboxed),
+    )
 
 
-def write_summary(run_dir: Path, results: dict[str, Any], events: list[dict[str, Any]]) -> list[Path]:
+def write_summary(run_dir: Path, results: RunResults, events: list[dict[str, Any]]) -> list[Path]:
     summary = Path(run_dir) / "summary"
     summary.mkdir(parents=True, exist_ok=True)
     from .plot import draw_speedup_plot
@@ -147,7 +135,7 @@ def write_summary(run_dir: Path, results: dict[str, Any], events: list[dict[str,
     plot = summary / "speedup.png"
     why_not = draw_speedup_plot(results, plot)  # None: drawn
     written = [
-        _write(summary / "results.json", json.dumps(results, indent=1, default=str) + "\n"),
+        _write(summary / "results.json", json.dumps(results.to_json(), indent=1, default=str) + "\n"),
         _write(summary / "results.md", render_results_md(results, plot_missing=why_not)),
         _write(summary / "run_log.md", render_run_log(results, events)),
     ]
@@ -159,29 +147,28 @@ def write_summary(run_dir: Path, results: dict[str, Any], events: list[dict[str,
 # --------------------------------------------------------------------------------------------- results.md
 
 
-def render_results_md(results: dict[str, Any], plot_missing: str | None = "not drawn") -> str:
+def render_results_md(results: RunResults, plot_missing: str | None = "not drawn") -> str:
     """plot_missing: why there is no speedup.png beside results.md, or None when there is one (then it is embedded)."""
-    prov = results.get("provenance", {})
-    task = prov.get("task", {}).get("name", "?")
-    lines = [f"# {task}: results", ""]
-    if results.get("smoke"):
+    prov = results.provenance
+    lines = [f"# {results.part('task').get('name', '?')}: results", ""]
+    if results.smoke:
         lines += ["> **SMOKE RUN** — CPU only (Triton interpreter): every timing below is meaningless; this run",
                   "> checks that the task builds, runs and is correct, nothing more.", ""]
-    if results.get("unsandboxed"):
-        lines += [f"> **UNSANDBOXED** — the sides ran without the whole sandbox ({results['unsandboxed']}): a side "
+    if results.unsandboxed:
+        lines += [f"> **UNSANDBOXED** — the sides ran without the whole sandbox ({results.unsandboxed}): a side "
                   "could have reached files and processes that shape the verdict.", ""]
-    lines += [f"Status: **{results['status']}** (exit code {results['exit_code']})"]
-    if results.get("message"):
-        lines += ["", f"> {results['message']}"]
+    lines += [f"Status: **{results.status}** (exit code {results.exit_code})"]
+    if results.message:
+        lines += ["", f"> {results.message}"]
     lines += ["", *_context_lines(prov), ""]
-    rows = results.get("rows", [])
+    rows = results.rows
     if rows:
         lines += _row_table(rows, _copy_gbps(prov)) + [""]
         lines += _statistics_table(rows)
-        notes = [f"- `{r['workload']}`: {_row_note(r)}" for r in rows if _row_note(r)]
+        notes = [f"- `{r.workload}`: {_row_note(r)}" for r in rows if _row_note(r)]
         if notes:
             lines += ["Notes:", "", *notes, ""]
-    lines += [_headline_line(results.get("headline") or {}), ""]
+    lines += [_headline_line(results.headline), ""]
     lines += ["![speedup per row, with its 95 % interval and % of copy bandwidth](speedup.png)" if plot_missing is None
               else f"No plot: {plot_missing.removeprefix('no plot: ')}", ""]
     return "\n".join(lines)
@@ -277,25 +264,24 @@ def _gpu_state(state: dict[str, Any]) -> str:
             f"{state.get('power_w')} W, {clock}{reasons}, {len(state.get('processes') or [])} processes")
 
 
-def _row_table(rows: list[dict[str, Any]], copy_gbps: float | None) -> list[str]:
+def _row_table(rows: list[RowResult], copy_gbps: float | None) -> list[str]:
     lines = [
         "| workload | shape | prod | status | baseline µs median (p10–p90) | candidate µs median (p10–p90) "
         "| speedup (95 % interval) | verdict | GB/s | % of copy BW |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        timing = row.get("timing") or {}
         # Bandwidth is only worth showing for a row whose timing stands.
-        gbps = (row.get("gbps") or {}).get("candidate") if row.get("speedup") else None
+        gbps = (row.gbps or {}).get("candidate") if row.speedup else None
         percent = f"{_number(100 * gbps / copy_gbps)} %" if gbps and copy_gbps else "–"
-        verdict = row.get("verdict") or {}
-        speedup = f"{row['speedup']:.3f}×" if row.get("speedup") else "–"
-        if row.get("speedup") and verdict.get("low"):
-            speedup += f" ({verdict['low']:.3f}–{verdict['high']:.3f})"
-        shown_verdict = verdict.get("verdict") if row.get("speedup") and not row.get("smoke") else None
+        interval = row.interval
+        speedup = f"{row.speedup:.3f}×" if row.speedup else "–"
+        if row.speedup and interval:
+            speedup += f" ({interval[0]:.3f}–{interval[1]:.3f})"
+        shown_verdict = row.verdict_word if row.speedup and not row.smoke else None
         lines.append(
-            f"| `{row['workload']}` | {_shape(row.get('params') or {})} | {'yes' if row.get('production') else ''} "
-            f"| {_status_cell(row)} | {_side_cell(timing.get('baseline'))} | {_side_cell(timing.get('candidate'))} "
+            f"| `{row.workload}` | {_shape(row.params or {})} | {'yes' if row.production else ''} "
+            f"| {_status_cell(row)} | {_side_cell(row.side('baseline'))} | {_side_cell(row.side('candidate'))} "
             f"| {speedup} | {shown_verdict or '–'} | {_number(gbps) if gbps else '–'} | {percent} |"
         )
     return lines
@@ -304,17 +290,18 @@ def _row_table(rows: list[dict[str, Any]], copy_gbps: float | None) -> list[str]
 STATISTICS = ("n", "median", "mean", "std", "min", "p10", "p90")
 
 
-def _statistics_table(rows: list[dict[str, Any]]) -> list[str]:
+def _statistics_table(rows: list[RowResult]) -> list[str]:
     """Every timed row's samples per side as the task rule sheet asks a claim to report them: median, mean, std,
-    min, p10 and p90 (µs, with the sample count); none when no row was timed."""
-    timed = [(row["workload"], side, (row.get("timing") or {}).get(side)) for row in rows for side in SIDES_SHOWN]
-    timed = [(workload, side, stats) for workload, side, stats in timed if stats and stats.get("n")]
+    min, p10 and p90 (µs, with the sample count, as the judge summarized them); none when no row was timed."""
+    timed = [(row.workload, side, row.side(side)) for row in rows for side in SIDES_SHOWN]
+    timed = [(workload, side, summary) for workload, side, summary in timed if summary]
     if not timed:
         return []
     lines = ["Timing statistics per workload (µs per call):", "",
              "| workload | side | " + " | ".join(STATISTICS) + " |", "|---|---|" + "---:|" * len(STATISTICS)]
-    for workload, side, stats in timed:
-        cells = [str(stats["n"])] + [_number(stats[k]) if stats.get(k) is not None else "–" for k in STATISTICS[1:]]
+    for workload, side, summary in timed:
+        cells = [str(summary.n)] + [_number(getattr(summary, k)) if getattr(summary, k) is not None else "–"
+                                    for k in STATISTICS[1:]]
         lines.append(f"| `{workload}` | {side} | " + " | ".join(cells) + " |")
     return lines + [""]
 
@@ -322,24 +309,24 @@ def _statistics_table(rows: list[dict[str, Any]]) -> list[str]:
 SIDES_SHOWN = ("baseline", "candidate")
 
 
-def _status_cell(row: dict[str, Any]) -> str:
-    if row.get("implausible"):
-        return f"{row['status']} (implausible)"
-    if row.get("invalid"):
-        return f"{row['status']} (invalid)"
-    return row["status"]
+def _status_cell(row: RowResult) -> str:
+    if row.implausible:
+        return f"{row.status} (implausible)"
+    if row.invalid:
+        return f"{row.status} (invalid)"
+    return row.status
 
 
-def _row_note(row: dict[str, Any]) -> str | None:
+def _row_note(row: RowResult) -> str | None:
     # The smoke label is the banner's business, not every row's.
-    parts = [text for text in (row.get("message"), row.get("invalid")) if text]
+    parts = [text for text in (row.message, row.invalid) if text]
     return "; ".join(dict.fromkeys(parts)) or None
 
 
-def _side_cell(side: dict[str, Any] | None) -> str:
-    if not side or not side.get("n"):
+def _side_cell(side: SideStats | None) -> str:
+    if side is None:
         return "–"
-    return f"{_number(side['median'])} ({_number(side['p10'])}–{_number(side['p90'])})"
+    return f"{_number(side.median)} ({_number(side.p10)}–{_number(side.p90)})"  # type: ignore[arg-type]
 
 
 def _number(value: float) -> str:
@@ -359,26 +346,25 @@ def _copy_gbps(prov: dict[str, Any]) -> float | None:
     return (prov.get("copy_bandwidth") or {}).get("gbps")
 
 
-def _headline_line(head: dict[str, Any]) -> str:
-    label = f" — {head['label']}" if head.get("label") else ""
-    if head.get("geomean") is None:
-        return f"**Headline:** none ({head.get('note', 'no rows')}){label}"
-    verdicts = head.get("verdicts") or {}
-    if verdicts:
-        label = f" — rows {', '.join(f'{n} {k}' for k, n in sorted(verdicts.items()))}{label}"
+def _headline_line(head: Headline) -> str:
+    label = f" — {head.label}" if head.label else ""
+    if head.geomean is None:
+        return f"**Headline:** none ({head.note or 'no rows'}){label}"
+    if head.verdicts:
+        label = f" — rows {', '.join(f'{n} {k}' for k, n in sorted(head.verdicts.items()))}{label}"
     return (
-        f"**Headline:** geometric-mean speedup **{head['geomean']:.3f}×** over {head['n']} of {head['of']} production "
-        f"rows, {int(100 * head['level'])} % interval {head['low']:.3f}–{head['high']:.3f}{label}"
+        f"**Headline:** geometric-mean speedup **{head.geomean:.3f}×** over {head.n} of {head.of} production "
+        f"rows, {int(100 * (head.level or HEADLINE_LEVEL))} % interval {head.low:.3f}–{head.high:.3f}{label}"
     )
 
 
 # --------------------------------------------------------------------------------------------- run_log.md
 
 
-def render_run_log(results: dict[str, Any], events: list[dict[str, Any]]) -> str:
-    prov = results.get("provenance", {})
-    lines = [f"# Run log: {prov.get('task', {}).get('name', '?')}", ""]
-    if results.get("smoke"):
+def render_run_log(results: RunResults, events: list[dict[str, Any]]) -> str:
+    prov = results.provenance
+    lines = [f"# Run log: {results.part('task').get('name', '?')}", ""]
+    if results.smoke:
         lines += [f"**SMOKE RUN** ({SMOKE_LABEL})", ""]
     lines += [f"- command: `{' '.join(prov.get('command', []))}`", f"- run: {prov.get('run_id')}", ""]
     start = events[0]["t"] if events else 0.0
@@ -386,7 +372,7 @@ def render_run_log(results: dict[str, Any], events: list[dict[str, Any]]) -> str
         text = _event_text(event)
         if text:
             lines.append(f"- +{event['t'] - start:7.2f} s  {text}")
-    lines += ["", f"Ended **{results['status']}**, exit code {results['exit_code']}.", ""]
+    lines += ["", f"Ended **{results.status}**, exit code {results.exit_code}.", ""]
     return "\n".join(lines)
 
 

@@ -33,14 +33,14 @@ from typing import Any, Callable
 from .. import AGENT_HOME, harness, lease, nvml, sandbox
 from ..task import buildrules
 from . import report
-from ..harness import guard
+from ..harness import guard, timing
 from ..task.build import triton_cache_dir
 from ..task.buildrules import NOT_CHECKED
 from .children import ChildLimits, WorkerOutcome, crash_description, run_child
 from ..harness.judgeprocess import JudgeProcess
 from ..harness.correctness import ERROR, PASSED, TIMEOUT
 from .events import EventLog, read_events
-from .guards import OURS_PER_ROW, DiskReserve, ForeignWatch
+from .guards import DiskReserve, ForeignWatch, ours_per_row
 from ..protocol import RunExit
 from ..provenance import baseline_upstream, file_sha256, source_provenance
 from .runoptions import Options, parse_args
@@ -306,10 +306,11 @@ class Runner:
                "copy_gbps": (device_info.get("copy_bandwidth") or {}).get("gbps"),
                "l2_copy_gbps": (device_info.get("l2_copy_bandwidth") or {}).get("gbps"),
                "l2_bytes": device_info.get("l2_bytes")}
+        ours = ours_per_row(timing.side_pairs(self.ctx.device, self.ctx.spec.timing.mode))
         if self.ctx.watch:
-            self.ctx.watch.row_started(ours=OURS_PER_ROW)
+            self.ctx.watch.row_started(ours=ours)
         outcome = self._judge_row(job, self.raw / "workloads" / workload.id)
-        foreign = self.ctx.watch.row_ended(ours=OURS_PER_ROW if self._judges().alive else 0) if self.ctx.watch else None
+        foreign = self.ctx.watch.row_ended(ours=ours if self._judges().alive else 0) if self.ctx.watch else None
         row = {**base, **_outcome_fields(outcome), "smoke": smoke, "label": report.SMOKE_LABEL if smoke else None,
                "seconds": round(outcome.seconds, 3), "log": f"raw/workloads/{workload.id}.log"}
         row["speedup"] = (row.get("timing") or {}).get("speedup") if row["status"] == PASSED else None
@@ -466,7 +467,7 @@ class Runner:
                                            unsandboxed=self._unsandboxed(), ended_by=ended_by)
             report.write_summary(self.run_dir, results, read_events(self.raw / "events.jsonl")[0])
             digest = file_sha256(self.run_dir / "summary" / "results.json")
-            head = results["headline"]
+            head = results.headline.to_json()
             self.events.emit("headline", **head)
         except Exception as exc:  # noqa: BLE001 - the run must still end with a terminal state
             status, exit_code = "error", RunExit.INFRA

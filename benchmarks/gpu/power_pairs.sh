@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Issue 25 on the lent H200, one device call: whole runs of the dial task (benchmarks/gpu/dial) through
+# `python -m kpremote.agent.run.runner` (audit off), alternating the process pairs per side (PAIRS, default "1 4":
+# KPREMOTE_SIDE_PAIRS=1 is one pair per side as harness 2.8 timed, 4 is harness 2.9's default), for POWER_S seconds.
+#   ROWS=power  bench/workloads.h200-power.toml: s4/s15/s200 x (aa1, aa2, d2, d5, d10) - the power curve
+#   ROWS=aa     bench/workloads.h200-aa.toml: twelve A/A rows and two dial rows - the false-verdict rate
+# Results: $OUT/pairs.tgz (p<K>/<i>/results.json, samples.jsonl, run.json); read them here with
+#   python3 benchmarks/gpu/power_report.py DIR --tag p4 [--floors ...]
+set -uo pipefail
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 POWER_WORK=/tmp/kp-pairs
+out=${OUT:-/tmp/kp-pairs-out}; mkdir -p "$out"
+rm -rf /tmp/kp-pairs; mkdir -p /tmp/kp-pairs/kernels
+cp -r benchmarks/gpu/dial /tmp/kp-pairs/kernels/dial
+cp "benchmarks/gpu/dial/bench/workloads.h200-${ROWS:-power}.toml" /tmp/kp-pairs/kernels/dial/bench/workloads.toml
+{ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+  python3 -c 'from kpremote.agent import harness; print(harness.harness_record())'; } > "$out/machine.txt" 2>&1
+end=$(( $(date +%s) + ${POWER_S:-420} ))
+i=0
+while [ "$(date +%s)" -lt "$end" ]; do
+  i=$((i + 1))
+  for k in ${PAIRS:-1 4}; do
+    [ "$(date +%s)" -lt "$end" ] || break
+    KPREMOTE_SIDE_PAIRS=$k OUT=/tmp/kp-pairs/out python3 benchmarks/gpu/power.py runs --seconds 1 --tag "p$k-$i"
+  done
+done
+cd /tmp/kp-pairs/out/power && for d in p*-*; do mkdir -p "$out/p/${d%-*}/${d##*-}"; cp "$d"/1/* "$out/p/${d%-*}/${d##*-}/"; done
+tar czf "$out/pairs.tgz" -C "$out" p machine.txt && rm -rf "$out/p"

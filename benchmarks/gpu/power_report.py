@@ -1,0 +1,120 @@
+"""Read benchmarks/gpu/power.py's runs: verdict rates of the dial's rows, and the same samples under other rules.
+
+    python3 benchmarks/gpu/power_report.py DIR/power [--tag runs] [--floors 0,0.1,0.2,0.3,0.75]
+
+Per row size and dial level: how many row-runs read SLOWER / SAME / FASTER under the harness that ran them (its
+own verdict, from results.json), the measured extra time (candidate median - baseline median, µs and % of the
+baseline's), and the spread of the A/A rows' medians between runs (each run is a fresh process pair). Then every
+row-run's raw samples judged again by kpremote.agent.harness.stats.row_verdict with each process floor in --floors, so one
+call's samples show what a different floor would trade between the A/A false-verdict rate and the power.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from kpremote.agent.harness import stats  # noqa: E402
+
+
+def load(folder: Path) -> list[dict]:
+    """One entry per row-run: run, size, level, verdict, speedup, medians, samples."""
+    found = []
+    for run in sorted((p for p in folder.iterdir() if p.is_dir()), key=lambda p: int(p.name)):
+        results = run / "results.json"
+        if not results.exists():
+            continue
+        samples: dict[str, dict[str, list[float]]] = defaultdict(dict)
+        for line in (run / "samples.jsonl").read_text().splitlines() if (run / "samples.jsonl").exists() else []:
+            entry = json.loads(line)
+            samples[entry["workload"]][entry["side"]] = entry["times"]
+        for row in json.loads(results.read_text())["rows"]:
+            size, _, level = row["workload"].partition("_")
+            timed = samples.get(row["workload"], {})
+            if row.get("status") != "PASSED" or len(timed) != 2:
+                found.append({"run": run.name, "size": size, "level": level, "verdict": row.get("status"),
+                              "invalid": row.get("invalid")})
+                continue
+            base, cand = statistics.median(timed["baseline"]), statistics.median(timed["candidate"])
+            found.append({"run": run.name, "size": size, "level": level, "verdict": (row.get("verdict") or {}).get(
+                "verdict"), "invalid": row.get("invalid"), "baseline": base, "candidate": cand, "samples": timed,
+                "audit": row.get("audit")})
+    return found
+
+
+def table(entries: list[dict]) -> list[str]:
+    lines = ["| size | level | row-runs | SLOWER | SAME | FASTER | other | extra µs (mean) | extra % | baseline median µs "
+             "(min-max over runs) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for entry in entries:
+        groups[(entry["size"], entry["level"])].append(entry)
+    for (size, level), group in sorted(groups.items()):
+        timed = [e for e in group if "baseline" in e]
+        count = {v: sum(1 for e in group if e["verdict"] == v) for v in ("SLOWER", "SAME", "FASTER")}
+        other = len(group) - sum(count.values())
+        extra = [e["candidate"] - e["baseline"] for e in timed]
+        share = [100 * (e["candidate"] / e["baseline"] - 1) for e in timed]
+        bases = [e["baseline"] for e in timed]
+        lines.append(f"| {size} | {level} | {len(group)} | {count['SLOWER']} | {count['SAME']} | {count['FASTER']} | "
+                     f"{other} | {statistics.mean(extra) if extra else float('nan'):+.3f} | "
+                     f"{statistics.mean(share) if share else float('nan'):+.2f} | "
+                     f"{statistics.median(bases) if bases else float('nan'):.3f} ({min(bases, default=0):.3f}-"
+                     f"{max(bases, default=0):.3f}) |")
+    return lines
+
+
+def rejudged(entries: list[dict], floors: list[float]) -> list[str]:
+    lines = ["| floor µs | size | level | SLOWER | SAME | FASTER |", "|---:|---|---|---:|---:|---:|"]
+    for floor in floors:
+        groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for entry in entries:
+            if "samples" not in entry:
+                continue
+            verdict = stats.row_verdict(entry["samples"]["baseline"], entry["samples"]["candidate"],
+                                        process_floor_us=floor)["verdict"]
+            groups[(entry["size"], entry["level"])].append(verdict)
+        for (size, level), verdicts in sorted(groups.items()):
+            lines.append(f"| {floor:g} | {size} | {level} | {verdicts.count('SLOWER')} | {verdicts.count('SAME')} | "
+                         f"{verdicts.count('FASTER')} |")
+    return lines
+
+
+def cost(folder: Path) -> list[str]:
+    """Wall seconds: whole runs (run.json) and rows after the first (each row's `seconds`; the first starts the
+    judge and every side process)."""
+    runs, rows, first = [], [], []
+    for run in (p for p in folder.iterdir() if p.is_dir()):
+        if (run / "run.json").exists():
+            runs.append(json.loads((run / "run.json").read_text())["wall_s"])
+        if (run / "results.json").exists():
+            seconds = [r.get("seconds") for r in json.loads((run / "results.json").read_text())["rows"]]
+            first += seconds[:1]
+            rows += [s for s in seconds[1:] if s]
+    mean = lambda v: statistics.mean(v) if v else float("nan")  # noqa: E731
+    return [f"runs {len(runs)}: whole run {mean(runs):.1f} s (mean); first row {mean(first):.2f} s; "
+            f"later rows {mean(rows):.3f} s (mean of {len(rows)})"]
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="benchmarks/gpu/power_report.py")
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--tag", default="runs")
+    parser.add_argument("--floors", default="0,0.1,0.2,0.3,0.75")
+    args = parser.parse_args(argv)
+    entries = load(args.folder / args.tag)
+    print("\n".join(cost(args.folder / args.tag)))
+    print()
+    print("\n".join(table(entries)))
+    print()
+    print("\n".join(rejudged(entries, [float(f) for f in args.floors.split(",")])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

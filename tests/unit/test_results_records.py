@@ -1,0 +1,82 @@
+"""The records that cross the seam as results.json (protocol.RunResults and its parts): the agent builds them, the
+client reads them back, and what one side writes the other reads as it was written."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from kpremote.agent.run import report
+from kpremote.agent.protocol import Headline, RowResult, RunResults, SideStats, row_interval
+
+KEPT = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "results").glob("*.json"))
+
+
+def judged_row(workload: str, speedup: float, production: bool = True) -> dict:
+    """A row as the runner hands it to report.build_results (the judge's result, with the runner's fields)."""
+    side = {"n": 3, "median": 10.0, "mean": 10.0, "std": 0.1, "min": 9.9, "p10": 9.9, "p90": 10.1, "rse": 0.01,
+            "dropped_clock": 0}
+    return {"workload": workload, "production": production, "params": {"id": workload}, "status": "PASSED",
+            "timing": {"mode": "smoke", "baseline": side, "candidate": {**side, "median": 10.0 / speedup},
+                       "speedup": speedup, "unit": "us"},
+            "verdict": {"speedup": speedup, "low": speedup * 0.9, "high": speedup * 1.1, "level": 0.95,
+                        "noise": 0.01, "verdict": "SAME"},
+            "speedup": speedup, "seeds": {"timing": [1, 2]}, "log": f"raw/workloads/{workload}.log"}
+
+
+def test_what_the_agent_builds_the_client_reads_back_field_for_field():
+    built = report.build_results(provenance={"run_id": "r", "task": {"name": "t"}}, status="passed", exit_code=0,
+                                 rows=[judged_row("a", 2.0), judged_row("b", 0.5, production=False)], samples={},
+                                 message=None, smoke=True)
+    written = json.loads(json.dumps(built.to_json()))
+    read = RunResults.from_json(written)
+    assert read == built
+    assert read.rows[0].extra == {"seeds": {"timing": [1, 2]}, "log": "raw/workloads/a.log"}  # kept, not dropped
+    assert read.rows[0].side("candidate").median == 5.0 and read.rows[0].interval == (1.8, 2.2)
+    assert (read.headline.geomean, read.headline.n, read.headline.of) == (2.0, 1, 1)
+    assert "note" not in written["headline"] and written["headline"]["verdicts"] == {"SAME": 1}
+
+
+def test_a_withheld_headline_says_why_and_has_no_method():
+    failed = {**judged_row("a", 2.0), "status": "INCORRECT", "speedup": None}
+    head = report.headline([RowResult.from_json(failed)], {}, smoke=False).to_json()
+    assert head["geomean"] is None and head["note"] == "withheld: a INCORRECT" and "method" not in head
+
+
+def test_every_kept_summary_reads_back_exactly_as_it_was_written():
+    assert KEPT
+    for path in KEPT:
+        document = json.loads(path.read_text())
+        assert RunResults.from_json(document).to_json() == document, path.name
+
+
+def test_a_side_that_was_not_timed_has_no_statistics():
+    row = RowResult.from_json({"workload": "a", "status": "ERROR", "timing": {"baseline": {"n": 0}}})
+    assert row.side("baseline") is None and row.side("candidate") is None
+    assert row.timing.to_json() == {"baseline": {"n": 0}}  # an untimed side stays {"n": 0}, nothing invented
+    assert SideStats.from_json({"n": 2, "median": 1.0}).to_json() == {"n": 2, "median": 1.0}
+
+
+def test_the_interval_is_the_verdicts_and_nothing_else():
+    assert row_interval(RowResult.from_json({"verdict": {"low": 0.9, "high": 1.2}})) == (0.9, 1.2)
+    for never_written in ({"speedup_interval": {"low": 0.9, "high": 1.2}}, {"speedup_low": 0.9, "speedup_high": 1.2},
+                          {"timing": {"interval": [0.9, 1.2]}}, {"verdict": "FASTER"}):
+        assert RowResult.from_json({"speedup": 1.1, **never_written}).interval is None, never_written
+
+
+def test_a_summary_of_another_shape_reads_as_one_with_nothing_in_it():
+    foreign = RunResults.from_json({"rows": [1, {"workload": "w"}], "headline": "withheld", "provenance": [3]})
+    assert [row.workload for row in foreign.rows] == ["w"] and foreign.provenance == {}
+    assert foreign.headline.geomean is None and foreign.headline.to_json() == {}
+    assert not foreign.is_summary and RunResults.from_json({"schema": "kpremote.results/1"}).is_summary
+    assert Headline.from_json({"geomean": 1.5, "n": 2}).to_json() == {"geomean": 1.5, "n": 2}
+
+
+def test_a_file_that_is_not_results_is_refused_naming_the_file(tmp_path):
+    bad = tmp_path / "results.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(bad))}: .*expected a JSON object"):
+        RunResults.read(bad)
