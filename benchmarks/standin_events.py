@@ -1,4 +1,4 @@
-"""A stand-in for kpremote.agent.runner that emits many row events at a steady pace (benchmarks/bench_follow.py).
+"""A stand-in for kpremote.agent.run.runner that emits many row events at a steady pace (benchmarks/bench_follow.py).
 
 Spawned by the agent's `start` in place of the timing runner (benchmarks/standin_agent.py), with the runner's own
 arguments. Its plan comes from <task-dir>/standin.json: {"events": N, "seconds": S, "delay_s": D}. After D seconds
@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from kpremote.agent.events import EventLog
-from kpremote.agent.runstate import update_state
+from kpremote.agent.run.events import EventLog
+from kpremote.agent.run.runstate import update_state
 
 BATCH_S = 0.01
 

@@ -31,6 +31,7 @@ from typing import Iterable, Iterator
 from pydantic import BaseModel
 
 from . import wheels
+from .agent.provenance import file_sha256
 from .baselinedoc import (GITIGNORE, SOURCE_DOC, UPSTREAM, render_release_block, render_source_block,
                           with_source_block, with_upstream_ignored)
 from .baselinetoml import edit_baseline_table, edit_sha256_table, parse_toml, read_task_toml
@@ -187,8 +188,8 @@ def ensure_upstream(task_dir: Path) -> str | None:
         local = task_dir / UPSTREAM / path
         if not local.is_file() or local.is_symlink():
             missing.append(path)
-        elif wheels.file_sha256(local) != want:
-            raise BaselineError(f"{local}: sha256 {wheels.file_sha256(local)} differs from task.toml "
+        elif file_sha256(local) != want:
+            raise BaselineError(f"{local}: sha256 {file_sha256(local)} differs from task.toml "
                                 f"[baseline.sha256] {want} — refused; restore it with: inv baseline --task "
                                 f"{task_dir.name} --materialize")
     if not missing:

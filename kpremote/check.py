@@ -44,7 +44,7 @@ def smoke_check(task: TaskDir, workloads: Optional[str], quiet: bool = False) ->
     """Run the task's agent on this machine; returns the check's document (docs/schemas/check.json).
     Unless quiet, each row's verdict is printed as it comes and the results table at the end."""
     run_dir = new_check_dir(task.results / "check")
-    argv = [sys.executable, "-m", "kpremote.agent.runner", "--task-dir", str(task.path),
+    argv = [sys.executable, "-m", "kpremote.agent.run.runner", "--task-dir", str(task.path),
             "--run-dir", str(run_dir), "--device", "cpu"]
     if workloads:
         argv += ["--workloads", workloads]

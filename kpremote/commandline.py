@@ -13,7 +13,7 @@ from invoke import Task, task
 from invoke.exceptions import Exit
 
 from . import interrupt
-from .errors import KpremoteError
+from .errors import KpremoteError, StoppedByUser
 from .views.terminal import error_line
 
 EXIT_FAILED = 1      # the command ran and something it checked failed (a host down, a row not PASSED)
@@ -56,7 +56,7 @@ def command(help: dict[str, str] | None = None, short: dict[str, str] | None = N
                 raise Exit(code=EXIT_USAGE) from None
             except KeyboardInterrupt as exc:
                 interrupt.cancel_registered(say)
-                if isinstance(exc, interrupt.StoppedByUser):
+                if isinstance(exc, StoppedByUser):
                     say(exc.line)
                 else:
                     error_line("interrupted")

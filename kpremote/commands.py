@@ -18,7 +18,7 @@ from .views import terminal  # noqa: E402
 from .commandline import EXIT_FAILED, EXIT_USAGE, command, finish, finish_asking  # noqa: E402
 from .agent.protocol import RunExit
 from .config import load_inventory
-from .errors import KpremoteError
+from .errors import KpremoteError, StoppedByUser
 from .jsonout import print_document
 from .project import kernels_dir
 from .taskdir import TaskDir, find_task, find_tasks
@@ -102,7 +102,7 @@ def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
                 time.sleep(seconds)
         show_every(seconds, lambda: gpu_view(gpustatus.gpu_status(selected), options, header=watch_header(seconds)))
     except KeyboardInterrupt:
-        raise interrupt.StoppedByUser("stopped watching") from None
+        raise StoppedByUser("stopped watching") from None
 
 
 def _finish_asking(inventory, host: Optional[str], answered: list[bool], ok: list[bool]) -> None:

@@ -21,7 +21,7 @@ from .agent.atomicfile import write_atomically
 from .agent.protocol import NAME_RULE, TERMINAL, RunResults, is_name
 from .agentclient import Agent, error_message
 from .config import Host
-from .errors import HostError, KpremoteError, RemoteCommandError
+from .errors import FetchRefused, HostError, RemoteCommandError
 from .ledger import kind_of, record_run
 from .runstore import is_profile_run
 from .safetar import Member, read_members, read_tree, write_members
@@ -29,10 +29,6 @@ from .taskdir import TaskDir, find_task
 
 NEVER_FETCHED = ("raw",)
 MIB = 1024 * 1024
-
-
-class FetchRefused(KpremoteError):
-    """A fetch that would lose or overwrite something, or that has nothing to fetch."""
 
 
 @dataclass

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from .errors import KpremoteError
+from .errors import KpremoteError, Stopping
 
 if TYPE_CHECKING:
     from .config import Host
@@ -32,22 +32,6 @@ CANCEL_BUDGET_S = 1.4
 HOST_GRACE_S = 0.5
 """SIGTERM to SIGKILL on the host, for a cancel made by Ctrl-C (`inv cancel` gives a run longer)."""
 EXIT_WATCHDOG_S = 0.2
-
-
-class Stopping(KpremoteError):
-    """Ctrl-C was pressed: nothing new may be started."""
-
-    def __init__(self) -> None:
-        super().__init__("interrupted before it started")
-
-
-class StoppedByUser(KeyboardInterrupt):
-    """Ctrl-C ended a command that runs until it is pressed (gpu-status --watch, logs --follow): the documented way
-    to stop it, so a calm line, not an error; it exits 130 all the same."""
-
-    def __init__(self, line: str) -> None:
-        super().__init__(line)
-        self.line = line
 
 
 @dataclass(frozen=True, eq=False)

@@ -13,17 +13,13 @@ import re
 from typing import Any, Optional
 
 from .agent.protocol import TIMING_MODES
-from .errors import KpremoteError
+from .errors import BadOption, KpremoteError
 from .taskdir import TaskDir
 
 WAIT_FOREVER_S = 24 * 3600.0
 MIN_WATCH_S = 0.5
 DEVICES = ("auto", "cuda", "cpu")
 GPU_UUID = re.compile(r"(GPU|MIG)-[A-Za-z0-9-]+")
-
-
-class BadOption(KpremoteError):
-    """An option's value is not one the command accepts."""
 
 
 def seconds(option: str, value: Any, *, minimum: float = 0.0) -> float:
@@ -108,7 +104,7 @@ def workload_ids(value: Optional[str]) -> Optional[list[str]]:
 
 def check_tasks(tasks: list[TaskDir], *, timing_mode: Optional[str], workloads: Optional[list[str]]) -> None:
     """Each task's task.toml and workloads.toml hold, and every --workloads id is one of its rows."""
-    from .agent import taskspec  # the host's own validator, so the client refuses exactly what the host would
+    from .agent.task import taskspec  # the host's own validator, so the client refuses exactly what the host would
 
     if taskspec.tomllib is None:  # Python 3.10 without tomli: the host checks the task instead
         return

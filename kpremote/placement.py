@@ -11,13 +11,11 @@ from typing import Any, Callable, Iterable, Optional
 from pydantic import BaseModel
 
 from .config import Host
-from .errors import HostError, KpremoteError
+from .errors import HostBusy, HostCannotTake, HostError, KpremoteError, StoppedByUser
 from .agent.protocol import TERMINAL
 from .fetch import SummaryReceiver, fetch_run
-from .interrupt import StoppedByUser
 from .jsonout import print_document
-from .runs import (HostCannotTake, NoIdleGpu, RunOptions, RunSession, find_task_of_run, follow_run, reattach_hint,
-                   start_run)
+from .runs import RunOptions, RunSession, find_task_of_run, follow_run, reattach_hint, start_run
 from .views import terminal
 from .views.results import summary_markdown
 from .views.run import BatchedPrinter, RunView, print_events
@@ -150,7 +148,7 @@ def _start_somewhere(hosts: list[Host], task: TaskDir, options: RunOptions, show
         attempt = options if len(hosts) == 1 else options.model_copy(update={"wait": None})
         try:
             return _try_host(host, task, attempt, shown.on(host.name))
-        except NoIdleGpu as exc:
+        except HostBusy as exc:
             busy.append(host)
             reasons.append(str(exc))
         except (HostError, HostCannotTake) as exc:

@@ -1,7 +1,7 @@
 """`inv profile` and `inv fetch-results --raw-file`: Nsight Compute on a host, the summary home, the reports left there.
 
 A profile is a run like any other (start with the sync in one channel, follow, fetch the summary: only a passed
-one's, a failed profile stays on the host), except that `start --profile JSON` asks for a profile run: the agent spawns its profile runner (kpremote/agent/profile.py). Its
+one's, a failed profile stays on the host), except that `start --profile JSON` asks for a profile run: the agent spawns its profile runner (kpremote/agent/ncu/profile.py). Its
 heavy .ncu-rep files stay in the run's raw/ on the host; one of them comes home only when asked for by name, into
 kernels/<task>/results/<host>/.raw/<run-id>/ (a hidden folder: it is not a fetched summary, and re-fetching the
 summary never compares against it).
@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .agent.protocol import ProfileRequest
+from .agent.provenance import file_sha256
 from .agentclient import Agent, error_message
 from .config import Host
-from .errors import HostError, KpremoteError, RemoteCommandError
-from .fetch import MIB, FetchRefused, SummaryReceiver, checked_name, fetch_run, real_folder, select_runs
+from .errors import FetchRefused, HostError, KpremoteError, RemoteCommandError
+from .fetch import MIB, SummaryReceiver, checked_name, fetch_run, real_folder, select_runs
 from .placement import Outcome
 from .runs import RunOptions, RunSession, follow_run, reattach_hint, start_run
 from .taskdir import TaskDir, find_task
@@ -143,7 +144,7 @@ def fetch_raw_file(agent: Agent, task: str, run: str, name: str, kernels_dir: Pa
     report = RawFile(host_name, task, run_id, "/".join(parts), size, digest, str(info.get("path")), destination,
                      "fetched")
     if destination.exists() or destination.is_symlink():
-        if destination.is_symlink() or not destination.is_file() or _sha256(destination) != digest:
+        if destination.is_symlink() or not destination.is_file() or file_sha256(destination) != digest:
             raise FetchRefused(f"{destination} already holds a different file; kept it as it is. Move it away to "
                                "fetch again.")
         report.outcome = "unchanged"
@@ -190,9 +191,3 @@ def _download(agent: Agent, task: str, run_id: str, report: RawFile) -> None:
             os.unlink(tmp)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(MIB), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -8,21 +8,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import secrets
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
 from pydantic import BaseModel
 
-from .agent.protocol import TERMINAL, ExitCode
+from .agent.protocol import TERMINAL, ExitCode, new_run_id
 from .agentclient import Agent, error_message
 from .config import Host
 from .connect import open_transport
-from .errors import HostError, KpremoteError, RemoteCommandError
+from .errors import HostBusy, HostCannotTake, HostError, KpremoteError, RemoteCommandError, StartStopped, TaskRefusedByHost
 from .interrupt import REGISTRY
 from .runids import check_run_word, is_full_id, resolve_run_id
-from .slurm import agent_subcommand  # Slurm clusters: the agent's slurm-* twins (issue 15)
+from .slurm import agent_subcommand, submit_run  # Slurm clusters: the agent's slurm-* twins (issue 15)
+from .started import StartedRun, raise_unless_started
 from .sync import exchange, over_sync_apply
 from .taskdir import TaskDir
 from .taskscan import scan_task
@@ -32,7 +31,6 @@ NO_IDLE_GPU = ExitCode.NO_IDLE_GPU
 ARCH_MISMATCH = ExitCode.ARCH_MISMATCH
 TASK_REFUSED = ExitCode.BAD_REQUEST
 NEED_FULL_SYNC = ExitCode.NEED_FULL_SYNC
-START_CANCELLED = ExitCode.CANCELLED_BEFORE_START
 REFUSALS = {"task_refused", "bad_request", "usage"}  # the request itself is wrong: no other host would take it
 HEARTBEAT_GRACE_S = 5.0
 
@@ -45,31 +43,6 @@ class RunOptions(BaseModel):
     profile: Optional[str] = None  # a profile run: its protocol.ProfileRequest as JSON (start --profile)
     device: str = "auto"
     audit: bool = True  # False: --no-audit, the run is labelled "unaudited: --no-audit"
-
-
-class StartedRun(BaseModel):
-    host: str
-    task: str
-    run_id: str
-    gpu: Optional[dict[str, Any]] = None
-    synced_files: Optional[int] = None
-    job_id: Optional[str] = None  # a Slurm cluster's job
-
-
-class NoIdleGpu(KpremoteError):
-    """Every GPU of the host is busy or leased: another host may take the task."""
-
-
-class HostCannotTake(KpremoteError):
-    """The host cannot run this task at all (its GPUs are the wrong arch): another host may."""
-
-
-class TaskRefusedByHost(KpremoteError):
-    """The agent refused the task or the request itself: no host would take it."""
-
-
-class StartStopped(KpremoteError):
-    """The start was cancelled before its run began."""
 
 
 @dataclass
@@ -90,11 +63,6 @@ class RunSession:
         self.agent.transport.close()
 
 
-def new_run_id() -> str:
-    """A run id in the agent's form, chosen here: the client can cancel a run before it hears back from the host."""
-    return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
-
-
 def start_run(session: RunSession, task: TaskDir, options: RunOptions, run_id: Optional[str] = None,
               on_progress: Callable[[dict[str, Any]], None] = lambda event: None) -> StartedRun:
     """Sync the task and start its run in one channel; a second only when the host's workspace was not as expected.
@@ -105,8 +73,6 @@ def start_run(session: RunSession, task: TaskDir, options: RunOptions, run_id: O
     """
     run_id = run_id or new_run_id()
     if session.host.is_cluster:  # Slurm: the same sync, then sbatch instead of a lease (kpremote/slurm.py)
-        from .slurm import submit_run
-
         return submit_run(session, task, options, run_id, on_progress)
     args = [*_start_args(session.host, task.name, options), "--run-id", run_id, "--progress"]
     on_progress({"event": "connecting"})
@@ -129,7 +95,7 @@ def start_run(session: RunSession, task: TaskDir, options: RunOptions, run_id: O
                           on_plan=lambda plan: on_progress(plan.syncing_event()))
         if not started:
             started.append(_started(session.host, task.name, _call_start(session, args, None, on_progress)))
-    except (NoIdleGpu, HostCannotTake, TaskRefusedByHost, StartStopped):
+    except (HostBusy, HostCannotTake, TaskRefusedByHost, StartStopped):
         REGISTRY.discard(session.host.name, run_id)  # the host answered: no run exists
         raise
     return started[0].model_copy(update={"synced_files": synced.files_sent})
@@ -181,7 +147,7 @@ def _start_args(host: Host, task: str, options: RunOptions) -> list[str]:
 
 def _started(host: Host, task: str, result: Completed) -> StartedRun:
     if result.exit_code == NO_IDLE_GPU:
-        raise NoIdleGpu(f"{host.name}: {error_message(result)}")
+        raise HostBusy(f"{host.name}: {error_message(result)}")
     if result.exit_code == ARCH_MISMATCH:
         raise HostCannotTake(f"{host.name}: {error_message(result)}")
     if result.exit_code == TASK_REFUSED and _last_json(result).get("error") in REFUSALS:
@@ -189,16 +155,6 @@ def _started(host: Host, task: str, result: Completed) -> StartedRun:
     raise_unless_started(host, result, "start")
     answer = _last_json(result)
     return StartedRun(host=host.name, task=task, run_id=answer["run_id"], gpu=answer.get("gpu"))
-
-
-def raise_unless_started(host: Host, result: Completed, verb: str) -> None:
-    """What every way of starting a run (start, slurm-submit) says when the host did not: stopped before it
-    began, or failed."""
-    if result.exit_code == START_CANCELLED:
-        raise StartStopped(f"{host.name}: {error_message(result)}")
-    if not result.ok:
-        raise RemoteCommandError(host.name, f"could not {verb} the run: {error_message(result)}", result.exit_code,
-                                 result.stderr_tail())
 
 
 def follow_run(session: RunSession, task: str, run_id: str, on_event: Callable[[dict[str, Any]], None],

@@ -9,11 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .errors import KpremoteError
-
-
-class UnsafeArchive(KpremoteError):
-    """The archive holds something that could write outside its destination, or is not a readable tar."""
+from .errors import UnsafeArchive
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from .agent.protocol import is_name
-from .errors import KpremoteError
+from .errors import ScaffoldError
 
 TEMPLATE = Path(__file__).resolve().parent / "templates" / "new_task"
 NAME_MAX = 100
@@ -19,10 +19,6 @@ ARCH_PREFIXES = ("b200", "h200", "h100")
 TEXT_SUFFIXES = {".py", ".toml", ".md", ".txt", ".cu", ".cuh", ".cpp", ".h"}
 # The candidate starts as the baseline: one file in the template, two in every new task.
 CANDIDATE_FROM_BASELINE = (Path("baseline/kernel.py"), Path("solution/kernel.py"))
-
-
-class ScaffoldError(KpremoteError):
-    """The task cannot be created; the message says why."""
 
 
 def arch_for(name: str) -> str:

@@ -15,10 +15,11 @@ from typing import Callable, TYPE_CHECKING, Any, Optional
 from .agent.protocol import ExitCode
 from .config import Host
 from .errors import KpremoteError
+from .started import StartedRun, raise_unless_started
 
 if TYPE_CHECKING:
     from .gpustatus import HostReport
-    from .runs import RunOptions, RunSession, StartedRun
+    from .runs import RunOptions, RunSession
     from .taskdir import TaskDir
     from .transport import Completed
 
@@ -33,14 +34,13 @@ def agent_subcommand(host: Host, name: str) -> str:
 
 
 def submit_run(session: "RunSession", task: "TaskDir", options: "RunOptions", run_id: str,
-               on_progress: Callable[[dict[str, Any]], None] = lambda event: None) -> "StartedRun":
+               on_progress: Callable[[dict[str, Any]], None] = lambda event: None) -> StartedRun:
     """Sync the task to the login node and submit its job in one channel; a second only for a full re-sync.
 
     run_id is registered for Ctrl-C before the submit may reach the host (interrupt.py), as runs.start_run does.
     on_progress hears `connecting`, `syncing` (files, bytes) and `submitted` (the job id), as a start's does.
     """
     from .interrupt import REGISTRY
-    from .runs import StartedRun
     from .sync import exchange, over_sync_apply
     from .taskscan import scan_task
 
@@ -77,7 +77,6 @@ def _submitted(session: "RunSession", run_id: str, result: "Completed") -> dict[
     """slurm-submit's answer; its refusals as the errors start_run raises (the run id unregistered: no job)."""
     from .agentclient import error_message
     from .interrupt import REGISTRY
-    from .runs import raise_unless_started
 
     host = session.host
     if not result.ok:

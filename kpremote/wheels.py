@@ -10,7 +10,6 @@ regular file of bounded size.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -22,7 +21,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import KpremoteError
+from .agent.provenance import file_sha256
+from .errors import WheelError
 
 CACHE_ENV = "KPREMOTE_CACHE"
 PIP_TIMEOUT_S = 900.0
@@ -30,10 +30,6 @@ MAX_MEMBER_BYTES = 16 * 1024 * 1024  # one source file; a larger member is refus
 # name-version(-build)?-python-abi-platform.whl (PEP 427); names and versions hold no '-' there.
 WHEEL_NAME = re.compile(r"(?P<dist>[^-/]+)-(?P<version>[^-/]+)(?:-(?P<build>\d[^-/]*))?"
                         r"-(?P<python>[^-/]+)-(?P<abi>[^-/]+)-(?P<platform>[^-/]+)\.whl")
-
-
-class WheelError(KpremoteError):
-    """A wheel could not be had, or does not hold what was asked; the message is one complete line."""
 
 
 @dataclass(frozen=True)
@@ -65,14 +61,6 @@ def parse_name(name: str) -> dict[str, str]:
     if not match:
         raise WheelError(f"{name!r} is not a wheel file name (name-version-python-abi-platform.whl)")
     return match.groupdict()
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # ------------------------------------------------------------------------------------------------ getting one

@@ -13,8 +13,8 @@ from kpremote.agentclient import Agent
 from kpremote.config import load_inventory, parse_inventory
 from kpremote.connect import open_transport
 from kpremote.errors import HostError
-from kpremote.fetch import FetchRefused, fetch_results, fetch_run
-from kpremote.safetar import UnsafeArchive
+from kpremote.errors import FetchRefused, UnsafeArchive
+from kpremote.fetch import fetch_results, fetch_run
 from kpremote.taskdir import find_task
 from kpremote.transport import LocalTransport
 

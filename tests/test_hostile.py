@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kpremote.agent.taskspec import TaskSpec, TaskSpecError, load_task
+from kpremote.agent.task.taskspec import TaskSpec, TaskSpecError, load_task
 from rig import REPO, Rig, SshHost, idle_gpu
 
 TINY = REPO / "tests" / "fixtures" / "tasks" / "tiny_rmsnorm"

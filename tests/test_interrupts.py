@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from kpremote.agent.lease import holders
-from kpremote.agent.runstate import TERMINAL
+from kpremote.agent.run.runstate import TERMINAL
 from rig import idle_gpu
 from test_reliability import SMALL, Workdir, blocked_at_gate, run_dirs
 from waiting import processes_mentioning, state_of, wait_for

@@ -1,4 +1,4 @@
-"""The run's plot (kpremote/agent/plot.py): drawn when it can be, with each row's interval and share of the copy
+"""The run's plot (kpremote/agent/run/plot.py): drawn when it can be, with each row's interval and share of the copy
 bandwidth; when it cannot be, a sentence that says why."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from kpremote.agent.plot import copy_share, draw_speedup_plot
+from kpremote.agent.run.plot import copy_share, draw_speedup_plot
 from kpremote.agent.protocol import RowResult, RunResults, row_interval
 from rig import REPO
 
@@ -47,7 +47,7 @@ def test_no_plot_says_why(tmp_path):
     assert not (tmp_path / "p.png").exists()
     # a host without matplotlib: the agent runs on, and the reason names what is missing
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from kpremote.agent.plot import draw_speedup_plot\n"
+            "from kpremote.agent.run.plot import draw_speedup_plot\n"
             "from kpremote.agent.protocol import RunResults\n"
             "rows = [{'workload': 'a', 'status': 'PASSED', 'speedup': 1.1}]\n"
             "print(draw_speedup_plot(RunResults.from_json({'rows': rows}), 'x.png'))")
@@ -60,7 +60,7 @@ def test_no_plot_says_why(tmp_path):
 def test_bars_are_coloured_by_verdict_not_by_which_side_of_one_they_fall(tmp_path):
     from unittest.mock import MagicMock
 
-    from kpremote.agent.plot import _draw
+    from kpremote.agent.run.plot import _draw
 
     speed = MagicMock()
     plt = MagicMock()
@@ -74,7 +74,7 @@ def test_bars_are_coloured_by_verdict_not_by_which_side_of_one_they_fall(tmp_pat
 
 
 def test_results_md_says_why_there_is_no_plot_once(tmp_path):
-    from kpremote.agent.report import render_results_md
+    from kpremote.agent.run.report import render_results_md
 
     failed = results([{"workload": "a", "status": "INCORRECT", "speedup": None}], status="failed", exit_code=1,
                      headline={"note": "no rows"})

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agent import rawfiles
+from kpremote.agent.run import rawfiles
 from kpremote.agent.lease import BadRequest
 from kpremote.agent.protocol import NotFound, NotTerminal
 from rig import REPO, idle_gpu, run_inv

@@ -124,9 +124,9 @@ def test_every_issue_class_has_a_fixture() -> None:
 
 def test_every_assembled_attack_is_a_valid_task(tmp_path: Path) -> None:
     """The contract accepts every attack's folder (a refusal must come from a defence, not from a broken fixture)."""
-    from kpremote.agent.taskspec import load_task
+    from kpremote.agent.task.taskspec import load_task
 
-    from kpremote.agent.taskspec import TaskSpecError
+    from kpremote.agent.task.taskspec import TaskSpecError
 
     for attack in ATTACKS:
         task = kit.assemble(attack, tmp_path / "kernels")

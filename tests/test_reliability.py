@@ -25,7 +25,7 @@ import pytest
 
 from kpremote.agent.lease import holders
 from kpremote.agent.procfs import descendants
-from kpremote.agent.runstate import TERMINAL
+from kpremote.agent.run.runstate import TERMINAL
 from kpremote.agentclient import Agent
 from kpremote.config import parse_inventory
 from kpremote.runs import HEARTBEAT_GRACE_S

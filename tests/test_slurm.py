@@ -82,7 +82,7 @@ def test_bad_slurm_settings_name_file_table_and_field(text, expected):
 
 def test_the_agent_refuses_sbatch_settings_the_client_would_not_send():
     from kpremote.agent.lease import BadRequest
-    from kpremote.agent.slurmsubmit import sbatch_options
+    from kpremote.agent.slurm.slurmsubmit import sbatch_options
 
     assert sbatch_options({"partition": "gpu", "gres": "gpu:h200:1", "sbatch_args": ["--mem=4G"]}) == [
         "--partition=gpu", "--gres=gpu:h200:1", "--mem=4G"]
@@ -94,7 +94,7 @@ def test_the_agent_refuses_sbatch_settings_the_client_would_not_send():
 
 def test_allocated_gpus_are_matched_the_way_slurm_names_them():
     from kpremote.agent.nvml import GpuState, Snapshot
-    from kpremote.agent.slurmstep import allocated_gpu_keys, allocated_only
+    from kpremote.agent.slurm.slurmstep import allocated_gpu_keys, allocated_only
 
     gpus = [GpuState.from_json(idle_gpu(i)) for i in range(4)]
     fixture = Snapshot("node", "580", "fixture", gpus)
@@ -107,8 +107,8 @@ def test_allocated_gpus_are_matched_the_way_slurm_names_them():
 
 
 def test_slurmstepd_says_why_it_signalled_the_job(tmp_path):
-    from kpremote.agent.slurmjobs import _gpu_count
-    from kpremote.agent.slurmsettle import stepd_verdict
+    from kpremote.agent.slurm.slurmjobs import _gpu_count
+    from kpremote.agent.slurm.slurmsettle import stepd_verdict
 
     (tmp_path / "raw").mkdir()
     out = tmp_path / "raw" / "slurm-12.out"

@@ -392,7 +392,7 @@ def test_status_lists_the_newest_runs_with_their_age_and_a_cancelled_wait_as_ove
 
 
 def test_a_smoke_runs_rows_show_no_verdict_anywhere(tmp_path):
-    from kpremote.agent.report import render_results_md
+    from kpremote.agent.run.report import render_results_md
 
     document = results()
     document["smoke"] = True

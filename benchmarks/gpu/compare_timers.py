@@ -30,7 +30,7 @@ SIDES = ("baseline", "candidate")
 
 def bound_calls(task_dir: Path, workload_ids: list[str]):
     """(workload id, side) -> a zero-argument call, built and bound exactly as the harness's worker does."""
-    from kpremote.agent import build, taskspec
+    from kpremote.agent.task import build, taskspec
 
     spec = taskspec.load_task(task_dir)
     record = build.build_sides(spec, Path(tempfile.mkdtemp(prefix="kp-timers-")), "cuda")

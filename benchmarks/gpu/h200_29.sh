@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Harness 2.9 on the lent H200, one device call (issues 25, 28): fuse_scale_shift's small rows in fresh runs, the whole
 # task (production rows and regression grid) with the Nsight Compute audit, and the red team's small-row timing
-# attacks. Each step through `python -m kpremote.agent.runner` on this machine (no SSH: the device time goes to the
+# attacks. Each step through `python -m kpremote.agent.run.runner` on this machine (no SSH: the device time goes to the
 # rows), time-boxed, everything under $OUT packed as h200_29.tgz.
 #   carry: kernels/h200_diffusion_fuse_scale_shift__multi_shape/baseline/upstream (inv baseline --materialize)
 #   bash benchmarks/gpu/h200_29.sh [STEP...]     (default: small full redteam)
@@ -21,7 +21,7 @@ trap 'tar czf "$out/h200_29.tgz" -C "$work" --exclude "*/raw/scratch" --exclude 
 run() {  # run NAME SECONDS ARGS...: one runner run of the task into $work/runs/NAME
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS
-  timeout "$limit" python3 -m kpremote.agent.runner --task-dir "$work/kernels/$task" --run-dir "$work/runs/$name" \
+  timeout "$limit" python3 -m kpremote.agent.run.runner --task-dir "$work/kernels/$task" --run-dir "$work/runs/$name" \
     --device cuda --root "$work/root" "$@" > "$work/$name.log" 2>&1
   echo "$name: exit $?, $((SECONDS - t0)) s" | tee -a "$out/steps.txt"
 }

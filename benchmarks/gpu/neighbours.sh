@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Neighbours (issues 27, 33) on a lent host of two or more GPUs: one task's small rows alone on GPU 0, then one run of
 # it per GPU at once, each leasing an idle GPU itself (which one it got is in its results), then (NEIGHBOURS_AGAIN=1)
-# alone again; each through `python -m kpremote.agent.runner` with the Nsight Compute audit on, so the neighbouring
+# alone again; each through `python -m kpremote.agent.run.runner` with the Nsight Compute audit on, so the neighbouring
 # runs' load (their audits included) falls on each run's timed windows as on a shared box.
 # From the repository root on the GPU machine (device tool):
 #   TASK_DIR=kernels/<task> WORKLOADS=a,b bash benchmarks/gpu/neighbours.sh
@@ -24,7 +24,7 @@ python3 -c 'from kpremote.agent import nvml; s = nvml.snapshot()
 print(s.source, s.driver, s.error or ""); [print(g.index, g.name, g.uuid) for g in s.gpus]' > "$out/machine.txt"
 gpus=$(($(wc -l < "$out/machine.txt") - 1))
 run() {  # run NAME [GPU_INDEX]: without an index the run leases an idle GPU as `inv run` does
-  python3 -m kpremote.agent.runner --task-dir "$task" --run-dir "$work/runs/$1" --device "${NEIGHBOURS_DEVICE:-cuda}" ${2:+--gpu "$2"} \
+  python3 -m kpremote.agent.run.runner --task-dir "$task" --run-dir "$work/runs/$1" --device "${NEIGHBOURS_DEVICE:-cuda}" ${2:+--gpu "$2"} \
     --root "$work/root" --workloads "$rows" --audit on > "$out/$1.log" 2>&1
   echo "$1 exit $?" >> "$out/steps.txt"
 }

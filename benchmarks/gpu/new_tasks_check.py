@@ -1,8 +1,8 @@
 """Standalone GPU check of the new tasks (run by new_tasks.sh, not by the harness): KP_TASKS (comma-separated
 task folder names) or, by default, every task that new_tasks.sh lists.
 
-For each task: load task.toml with kpremote's own validation (kpremote.agent.taskspec) and build both
-sides with kpremote's own builders (kpremote.agent.build / builders: tvm-ffi through the generated
+For each task: load task.toml with kpremote's own validation (kpremote.agent.task.taskspec) and build both
+sides with kpremote's own builders (kpremote.agent.task.build / builders: tvm-ffi through the generated
 unit and `exports`, the row's template arguments from the adapter; cutedsl / triton: <side>/kernel.py
 imported by the one loader), exactly as a harness run would; then per row: fresh case, each side once
 on fresh copies (in-place inputs cloned, outputs NaN-poisoned), compare against the adapter's
@@ -26,8 +26,8 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from kpremote.agent import build  # after the repository is on the path
-from kpremote.agent.taskspec import SIDES, load_task
+from kpremote.agent.task import build  # after the repository is on the path
+from kpremote.agent.task.taskspec import SIDES, load_task
 
 # The tasks added since issue 17 (GPU validation not yet done by the harness); new_tasks.sh passes KP_TASKS.
 NEW_TASKS = ("h200_diffusion_qknorm_rope__multi_shape", "h200_diffusion_cutedsl_norm_scale_shift__multi_shape",

@@ -25,7 +25,7 @@ STREAMS = 4
 CHILD = r"""
 import json, statistics, sys, importlib.util, torch
 sys.path.insert(0, sys.argv[1])
-from kpremote.agent.timing import L2Flusher, TranslationReads, l2_bytes_of_device
+from kpremote.agent.harness.timing import L2Flusher, TranslationReads, l2_bytes_of_device
 spec = importlib.util.spec_from_file_location("dial_base", sys.argv[2])
 base = importlib.util.module_from_spec(spec); spec.loader.exec_module(base)
 flusher = L2Flusher(l2_bytes_of_device())

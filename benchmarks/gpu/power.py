@@ -11,7 +11,7 @@ The dial task (benchmarks/gpu/dial/) times the baseline's fused scale-and-shift 
 spin 0) and against itself plus `spin` dependent multiply-adds in its last program (+2 %, +5 %, +10 % of the row's
 time). `calibrate` measures, on this GPU, each row size's window (the harness's way: L2 flushed, a head start, one
 event pair) and the µs per spin step, and writes the rows: three sizes (~4, ~15, ~200 µs) x (aa1, aa2, d2, d5,
-d10). `runs` starts `python -m kpremote.agent.runner` (audit off) on the whole task again and again until the time
+d10). `runs` starts `python -m kpremote.agent.run.runner` (audit off) on the whole task again and again until the time
 is spent: every run has fresh side processes, so the A/A rows show each process pair's own offset. `probe` times an
 empty event pair and a one-block kernel the harness's way in several fresh processes, and a dial kernel under ncu.
 """
@@ -74,7 +74,7 @@ def calibrate() -> dict:
     import torch
 
     sys.path.insert(0, str(REPO))
-    from kpremote.agent.timing import L2Flusher, l2_bytes_of_device
+    from kpremote.agent.harness.timing import L2Flusher, l2_bytes_of_device
 
     spec = importlib.util.spec_from_file_location("dial_solution", DIAL / "solution" / "kernel.py",
                                                   submodule_search_locations=[str(DIAL / "solution")])
@@ -125,7 +125,7 @@ def runs(seconds: float, audit: str, workloads: str | None, tag: str) -> None:
         index += 1
         run_dir = Path(os.environ.get("POWER_WORK", "/tmp/kp-power")) / "runs" / f"{tag}-{index}"
         shutil.rmtree(run_dir, ignore_errors=True)
-        command = [sys.executable, "-m", "kpremote.agent.runner", "--task-dir", str(task), "--run-dir", str(run_dir),
+        command = [sys.executable, "-m", "kpremote.agent.run.runner", "--task-dir", str(task), "--run-dir", str(run_dir),
                    "--device", os.environ.get("POWER_DEVICE", "cuda"), "--root", str(root), "--audit", audit]
         if workloads:
             command += ["--workloads", workloads]
@@ -154,7 +154,7 @@ def runs(seconds: float, audit: str, workloads: str | None, tag: str) -> None:
 PROBE_ONE = r"""
 import json, statistics, sys, torch
 sys.path.insert(0, sys.argv[1])
-from kpremote.agent.timing import L2Flusher, l2_bytes_of_device
+from kpremote.agent.harness.timing import L2Flusher, l2_bytes_of_device
 flusher = L2Flusher(l2_bytes_of_device())
 one = torch.zeros(1, device="cuda")
 def window(fn, k=200):

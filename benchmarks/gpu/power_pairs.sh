@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 25 on the lent H200, one device call: whole runs of the dial task (benchmarks/gpu/dial) through
-# `python -m kpremote.agent.runner` (audit off), alternating the process pairs per side (PAIRS, default "1 4":
+# `python -m kpremote.agent.run.runner` (audit off), alternating the process pairs per side (PAIRS, default "1 4":
 # KPREMOTE_SIDE_PAIRS=1 is one pair per side as harness 2.8 timed, 4 is harness 2.9's default), for POWER_S seconds.
 #   ROWS=power  bench/workloads.h200-power.toml: s4/s15/s200 x (aa1, aa2, d2, d5, d10) - the power curve
 #   ROWS=aa     bench/workloads.h200-aa.toml: twelve A/A rows and two dial rows - the false-verdict rate

@@ -5,7 +5,7 @@
 Per row size and dial level: how many row-runs read SLOWER / SAME / FASTER under the harness that ran them (its
 own verdict, from results.json), the measured extra time (candidate median - baseline median, µs and % of the
 baseline's), and the spread of the A/A rows' medians between runs (each run is a fresh process pair). Then every
-row-run's raw samples judged again by kpremote.agent.stats.row_verdict with each process floor in --floors, so one
+row-run's raw samples judged again by kpremote.agent.harness.stats.row_verdict with each process floor in --floors, so one
 call's samples show what a different floor would trade between the A/A false-verdict rate and the power.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kpremote.agent import stats  # noqa: E402
+from kpremote.agent.harness import stats  # noqa: E402
 
 
 def load(folder: Path) -> list[dict]:

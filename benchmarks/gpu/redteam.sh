@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The red team on the lent GPU (issue 11, item 7): every fixture of tests/fixtures/redteam (the CPU ones and the
-# GPU-only ones), each run once through `python -m kpremote.agent.runner --device cuda` on the base task's GPU rows.
+# GPU-only ones), each run once through `python -m kpremote.agent.run.runner --device cuda` on the base task's GPU rows.
 # Run from the repository root on a machine with torch, triton, nvidia-ml-py and a GPU (no network, no SSH):
 #   bash benchmarks/gpu/redteam.sh [all|cpu|gpu|ATTACK,ATTACK...]      (default all)
 # "cpu" runs the attacks that need no GPU (on the GPU), "gpu" the GPU-only ones: two calls that fit the device

@@ -3,7 +3,7 @@
 # rows, and what the sandbox costs. From the repository root on the GPU machine (device tool):
 #   bash benchmarks/gpu/sandbox_h200.sh [STEP...]        (default: redteam cost)
 # redteam  the sandbox attacks (issue 24), the timing attacks and both controls on the base task's "mid" row, each
-#          through `python -m kpremote.agent.runner` (benchmarks/gpu/redteam.sh) -> $OUT/rt/ (RT_LIST: other attacks;
+#          through `python -m kpremote.agent.run.runner` (benchmarks/gpu/redteam.sh) -> $OUT/rt/ (RT_LIST: other attacks;
 #          RT_S: seconds for the step, default 420)
 # small    the timing attacks (forged event times, side stream, late launches) and both controls on the "tiny" row
 #          (a few µs) with the Nsight Compute audit on -> $OUT/small/ (SMALL_LIST, SMALL_S likewise)
@@ -39,7 +39,7 @@ k.assemble(next(a for a in k.load_attacks() if a.id == "control_same"), pathlib.
   for i in $(seq "${COST_RUNS:-3}"); do
     for mode in on off; do
       t0=$(date +%s.%N)
-      KPREMOTE_SANDBOX=$mode python3 -m kpremote.agent.runner --task-dir $task --run-dir /tmp/kp-cost/runs/$mode-$i \
+      KPREMOTE_SANDBOX=$mode python3 -m kpremote.agent.run.runner --task-dir $task --run-dir /tmp/kp-cost/runs/$mode-$i \
         --device cuda --root /tmp/kp-cost/root --workloads mid --audit off > "$out/cost-$mode-$i.log" 2>&1
       echo "$mode $i exit $? $(python3 -c "import time; print(round(time.time() - $t0, 2))") s" | tee -a "$out/cost.txt"
     done

@@ -72,7 +72,7 @@ step_tvmffi() {  # the tvm-ffi wheel carried in .whl/ (a GPU host brings its own
 
 step_probe() {  # the L2 flush probe as the prepare worker takes it, five times
   timed probe 60 python3 -c 'import json
-from kpremote.agent import timing
+from kpremote.agent.harness import timing
 for _ in range(5): print(json.dumps(timing.flush_probe()))'
   cat "$out/probe.txt"
 }

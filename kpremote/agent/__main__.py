@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .protocol import AgentError, ExitCode, UsageError
-from .runstate import disk_full_message, is_disk_full
+from .run.runstate import disk_full_message, is_disk_full
 
-DELEGATED = {"run": "kpremote.agent.runner", "sync-apply": "kpremote.agent.sync"}
+DELEGATED = {"run": "kpremote.agent.run.runner", "sync-apply": "kpremote.agent.sync"}
 BINARY_STDOUT = {"pack-summary"}  # errors of these go to stderr only: stdout carries data, not JSON
 
 
@@ -146,7 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     p = command("ship", _ship, "extract an agent tar from stdin into DEST")
     p.add_argument("--dest", required=True)
 
-    from .slurm import add_commands as add_slurm_commands  # slurm-*: Slurm clusters (issue 15, docs/slurm.md)
+    from .slurm.commands import add_commands as add_slurm_commands  # slurm-*: Slurm clusters (issue 15, docs/slurm.md)
 
     add_slurm_commands(command)
     return parser
@@ -209,7 +209,7 @@ def _torch_cuda() -> dict[str, Any]:
 
 
 def _torch_cuda_unimported() -> dict[str, Any]:
-    from .startchecks import torch_cuda_build
+    from .run.startchecks import torch_cuda_build
 
     return {"cuda": torch_cuda_build(), "cuda_available": None}
 
@@ -237,7 +237,8 @@ def _probe(args: argparse.Namespace) -> int:
 
 def _start(args: argparse.Namespace) -> int:
     from .lease import IdlePolicy
-    from .start import StartRequest, start
+    from .run.start import StartRequest, start
+    from .sync import sync_answer
 
     request = StartRequest(
         task=args.task,
@@ -254,7 +255,7 @@ def _start(args: argparse.Namespace) -> int:
         run_id=args.run_id,
         audit=args.audit,
     )
-    synced = _apply_sync(args) if args.sync else None
+    synced = sync_answer(_root(args), args.task, sys.stdin.buffer) if args.sync else None
     if synced is not None and "error" in synced:
         _print_json(synced)
         return int(synced.get("exit_code", ExitCode.ERROR))
@@ -269,30 +270,21 @@ def _start(args: argparse.Namespace) -> int:
     return 0
 
 
-def _apply_sync(args: argparse.Namespace) -> dict[str, Any]:
-    """The answer to the sync request on stdin (agent/sync.py), as `start --sync` prints it: an error carries its
-    exit code."""
-    from .sync import answer_sync_request
-
-    answer, exit_code = answer_sync_request(_root(args), args.task, sys.stdin.buffer)
-    return {**answer, "exit_code": exit_code} if exit_code else answer
-
-
 def _follow(args: argparse.Namespace) -> int:
-    from .follow import follow
+    from .run.follow import follow
 
     return follow(_root(args), args.task, args.run, args.offset, once=args.once, with_summary=args.with_summary)
 
 
 def _status(args: argparse.Namespace) -> int:
-    from .liveness import status
+    from .run.liveness import status
 
     _print_json(status(_root(args), args.task))
     return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from .cancel import cancel
+    from .run.cancel import cancel
 
     grace = {} if args.grace is None else {"grace_s": max(0.0, args.grace)}
     _print_json(cancel(_root(args), args.task, args.run, pending=args.pending, **grace))
@@ -300,7 +292,7 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _pack_summary(args: argparse.Namespace) -> int:
-    from .summary import pack_summary
+    from .run.summary import pack_summary
 
     pack_summary(_root(args), args.task, args.run, sys.stdout.buffer)
     sys.stdout.buffer.flush()
@@ -308,7 +300,7 @@ def _pack_summary(args: argparse.Namespace) -> int:
 
 
 def _raw_file(args: argparse.Namespace) -> int:
-    from .rawfiles import raw_file_stat, send_raw_file
+    from .run.rawfiles import raw_file_stat, send_raw_file
 
     if args.stat:
         _print_json(raw_file_stat(_root(args), args.task, args.run, args.name))

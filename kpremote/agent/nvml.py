@@ -40,6 +40,18 @@ def snapshot() -> Snapshot:
     return _snapshot_from_nvml()
 
 
+def resolve_device(device: str, snapshot_fn: Callable[[], Snapshot] | None = None) -> str:
+    """The device a run uses: any but "auto" as asked; "auto" is cuda only where NVML itself shows a GPU (a fixture
+    host's GPUs are not real: it leases one and still runs on the CPU), and cpu where NVML cannot be read at all."""
+    if device != "auto":
+        return device
+    try:
+        snap = (snapshot_fn or snapshot)()
+    except Exception:  # noqa: BLE001 - no NVML: no GPU
+        return "cpu"
+    return "cuda" if snap.source == "nvml" and snap.gpus else "cpu"
+
+
 def sm_clock_mhz(uuid: str) -> int | None:
     """The GPU's current SM clock, cheap enough to read between timed samples."""
     fixture = os.environ.get(FIXTURE_ENV)

@@ -426,6 +426,13 @@ def answer_sync_request(root: Path, task: str, stream: BinaryIO) -> tuple[dict[s
         return {"error": exc.kind, "message": str(exc)}, exc.exit_code
 
 
+def sync_answer(root: Path, task: str, stream: BinaryIO) -> dict[str, Any]:
+    """The answer to a sync request as `start --sync` and `slurm-submit --sync` print it: an error carries its exit
+    code."""
+    answer, exit_code = answer_sync_request(root, task, stream)
+    return {**answer, "exit_code": exit_code} if exit_code else answer
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="sync-apply", description="apply a sync stream read from stdin")
     parser.add_argument("--task", required=True)

@@ -1,4 +1,4 @@
-"""Stand-in for kpremote.agent.runner in tests of `start`, spawned in its place (protocol.RUNNERS patched: the
+"""Stand-in for kpremote.agent.run.runner in tests of `start`, spawned in its place (protocol.RUNNERS patched: the
 standin_runner fixtures, or `python -m kp_standin_agent`).
 
 Its behaviour comes from <task-dir>/standin.json: {"events": N, "every_s": s, "final": status,
@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from kpremote.agent.events import EventLog
-from kpremote.agent.runstate import update_state
+from kpremote.agent.run.events import EventLog
+from kpremote.agent.run.runstate import update_state
 
 
 def main() -> int:

@@ -5,26 +5,25 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tarfile
 import threading
 import time
-import types
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-from kpremote.agent import protocol
+from kpremote.agent import AGENT_HOME, protocol
+from kpremote.agent import sync as agent_sync
 from kpremote.agent.__main__ import main
-from kpremote.agent.cancel import cancel
-from kpremote.agent.follow import follow
 from kpremote.agent.lease import holders
-from kpremote.agent.liveness import status
 from kpremote.agent.procfs import group_members
-from kpremote.agent.runpaths import RUN_ID, new_run
-from kpremote.agent.runstate import mark_cancel_requested, read_state, update_state
-from kpremote.agent.start import AGENT_HOME
+from kpremote.agent.protocol import is_run_id
+from kpremote.agent.run.cancel import cancel
+from kpremote.agent.run.follow import follow
+from kpremote.agent.run.liveness import status
+from kpremote.agent.run.runpaths import new_run
+from kpremote.agent.run.runstate import mark_cancel_requested, read_state, update_state
 from waiting import processes_mentioning, wait_for
 
 TASK = "h200_demo__multi_shape"
@@ -109,7 +108,7 @@ def test_run_ids_sort_by_time_and_never_collide(tmp_path):
     after = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
 
     assert len(set(ids)) == 240 == len(list((tmp_path / "runs").iterdir()))
-    assert all(RUN_ID.fullmatch(i) and before <= i[:15] <= after for i in ids)
+    assert all(is_run_id(i) and before <= i[:15] <= after for i in ids)
 
 
 def test_start_then_follow_until_end(root, workspace, started, nvml_fixture, make_gpu):
@@ -358,7 +357,7 @@ def test_start_sync_applies_the_stream_first_and_prints_one_object(root, nvml_fi
         (root / "tasks" / TASK / "workspace" / "standin.json").write_text("{}")
         return {"received_files": 1}, 0
 
-    monkeypatch.setitem(sys.modules, "kpremote.agent.sync", types.SimpleNamespace(answer_sync_request=fake_sync))
+    monkeypatch.setattr(agent_sync, "answer_sync_request", fake_sync)
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
     args = ["start", "--task", TASK, "--sync", "--root", str(root)]
 

@@ -1,4 +1,4 @@
-"""kpremote/agent/audit.py: rows re-measured under (the stand-in) ncu in processes of their own, then judged.
+"""kpremote/agent/ncu/audit.py: rows re-measured under (the stand-in) ncu in processes of their own, then judged.
 
 On this GPU-less host the audited calls run on the CPU through Triton's interpreter under tests/fixtures/ncu/ncu,
 which replays the launches of a raw CSV written here ($KPREMOTE_FAKE_NCU_RAW): so what ncu "measured" is chosen
@@ -18,7 +18,7 @@ from typing import Iterator
 
 import pytest
 
-from kpremote.agent import audit
+from kpremote.agent.ncu import audit
 
 REPO = Path(__file__).resolve().parents[2]
 STAND_IN = REPO / "tests" / "fixtures" / "ncu" / "ncu"

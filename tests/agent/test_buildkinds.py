@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agent import build, builders, buildrules
-from kpremote.agent.builders import compiler, tvmffi
-from kpremote.agent.buildrules import (
+from kpremote.agent.task import build, builders, buildrules
+from kpremote.agent.task.builders import compiler, tvmffi
+from kpremote.agent.task.buildrules import (
     FREE_BASELINE_KINDS,
     KINDS,
     NOT_CHECKED,
     parse_build,
 )
-from kpremote.agent.taskspec import TaskSpecError, load_task
+from kpremote.agent.task.taskspec import TaskSpecError, load_task
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "tiny_rmsnorm"
 TOML = Path("tiny_rmsnorm/task.toml")

@@ -8,15 +8,13 @@ import subprocess
 import sys
 import tarfile
 import types
-from pathlib import Path
 
 import pytest
 
 from kpremote.agent.__main__ import main
 from kpremote.agent.boot import BOOT, NOT_SHIPPED, ship
 from kpremote.agent.lease import IdlePolicy, acquire
-
-REPO = Path(__file__).resolve().parents[2]
+from kpremote.agentclient import agent_bundle
 
 
 def _installed(distribution: str) -> str | None:
@@ -109,10 +107,10 @@ def test_expected_failures_are_one_json_line_and_a_nonzero_exit(tmp_path, nvml_f
 
 def test_run_and_sync_apply_get_their_arguments_untouched(monkeypatch):
     seen = {}
-    for name in ("runner", "sync"):
-        module = types.ModuleType(f"kpremote.agent.{name}")
+    for name, dotted in (("runner", "kpremote.agent.run.runner"), ("sync", "kpremote.agent.sync")):
+        module = types.ModuleType(dotted)
         module.main = lambda argv, name=name: seen.setdefault(name, argv) and 7
-        monkeypatch.setitem(sys.modules, f"kpremote.agent.{name}", module)
+        monkeypatch.setitem(sys.modules, dotted, module)
 
     assert main(["run", "--task-dir", "d", "--run-dir", "r", "--root", "/x"]) == 7
     assert main(["sync-apply", "--task", "t", "--root", "/x"]) == 7
@@ -140,11 +138,8 @@ def tar_of(*members: tuple[str, bytes | None, bytes]) -> bytes:
 
 
 def agent_tar() -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for path in [REPO / "kpremote" / "__init__.py", *sorted((REPO / "kpremote" / "agent").glob("*.py"))]:
-            tar.add(path, arcname=path.relative_to(REPO).as_posix())
-    return buffer.getvalue()
+    """The tar the client ships (its folders and all), so BOOT is tested on what a host really gets."""
+    return agent_bundle()[1]
 
 
 def test_ship_extracts_files_and_marks_the_folder_complete(tmp_path):

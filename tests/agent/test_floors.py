@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kpremote.agent import floors
+from kpremote.agent.harness import floors
 
 
 def test_bandwidth_beyond_the_copy_roofline_is_implausible() -> None:

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kpremote.agent import channel, guard
-from kpremote.agent.cases import SEED_BITS, derive_seed
-from kpremote.agent.channel import HEADER, MAX_REPLY_BYTES, BadReply, Channel
+from kpremote.agent.harness import channel, guard
+from kpremote.agent.harness.cases import SEED_BITS, derive_seed
+from kpremote.agent.harness.channel import HEADER, MAX_REPLY_BYTES, BadReply, Channel
 
 
 def pair() -> tuple[Channel, Channel]:
@@ -105,7 +105,7 @@ def test_the_thread_count_is_read_from_outside() -> None:
 
 
 def run_one_row(job: dict, announce_ready) -> dict:
-    from kpremote.agent import judge
+    from kpremote.agent.harness import judge
 
     bench = judge.Bench(job)
     try:
@@ -118,7 +118,7 @@ def test_every_sample_checked_and_refreshed_inputs_still_pass_an_honest_candidat
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agent.test_runner import REPO, copy_fixture
-    from kpremote.agent import judge, sampling
+    from kpremote.agent.harness import judge, sampling
 
     monkeypatch.setattr(sampling, "CHECK_FRACTION", 1.0)
     monkeypatch.setattr(sampling, "REFRESH_CHANCE", 1.0)
@@ -154,7 +154,7 @@ def rmsnorm(x, weight, out, eps):
 
 def test_an_output_cache_keyed_by_address_goes_stale_on_a_refresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from agent.test_runner import REPO, copy_fixture
-    from kpremote.agent import judge, sampling
+    from kpremote.agent.harness import judge, sampling
 
     monkeypatch.setattr(sampling, "CHECK_FRACTION", 1.0)
     monkeypatch.setattr(sampling, "REFRESH_CHANCE", 1.0)

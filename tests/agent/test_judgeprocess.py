@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent.test_runner import copy_fixture, rows_by_id, run_agent
-from kpremote.agent.judgeprocess import keeps_its_judge
+from kpremote.agent.harness.judgeprocess import keeps_its_judge
 
 WORKLOADS = '''
 [defaults]

@@ -1,4 +1,5 @@
-"""kpremote/agent/ncu.py: finding ncu, its command lines, its failures, reading its raw CSV, the roofline verdict."""
+"""kpremote/agent/ncu/ncu.py: finding ncu, its command lines, its failures, reading its raw CSV, the roofline
+verdict."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agent import ncu
+from kpremote.agent.ncu import ncu
 from kpremote.agent.protocol import SECTION_SETS, ProfileRequest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,7 +58,7 @@ def test_missing_ncu_is_one_line_saying_what_to_do(tmp_path: Path):
 
 def test_profile_command_never_changes_clocks_and_profiles_only_the_marked_region(tmp_path: Path):
     report = tmp_path / "raw" / "ncu" / "baseline-w.ncu-rep"
-    target = ["python", "-m", "kpremote.agent.profile", "call", "--job", "j.json"]
+    target = ["python", "-m", "kpremote.agent.ncu.profile", "call", "--job", "j.json"]
     command = ncu.profile_command("/x/ncu", section_set="basic", kernel_regex="^_k(ernel)?$", report=report,
                                   target=target)
     pairs = list(zip(command, command[1:]))

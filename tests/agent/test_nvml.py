@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kpremote.agent import nvml
-from kpremote.agent.guards import ForeignWatch
+from kpremote.agent.run.guards import ForeignWatch
 from kpremote.agent.lease import IdlePolicy, NoIdleGpu, acquire, idle_verdict
 from kpremote.agent.nvml import GpuState, decode_clock_event_reasons, sm_clock_mhz, snapshot
 

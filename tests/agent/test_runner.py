@@ -1,4 +1,4 @@
-"""The whole agent on the CPU: python -m kpremote.agent.runner --device cpu on the tiny Triton fixture task.
+"""The whole agent on the CPU: python -m kpremote.agent.run.runner --device cpu on the tiny Triton fixture task.
 
 Triton runs through its interpreter (the runner sets TRITON_INTERPRET=1 for CPU runs), so this is the smoke
 path `inv check` takes. The helpers here are shared with test_adversarial.py and test_scaffold.py.
@@ -21,13 +21,15 @@ from typing import Any
 import jsonschema
 import pytest
 
-from kpremote.agent import build, guards, harness, report, runner
-from kpremote.agent.judge import TIMING_CASES_CPU
-from kpremote.agent.events import read_events
+from kpremote.agent import harness
+from kpremote.agent.task import build
+from kpremote.agent.run import guards, report, runner
+from kpremote.agent.harness.judge import TIMING_CASES_CPU
+from kpremote.agent.run.events import read_events
 from kpremote.agent.procfs import descendants
 from kpremote.agent.protocol import RowResult, RowVerdict, RunResults
-from kpremote.agent.runstate import read_state
-from kpremote.agent.timing import SMOKE_SAMPLES
+from kpremote.agent.run.runstate import read_state
+from kpremote.agent.harness.timing import SMOKE_SAMPLES
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,7 +44,7 @@ def agent_env() -> dict[str, str]:
 
 
 def runner_command(task_dir: Path, run_dir: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "kpremote.agent.runner", "--task-dir", str(task_dir), "--run-dir", str(run_dir),
+    return [sys.executable, "-m", "kpremote.agent.run.runner", "--task-dir", str(task_dir), "--run-dir", str(run_dir),
             "--device", "cpu", *args]
 
 
@@ -139,7 +141,7 @@ def test_results_json_carries_provenance_rows_and_headline(smoke_run: tuple[Path
     results = results_of(run_dir)
     assert results["schema"] == "kpremote.results/1" and results["smoke"] is True and results["label"] == SMOKE
     prov = results["provenance"]
-    assert prov["command"][1:3] == ["-m", "kpremote.agent.runner"]
+    assert prov["command"][1:3] == ["-m", "kpremote.agent.run.runner"]
     assert prov["task"]["name"] == "tiny_rmsnorm" and prov["baseline_upstream"]["commit"] == "unresolved"
     assert len(prov["source"]["solution_sha256"]) == 64 and prov["source"]["origin"] == "computed by the agent"
     assert prov["host"]["alias"] == "laptop" and prov["host"]["hostname"]
@@ -357,7 +359,7 @@ def test_the_audit_state_says_why_a_run_is_unaudited(tmp_path: Path, monkeypatch
     assert status("cuda", None) == "unaudited: ncu not found"
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "kpremote.agent.audit" else real_find_spec(name, *a))
+                        lambda name, *a: None if name == "kpremote.agent.ncu.audit" else real_find_spec(name, *a))
     assert status("cuda", None) == "unaudited: audit module missing"
 
 

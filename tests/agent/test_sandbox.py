@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agent import guard, report, sandbox
-from kpremote.agent.taskspec import TaskSpecError, load_task
+from kpremote.agent import sandbox
+from kpremote.agent.run import report
+from kpremote.agent.harness import guard
+from kpremote.agent.task.taskspec import TaskSpecError, load_task
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -208,8 +210,8 @@ def test_task_code_is_imported_from_source_never_from_a_planted_pyc(tmp_path: Pa
         import importlib, importlib.util, json, sys, types
         from importlib._bootstrap_external import _code_to_timestamp_pyc
         from pathlib import Path
-        from kpremote.agent import sourceonly
-        from kpremote.agent.builders.base import import_file
+        from kpremote.agent.task import sourceonly
+        from kpremote.agent.task.builders.base import import_file
         root = Path(sys.argv[1])
         for name in ("adapter", "helper"):
             source = root / "side" / f"{name}.py"

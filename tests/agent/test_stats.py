@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from kpremote.agent import stats
+from kpremote.agent.harness import stats
 
 
 def test_percentiles_interpolate_linearly_between_closest_ranks() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agent.startchecks import task_arch
-from kpremote.agent.taskspec import TaskSpecError, load_task
+from kpremote.agent.run.startchecks import task_arch
+from kpremote.agent.task.taskspec import TaskSpecError, load_task
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "tiny_rmsnorm"
 
@@ -286,7 +286,7 @@ def test_the_agent_refuses_a_run_over_a_changed_upstream_file_in_one_line(task: 
 
     pin_upstream_file(task).write_bytes(b"edited\n")
     repo = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-m", "kpremote.agent.runner", "--task-dir", str(task), "--run-dir",
+    done = subprocess.run([sys.executable, "-m", "kpremote.agent.run.runner", "--task-dir", str(task), "--run-dir",
                            str(tmp_path / "run"), "--device", "cpu"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(repo)})
     assert done.returncode == 2, done.stderr

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agent import timing
-from kpremote.agent.taskspec import TimingSettings
+from kpremote.agent.harness import timing
+from kpremote.agent.task.taskspec import TimingSettings
 
 
 def sides() -> tuple[timing.SideSamples, timing.SideSamples]:

@@ -56,14 +56,14 @@ def rmsnorm(x, weight, out, eps):
 
 
 def gpu_run(task: Path, run_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "kpremote.agent.runner", "--task-dir", str(task), "--run-dir", str(run_dir),
+    command = [sys.executable, "-m", "kpremote.agent.run.runner", "--task-dir", str(task), "--run-dir", str(run_dir),
                "--device", "cuda", "--root", str(run_dir.parent / "root"), "--audit", "off", *args]
     return subprocess.run(command, env=agent_env(), capture_output=True, text=True, timeout=900)
 
 
 def test_flush_probe_and_persisting_reset() -> None:
     # In a process of its own: a CUDA context held by pytest would make the GPU look busy to the runs below.
-    script = ("import json\nfrom kpremote.agent import timing\nassert timing.reset_persisting_l2() is None\n"
+    script = ("import json\nfrom kpremote.agent.harness import timing\nassert timing.reset_persisting_l2() is None\n"
               "print(json.dumps(timing.flush_probe()))")
     done = subprocess.run([sys.executable, "-c", script], env=agent_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from rig import REPO, idle_gpu, run_inv
 
-from kpremote.agent import buildrules
-from kpremote.agent.builders import compiler
+from kpremote.agent.task import buildrules
+from kpremote.agent.task.builders import compiler
 
 H200_TASKS = [
     "h200_diffusion_fuse_scale_shift__multi_shape",
@@ -93,8 +93,8 @@ def test_the_norm_infer_baseline_runs_its_smoke_rows_on_the_cpu(tmp_path: Path) 
     script = """
 import sys, torch
 from pathlib import Path
-from kpremote.agent import build
-from kpremote.agent.taskspec import load_task
+from kpremote.agent.task import build
+from kpremote.agent.task.taskspec import load_task
 spec = load_task(Path(sys.argv[1]))
 adapter = build.import_adapter(spec)
 adapter.bind(baseline=build.import_side(spec, "baseline"), candidate=None)

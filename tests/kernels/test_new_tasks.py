@@ -26,9 +26,9 @@ import tomllib
 from rig import REPO, run_inv
 
 from kpremote import baseline, wheels
-from kpremote.agent import build, buildrules
-from kpremote.agent.builders import compiler, tvmffi
-from kpremote.agent.taskspec import load_task
+from kpremote.agent.task import build, buildrules
+from kpremote.agent.task.builders import compiler, tvmffi
+from kpremote.agent.task.taskspec import load_task
 
 QKNORM = "h200_diffusion_qknorm_rope__multi_shape"
 CUTEDSL = "h200_diffusion_cutedsl_norm_scale_shift__multi_shape"
@@ -138,8 +138,8 @@ _CANDIDATE_ON_THE_INTERPRETER = textwrap.dedent(
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
     import torch
-    from kpremote.agent import build
-    from kpremote.agent.taskspec import load_task
+    from kpremote.agent.task import build
+    from kpremote.agent.task.taskspec import load_task
 
     class NotHere:
         def __getattr__(self, name):

@@ -23,7 +23,7 @@ from types import ModuleType
 
 import pytest
 
-from kpremote.agent.taskspec import TaskSpec, load_task
+from kpremote.agent.task.taskspec import TaskSpec, load_task
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "kernels"
@@ -115,8 +115,8 @@ _INTERPRETER_CHECK = textwrap.dedent(
     import json, sys
     sys.path.insert(0, sys.argv[1])
     import torch
-    from kpremote.agent import build
-    from kpremote.agent.taskspec import load_task
+    from kpremote.agent.task import build
+    from kpremote.agent.task.taskspec import load_task
 
     task = load_task(__import__("pathlib").Path(sys.argv[2]))
     adapter = build.import_adapter(task)  # as the agent loads them: a side may import its own helpers (._sglang)
@@ -187,7 +187,7 @@ def _nvcc_command(nvcc: str, source: Path, flags: list[str], module: str, output
 @pytest.mark.timeout(900)
 def _cuda_sides(name: str) -> list[str]:
     """The sides built by torch.utils.cpp_extension (a Triton baseline may face a CUDA candidate)."""
-    from kpremote.agent.buildrules import kind_of
+    from kpremote.agent.task.buildrules import kind_of
 
     return [side for side in ("baseline", "candidate") if kind_of(_spec(name).build, side) == "cuda"]
 

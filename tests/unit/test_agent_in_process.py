@@ -16,17 +16,16 @@ from unit.helpers import TASK, TASK_TOML, gpu, write
 from kpremote.agent.protocol import ExitCode
 from kpremote.agentclient import Agent
 from kpremote.errors import KpremoteError
-from kpremote.fetch import FetchRefused, fetch_results, fetch_run
+from kpremote.errors import FetchRefused, HostBusy, UnsafeArchive
+from kpremote.fetch import fetch_results, fetch_run
 from kpremote.inprocessagent import InProcessTransport
 from kpremote.runs import (
-    NoIdleGpu,
     RunOptions,
     RunSession,
     cancel_run,
     follow_run,
     start_run,
 )
-from kpremote.safetar import UnsafeArchive
 from kpremote.sync import sync_task
 from kpremote.taskdir import find_task
 
@@ -55,7 +54,7 @@ def test_a_run_goes_to_the_idle_gpu_with_least_memory_used_and_leased_ones_are_s
     second = start_run(session, find_task(kernels, TASK), RunOptions())
     try:
         assert (first.gpu["index"], second.gpu["index"]) == (2, 1)
-        with pytest.raises(NoIdleGpu) as refused:
+        with pytest.raises(HostBusy) as refused:
             start_run(session, find_task(kernels, TASK), RunOptions())
         text = str(refused.value)
         assert "no idle GPU" in text and "9000 MiB used > 2048 MiB" in text

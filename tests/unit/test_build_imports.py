@@ -14,8 +14,8 @@ HEAVY = ("torch", "tvm_ffi", "cutlass", "triton")
 LOAD_AND_NAME_BUILDERS = f"""
 import sys
 from pathlib import Path
-from kpremote.agent import build, builders, buildrules
-from kpremote.agent.taskspec import load_task
+from kpremote.agent.task import build, builders, buildrules
+from kpremote.agent.task.taskspec import load_task
 
 spec = load_task(Path({str(TASK)!r}), packages=False)
 print([builders.builder_for(spec.build, side).kind for side in ("baseline", "candidate")])

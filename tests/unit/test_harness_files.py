@@ -1,6 +1,6 @@
 """Every agent module a run imports either counts in the harness digest or is named, with its reason, as deciding
-no verdict and no number (kpremote/agent/harness.py). A module split out of the runner or the judge cannot slip out
-of the digest unnoticed: results would then not say which code measured them."""
+no verdict and no number (kpremote/agent/harness/__init__.py). A module split out of the runner or the judge cannot slip
+out of the digest unnoticed: results would then not say which code measured them."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ from pathlib import Path
 from kpremote.agent import harness
 
 AGENT = harness.AGENT_DIR
-ENTRY_POINTS = ("runner.py", "judge.py", "side.py", "worker.py", "audit.py")  # the processes of one run
+# the processes of one run
+ENTRY_POINTS = ("run/runner.py", "harness/judge.py", "harness/side.py", "task/worker.py", "ncu/audit.py")
 
 
 def agent_imports(name: str) -> set[str]:
     """The agent modules the file `name` imports (relative or absolute, at the top or inside a function), as paths
-    from the agent's folder ("build.py", "builders/cuda.py"); importing a package's module imports its __init__.py."""
+    from the agent's folder ("task/build.py", "task/builders/cuda.py"); importing a package's module imports its
+    __init__.py."""
     path = AGENT / name
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -69,12 +71,13 @@ def test_the_digest_changes_with_any_harness_file(tmp_path):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(f"# {name}\n")
     before = harness.harness_digest(tmp_path)
-    (tmp_path / "children.py").write_text("# changed\n")
+    (tmp_path / "run/children.py").write_text("# changed\n")
     assert harness.harness_digest(tmp_path) != before
 
 
 def test_the_modules_of_a_package_are_followed_into_the_digest():
     """build.py reaches the builders through builders/__init__.py: each kind's builder decides how a side is built."""
     reached = imported_by_a_run()
-    assert {"builders/__init__.py", "builders/base.py", "builders/cuda.py", "builders/tvmffi.py"} <= reached
-    assert {"builders/cuda.py", "builders/tvmffi.py", "buildrules.py"} <= set(harness.HARNESS_FILES)
+    assert {"task/builders/__init__.py", "task/builders/base.py", "task/builders/cuda.py",
+            "task/builders/tvmffi.py"} <= reached
+    assert {"task/builders/cuda.py", "task/builders/tvmffi.py", "task/buildrules.py"} <= set(harness.HARNESS_FILES)

@@ -26,12 +26,12 @@ def runtime_imports(path: Path) -> set[str]:
 
 def test_no_part_of_the_judge_imports_the_judge_back() -> None:
     for part in PARTS:
-        assert "judge" not in runtime_imports(harness.AGENT_DIR / f"{part}.py"), part
+        assert "judge" not in runtime_imports(harness.AGENT_DIR / "harness" / f"{part}.py"), part
 
 
 def test_the_judges_parts_import_neither_the_judge_nor_torch() -> None:
-    code = ("import sys\n" + "".join(f"import kpremote.agent.{part}\n" for part in PARTS) +
-            "print(sorted(name for name in ('kpremote.agent.judge', 'torch') if name in sys.modules))")
+    code = ("import sys\n" + "".join(f"import kpremote.agent.harness.{part}\n" for part in PARTS) +
+            "print(sorted(name for name in ('kpremote.agent.harness.judge', 'torch') if name in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                           env={"PYTHONPATH": str(REPO)}, check=True)
     assert done.stdout.strip() == "[]"

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from kpremote.agent import sampling, timing
-from kpremote.agent.correctness import ERROR, Refused
-from kpremote.agent.taskspec import SIDES
+from kpremote.agent.harness import sampling, timing
+from kpremote.agent.harness.correctness import ERROR, Refused
+from kpremote.agent.task.taskspec import SIDES
 
 
 class ScriptedSide:

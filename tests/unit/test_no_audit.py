@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kpremote.agent.start import StartRequest, _runner_command
+from kpremote.agent.run.start import StartRequest, _runner_command
 from kpremote.runs import RunOptions, _start_args
 
 

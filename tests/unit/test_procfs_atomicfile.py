@@ -14,7 +14,7 @@ import pytest
 
 from kpremote.agent import procfs
 from kpremote.agent.atomicfile import write_atomically, write_json_atomically
-from kpremote.agent.guards import RESERVE_BYTES, DiskReserve
+from kpremote.agent.run.guards import RESERVE_BYTES, DiskReserve
 
 
 @pytest.fixture

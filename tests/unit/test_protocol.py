@@ -26,7 +26,8 @@ NOT_NAMES = ["", ".", "..", "-x", "_x", ".hidden", "a/b", "../demo", "de mo", "a
 def accepted_by_every_side(name: str, tmp_path: Path) -> dict[str, bool]:
     """Whether each place that checks a task name accepts name (True) or refuses it (False)."""
     from kpremote import config, fetch, scaffold, taskdir
-    from kpremote.agent import runpaths, sync as agent_sync
+    from kpremote.agent import sync as agent_sync
+    from kpremote.agent.run import runpaths
     from kpremote.errors import KpremoteError
 
     def accepts(check, *refusals: type[BaseException]) -> bool:
@@ -108,8 +109,8 @@ def test_a_bad_idle_policy_is_a_bad_request(value, message):
 
 def test_a_start_with_a_profile_request_is_a_profile_run_and_any_other_a_timing_run():
     request = protocol.ProfileRequest(side="candidate").to_json()
-    assert protocol.RUNNERS[protocol.run_kind(request)] == "kpremote.agent.profile"
-    assert protocol.RUNNERS[protocol.run_kind(None)] == "kpremote.agent.runner"
+    assert protocol.RUNNERS[protocol.run_kind(request)] == "kpremote.agent.ncu.profile"
+    assert protocol.RUNNERS[protocol.run_kind(None)] == "kpremote.agent.run.runner"
 
 
 def test_the_manifest_digest_depends_on_names_and_contents_not_on_order():

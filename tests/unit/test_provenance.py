@@ -12,10 +12,10 @@ import pytest
 from unit.helpers import TASK, write
 
 from kpremote.agent.provenance import git_state, source_provenance, task_provenance
-from kpremote.agent.runner import Runner
-from kpremote.agent.runoptions import Options
+from kpremote.agent.run.runner import Runner
+from kpremote.agent.run.runoptions import Options
 from kpremote.fetch import FetchReport, refresh_docs
-from kpremote.agent.taskspec import load_task
+from kpremote.agent.task.taskspec import load_task
 from kpremote.sync import sync_task
 from kpremote.taskdir import find_task
 from kpremote.taskscan import scan_task

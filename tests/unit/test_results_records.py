@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agent import report
+from kpremote.agent.run import report
 from kpremote.agent.protocol import Headline, RowResult, RunResults, SideStats, row_interval
 
 KEPT = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "results").glob("*.json"))

@@ -1,9 +1,8 @@
 """The agent's run bookkeeping: one follow loop for this host's runs and Slurm's (a watch says where the state comes
-from), one parser for squeue's and sacct's job lines, and run modules that use each other's public names only."""
+from) and one parser for squeue's and sacct's job lines. (No module imports another's private names: test_one_place.py.)"""
 
 from __future__ import annotations
 
-import ast
 import io
 import json
 import subprocess
@@ -13,13 +12,9 @@ from typing import Any
 
 import pytest
 
-from kpremote.agent import slurmjobs, slurmsettle
-from kpremote.agent.follow import follow_run
-from kpremote.agent.runstate import update_state
-
-AGENT = Path(__file__).resolve().parents[2] / "kpremote" / "agent"
-RUN_MODULES = {"runpaths", "start", "startchecks", "startguard", "liveness", "cancel", "follow", "summary",
-               "slurm", "slurmjobs", "slurmruns", "slurmsettle", "slurmstep", "slurmsubmit"}
+from kpremote.agent.run.follow import follow_run
+from kpremote.agent.run.runstate import update_state
+from kpremote.agent.slurm import slurmjobs, slurmsettle
 
 
 class ScriptedWatch:
@@ -97,12 +92,3 @@ def test_squeue_and_sacct_lines_read_alike_and_a_forgotten_job_says_so(monkeypat
                            "elapsed": "1:00", "time_limit": "10:00", "partition": "gpu", "reason": None}
     assert found["13"]["state"] == "CANCELLED" and found["13"]["reason"] == "a|b" and found["13"]["source"] == "sacct"
     assert found["14"]["state"] == slurmjobs.FORGOTTEN and "99" not in found
-
-
-def test_run_modules_use_each_others_public_names_only():
-    for name in sorted(RUN_MODULES):
-        tree = ast.parse((AGENT / f"{name}.py").read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module in RUN_MODULES:
-                private = [alias.name for alias in node.names if alias.name.startswith("_")]
-                assert not private, f"agent/{name}.py imports {private} from agent/{node.module}.py"

@@ -11,7 +11,7 @@ from unit.helpers import TASK
 
 from kpremote.agent import protocol
 from kpremote.agent.protocol import ExitCode, ProfileRequest
-from kpremote.agent.runoptions import parse_profile_args
+from kpremote.agent.run.runoptions import parse_profile_args
 from kpremote.runs import RunOptions, RunSession, follow_run, start_run
 from kpremote.sync import sync_task
 from kpremote.taskdir import find_task

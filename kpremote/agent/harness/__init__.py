@@ -1,0 +1,96 @@
+"""The harness: the judge and its parts (this folder). This file says what measured a result: the harness version,
+a digest of the harness's own files (here and in the folders beside it), and the pinned task inputs.
+
+A result is only as good as the code that judged it. results.json and results.md carry HARNESS_VERSION, the
+sha256 of the harness files below, and the sha256 of the task's trusted inputs (bench/ and task.toml), so a
+task's docs/results.md measured by an older harness, or against a changed bench, says so by itself
+(report.harness_staleness). Standard library only: the client imports it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from ..provenance import file_sha256
+
+HARNESS_VERSION = "2.9"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+# 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
+# 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
+# 2.3: a row's noise threshold covers two timer ticks; the flush probe ramps the clocks first (no timed number moves)
+# 2.4: a GPU row's noise threshold covers how far apart two side processes read one kernel (stats.PROCESS_FLOOR_US)
+# 2.5: the headline's interval carries that floor too (stats.with_process_offset); rows' numbers and verdicts as 2.4
+# 2.6: a side reads one byte per 64 KiB of its case's tensors before each head start (its address translations warm:
+#      without, one 4 us kernel read 0.74 us apart from one process to the next); a sample whose window opened before
+#      its call was queued is dropped and taken again with a longer head start (host time had been in such windows)
+# 2.7: a candidate late 4 times in a row at the longest head start (a host sync in its call) keeps its samples, host
+#      time and all, where 2.6 ended the row with ERROR; the baseline still ends it. Rows 2.6 finished: as in 2.6
+# 2.8: each side, each side's build and the audited calls run sandboxed (sandbox/: Landlock, seccomp, the judge's PID
+#      namespace); task code imported from source only; a row whose side leaves a process behind, is reniced,
+#      re-pinned or starved, or whose candidate runs a helper thread while timed, is void (guard.py)
+# 2.9: a cold GPU row is timed by four process pairs (timing.SIDE_PAIRS), its samples pooled, and its process floor is
+#      0.3 us / sqrt(pairs) = 0.15 us (2.4-2.8: one pair, 0.75 us): each process's own offset, measured with the dial
+AGENT_DIR = Path(__file__).resolve().parents[1]
+# The files whose code decides a verdict or a number: a change to any of them is a new harness.
+# Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".
+HARNESS_FILES = (
+    "contract.py", "harness/__init__.py", "harness/cases.py", "harness/channel.py", "harness/correctness.py",
+    "harness/floors.py", "harness/guard.py", "harness/judge.py", "harness/judgeprocess.py", "harness/rowlog.py",
+    "harness/sampling.py", "harness/side.py", "harness/sideprocess.py", "harness/stats.py", "harness/timing.py",
+    "ncu/audit.py", "ncu/ncu.py", "ncu/profiledcall.py", "run/children.py", "run/guards.py", "run/report.py",
+    "run/runner.py", "run/runoptions.py", "sandbox/__init__.py", "sandbox/landlock.py", "sandbox/members.py",
+    "sandbox/namespace.py", "sandbox/seccomp.py", "task/build.py", "task/builders/__init__.py", "task/builders/base.py",
+    "task/builders/compiler.py", "task/builders/cuda.py", "task/builders/imported.py", "task/builders/tvmffi.py",
+    "task/buildrules.py", "task/sourceonly.py", "task/taskfiles.py", "task/taskrecords.py", "task/taskspec.py",
+    "task/worker.py",
+)
+# The other agent modules a run imports, and why none of them decides a verdict or a number
+# (tests/unit/test_harness_files.py: every module a run imports is in one of the two lists).
+OUTSIDE_THE_HARNESS = {
+    "atomicfile.py": "writes files whole",
+    "run/events.py": "writes the event stream the client follows",
+    "lease.py": "chooses and holds the GPU; the arch gate refuses, it never measures",
+    "nvml.py": "reads GPU state for the record",
+    "run/plot.py": "draws the numbers report.py wrote",
+    "procfs.py": "reads /proc, kills process trees",
+    "protocol.py": "the client-agent seam: exit codes, names, request kinds, the records results.json is written "
+                   "through (they carry the judge's and report.py's numbers, never compute one)",
+    "provenance.py": "stamps which source was measured",
+    "run/runstate.py": "writes state.json",
+    "run/__init__.py": "a docstring: says what the folder holds",
+    "task/__init__.py": "a docstring: says what the folder holds",
+    "ncu/__init__.py": "a docstring: says what the folder holds",
+}
+
+
+def harness_digest(folder: Path = AGENT_DIR) -> str:
+    """sha256 over "name NUL sha256(content)" lines of the harness files, in name order (a missing file counts)."""
+    digest = hashlib.sha256()
+    for name in sorted(HARNESS_FILES):
+        path = folder / name
+        content = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+        digest.update(f"{name}\0{content}\n".encode())
+    return digest.hexdigest()
+
+
+def tree_sha256(folder: Path) -> str | None:
+    """sha256 over "relative path NUL sha256(content)" lines of every file, in path order (caches skipped)."""
+    if not folder.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(f"{path.relative_to(folder).as_posix()}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+    return digest.hexdigest()
+
+
+def harness_record() -> dict[str, Any]:
+    return {"version": HARNESS_VERSION, "digest": harness_digest()}
+
+
+def pinned_inputs(task_dir: Path) -> dict[str, Any]:
+    """The trusted-but-pinned task inputs: bench/ (adapter, workloads, tolerances) and task.toml."""
+    task_dir = Path(task_dir)
+    toml = task_dir / "task.toml"
+    present = toml.is_file() and not toml.is_symlink()  # a link is never synced, so never read here either
+    return {"bench_sha256": tree_sha256(task_dir / "bench"), "task_toml_sha256": file_sha256(toml) if present else None}

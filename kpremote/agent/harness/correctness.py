@@ -1,0 +1,454 @@
+"""The correctness gate: several seeds of fresh inputs, poisoned outputs, every output checked.
+
+A row is timed only if it PASSED here. The reference is the adapter's `reference` when it has one, else the
+baseline's outputs; either way the reference must itself be finite, and with an adapter reference the
+baseline must agree with it too (a baseline outside the tolerance makes the comparison meaningless).
+An in-place call's mutated inputs (the row's `mutates`, Case.mutates) are restored from the pristine copy before
+each call and then judged like outputs; every other input must come back bit-identical.
+torch is imported lazily: the runner reads the status names without it.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+PASSED = "PASSED"
+INCORRECT = "INCORRECT"
+ERROR = "ERROR"
+TIMEOUT = "TIMEOUT"
+SKIPPED = "SKIPPED"
+NOT_CHECKED = "NOT CHECKED"  # a check that could not run here: never a pass
+STATUSES = (PASSED, INCORRECT, ERROR, TIMEOUT, SKIPPED, NOT_CHECKED)
+
+INT_POISON = -17
+TRACEBACK_LINES = 20
+
+
+@dataclass
+class Verdict:
+    status: str
+    message: str | None = None
+    where: str | None = None  # "seed 1, candidate output 'out'", "make_case", ...
+    mismatch: dict[str, Any] | None = None  # the first bad element: output, kind, index, expected, got, max_abs_err
+    seeds_checked: int = 0
+    max_abs_err: dict[str, float] = field(default_factory=dict)  # per output, over all seeds (candidate vs ref)
+    traceback: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Refused(Exception):
+    """Stops the gate with a verdict: raised from deep inside the checks, caught once in check_workload."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.message)
+        self.verdict = verdict
+
+
+# --------------------------------------------------------------------------------------------- poisoning
+
+
+def poison_value(dtype: Any) -> float | int | bool:
+    """NaN for floating outputs, -17 for integers (wrapped for unsigned ones), True for booleans."""
+    import torch
+
+    if dtype.is_floating_point or dtype.is_complex:
+        return float("nan")
+    if dtype == torch.bool:
+        return True
+    info = torch.iinfo(dtype)
+    return INT_POISON % (info.max + 1) if info.min == 0 else INT_POISON
+
+
+def poison_outputs(outputs: dict[str, Any]) -> None:
+    import torch
+
+    for tensor in outputs.values():
+        if torch.is_tensor(tensor):
+            tensor.fill_(poison_value(tensor.dtype))
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """Bitwise equality: NaN equals NaN where both hold the same NaN, unlike ==."""
+    import torch
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    return torch.equal(a.reshape(-1).contiguous().view(torch.uint8), b.reshape(-1).contiguous().view(torch.uint8))
+
+
+# --------------------------------------------------------------------------------------------- the gate
+
+
+@dataclass
+class CaseView:
+    """One case as the gate sees it: each side's inputs and outputs, the pristine inputs, and how to call a side.
+
+    In the judge each side's tensors are shared with that side's process and `call` is a round trip to it;
+    in-process (unit tests, the profiler) both sides share the case and `call` is the adapter's function.
+    `call(side)` runs one call and returns the problem the call itself reported (an output it replaced,
+    reshaped or retyped), or None.
+    """
+
+    label: str  # "seed 3", "timing case 2": where a failure happened
+    inputs: dict[str, dict[str, Any]]
+    outputs: dict[str, dict[str, Any]]
+    pristine: dict[str, Any]
+    call: Callable[[str], dict[str, Any] | None]
+    atol: float
+    rtol: float
+    mutates: tuple[str, ...] = ()  # inputs a call rewrites in place: restored before it, judged like outputs
+
+    def results(self, side: str) -> dict[str, Any]:
+        """What a side's call produced: its outputs and its mutated inputs, by name."""
+        return results_of(self.outputs[side], self.inputs[side], self.mutates)
+
+
+def results_of(outputs: dict[str, Any], inputs: dict[str, Any], mutates: tuple[str, ...]) -> dict[str, Any]:
+    return {**outputs, **{name: inputs[name] for name in mutates}}
+
+
+def mutated_inputs(declared: Any, case: Any, label: str) -> tuple[str, ...]:
+    """The inputs a call rewrites in place: the row's `mutates` and the Case's, each a tensor input of the case."""
+    import torch
+
+    names = tuple(dict.fromkeys([*(declared or ()), *(getattr(case, "mutates", None) or ())]))
+    tensors = [name for name, value in case.inputs.items() if torch.is_tensor(value)]
+    outputs = {*case.outputs_baseline, *case.outputs_candidate}
+    for name in names:
+        if name not in tensors or name in outputs:
+            why = "is also an output name" if name in outputs else "is no tensor input of the case"
+            _fail(ERROR, f"mutates {name!r} (bench/workloads.toml `mutates` or Case.mutates): {why} — tensor inputs: "
+                         f"{', '.join(tensors) or 'none'}", f"{label}, make_case",
+                  {"output": name, "kind": "unknown_mutated_input"})
+    return names
+
+
+def restore_mutated(pristine: dict[str, Any], inputs: dict[str, Any], mutates: tuple[str, ...]) -> None:
+    """Fresh copies of the mutated inputs, written into the side's own tensors (same addresses)."""
+    for name in mutates:
+        inputs[name].copy_(pristine[name])
+
+
+def check_workload(
+    adapter: Any,
+    workload: dict[str, Any],
+    *,
+    device: str,
+    seeds: int,
+    atol: float | None = None,
+    rtol: float | None = None,
+) -> Verdict:
+    """In one process: run both sides on `seeds` fresh cases and compare (the judge uses check_case directly)."""
+    base_seed = int(workload.get("seed", 0))
+    mutates = workload.get("mutates")
+    largest: dict[str, float] = {}
+    for k in range(seeds):
+        seed = base_seed + k
+        try:
+            case = guarded(f"seed {seed}, make_case", lambda: adapter.make_case(workload, device=device, seed=seed))
+            view = in_process_view(adapter, workload, case, f"seed {seed}", atol, rtol,
+                                   mutated_inputs(mutates, case, f"seed {seed}"))
+            check_case(adapter, workload, view, device=device, largest=largest)
+        except Refused as refused:
+            refused.verdict.seeds_checked = k
+            return refused.verdict
+    return Verdict(PASSED, seeds_checked=seeds, max_abs_err=largest)
+
+
+def in_process_view(adapter: Any, workload: dict[str, Any], case: Any, label: str, atol: float | None,
+                    rtol: float | None, mutates: tuple[str, ...] = ()) -> CaseView:
+    """Both sides share the case's inputs, except the mutated ones: each side has its own copy of those."""
+    outputs = {"baseline": case.outputs_baseline, "candidate": case.outputs_candidate}
+    functions = {"baseline": adapter.call_baseline, "candidate": adapter.call_candidate}
+    inputs = {side: {**case.inputs, **{name: case.inputs[name].clone() for name in mutates}} for side in outputs}
+
+    def call(side: str) -> dict[str, Any] | None:
+        before = {name: layout_of(t) for name, t in outputs[side].items()}
+        held = dict(outputs[side])
+        functions[side](workload, dict(inputs[side]), outputs[side])  # a rebound input is not what gets judged
+        return changed_output(before, held, outputs[side])
+
+    return CaseView(label, inputs, outputs, clone_tensors(case.inputs), call,
+                    float(case.atol if atol is None else atol), float(case.rtol if rtol is None else rtol), mutates)
+
+
+def check_case(adapter: Any, workload: dict[str, Any], view: CaseView, *, device: str,
+               largest: dict[str, float]) -> dict[str, Any]:
+    """Both sides on one case, poisoned first, inputs checked after; returns the expected results (detached).
+
+    The results are the outputs and the mutated inputs (restored from the pristine copy before each call)."""
+    label = view.label
+    for side in ("baseline", "candidate"):
+        restore_mutated(view.pristine, view.inputs[side], view.mutates)
+        run_side(view, side, device)
+        require_inputs_untouched(side, label, view.pristine, view.inputs[side], skip=view.mutates)
+    baseline_out, candidate_out = view.results("baseline"), view.results("candidate")
+    if callable(getattr(adapter, "reference", None)):
+        expected = guarded(f"{label}, reference",
+                            lambda: adapter.reference(workload, reference_inputs(view.inputs["baseline"], view.pristine)))
+        _sync(device, f"{label}, reference")
+        _require_usable_reference("reference", label, expected, baseline_out)
+        _require_agreement("baseline", label, expected, baseline_out, baseline_out, view.atol, view.rtol,
+                           status=ERROR, largest={})
+    else:
+        expected = baseline_out
+        _require_usable_reference("baseline", label, expected, baseline_out)
+    _require_agreement("candidate", label, expected, candidate_out, baseline_out, view.atol, view.rtol,
+                       status=INCORRECT, largest=largest)
+    return {name: expected[name].detach().clone() for name in baseline_out}
+
+
+def reference_inputs(inputs: dict[str, Any], pristine: dict[str, Any]) -> dict[str, Any]:
+    """The inputs as make_case made them: fresh clones of the pristine tensors, the other values as they are."""
+    return {name: pristine[name].clone() if name in pristine else value for name, value in inputs.items()}
+
+
+def run_side(view: CaseView, side: str, device: str) -> None:
+    """Poison, call, and sync (so an asynchronous CUDA fault lands on this call); a reported problem fails it."""
+    poison_outputs(view.outputs[side])
+    _sync(device, f"{view.label}, before {side}")
+    problem = guarded(f"{view.label}, call_{side}", lambda: view.call(side))
+    _sync(device, f"{view.label}, call_{side}")
+    if problem:
+        fail_on_problem(side, view.label, problem)
+
+
+def fail_on_problem(side: str, label: str, problem: dict[str, Any]) -> None:
+    status = INCORRECT if side == "candidate" else ERROR
+    name = problem.get("output")
+    where = f"{label}, {side} output {name!r}"
+    if problem.get("kind") == "replaced":
+        _fail(status, f"{side} replaced output {name!r} instead of writing into it (calls are destination-passing)",
+              where, {"output": name, "kind": "replaced"})
+    _fail(status, f"{side} output {name!r} is wrong: {problem.get('detail') or problem.get('kind')}", where,
+          {"output": name, "kind": problem.get("kind"), "detail": problem.get("detail")})
+
+
+def layout_of(tensor: Any) -> tuple[Any, ...] | None:
+    try:
+        return (int(tensor.data_ptr()), tuple(tensor.shape), str(tensor.dtype))
+    except Exception:  # noqa: BLE001 - not a tensor
+        return None
+
+
+def changed_output(before: dict[str, Any], held: dict[str, Any], outputs: dict[str, Any]) -> dict[str, Any] | None:
+    """The first output a call replaced, reshaped or retyped instead of writing into it."""
+    for name, layout in before.items():
+        now = outputs.get(name)
+        if now is not held[name]:
+            return {"output": name, "kind": "replaced"}
+        after = layout_of(now)
+        if after is None or layout is None:
+            continue
+        if after[1] != layout[1]:
+            return {"output": name, "kind": "shape", "detail": f"shape {list(after[1])}, expected {list(layout[1])}"}
+        if after[2] != layout[2]:
+            return {"output": name, "kind": "dtype", "detail": f"dtype {after[2]}, expected {layout[2]}"}
+        if after[0] != layout[0]:
+            return {"output": name, "kind": "replaced"}
+    return None
+
+
+def require_inputs_untouched(side: str, label: str, pristine: dict[str, Any], inputs: dict[str, Any],
+                             skip: tuple[str, ...] = ()) -> None:
+    """Every input but the declared mutated ones (`skip`) is bit-identical to the pristine copy."""
+    for name, original in pristine.items():
+        if name not in skip and not same_bits(original, inputs[name]):
+            _fail(
+                INCORRECT if side == "candidate" else ERROR,
+                f"{side} modified input {name!r}: calls may write only their outputs"
+                f"{' and the inputs the row declares in `mutates`' if skip else ''}",
+                f"{label}, {side} input {name!r}",
+                {"output": name, "kind": "input_modified"},
+            )
+
+
+def _require_usable_reference(label: str, where_label: str, expected: dict[str, Any], layout: dict[str, Any]) -> None:
+    """The reference has every output and is finite; otherwise nothing can be judged against it."""
+    import torch
+
+    for name in layout:
+        value = expected.get(name) if isinstance(expected, dict) else None
+        if not torch.is_tensor(value):
+            _fail(ERROR, f"{label} gives no tensor for output {name!r}", f"{where_label}, {label} output {name!r}",
+                  {"output": name, "kind": "missing"})
+        if tuple(value.shape) != tuple(layout[name].shape):
+            _fail(ERROR, f"{label} output {name!r} has shape {list(value.shape)}, the outputs {list(layout[name].shape)}",
+                  f"{where_label}, {label} output {name!r}", {"output": name, "kind": "shape"})
+        bad = non_finite(value)
+        if bad is not None:
+            _fail(
+                ERROR,
+                f"{label} output {name!r} is not finite at {bad['index']} ({bad['got']}): it cannot serve as the "
+                f"reference{' (unwritten elements stay NaN)' if label == 'baseline' else ''}",
+                f"{where_label}, {label} output {name!r}",
+                {"output": name, **bad},
+            )
+
+
+def _require_agreement(
+    side: str,
+    label: str,
+    expected: dict[str, Any],
+    got: dict[str, Any],
+    layout: dict[str, Any],
+    atol: float,
+    rtol: float,
+    *,
+    status: str,
+    largest: dict[str, float],
+) -> None:
+    for name, reference_layout in layout.items():
+        where = f"{label}, {side} output {name!r}"
+        mismatch = compare_output(expected[name], got[name], reference_layout, atol=atol, rtol=rtol, largest=largest,
+                                  name=name)
+        if mismatch is not None:
+            what = "disagrees with the reference" if side == "baseline" else "is wrong"
+            _fail(status, f"{side} output {name!r} {what}: {describe(mismatch)}", where, {"output": name, **mismatch})
+
+
+def compare_output(
+    expected: Any,
+    got: Any,
+    layout: Any,
+    *,
+    atol: float,
+    rtol: float,
+    largest: dict[str, float] | None = None,
+    name: str = "out",
+) -> dict[str, Any] | None:
+    """The first problem with `got` (shape and dtype against the baseline's `layout`, values against `expected`)."""
+    import torch
+
+    if not torch.is_tensor(got):
+        return {"kind": "type", "detail": f"expected a tensor, got {type(got).__name__}"}
+    if tuple(got.shape) != tuple(layout.shape):
+        return {"kind": "shape", "detail": f"shape {list(got.shape)}, expected {list(layout.shape)}"}
+    if got.dtype != layout.dtype:
+        return {"kind": "dtype", "detail": f"dtype {got.dtype}, expected {layout.dtype}"}
+    bad = non_finite(got)
+    if bad is not None:
+        return bad
+    wide = torch.float64 if torch.float64 in (got.dtype, expected.dtype) else torch.float32
+    got_w = got.to(wide)
+    expected_w = expected.to(device=got.device, dtype=wide)
+    error = (got_w - expected_w).abs()
+    if error.numel():
+        worst = float(error.max())
+        if largest is not None:
+            largest[name] = max(largest.get(name, 0.0), worst)
+    else:
+        worst = 0.0
+    outside = error > atol + rtol * expected_w.abs()
+    if not bool(outside.any()):
+        return None
+    flat = int(outside.reshape(-1).to(torch.uint8).argmax())  # argmax returns the first maximal element
+    index = _unravel(flat, tuple(got.shape))
+    got_value, expected_value = got_w.reshape(-1)[flat].item(), expected_w.reshape(-1)[flat].item()
+    hint = " (still the poison value: never written?)" if got_value == INT_POISON and not got.dtype.is_floating_point else ""
+    return {
+        "kind": "tolerance",
+        "index": index,
+        "got": got_value,
+        "expected": expected_value,
+        "max_abs_err": worst,
+        "atol": atol,
+        "rtol": rtol,
+        "detail": f"first mismatch at {index}: got {got_value!r}, expected {expected_value!r}; max abs err {worst:.3g} "
+        f"(atol {atol:g}, rtol {rtol:g}){hint}",
+    }
+
+
+def describe(mismatch: dict[str, Any]) -> str:
+    return mismatch.get("detail") or mismatch["kind"]
+
+
+def non_finite(tensor: Any) -> dict[str, Any] | None:
+    import torch
+
+    if not (tensor.dtype.is_floating_point or tensor.dtype.is_complex) or tensor.numel() == 0:
+        return None
+    finite = torch.isfinite(tensor)
+    if bool(finite.all()):
+        return None
+    flat = int((~finite).reshape(-1).to(torch.uint8).argmax())
+    index = _unravel(flat, tuple(tensor.shape))
+    value = tensor.reshape(-1)[flat].item()
+    kind = "nan" if value != value else "inf"
+    unwritten = " (never written, or written as NaN)" if kind == "nan" else ""
+    count = int((~finite).sum())
+    return {
+        "kind": kind,
+        "index": index,
+        "got": repr(value),
+        "count": count,
+        "detail": f"{kind.upper()} at {index}{unwritten}; {count} of {tensor.numel()} elements are not finite",
+    }
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def guarded(where: str, action: Callable[[], Any]) -> Any:
+    try:
+        return action()
+    except Refused:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the task raises becomes this row's ERROR
+        _raise_error(where, exc)
+
+
+def _sync(device: str, where: str) -> None:
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    guarded(where, torch.cuda.synchronize)
+
+
+class SideFailed(Exception):
+    """A side process raised, crashed or broke the protocol: `message` says what, as the side told it."""
+
+    def __init__(self, message: str, traceback_text: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.traceback_text = traceback_text
+
+
+def _raise_error(where: str, exc: BaseException) -> None:
+    if isinstance(exc, SideFailed):  # the exception happened in a side process: its own words and traceback
+        raise Refused(Verdict(ERROR, f"{where}: {exc.message}", where, traceback=exc.traceback_text))
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    text = "".join(lines).splitlines()[-TRACEBACK_LINES:]
+    raise Refused(Verdict(ERROR, f"{where}: {type(exc).__name__}: {exc}", where, traceback="\n".join(text)))
+
+
+def _fail(status: str, message: str, where: str, mismatch: dict[str, Any]) -> None:
+    raise Refused(Verdict(status, message, where, mismatch))
+
+
+def _address(tensor: Any) -> int | None:
+    try:
+        return int(tensor.data_ptr())
+    except Exception:  # noqa: BLE001 - not a tensor: reported by the comparison
+        return None
+
+
+def clone_tensors(values: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    return {name: v.detach().clone() for name, v in values.items() if torch.is_tensor(v)}
+
+
+def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
+    index = []
+    for size in reversed(shape):
+        index.append(flat % size)
+        flat //= size
+    return list(reversed(index))

@@ -1,0 +1,130 @@
+"""Keeping a same-uid candidate out of the trusted processes (runner and judge), as far as Linux allows.
+
+- undumpable (prctl PR_SET_DUMPABLE 0): /proc/PID/mem, /proc/PID/fd, /proc/PID/environ and ptrace of the
+  process become root's, so a side running as the same user cannot read the judge's memory (expected
+  outputs, the run's secret) or reach its descriptors;
+- a side's thread count, read from outside (/proc/PID/task), so a thread started during timing shows;
+- a side's schedule (nice, policy, affinity, time waiting for a CPU, its other threads' CPU time), read from
+  outside before and after its timing, so a side paused, reniced, re-pinned or starved by the other, or a helper
+  thread of the candidate working while its calls are timed, voids the row instead of flattering anyone.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+PR_SET_DUMPABLE = 4
+
+
+def make_undumpable() -> bool:
+    """True when the process is now undumpable (Linux); False where prctl is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def thread_count(pid: int) -> int | None:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return None
+
+
+def safe_sys_path() -> None:
+    """Drop the current directory from sys.path: a file there must never shadow torch or the agent."""
+    here = os.getcwd()
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", here)]
+
+
+# --------------------------------------------------------------------------------------------- a side's schedule
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+HELPER_FLOOR_S = 0.05  # a helper thread's CPU time during timing that voids a row: above this and HELPER_SHARE
+HELPER_SHARE = 0.05  # of the timing's wall time (CPU time is counted in clock ticks, 10 ms each)
+STARVED_FLOOR_S = 0.05  # time waiting for a CPU during timing, beyond the other side's, that voids a GPU row: above
+# this and STARVED_SHARE of the timing (four runs at once on a four-H200 host: both sides of one row waited 0.08-0.09 s
+# of 0.60 s, alike)
+STARVED_SHARE = 0.10
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How a side process is scheduled, read from outside (/proc): what another process could have changed."""
+
+    nice: int
+    policy: int
+    affinity: frozenset[int]
+    run_delay_s: float  # time its main thread spent runnable but waiting for a CPU
+    helper_cpu_s: float  # CPU time of its threads other than the main one, and of the processes it started
+
+
+def schedule_of(pid: int) -> Schedule | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        fields = stat[stat.rindex(b")") + 2:].split()  # fields[n - 3] is stat's field n
+        with open(f"/proc/{pid}/schedstat") as handle:
+            run_delay_ns = int(handle.read().split()[1])
+        affinity = frozenset(os.sched_getaffinity(pid))
+        return Schedule(nice=int(fields[16]), policy=int(fields[38]), affinity=affinity,
+                        run_delay_s=run_delay_ns / 1e9, helper_cpu_s=_helper_cpu_s(pid))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _helper_cpu_s(pid: int) -> float:
+    """CPU time of the process's threads but its main one (ended threads included: the process's own count keeps
+    them), of the children it waited for, and of every process it started that still runs."""
+    from ..procfs import descendants
+
+    whole = _ticks(f"/proc/{pid}/stat", with_children=True)
+    main = _ticks(f"/proc/{pid}/task/{pid}/stat")
+    running = sum(_ticks(f"/proc/{child}/stat") for child in descendants(pid))
+    return (whole - main + running) / CLOCK_TICKS
+
+
+def _ticks(path: str, with_children: bool = False) -> int:
+    """utime + stime (and cutime + cstime) of a /proc stat file, in clock ticks; 0 for one that is gone."""
+    try:
+        with open(path, "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return 0
+    fields = stat[stat.rindex(b")") + 2:].split()  # fields[n - 3] is stat's field n
+    return sum(int(fields[i]) for i in ((11, 12, 13, 14) if with_children else (11, 12)))
+
+
+def waited_s(before: Schedule | None, after: Schedule | None) -> float:
+    """How long a side's main thread waited for a CPU between two readings."""
+    return after.run_delay_s - before.run_delay_s if before and after else 0.0
+
+
+def interference(side: str, before: Schedule | None, after: Schedule | None, wall_s: float,
+                 starvation: bool, other_waited_s: float = 0.0) -> str | None:
+    """Why a side's timing cannot stand: reniced, rescheduled, re-pinned, starved of CPU more than the other side
+    was (`starvation`: on a GPU; a busy host, e.g. neighbouring runs, starves both sides alike, and that shapes no
+    verdict), or a helper thread that worked while its calls were timed."""
+    if before is None or after is None:
+        return None
+    if (before.nice, before.policy) != (after.nice, after.policy):
+        return (f"the {side} side's priority changed during timing (nice {before.nice} -> {after.nice}, policy "
+                f"{before.policy} -> {after.policy})")
+    if before.affinity != after.affinity:
+        return f"the {side} side was re-pinned during timing (CPUs {sorted(before.affinity)} -> {sorted(after.affinity)})"
+    waited = waited_s(before, after)
+    if starvation and waited - other_waited_s > max(STARVED_FLOOR_S, STARVED_SHARE * wall_s):
+        return (f"the {side} side waited {waited:.2f} s for a CPU during {wall_s:.2f} s of timing, the other side "
+                f"{other_waited_s:.2f} s (starved)")
+    helpers = after.helper_cpu_s - before.helper_cpu_s
+    if helpers > max(HELPER_FLOOR_S, HELPER_SHARE * wall_s):
+        return (f"a helper thread of the {side} side used {helpers:.2f} s of CPU while its calls were timed "
+                f"({wall_s:.2f} s)")
+    return None

@@ -1,0 +1,370 @@
+"""The outside cross-check of a run's timings: production rows re-measured by Nsight Compute, against the harness.
+
+    report = audit_rows(task_dir, run_dir, "candidate", [AuditRow("w1", harness_us=12.3), ...], env=worker_env)
+    answer = audit_row({"task_dir": ..., "run_dir": ..., "workload": "w1", "harness_us": {"baseline": 20.1,
+                        "candidate": 12.3}, "env": worker_env, "mode": "cold"})     (the runner's per-row hook)
+    report.status    "audited" | "partly audited: K of N rows (why)" | "unaudited: ncu not found" | "unaudited: why"
+    report.rows      one RowAudit per row; to_json(): workload, ncu_us, harness_us, agree, tolerance (µs),
+                     tolerance_rule, note, kernels_per_call, report (the .ncu-rep, which stays on the host)
+    answer           agree, side, harness_us, ncu_us, tolerance, tolerance_rule, note (of the side that decides),
+                     status and sides (each side's RowAudit), cache_control
+
+The runner calls audit_row after all rows, once per timed production row, with both sides' harness medians per
+call (µs), its worker environment (CUDA_VISIBLE_DEVICES, TRITON_CACHE_DIR, PYTHONPATH) and, for CUDA tasks, the
+built modules (default: read from raw/prepare.json); audit_rows is the same per side over a list of rows. agree
+False is what makes a row INVALID there, showing both numbers; agree None means the row could not be audited, and
+note says why. ncu runs with `--cache-control none`: in cold mode the audited process reads 2 x L2 before each call
+(outside the profiled range), so a call starts cold and its kernels share the L2 as in the harness's samples; a
+graph-mode row is audited warm, as its replays run.
+
+Each row runs in a process of its own, started under
+    ncu --clock-control none --cache-control none --profile-from-start off --metrics gpu__time_duration.sum
+        --export raw/audit/<side>-<row>.ncu-rep --force-overwrite  python -m kpremote.agent.ncu.audit call --job ...
+so the audited side's code never runs in the caller's process, and one row's kernels can never be taken for
+another's. That process imports the audited side and the adapter only (the other side is bound as None), makes a
+case with fresh inputs from a seed drawn here, makes `warmup` calls outside the profiled region and `calls` calls
+each call inside cudaProfilerStart/Stop. Its report is read back with `ncu --import R --csv --page raw` (ncu.import_report),
+never from the profiled process's stdout, which the side controls. The region's kernels, in launch order, are cut
+into `calls` equal groups (one call each), each group summed, and the median over the groups is ncu_us; a kernel
+count that is not a multiple of the calls falls back to the mean per call and says so.
+
+ncu serialises kernels, so a call of several kernels is measured without the gaps between its launches: the tolerance (TOLERANCES, by the length ncu measured) allows for that and for the launch inside the harness's
+event pair: 2.5 µs + 8 % below 20 µs, 2.5 µs + 5 % from 20 µs (measured on the H200: docs/trust.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import AGENT_HOME, sandbox
+from . import ncu
+from ..procfs import kill_tree
+from .profiledcall import bound_adapter, call_main, job_task, profiled, side_call, synchronize, warm_up
+from ..protocol import PROFILE_SIDES
+
+# (below this length in µs, absolute µs, relative): the first band the ncu length falls in gives the tolerance.
+# The absolute part is the launch the harness's event pair holds and ncu's gpu__time_duration does not: on the H200
+# honest rows read 1.2-2.2 µs above ncu at every length (docs/trust.md, "Audit tolerance").
+TOLERANCES = ((20.0, 2.5, 0.08), (math.inf, 2.5, 0.05))
+# Cold rows (harness 2.8): a timed window holds its kernels and the event pair's own cost. Honest cold windows
+# read 0.7-2.2 µs above ncu on the H200 (587.0 vs 586.3 µs the closest, 4.00 vs 2.40 µs on a 2.4 µs row); a window
+# less than WINDOW_FLOOR above ncu lost work (forged event times, work on another stream or before the start
+# event), however short the row. (µs above ncu, less this share of ncu for its own measurement's spread.)
+WINDOW_FLOOR = (0.5, 0.005)
+WARMUP_CALLS = 3
+AUDIT_CALLS = 5
+ROW_LIMIT_S = 600.0
+NCU_NOT_FOUND = "unaudited: ncu not found"
+# Failures that no other row would escape either: the whole side is unaudited.
+WHOLE_SIDE = ("ncu_missing", "counter_permission")
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """A production row to audit and the harness's median per call for this side, in µs."""
+
+    workload: str
+    harness_us: float
+
+
+@dataclass
+class RowAudit:
+    workload: str
+    ncu_us: float | None
+    harness_us: float
+    agree: bool | None
+    tolerance: float | None  # µs, for the length ncu measured
+    tolerance_rule: str | None
+    note: str
+    kernels_per_call: float | None = None
+    report: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class AuditReport:
+    side: str
+    status: str
+    rows: list[RowAudit] = field(default_factory=list)
+    ncu: str | None = None
+    ncu_version: str | None = None
+    cache_control: str = "all"
+    warmup: int = WARMUP_CALLS
+    calls: int = AUDIT_CALLS
+
+    @property
+    def disagreements(self) -> list[RowAudit]:
+        return [row for row in self.rows if row.agree is False]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**{k: v for k, v in asdict(self).items() if k != "rows"}, "rows": [r.to_json() for r in self.rows]}
+
+
+# --------------------------------------------------------------------------------------------- judging
+
+
+def tolerance_us(length_us: float) -> tuple[float, str]:
+    """How far the harness may be from ncu for a call ncu measured at length_us, and the rule that says so."""
+    for below, absolute, relative in TOLERANCES:
+        if length_us < below:
+            parts = ([f"{absolute:g} µs"] if absolute else []) + ([f"{relative:.0%}"] if relative else [])
+            where = f"below {below:g} µs" if math.isfinite(below) else f"from {TOLERANCES[-2][0]:g} µs"
+            return absolute + relative * length_us, f"{' + '.join(parts)} {where}"
+    raise AssertionError("TOLERANCES must end with an infinite band")
+
+
+def per_call_us(durations_us: list[float], calls: int) -> tuple[float, float, str]:
+    """(µs per call, kernels per call, note): the median over equal groups of launches, else the mean."""
+    if not durations_us:
+        return 0.0, 0.0, "ncu saw no kernel launched by the audited calls"
+    per_call, rest = divmod(len(durations_us), calls)
+    if rest:
+        return (sum(durations_us) / calls, len(durations_us) / calls,
+                f"{len(durations_us)} kernels over {calls} calls is not a whole number per call: mean per call")
+    sums = [sum(durations_us[i * per_call:(i + 1) * per_call]) for i in range(calls)]
+    return statistics.median(sums), float(per_call), f"median over {calls} calls of {per_call} kernel(s) each"
+
+
+def window_floor_us(length_us: float) -> tuple[float, str]:
+    """How far above ncu's length (µs; below it, when negative) a cold window must be, and the rule."""
+    absolute, relative = WINDOW_FLOOR
+    return absolute - relative * length_us, f"a window holds its kernels + {absolute:g} µs - {relative:.1%}"
+
+
+def judge_row(row: AuditRow, ncu_us: float, kernels_per_call: float, note: str, report: str | None,
+              one_sided: bool = False) -> RowAudit:
+    """Agreement of the harness's median with ncu's length. one_sided (cold rows): the window may be longer than
+    the kernels by any amount (a neighbour's load lengthens both sides alike; a side's own excess only hurts it,
+    and audit_row compares the two sides' excesses), never shorter than the kernels and WINDOW_FLOOR."""
+    if one_sided:
+        allowed, rule = window_floor_us(ncu_us)
+        agree = row.harness_us >= ncu_us + allowed
+        verdict = "agree" if agree else "DISAGREE (the timed window is shorter than the kernels in it)"
+        text = (f"{verdict}: ncu {ncu_us:.2f} µs, harness {row.harness_us:.2f} µs, at least {ncu_us + allowed:.2f} "
+                f"µs ({rule}); {note}")
+        return RowAudit(row.workload, round(ncu_us, 4), row.harness_us, agree, round(allowed, 4), rule, text,
+                        kernels_per_call, report)
+    allowed, rule = tolerance_us(ncu_us)
+    agree = abs(ncu_us - row.harness_us) <= allowed
+    verdict = "agree" if agree else "DISAGREE"
+    text = (f"{verdict}: ncu {ncu_us:.2f} µs, harness {row.harness_us:.2f} µs, allowed ±{allowed:.2f} µs "
+            f"({rule}); {note}")
+    return RowAudit(row.workload, round(ncu_us, 4), row.harness_us, agree, round(allowed, 4), rule, text,
+                    kernels_per_call, report)
+
+
+def _unaudited(row: AuditRow, why: str) -> RowAudit:
+    return RowAudit(row.workload, None, row.harness_us, None, None, None, f"not audited: {why}")
+
+
+# --------------------------------------------------------------------------------------------- the audit
+
+
+def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], env: dict[str, str] | None = None,
+               *, device: str = "cuda", modules: dict[str, str | None] | None = None, warmup: int = WARMUP_CALLS,
+               calls: int = AUDIT_CALLS, cache_control: str = "all", row_limit_s: float = ROW_LIMIT_S,
+               raw_dir: Path | str | None = None) -> AuditReport:
+    """Re-measure each row of one side under ncu (a process per row) and compare with the harness's medians."""
+    if side not in PROFILE_SIDES:
+        raise ValueError(f"side {side!r}: allowed: {', '.join(PROFILE_SIDES)}")
+    env = _target_env(env)
+    found = ncu.find_ncu(env)
+    if found is None:
+        return AuditReport(side, NCU_NOT_FOUND, [_unaudited(r, "ncu not found") for r in rows],
+                           cache_control=cache_control, warmup=warmup, calls=calls)
+    scratch = sandbox.make_scratch(sandbox.side_scratch(Path(run_dir), side))
+    env = {**env, **sandbox.scratch_env(scratch)}  # the audited calls run sandboxed (profiledcall.py)
+    report = AuditReport(side, "audited", [], found, ncu.ncu_version(found), cache_control, warmup, calls)
+    folder = Path(raw_dir) if raw_dir else Path(run_dir) / "raw" / "audit"
+    folder.mkdir(parents=True, exist_ok=True)
+    modules = modules if modules is not None else _built_modules(Path(run_dir))
+    whole_side: str | None = None
+    for row in rows:
+        if whole_side:
+            report.rows.append(_unaudited(row, whole_side))
+            continue
+        job = {"task_dir": str(task_dir), "device": device, "side": side, "workload": row.workload,
+               "warmup": warmup, "calls": calls, "seed": secrets.randbelow(2**31), "modules": modules,
+               "flush_per_call": cache_control == "call"}
+        try:
+            report.rows.append(_audit_one(found, folder, row, job, env, cache_control, row_limit_s, scratch))
+        except ncu.NcuError as exc:
+            if exc.kind in WHOLE_SIDE:
+                whole_side = str(exc)
+            report.rows.append(_unaudited(row, str(exc)))
+    report.status = _status(report.rows, whole_side)
+    return report
+
+
+def audit_row(request: dict[str, Any]) -> dict[str, Any]:
+    """The runner's per-row hook: both sides of one timed row, as audit_rows judges them, folded into one answer.
+
+    request: task_dir, run_dir, workload, harness_us {side: median µs per call}, and optionally raw_dir, mode
+    ("graph": caches left warm, as graph replays run), modules, env, device. The answer: agree (False if a side
+    disagrees, None if a side could not be audited and none disagrees), and harness_us / ncu_us / tolerance / note
+    of the side that decides it (the candidate when both agree), plus every side's RowAudit under "sides".
+    """
+    # Cold mode: the audited process flushes the L2 itself before each call and ncu leaves the caches alone, so the
+    # kernels of one call share the L2 as they do in the harness (ncu's own per-kernel flush measured a two-kernel
+    # call of SGLang's rotary 1.3-1.9x slower than the harness on the H200). Graph mode: warm, as replays run.
+    cache_control = "none" if request.get("mode") == "graph" else "call"
+    sides: dict[str, RowAudit] = {}
+    status: dict[str, str] = {}
+    for side in PROFILE_SIDES:
+        harness = (request.get("harness_us") or {}).get(side)
+        if harness is None:
+            continue
+        report = audit_rows(Path(request["task_dir"]), Path(request["run_dir"]), side,
+                            [AuditRow(request["workload"], float(harness))], request.get("env"),
+                            device=request.get("device", "cuda"), modules=request.get("modules"),
+                            cache_control=cache_control, raw_dir=request.get("raw_dir"))
+        sides[side], status[side] = report.rows[0], report.status
+    if not sides:
+        return {"agree": None, "note": "no harness median to audit", "sides": {}}
+    if cache_control == "call":
+        _baseline_no_longer_than_the_candidate(sides)
+    deciding = (next((r for r in sides.values() if r.agree is False), None)
+                or next((r for r in sides.values() if r.agree is None), None)
+                or sides.get("candidate") or next(iter(sides.values())))
+    agree = False if any(r.agree is False for r in sides.values()) else (
+        None if any(r.agree is None for r in sides.values()) else True)
+    side = next(name for name, row in sides.items() if row is deciding)
+    return {"agree": agree, "side": side, "harness_us": deciding.harness_us, "ncu_us": deciding.ncu_us,
+            "tolerance": deciding.tolerance, "tolerance_rule": deciding.tolerance_rule, "note": deciding.note,
+            "status": status, "cache_control": cache_control, "sides": {k: v.to_json() for k, v in sides.items()}}
+
+
+def _baseline_no_longer_than_the_candidate(sides: dict[str, RowAudit]) -> None:
+    """Cold rows: the baseline's window may exceed its kernels by no more than the candidate's does, within the
+    two-sided tolerance: time in the baseline's windows that the candidate's do not hold flatters the candidate.
+    (A neighbour that lengthens every window, or a second kernel's launch gap, is within it.)"""
+    base, cand = sides.get("baseline"), sides.get("candidate")
+    if not base or not cand or base.agree is not True or cand.agree is None or base.ncu_us is None:
+        return
+    extra = (base.harness_us - base.ncu_us) - (cand.harness_us - (cand.ncu_us or 0.0))
+    allowed, rule = tolerance_us(base.ncu_us)
+    if extra > allowed:
+        base.agree = False
+        base.tolerance, base.tolerance_rule = round(allowed, 4), rule
+        base.note = (f"DISAGREE (the baseline's window holds {extra:.2f} µs more beyond its kernels than the "
+                     f"candidate's, allowed {allowed:.2f} µs: {rule}): " + base.note)
+
+
+def _status(rows: list[RowAudit], whole_side: str | None) -> str:
+    audited = [r for r in rows if r.agree is not None]
+    if len(audited) == len(rows):
+        return "audited"
+    why = whole_side or next(r.note for r in rows if r.agree is None).removeprefix("not audited: ")
+    if not audited:
+        return f"unaudited: {why}"
+    return f"partly audited: {len(audited)} of {len(rows)} rows ({why})"
+
+
+def _audit_one(found: str, folder: Path, row: AuditRow, job: dict[str, Any], env: dict[str, str],
+               cache_control: str, limit_s: float, scratch: Path) -> RowAudit:
+    stem = f"{job['side']}-{row.workload}"
+    report, done = folder / f"{stem}.ncu-rep", scratch / f"{stem}.call.json"  # the sandboxed target writes only there
+    job_path, log_path = folder / f"{stem}.job.json", folder / f"{stem}.log"
+    for stale in (report, done):
+        stale.unlink(missing_ok=True)
+    job_path.write_text(json.dumps(job, indent=1))
+    target = [sys.executable, "-m", "kpremote.agent.ncu.audit", "call", "--job", str(job_path), "--out", str(done)]
+    command = ncu.audit_command(found, report=report, target=target,
+                                cache_control="none" if cache_control == "call" else cache_control)
+    returncode = _run(command, log_path, env, Path(job["task_dir"]), limit_s)
+    try:
+        ncu.check_profile(log_path.read_text(errors="replace"), returncode, report, target_finished=done.is_file(),
+                          kernel_regex=None)
+    except ncu.NcuError as exc:
+        if exc.kind != "no_kernels":
+            report.unlink(missing_ok=True)
+            raise
+        return judge_row(row, *per_call_us([], job["calls"]), None, one_sided=cache_control == "call")
+    csv_text = ncu.import_report(found, report)
+    (folder / f"{stem}.raw.csv").write_text(csv_text)
+    launches = sorted(ncu.parse_raw_csv(csv_text), key=lambda launch: int(launch.identity.get("ID") or 0))
+    seconds = [launch.metrics.get(ncu.AUDIT_METRIC) for launch in launches]
+    if any(value is None for value in seconds):
+        raise ncu.NcuError("ncu_failed", f"ncu's report {report.name} lacks {ncu.AUDIT_METRIC} for some kernels")
+    return judge_row(row, *per_call_us([value * 1e6 for value in seconds], job["calls"]), str(report),
+                     one_sided=cache_control == "call")
+
+
+def _run(command: list[str], log_path: Path, env: dict[str, str], cwd: Path, limit_s: float) -> int:
+    with open(log_path, "wb") as log:
+        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+    try:
+        return child.wait(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        kill_tree(child)
+        raise ncu.NcuError("target_failed", f"ncu and the audited calls took longer than {limit_s:g} s") from None
+    except BaseException:  # a cancelled run takes ncu and the audited process with it
+        if child.poll() is None:
+            kill_tree(child)
+        raise
+
+
+def _target_env(env: dict[str, str] | None) -> dict[str, str]:
+    """The caller's worker environment, with this agent importable in the audited process."""
+    env = dict(os.environ if env is None else env)
+    paths = env.get("PYTHONPATH", "").split(os.pathsep)
+    if str(AGENT_HOME) not in paths:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(AGENT_HOME), *paths]))
+    return env
+
+
+def _built_modules(run_dir: Path) -> dict[str, str | None]:
+    """The built extensions of a CUDA task, as the prepare step recorded them (none for Triton)."""
+    try:
+        sides = json.loads((run_dir / "raw" / "prepare.json").read_text())["build"]["sides"]
+        return {side: (record or {}).get("module") for side, record in sides.items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+# --------------------------------------------------------------------------------------------- the audited process
+
+
+def call_row(job: dict[str, Any]) -> dict[str, Any]:
+    """Warm up, then make the audited calls of one side for one row, each inside the profiler's region."""
+    spec, workload, device = job_task(job)
+    params, side = workload.params, job["side"]
+    adapter = bound_adapter(spec, side, (job.get("modules") or {}).get(side))
+    case = adapter.make_case(params, device=device, seed=int(job["seed"]))
+    call = side_call(adapter, side, case, params)
+    warm_up(call, job["warmup"], device)
+    flush = _cold_l2(device) if job.get("flush_per_call") else None
+    for _ in range(job["calls"]):
+        if flush is not None:  # cold at the call's start, as in the harness's samples (outside the profiled range)
+            flush()
+            synchronize(device)
+        with profiled(device):
+            call()
+            synchronize(device)
+    return {"side": side, "workload": workload.id, "warmup": job["warmup"], "calls": job["calls"]}
+
+
+def _cold_l2(device: str) -> Any:
+    """A read of 2 x L2 (the harness's flush): the L2 holds none of the call's data afterwards."""
+    if device != "cuda":
+        return None
+    from ..harness.timing import L2Flusher
+
+    return L2Flusher(None).flush_buffer.max
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["call"]:
+        sys.exit("usage: python -m kpremote.agent.ncu.audit call --job JOB.json --out DONE.json (audit_rows starts it)")
+    sys.exit(call_main(sys.argv[2:], "python -m kpremote.agent.ncu.audit call", call_row))

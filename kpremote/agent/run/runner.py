@@ -1,0 +1,580 @@
+"""One run, start to end: validate → lease → build → (correctness → timing) per workload → report.
+
+`python -m kpremote.agent.run.runner` (its options: runoptions.py) is what `start` spawns for a timing run.
+
+The runner itself never imports torch: the builds run in a worker process (worker.py) and the workload rows in
+a judge (judge.py, driven through judgeprocess.py), which keeps each side in a process of its own; the judge and
+its sides serve row after row while rows pass clean, and any other row ends them. Every row has a timeout, so a
+hang or a crash costs one row. The runner draws the run's secret (the seeds of every case derive from it) and
+hands it to the judge on stdin with each row's job; results come back through a pipe no side inherits.
+state.json says where the run is; raw/events.jsonl says what happened, as it happens.
+
+Exit codes: 0 every selected workload PASSED; 1 some row did not pass, its timing is invalid, or a check did not
+run (NOT CHECKED: a side that cannot run on this device, e.g. a CUDA side on a CPU machine, whose build was only
+compile-checked); 2 the task was refused (contract or symmetry) before
+anything ran; 3 the run could not proceed (no GPU, build failed, ...); 130 cancelled.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+import signal
+import socket
+import sys
+from contextlib import suppress
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import AGENT_HOME, harness, lease, nvml, sandbox
+from ..task import buildrules
+from . import report
+from ..harness import guard, timing
+from ..task.build import triton_cache_dir
+from ..task.buildrules import NOT_CHECKED
+from .children import ChildLimits, WorkerOutcome, crash_description, run_child
+from ..harness.judgeprocess import JudgeProcess
+from ..harness.correctness import ERROR, PASSED, TIMEOUT
+from .events import EventLog, read_events
+from .guards import DiskReserve, ForeignWatch, ours_per_row
+from ..protocol import RunExit
+from ..provenance import baseline_upstream, file_sha256, source_provenance
+from .runoptions import Options, parse_args
+from .runstate import disk_full_message, is_disk_full, update_state
+from ..task.taskspec import TaskSpec, TaskSpecError, Workload, load_task
+
+PREPARE_LIMIT_S = 3600.0  # both builds (a CUDA build can take many minutes) and the device probe
+# The folder holding the `kpremote` package: workers import the very same agent copy.
+
+
+class Cancelled(Exception):
+    """SIGTERM or SIGINT arrived: stop the current worker, record the run as cancelled."""
+
+
+class Abort(Exception):
+    """The run cannot go on; carries the exit code and the state status."""
+
+    def __init__(self, message: str, exit_code: int = RunExit.INFRA, status: str = "error") -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.status = status
+
+
+StopVerdict = dict  # {status, exit_code, message, ended_by}: how a run a signal stopped ended, when not cancelled
+
+
+def main(argv: list[str], stopped_by: Callable[[Path], StopVerdict | None] | None = None) -> int:
+    """stopped_by(run_dir): who stopped a run that a signal ended, when not a cancel (a Slurm job's step passes
+    Slurm's answer: time limit, preemption, node failure)."""
+    options = parse_args(argv)
+    return Runner(options, [sys.executable, "-m", "kpremote.agent.run.runner", *argv], stopped_by).run()
+
+
+# --------------------------------------------------------------------------------------------- the run
+
+
+@dataclass
+class RunContext:
+    spec: TaskSpec | None = None
+    selected: list[Workload] = field(default_factory=list)
+    device: str = "cpu"
+    gpu: Any = None  # nvml.GpuState of the leased GPU
+    lease: Any = None
+    lease_root: Path | None = None
+    driver: str | None = None
+    gpu_before: dict[str, Any] | None = None
+    gpu_after: dict[str, Any] | None = None
+    prepared: dict[str, Any] = field(default_factory=dict)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    watch: ForeignWatch | None = None
+    gpu_readings: str | None = None  # "nvml" or "fixture": where the GPU's state came from
+    audit: str | None = None  # what the audit did: "on", "unaudited: ..."
+    sandbox: Any = None  # sandbox.Support: what this host lets the sides' sandbox hold
+
+
+class Runner:
+    def __init__(self, options: Options, command: list[str],
+                 stopped_by: Callable[[Path], StopVerdict | None] | None = None) -> None:
+        self.options = options
+        self.command = command
+        self.stopped_by = stopped_by
+        self.run_dir = options.run_dir
+        self.raw = self.run_dir / "raw"
+        self.reserve = DiskReserve(self.raw / ".disk-reserve")
+        self.events: EventLog | None = None
+        self.ctx = RunContext()
+        self.started_iso = _utc_now()
+        self.secret = secrets.token_bytes(32)  # seeds every case of this run; only the judge ever sees it
+        self.judges: JudgeProcess | None = None
+
+    # ---------------------------------------------------------------- top level
+
+    def run(self) -> int:
+        guard.make_undumpable()
+        self.raw.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "summary").mkdir(parents=True, exist_ok=True)
+        self.reserve.claim()
+        self.events = EventLog(self.raw / "events.jsonl")
+        update_state(self.run_dir, run_id=self.run_dir.name, status="running", phase="validate", pid=os.getpid(),
+                     pgid=os.getpgrp(), started=self.started_iso)
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        status, exit_code, message, ended_by = "error", RunExit.INFRA, None, None
+        try:
+            status, exit_code = self._run_all()
+        except Cancelled:
+            status, exit_code, message, ended_by = self._stopped_by()
+        except Abort as abort:
+            status, exit_code, message = abort.status, abort.exit_code, str(abort)
+            self.events.emit("error", message=message)
+        except Exception as exc:  # noqa: BLE001 - an agent bug still ends the run with a record of it
+            if is_disk_full(exc):  # nothing more can be written until _finish gives the reserve back
+                status, exit_code, message = "error", RunExit.INFRA, disk_full_message(exc.filename or self.run_dir)
+            else:
+                status, exit_code, message = "error", RunExit.INFRA, f"agent error: {type(exc).__name__}: {exc}"
+                self.events.emit("error", message=message)
+        finally:
+            for sig in previous:
+                signal.signal(sig, signal.SIG_IGN)  # finishing the record must not be interrupted
+        self._finish(status, exit_code, message, ended_by)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        return exit_code
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        raise Cancelled(signal.Signals(signum).name)
+
+    def _stopped_by(self) -> tuple[str, int, str, str | None]:
+        """(status, exit code, message, ended_by) of a run a signal stopped: a cancel, unless whoever started the
+        runner says otherwise (a Slurm job stopped by Slurm itself: failed, as Slurm says)."""
+        verdict = self.stopped_by(self.run_dir) if self.stopped_by else None
+        if verdict:
+            return verdict["status"], verdict["exit_code"], verdict["message"], verdict["ended_by"]
+        return "cancelled", RunExit.CANCELLED, "cancelled by a signal", None
+
+    def _run_all(self) -> tuple[str, int]:
+        self._get_ready()
+        self._phase("workloads")
+        self._run_rows(self.ctx.selected)
+        self._audit()
+        return self._verdict()
+
+    def _run_rows(self, workloads: list[Workload]) -> None:
+        """The rows, one after another through the run's judge, which is ended once they are done: what comes
+        next (the audit, a profile under ncu) measures on a GPU that no process of the rows still holds."""
+        try:
+            for number, workload in enumerate(workloads, start=1):
+                self._run_row(number, workload, len(workloads))
+        finally:
+            self._judges().close()
+
+    # ---------------------------------------------------------------- steps
+
+    def _get_ready(self) -> None:
+        """The steps every kind of run takes first: validate → lease → build, then the provenance event."""
+        self._phase("validate")
+        self._validate()
+        self.ctx.sandbox = sandbox.support()
+        self._phase("lease")
+        self._take_gpu()
+        self._phase("build")
+        self._prepare()
+        self.events.emit("provenance", **self._provenance())
+
+    def _validate(self) -> None:
+        try:
+            spec = load_task(self.options.task_dir, timing_mode=self.options.mode)
+            self.ctx.selected = spec.select(self.options.workloads)
+        except TaskSpecError as exc:
+            raise Abort(f"refused: {exc}", RunExit.REFUSED) from None
+        self.ctx.spec = spec
+        update_state(self.run_dir, task=spec.task.name)
+
+    def _take_gpu(self) -> None:
+        self.ctx.device = nvml.resolve_device(self.options.device)
+        update_state(self.run_dir, device=self.ctx.device)
+        if self.ctx.device != "cuda":
+            if not self.options.workloads:
+                self.ctx.selected = self.ctx.spec.smoke_rows()
+            return
+        root = self._lease_root()
+        self.ctx.lease_root = root
+        try:
+            policy = lease.IdlePolicy.from_json(os.environ.get("KPREMOTE_IDLE"))
+            if self.options.lease_fd is not None:
+                self.ctx.lease = self._adopt_lease(root)
+            else:
+                self.ctx.lease = lease.acquire(root, policy=policy, arch=self.ctx.spec.task.arch,
+                                               run_id=self.run_dir.name, task=self.ctx.spec.task.name,
+                                               gpu=self.options.gpu)
+        except lease.AgentError as exc:
+            raise Abort(str(exc)) from None
+        snap = nvml.snapshot()
+        self.ctx.gpu_readings = snap.source
+        gpu = snap.find(self.ctx.lease.gpu.uuid) or self.ctx.lease.gpu
+        self.ctx.gpu, self.ctx.driver, self.ctx.gpu_before = gpu, snap.driver, gpu.to_json()
+        update_state(self.run_dir, gpu=gpu.to_json())
+        self.ctx.watch = ForeignWatch(gpu.uuid, {p.get("pid") for p in gpu.processes or []}, gpu.memory_used_mib,
+                                      policy.max_memory_mib)
+
+    def _lease_root(self) -> Path:
+        if self.options.root:
+            return self.options.root
+        if os.environ.get("KPREMOTE_ROOT"):
+            return Path(os.environ["KPREMOTE_ROOT"]).expanduser()
+        for ancestor in self.run_dir.parents:  # ROOT/tasks/<task>/runs/<id>
+            if ancestor.name == "tasks":
+                return ancestor.parent
+        return Path.home() / "kpremote"
+
+    def _adopt_lease(self, root: Path) -> Any:
+        fd = self.options.lease_fd
+        uuid = self.options.gpu or json.loads(os.pread(fd, 1 << 16, 0) or b"{}").get("uuid")
+        gpu = nvml.snapshot().find(uuid) if uuid else None
+        if gpu is None:
+            raise Abort(f"inherited lease names GPU {uuid!r}, which NVML does not show")
+        return lease.adopt(fd, gpu, lease.lock_path(root, gpu.uuid))
+
+    def _prepare(self) -> None:
+        spec = self.ctx.spec
+        job = {"task_dir": str(spec.root), "run_dir": str(self.run_dir), "device": self.ctx.device,
+               "mode": self.options.mode}
+        outcome = self._run_worker("prepare", job, self.raw / "prepare", PREPARE_LIMIT_S)
+        result = outcome.result or {}
+        if self.ctx.device == "cuda":  # only the probe taken before any task code ran counts
+            result["device"] = (outcome.piped or {}).get("probe")
+        build = result.get("build")
+        if build is None:
+            why = outcome.timed_out or outcome.crashed or result.get("message") or "no result"
+            raise Abort(f"build: {why}")
+        self.ctx.prepared = result
+        for side, record in build["sides"].items():
+            self.events.emit("build", side=side, ok=record["ok"], seconds=record["seconds"], log=record["log"],
+                             error=record.get("error"))
+        if build.get("note"):
+            self.events.emit("warning", message=build["note"])
+        if build.get("not_checked"):
+            why = build["not_checked"]
+            self.events.emit("warning", message=f"{NOT_CHECKED}: " + ("; ".join(why.values()) if isinstance(why, dict)
+                                                                         else str(why)))
+        if not build["ok"]:
+            failed = {s: r for s, r in build["sides"].items() if not r["ok"]}
+            reasons = "; ".join(f"{s}: {r['error']}" for s, r in failed.items())
+            raise Abort(f"build failed — {reasons}; {self._raw_file_hint(next(iter(failed.values()))['log'])}")
+
+    def _raw_file_hint(self, log: str) -> str:
+        """Where a log under raw/ is, and the command that brings it home (the run's host named by its alias)."""
+        alias = self.options.host_alias
+        if not alias or not log.startswith("raw/"):
+            return f"its log: {log} in the run's folder"
+        return (f"its log, on the host: inv fetch-results --host {alias} --task {self.ctx.spec.task.name} "
+                f"--run {self.run_dir.name} --raw-file {log[len('raw/'):]}")
+
+    def _run_row(self, number: int, workload: Workload, total: int) -> None:
+        self._phase("workload", workload=workload.id, i=number, n=total)
+        update_state(self.run_dir, workload={"i": number, "n": total, "id": workload.id})
+        row = self._row_result(workload)
+        samples = row.pop("samples", None)
+        if samples:
+            self.ctx.samples[workload.id] = samples
+            self._append_samples(workload.id, row.get("timing", {}).get("mode"), samples)
+        self.ctx.rows.append(row)
+        event = self.events.emit("row", **_row_event(row, number, total))
+        speedup = f" {event['speedup']:.3f}x" if event.get("speedup") else ""
+        detail = f" — {event['message']}" if event.get("message") else ""
+        print(f"[{number}/{total}] {workload.id}: {row['status']}{speedup}{detail}", file=sys.stderr, flush=True)
+
+    def _row_result(self, workload: Workload) -> dict[str, Any]:
+        base = {"workload": workload.id, "production": workload.production, "params": workload.params,
+                "tolerance_override": {"atol": workload.atol, "rtol": workload.rtol}}
+        smoke = self.ctx.device != "cuda"
+        not_checked = self._not_checked_here()
+        if not_checked:  # a side that cannot run here: whatever was checked of its build, its rows are not passed
+            why = "; ".join(not_checked.values())
+            build_note = (self.ctx.prepared.get("build") or {}).get("note")
+            return {**base, "status": NOT_CHECKED, "message": why + (f"; {build_note}" if build_note else ""),
+                    "timing": None, "smoke": True, "label": report.SMOKE_LABEL, "seconds": 0.0}
+        device_info = self.ctx.prepared.get("device") or {}
+        job = {"task_dir": str(self.ctx.spec.root), "run_dir": str(self.run_dir), "device": self.ctx.device,
+               "mode": self.options.mode, "workload": workload.id,
+               "modules": {side: rec.get("module") for side, rec in self.ctx.prepared["build"]["sides"].items()},
+               "gpu": self.ctx.gpu.to_json() if self.ctx.gpu else None,
+               "copy_gbps": (device_info.get("copy_bandwidth") or {}).get("gbps"),
+               "l2_copy_gbps": (device_info.get("l2_copy_bandwidth") or {}).get("gbps"),
+               "l2_bytes": device_info.get("l2_bytes")}
+        ours = ours_per_row(timing.side_pairs(self.ctx.device, self.ctx.spec.timing.mode))
+        if self.ctx.watch:
+            self.ctx.watch.row_started(ours=ours)
+        outcome = self._judge_row(job, self.raw / "workloads" / workload.id)
+        foreign = self.ctx.watch.row_ended(ours=ours if self._judges().alive else 0) if self.ctx.watch else None
+        row = {**base, **_outcome_fields(outcome), "smoke": smoke, "label": report.SMOKE_LABEL if smoke else None,
+               "seconds": round(outcome.seconds, 3), "log": f"raw/workloads/{workload.id}.log"}
+        row["speedup"] = (row.get("timing") or {}).get("speedup") if row["status"] == PASSED else None
+        if foreign and row.get("timing"):
+            row["invalid"] = "; ".join(filter(None, [row.get("invalid"), foreign]))
+        return row
+
+    def _not_checked_here(self) -> dict[str, str]:
+        """{side: why} for the sides that cannot run on this device (buildrules decides, per build kind)."""
+        return buildrules.not_checked_here(self.ctx.spec.build, self.ctx.device)
+
+    def _judges(self) -> JudgeProcess:
+        if self.judges is None:
+            self.judges = JudgeProcess(self._worker_env(), self.run_dir, self.run_dir, self.secret,
+                                       namespace=bool(self.ctx.sandbox and self.ctx.sandbox.pid_namespace))
+        return self.judges
+
+    def _judge_row(self, job: dict[str, Any], stem: Path) -> WorkerOutcome:
+        """One row through the run's judge (started for the first row, and again after a row that did not pass)."""
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        out, job_path, log_path = stem.with_suffix(".json"), stem.with_suffix(".job.json"), stem.with_suffix(".log")
+        ready_path = stem.with_suffix(".ready")  # touched by the runner when the pipe says so: a marker for people
+        for stale in (out, ready_path):
+            stale.unlink(missing_ok=True)
+        job_path.write_text(json.dumps(job, indent=1))  # for the record: the judge gets its job on stdin
+        outcome = self._judges().row(job, log_path, self.ctx.spec.timing.timeout_s, ready_path)
+        if outcome.result is not None:
+            out.write_text(json.dumps(outcome.result, indent=1, default=str))  # the record, written by the runner
+        return outcome
+
+    def _run_worker(self, what: str, job: dict[str, Any], stem: Path, limit_s: float) -> WorkerOutcome:
+        """Start a worker (the "prepare" step), hold it to its time limit, and collect its result.
+
+        It gets a pipe for its trusted output (the device probe) that no process it starts inherits.
+        """
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        out, job_path, log_path = stem.with_suffix(".json"), stem.with_suffix(".job.json"), stem.with_suffix(".log")
+        out.unlink(missing_ok=True)
+        job_path.write_text(json.dumps(job, indent=1))
+
+        def command(result_fd: int) -> list[str]:
+            return [sys.executable, "-m", "kpremote.agent.task.worker", what, "--job", str(job_path), "--out", str(out),
+                    "--result-fd", str(result_fd)]
+
+        outcome = run_child(command, ChildLimits(self._worker_env(), self.run_dir, log_path, limit_s))
+        if outcome.timed_out:
+            return outcome
+        if out.exists():
+            return replace(outcome, result=json.loads(out.read_text()))
+        if outcome.returncode == RunExit.DISK_FULL:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out))
+        return replace(outcome, crashed=crash_description(outcome.returncode, log_path))
+
+    def _worker_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(AGENT_HOME), env.get("PYTHONPATH")]))
+        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONSAFEPATH"] = "1"  # Python >= 3.11: the working directory never shadows torch or the agent
+        env["TRITON_CACHE_DIR"] = str(triton_cache_dir(self.run_dir))
+        # An autotuned kernel keeps the configuration it chose in the run's cache: the Nsight Compute audit then runs
+        # the configuration that was timed (choosing afresh under ncu picked one 1.3-1.9x slower for SGLang's rotary).
+        env["TRITON_CACHE_AUTOTUNING"] = "1"
+        if self.ctx.device == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = self.ctx.gpu.uuid
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ""  # an unleased run must not touch any GPU
+            if buildrules.needs_triton_interpreter(self.ctx.spec.build, self.ctx.device):
+                env["TRITON_INTERPRET"] = "1"
+        return env
+
+    def _append_samples(self, workload_id: str, mode: str | None, samples: dict[str, list[float]]) -> None:
+        with open(self.raw / "samples.jsonl", "a") as f:
+            for side, times in samples.items():
+                f.write(json.dumps({"workload": workload_id, "side": side, "mode": mode, "unit": "us",
+                                    "times": times}) + "\n")
+
+    # ---------------------------------------------------------------- audit
+
+    def _audit(self) -> None:
+        """The outside cross-check: each timed production row re-measured by Nsight Compute (audit.py).
+
+        The hook: audit.audit_row(request) -> {"harness_us", "ncu_us", "agree", "tolerance", ...}; a row whose
+        numbers disagree is invalid (left out of the headline, the run fails) and shows both numbers.
+        """
+        self.ctx.audit = self._audit_status()
+        if self.ctx.audit != "on":
+            return
+        from ..ncu import audit
+
+        rows = [r for r in self.ctx.rows if r.get("production") and r["status"] == PASSED and r.get("timing")]
+        if rows:
+            self._phase("audit")
+        for row in rows:
+            try:
+                row["audit"] = audit.audit_row(self._audit_request(row))
+            except Exception as exc:  # noqa: BLE001 - an audit that cannot run leaves the row unconfirmed
+                row["audit"] = {"agree": None, "error": f"{type(exc).__name__}: {exc}"}
+                row["invalid"] = "; ".join(filter(None, [row.get("invalid"), f"audit failed: {exc}"]))
+                continue
+            if row["audit"].get("agree") is False:
+                found = row["audit"]
+                row["invalid"] = "; ".join(filter(None, [row.get("invalid"), (
+                    f"audit: the harness measured {found.get('harness_us')} us, Nsight Compute {found.get('ncu_us')} us "
+                    f"(tolerance {found.get('tolerance')})")]))
+            self.events.emit("audit", workload=row["workload"], **{k: v for k, v in row["audit"].items()
+                                                                   if k in ("harness_us", "ncu_us", "agree", "tolerance")})
+
+    def _audit_status(self) -> str:
+        if self.ctx.device != "cuda":
+            return "unaudited: CPU run"
+        if self.options.audit == "off":
+            return "unaudited: --no-audit"
+        import importlib.util
+
+        if importlib.util.find_spec("kpremote.agent.ncu.audit") is None:
+            return "unaudited: audit module missing"
+        from ..ncu import ncu
+
+        if ncu.find_ncu(dict(os.environ)) is None:
+            return "unaudited: ncu not found"
+        return "on"
+
+    def _audit_request(self, row: dict[str, Any]) -> dict[str, Any]:
+        timing = row.get("timing") or {}
+        return {
+            "task_dir": str(self.ctx.spec.root), "run_dir": str(self.run_dir), "raw_dir": str(self.raw / "audit"),
+            "workload": row["workload"], "params": row.get("params"), "mode": timing.get("mode"),
+            "calls_per_sample": timing.get("calls_per_sample"),
+            "harness_us": {side: (timing.get(side) or {}).get("median") for side in ("baseline", "candidate")},
+            "modules": {side: rec.get("module") for side, rec in self.ctx.prepared["build"]["sides"].items()},
+            "gpu": self.ctx.gpu.to_json() if self.ctx.gpu else None, "env": self._worker_env(),
+            "device": self.ctx.device,
+        }
+
+    # ---------------------------------------------------------------- ending
+
+    def _verdict(self) -> tuple[str, int]:
+        rows = self.ctx.rows
+        good = all(r["status"] == PASSED and not r.get("invalid") for r in rows)
+        return ("passed", RunExit.PASSED) if good else ("failed", RunExit.FAILED)
+
+    def _finish(self, status: str, exit_code: int, message: str | None, ended_by: str | None = None) -> None:
+        """Release the GPU, write the summary, and only then say the run is over (state last). ended_by: the Slurm
+        state that ended the run (TIMEOUT, PREEMPTED, ...), when Slurm did."""
+        head: dict[str, Any] | None = None
+        digest: str | None = None  # of summary/results.json: the client fetches only a summary that matches it
+        self.reserve.give_back()  # its room is what lets a run on a full disk still record why it ended
+        try:
+            self._release_gpu()
+            self._phase("report")
+            results = report.build_results(provenance=self._provenance(), rows=self.ctx.rows,
+                                           samples=self.ctx.samples, status=status, exit_code=exit_code,
+                                           message=message, smoke=self.ctx.device != "cuda",
+                                           unsandboxed=self._unsandboxed(), ended_by=ended_by)
+            report.write_summary(self.run_dir, results, read_events(self.raw / "events.jsonl")[0])
+            digest = file_sha256(self.run_dir / "summary" / "results.json")
+            head = results.headline.to_json()
+            self.events.emit("headline", **head)
+        except Exception as exc:  # noqa: BLE001 - the run must still end with a terminal state
+            status, exit_code = "error", RunExit.INFRA
+            if not (is_disk_full(exc) and (message or "").startswith("disk full")):  # one disk-full line is enough
+                why = disk_full_message(self.run_dir) if is_disk_full(exc) else \
+                    f"report failed: {type(exc).__name__}: {exc}"
+                message = f"{message}; {why}" if message else why
+            with suppress(OSError):
+                self.events.emit("error", message=message)
+        with suppress(OSError):  # a full disk may refuse the event; the state below is what must get written
+            self.events.emit("done", status=status, exit_code=exit_code, message=message, summary_sha256=digest,
+                             ended_by=ended_by)
+        update_state(self.run_dir, status=status, phase="done", exit_code=exit_code, headline=head, message=message,
+                     finished=_utc_now(), summary_sha256=digest, **({"ended_by": ended_by} if ended_by else {}))
+        self.events.close()
+        print(json.dumps({"run_dir": str(self.run_dir), "status": status, "exit_code": exit_code, "message": message,
+                          "headline": head}, default=str), flush=True)
+
+    def _unsandboxed(self) -> str | None:
+        """Why this run's numbers came from sides that were not (wholly) sandboxed; None when they all were."""
+        support = self.ctx.sandbox
+        if support is None:
+            return None
+        if support.level != "sandboxed":
+            why = "; ".join(support.why_not)
+            return f"no sandbox ({why})" if support.level == "unsandboxed" else f"only a partial sandbox here ({why})"
+        loose = sorted({f"{side}: {how}" for row in self.ctx.rows for side, how in (row.get("sandbox") or {}).items()
+                        if how.startswith("unsandboxed") or "missing" in how})
+        return "; ".join(loose) or None
+
+    def _release_gpu(self) -> None:
+        if self.ctx.lease is None:
+            return
+        gpu = nvml.snapshot().find(self.ctx.gpu.uuid) if self.ctx.gpu else None
+        self.ctx.gpu_after = gpu.to_json() if gpu else None
+        self.ctx.lease.release()
+        self.ctx.lease = None
+
+    def _phase(self, phase: str, **fields: Any) -> None:
+        self.events.emit("phase", phase=phase, **fields)
+        update_state(self.run_dir, phase=phase)
+
+    def _provenance(self) -> dict[str, Any]:
+        spec, ctx = self.ctx.spec, self.ctx
+        prepared = ctx.prepared
+        device_info = prepared.get("device") or {}
+        gpu = ctx.gpu
+        return {
+            "command": self.command,
+            "run_id": self.run_dir.name,
+            "started": self.started_iso,
+            "task": {"name": spec.task.name, "arch": spec.task.arch, "family": spec.task.family,
+                     "dir": str(spec.root)} if spec else {"dir": str(self.options.task_dir)},
+            "source": source_provenance(spec.root) if spec else None,
+            "baseline_upstream": baseline_upstream(spec.baseline) if spec else None,
+            "host": {"alias": self.options.host_alias, "hostname": socket.gethostname()},
+            "device": ctx.device,
+            "gpu": {"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "cc": list(gpu.cc),
+                    "driver": ctx.driver} if gpu else None,
+            "device_info": {k: v for k, v in device_info.items()
+                            if k not in ("copy_bandwidth", "l2_copy_bandwidth", "l2_flush_probe")} or None,
+            "harness": harness.harness_record(),
+            "pinned": harness.pinned_inputs(spec.root) if spec else None,
+            "gpu_readings": ctx.gpu_readings or "none (CPU run)",
+            "audit": ctx.audit or ("unaudited: CPU run" if ctx.device != "cuda" else "not reached"),
+            "sandbox": ctx.sandbox.to_json() if ctx.sandbox else None,
+            "l2_copy_bandwidth": device_info.get("l2_copy_bandwidth"),
+            "l2_flush_probe": device_info.get("l2_flush_probe"),
+            "versions": prepared.get("versions"),
+            "build": prepared.get("build"),
+            "timing_settings": spec.timing.to_json() if spec else None,
+            "mode": ("smoke" if ctx.device != "cuda" else spec.timing.mode) if spec else None,
+            "workloads": [w.id for w in ctx.selected],
+            "gpu_before": ctx.gpu_before,
+            "gpu_after": ctx.gpu_after,
+            "copy_bandwidth": device_info.get("copy_bandwidth"),
+            "lease_root": str(ctx.lease_root) if ctx.lease_root else None,
+        }
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def _outcome_fields(outcome: WorkerOutcome) -> dict[str, Any]:
+    if outcome.timed_out:
+        return {"status": TIMEOUT, "message": f"timeout: {outcome.timed_out}", "timing": None}
+    if outcome.result is None:
+        return {"status": ERROR, "message": f"worker crashed: {outcome.crashed}", "where": "worker", "timing": None}
+    return outcome.result
+
+
+def _row_event(row: dict[str, Any], number: int, total: int) -> dict[str, Any]:
+    timing = row.get("timing") or {}
+    event = {"workload": row["workload"], "i": number, "n": total, "status": row["status"],
+             "production": row["production"], "message": row.get("message"), "speedup": row.get("speedup"),
+             "mode": timing.get("mode"), "invalid": row.get("invalid"), "implausible": row.get("implausible"),
+             "label": row.get("label"), "seconds": row.get("seconds")}
+    for side in ("baseline", "candidate"):
+        summary = timing.get(side) or {}
+        for key in ("n", "median", "p10", "p90"):
+            event[f"{side}_{key}" + ("_us" if key != "n" else "")] = summary.get(key)
+    return event
+
+
+def _utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

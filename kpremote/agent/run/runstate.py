@@ -1,0 +1,60 @@
+"""state.json of one run: the single record of what a run is doing, updated atomically."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..atomicfile import write_json_atomically
+from ..protocol import TERMINAL, RunExit  # noqa: F401 - re-exported
+
+DISK_FULL_EXIT = RunExit.DISK_FULL
+"""A worker's exit code when the disk was too full to write its result (28 = ENOSPC)."""
+
+
+def state_path(run_dir: Path) -> Path:
+    return Path(run_dir) / "state.json"
+
+
+CANCEL_MARK = "cancel_requested"
+"""runs/<id>/cancel_requested: a cancel is stopping this run. Apart from state.json, so no state write drops it."""
+
+
+def mark_cancel_requested(run_dir: Path) -> None:
+    """Before a cancel stops a run: whoever then finds its process gone records it cancelled, not failed."""
+    (Path(run_dir) / CANCEL_MARK).touch()
+
+
+def cancel_requested(run_dir: Path) -> bool:
+    return (Path(run_dir) / CANCEL_MARK).is_file()
+
+
+def read_state(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads(state_path(run_dir).read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def update_state(run_dir: Path, **fields: Any) -> dict[str, Any]:
+    """Merge fields into state.json through a rename, so readers never see a torn file."""
+    state = read_state(run_dir)
+    state.update(fields)
+    write_json_atomically(state_path(run_dir), state, indent=1)
+    return state
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full_message(path: Path) -> str:
+    """One line naming the filesystem that filled up (its mount point) and what was being written."""
+    mount = Path(os.path.abspath(path))
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    writing = f" (writing {path})" if Path(path) != mount else ""
+    return f"disk full on {mount}{writing}; free space there and run again"

@@ -1,0 +1,93 @@
+"""What a start refuses before any run record or lease exists: a task the runner would refuse, a Python that
+cannot run it (no torch, a CPU-only torch for a CUDA run, a build kind's missing package); and the task's arch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..protocol import AGENT_RUNNERS, TaskRefused, UnusablePython
+
+if TYPE_CHECKING:
+    from .start import StartRequest
+
+def refuse_bad_task(workspace: Path, request: StartRequest) -> Any:
+    """The checks the runner would make first, made before any run record exists; messages name the task as the
+    user knows it (kernels/<task>/...), not this host's copy."""
+    if request.runner_module not in AGENT_RUNNERS:  # a stand-in runner reads no task
+        return None
+    from ..task.taskspec import TaskSpecError, load_task
+
+    try:
+        spec = load_task(workspace, timing_mode=request.mode, packages=False)
+        spec.select([w.strip() for w in request.workloads.split(",") if w.strip()] if request.workloads else None)
+    except TaskSpecError as exc:
+        raise TaskRefused(_users_path(str(exc), workspace, request.task)) from None
+    return spec
+
+
+def refuse_missing_packages(workspace: Path, spec: Any) -> None:
+    """A build kind whose package this Python lacks: the host's problem (another host may have it), so not a
+    task refusal; refused before any record or lease all the same."""
+    if spec is None:
+        return
+    from ..task.buildrules import check_packages
+    from ..task.taskspec import TaskSpecError
+
+    try:
+        check_packages(workspace / "task.toml", spec.build)
+    except TaskSpecError as exc:
+        raise UnusablePython(_users_path(str(exc), workspace, spec.task.name)) from None
+
+
+def _users_path(message: str, workspace: Path, task: str) -> str:
+    from ..task.taskspec import shown
+
+    for form in {str(workspace), str(workspace.resolve()), shown(workspace)}:
+        message = message.replace(form, f"kernels/{task}")
+    return message
+
+
+def refuse_unusable_python(device: str) -> None:
+    """Refuse, before anything is leased, a run this interpreter cannot do: no torch, or a CPU-only torch for cuda."""
+    where = f"{sys.executable} on {socket.gethostname()}"
+    if importlib.util.find_spec("torch") is None:
+        raise UnusablePython(f"torch is not installed for {where}; set python for this host in hosts.toml to an "
+                             "interpreter that has torch and triton")
+    if device == "cuda" and torch_cuda_build() is None:
+        raise UnusablePython(f"the torch of {where} has no CUDA (a CPU-only build); set python for this host in "
+                             "hosts.toml to one with a CUDA build of torch, or run with --device cpu")
+
+
+def torch_cuda_build() -> str | None:
+    """The CUDA version torch was built for (None: CPU-only, or no torch), read from torch/version.py without
+    importing torch, which takes seconds on a busy host."""
+    spec = importlib.util.find_spec("torch")
+    namespace: dict[str, Any] = {}
+    try:
+        version_py = Path(spec.submodule_search_locations[0], "version.py")
+        exec(version_py.read_text(), namespace)  # noqa: S102 - torch's own generated constants file
+    except (AttributeError, TypeError, IndexError, OSError, SyntaxError, ImportError):
+        return None
+    return namespace.get("cuda")
+
+
+def task_arch(workspace: Path) -> str | None:
+    """[task] arch of the synced task.toml ("h200"; a list as "h200,b200"), or None when it cannot be read (the
+    runner refuses such a task)."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the runner still checks the arch when it leases for itself
+        return None
+    try:
+        task = tomllib.loads((workspace / "task.toml").read_text()).get("task")
+    except (OSError, ValueError):
+        return None
+    arch = task.get("arch") if isinstance(task, dict) else None  # `task = 1` is the runner's to refuse, clearly
+    if isinstance(arch, list) and arch and all(isinstance(name, str) for name in arch):
+        return ",".join(arch)
+    return arch if isinstance(arch, str) else None
