@@ -22,7 +22,7 @@ from ..protocol import (PROFILE_MODE_PREFIX, RUNNERS, AgentError, GpuNotFound, I
                         run_kind)
 from .runpaths import claim_run, task_dir
 from .runstate import update_state
-from .sync import snapshot_of, snapshot_workspace
+from ..sync import snapshot_of, snapshot_workspace
 from .startchecks import refuse_bad_task, refuse_missing_packages, refuse_unusable_python, task_arch
 from .startguard import CLIENT_GONE, StartGuard, Waiter
 
