@@ -5,9 +5,10 @@
 # rows), time-boxed, everything under $OUT packed as h200_29.tgz.
 #   carry: kernels/h200_diffusion_fuse_scale_shift__multi_shape/baseline/upstream (inv baseline --materialize)
 #   bash benchmarks/gpu/h200_29.sh [STEP...]     (default: small full redteam)
-# small    FUSE_RUNS (5) runs of the two 4-5 us production rows, audit off, each with fresh side processes
+# small    FUSE_RUNS (5) runs of the two 4-5 us production rows, audit off, each with fresh side processes, and
+#          ONE_PAIR_RUNS (2) with KPREMOTE_SIDE_PAIRS=1 between them (the cost of four pairs, side by side)
 # full     every row of the task, audit on (the production rows re-measured by ncu)
-# redteam  control_fast, control_same and the forged timers on the red team's ~2 us `tiny` row, audit on
+# redteam  control_fast and the 10 % forged timer on the red team's ~2 us `tiny` row, audit on (RT_LIST: others)
 set -uo pipefail
 out=${OUT:-/tmp/kp-29}; mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -26,18 +27,20 @@ run() {  # run NAME SECONDS ARGS...: one runner run of the task into $work/runs/
   echo "$name: exit $?, $((SECONDS - t0)) s" | tee -a "$out/steps.txt"
 }
 
-step_small() {
+step_small() {  # four process pairs (2.9) FUSE_RUNS times; one pair (2.8's timing) ONE_PAIR_RUNS times between them
+  local rows=qwen_s19_c3072_bcast11,qwen_s47_c3072_bcast11
   for i in $(seq "${FUSE_RUNS:-5}"); do
-    run "small-$i" 90 --workloads qwen_s19_c3072_bcast11,qwen_s47_c3072_bcast11 --audit off
+    run "small-$i" 90 --workloads "$rows" --audit off
+    [ "$i" -le "${ONE_PAIR_RUNS:-2}" ] && KPREMOTE_SIDE_PAIRS=1 run "one-pair-$i" 90 --workloads "$rows" --audit off
   done
 }
 
-step_full() { run full "${FULL_S:-300}" --audit on; }
+step_full() { run full "${FULL_S:-240}" --audit on; }
 
 step_redteam() {
   OUT=$work/redteam WORK=/tmp/kp-29-rt REDTEAM_FRESH=1 REDTEAM_WORKLOADS=tiny REDTEAM_RUNNER_ARGS="--audit on" \
-    timeout "${RT_S:-200}" bash benchmarks/gpu/redteam.sh \
-    "${RT_LIST:-control_fast,control_same,forge_event_times_10,forge_event_times_30}" > "$work/redteam.log" 2>&1
+    timeout "${RT_S:-150}" bash benchmarks/gpu/redteam.sh \
+    "${RT_LIST:-control_fast,forge_event_times_10}" > "$work/redteam.log" 2>&1
   echo "redteam: exit $?" | tee -a "$out/steps.txt"
 }
 
