@@ -164,12 +164,15 @@ def sync(c, host, task, hosts=None, json=False):
           "device": "auto, cuda or cpu (cpu = smoke run through Triton's interpreter)",
           "no_audit": "skip the Nsight Compute re-measurement of the production rows (the run reads unaudited)",
           "json": "print the outcome as JSON",
+          "json_stream": "print every event as a JSON line as it happens (phase, workload i/n, each row's verdict, "
+                         "each run's end; docs/schemas/run-event.json), then the --json document on one line",
           "again": "run even a candidate the ledger says was measured on this host already (same sha256s, harness, bench/)"},
     optional=["wait"],
 )
 def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, workloads=None, mode=None,
-        device="auto", no_audit=False, json=False, again=False):
+        device="auto", no_audit=False, json=False, json_stream=False, again=False):
     """Sync, lease an idle GPU, build both sides, gate on correctness, time, summarize, fetch the summary."""
+    from .eventstream import EventStream
     from .placement import launch, measured_already
     from .runs import RunOptions
 
@@ -183,7 +186,8 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
                              audit=not no_audit)
     selected = load_inventory(hosts).select(host)
     tasks, already = measured_already(tasks, selected) if plain else (tasks, [])
-    outcomes = launch(selected, tasks, run_options, detach=detach, as_json=json, already=already)
+    stream = EventStream() if json_stream else None
+    outcomes = launch(selected, tasks, run_options, detach=detach, as_json=json, already=already, stream=stream)
     refused = any(o.status == "not started" for o in outcomes)  # the host refused a start: as before, exit 2
     finish(all(o.ok for o in outcomes), code=EXIT_USAGE if refused else EXIT_FAILED)
 
@@ -212,15 +216,17 @@ RUN_HELP = "a run id, a unique part of one (its last 6 characters will do), or l
 
 
 @command(help={"host": "host name", "run": RUN_HELP, "task": "the run's task (found from the run id if omitted)",
-               "follow": "keep following until the run ends", "hosts": HOSTS_HELP})
-def logs(c, host, run, task=None, follow=False, hosts=None):
+               "follow": "keep following until the run ends", "hosts": HOSTS_HELP,
+               "json": "print each event as a JSON line (docs/schemas/run-event.json), the last one the run's end"})
+def logs(c, host, run, task=None, follow=False, hosts=None, json=False):
     """The run's event stream, rendered as the live view shows it; re-attachable at any time."""
+    from .eventstream import EventStream
     from .placement import show_logs
     from .runs import named_run
 
     [selected] = load_inventory(hosts).select(host)
     run, task = named_run(selected, run, task)
-    finish(show_logs(selected, run, task, follow))
+    finish(show_logs(selected, run, task, follow, EventStream() if json else None))
 
 
 @command(help={"host": "host name", "run": RUN_HELP, "task": "the run's task (found from the run id if omitted)",
