@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -16,7 +17,7 @@ from .errors import HostError, KpremoteError
 from .agent.protocol import TERMINAL
 from .fetch import SummaryReceiver, fetch_run
 from .interrupt import StoppedByUser
-from .jsonout import print_document
+from .jsonout import document, print_document
 from .runs import (HostCannotTake, NoIdleGpu, RunOptions, RunSession, find_task_of_run, follow_run, reattach_hint,
                    start_run)
 from .views import terminal
@@ -77,7 +78,10 @@ def launch(hosts: list[Host], tasks: list[TaskDir], options: RunOptions, *, deta
                 _stream_end(stream, outcomes[-1])
     names = [o.task for o in already] + [task.name for task in tasks]
     outcomes.sort(key=lambda o: names.index(o.task))
-    _report(outcomes, as_json or stream is not None, detach, one_line=stream is not None)
+    if stream is not None:  # the stream's last line: the --json document, on one line
+        stream.write_line(json.dumps(document("run", {"runs": [o.model_dump() for o in outcomes]}), default=str))
+    else:
+        _report(outcomes, as_json, detach)
     return outcomes
 
 
@@ -221,9 +225,9 @@ def measured_already(tasks: list[TaskDir], hosts: list[Host]) -> tuple[list[Task
     return to_run, already
 
 
-def _report(outcomes: list[Outcome], as_json: bool, detach: bool, one_line: bool = False) -> None:
+def _report(outcomes: list[Outcome], as_json: bool, detach: bool) -> None:
     if as_json:
-        print_document("run", {"runs": [o.model_dump() for o in outcomes]}, one_line=one_line)
+        print_document("run", {"runs": [o.model_dump() for o in outcomes]})
         return
     for outcome in outcomes:
         if detach and outcome.run_id:

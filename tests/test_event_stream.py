@@ -4,7 +4,10 @@ docs/schemas/run-event.json — real runs over real OpenSSH on loopback (the rig
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -90,3 +93,24 @@ def test_logs_json_replays_the_run_to_its_end_and_re_attaches(rig, workdir):
         agent_said = [e for e in event_lines("\n".join(streamed.stdout.splitlines()[:-1]))
                       if e["run_id"] == run_id and e["event"] not in ("created", "started", "end")]
         assert events[:-1] == agent_said
+
+
+def test_a_reader_that_leaves_early_changes_nothing_about_the_run(rig, workdir):
+    """`inv run --json-stream | head -1`: the lines stop, the run is still followed, fetched and recorded."""
+    host = rig.add_host("stream-c", gpus=[idle_gpu(0)])
+    hosts = rig.write_hosts_toml(workdir / "hosts.toml", [host])
+    env = {**os.environ, "KPREMOTE_CACHE": str(workdir / ".cache"), "NO_COLOR": "1"}
+    client = subprocess.Popen([sys.executable, "-m", "invoke", "--search-root", str(REPO), "run", "--hosts",
+                               str(hosts), "--host", "stream-c", "--task", "tiny_rmsnorm", "--workloads",
+                               "grid_r1_c33", "--json-stream"],
+                              cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert json.loads(client.stdout.readline())["event"] == "connecting"
+    client.stdout.close()  # the reader goes away
+    err = client.stderr.read()
+    assert client.wait(timeout=300) == 0, err
+    assert "stdout was closed: the event lines stop here" in err and "Traceback" not in err, err
+    assert "Exception ignored" not in err, err
+    [fetched] = (workdir / "kernels" / "tiny_rmsnorm" / "results" / "stream-c").iterdir()
+    assert (fetched / "results.json").is_file()
+    [entry] = [json.loads(line) for line in (workdir / "kernels" / "tiny_rmsnorm" / "ledger.jsonl").open()]
+    assert (entry["run_id"], entry["status"]) == (fetched.name, "passed")
