@@ -27,6 +27,17 @@ HOSTS_HELP = ("hosts file (default: $KPREMOTE_HOSTS, else the project's hosts.to
               "layered over it, else that file alone)")
 
 
+def _connect_early(hosts_file: Optional[str], host: Optional[str], tasks: int) -> None:
+    """The handshake with the hosts a run will start on begins now, beside its imports and task checks
+    (connect.connect_early); a bad hosts file or host name is said later, in its turn."""
+    from .connect import connect_early
+
+    try:
+        connect_early(load_inventory(hosts_file).select(host)[:tasks])
+    except KpremoteError:
+        pass
+
+
 @command(help={"check": "also connect to each host (in parallel): hostname, python, torch, triton, nvidia-ml-py",
                "host": "only this host, or the hosts of this group (default: every host)",
                "hosts": HOSTS_HELP, "json": "print JSON instead of a table"})
@@ -172,12 +183,14 @@ def sync(c, host, task, hosts=None, json=False):
 def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, workloads=None, mode=None,
         device="auto", no_audit=False, json=False, json_stream=False, again=False):
     """Sync, lease an idle GPU, build both sides, gate on correctness, time, summarize, fetch the summary."""
+    names = checks.task_names(task)
+    _connect_early(hosts, host, len(names))  # first: the handshake passes while the rest is imported and checked
     from .eventstream import EventStream
     from .placement import launch, measured_already
     from .runs import RunOptions
 
     plain = not (again or workloads or mode or gpu or no_audit or device != "auto")  # a run as measured before
-    names, mode, ids = checks.task_names(task), checks.mode(mode), checks.workload_ids(workloads)
+    mode, ids = checks.mode(mode), checks.workload_ids(workloads)
     tasks = find_tasks(KERNELS, names)
     _ensure_upstream(tasks)
     checks.check_tasks(tasks, timing_mode=mode, workloads=ids)
