@@ -470,7 +470,10 @@ def history(c, task, host=None, plot=None, json=False):
     from .history import draw_history_plot, history_entry
     from .runstore import fetched_runs
 
-    entries = [history_entry(run) for run in fetched_runs(KERNELS, task, host)]
+    from .ledger import lines_by_run
+
+    recorded = lines_by_run(KERNELS / task)  # the ledger adds the command line that brought each run
+    entries = [history_entry(run, recorded.get((run.host, run.run_id))) for run in fetched_runs(KERNELS, task, host)]
     path = Path(plot) if plot else KERNELS / task / "results" / "history.png"
     note = draw_history_plot(entries, path, task) if entries else "no plot: no fetched runs"
     document = {"task": task, "host": host, "runs": entries, "plot": None if note else str(path), "plot_note": note}

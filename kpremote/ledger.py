@@ -110,6 +110,12 @@ def read_ledger(task_dir: Path) -> list[dict[str, Any]]:
     return entries
 
 
+def lines_by_run(task_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """The ledger's newest line for each (host, run id): what inv history and inv compare add to a fetched run (the
+    command line that brought it, its kind)."""
+    return {(str(entry.get("host")), str(entry.get("run_id"))): entry for entry in read_ledger(task_dir)}
+
+
 def _headline(head: Any) -> Any:
     if not isinstance(head, dict):
         return head  # None, or the text saying why it was withheld
