@@ -7,7 +7,8 @@ The tiny task (tests/fixtures/tasks/tiny_rmsnorm, one workload: --workloads grid
 loopback behind a delay proxy (benchmarks/delay_proxy.py), in CPU smoke mode (the host's GPUs are an NVML fixture).
 Overhead = wall time − the agent's own time (its first event to its last, from the run's events.jsonl), so
 what is left is connecting, syncing, starting, following, fetching — and, for the whole-process figure, Python's
-start-up on the client. The first run (which ships the agent and syncs everything) is not counted.
+start-up on the client. The first run (which ships the agent and syncs everything) is not counted. The repeats go
+round by round, one run of each tool in turn, so a change in the machine's load weighs on all of them alike.
 
 - kpremote: `inv run --json`. "in-command" is the JSON `seconds` (time inside the command); "process" is the wall
   time of the whole `inv` process. Channels: the JSON `channels` (all on one connection). Over the SSH client
@@ -173,11 +174,15 @@ def measure(rtts: list[float], repeats: int, high_rtt_repeats: int, tools: list[
                 for tool in tools:
                     for _ in range(warmups):  # the first run ships the agent and syncs everything: not counted
                         bench.sample(tool)
-                    cell = Cell(tool, rtt)
-                    for _ in range(repeats if rtt == 0 else high_rtt_repeats):
-                        cell.samples.append(bench.sample(tool))
-                    cells.append(cell)
-                    print(f"# {tool} {rtt:g} ms: {cell.samples}", file=sys.stderr, flush=True)
+                # Round by round, each tool in turn: a machine whose load changes (other people's test suites)
+                # weighs on every tool alike, where tool after tool would hand one of them the busy minutes.
+                row = [Cell(tool, rtt) for tool in tools]
+                for _ in range(repeats if rtt == 0 else high_rtt_repeats):
+                    for cell in row:
+                        cell.samples.append(bench.sample(cell.tool))
+                for cell in row:
+                    print(f"# {cell.tool} {rtt:g} ms: {cell.samples}", file=sys.stderr, flush=True)
+                cells += row
             finally:
                 linked.stop()
     finally:

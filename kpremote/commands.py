@@ -27,6 +27,17 @@ HOSTS_HELP = ("hosts file (default: $KPREMOTE_HOSTS, else the project's hosts.to
               "layered over it, else that file alone)")
 
 
+def _connect_early(hosts_file: Optional[str], host: Optional[str], tasks: int) -> None:
+    """The handshake with the hosts a run will start on begins now, beside its imports and task checks
+    (connect.connect_early); a bad hosts file or host name is said later, in its turn."""
+    from .connect import connect_early
+
+    try:
+        connect_early(load_inventory(hosts_file).select(host)[:tasks])
+    except KpremoteError:
+        pass
+
+
 @command(help={"check": "also connect to each host (in parallel): hostname, python, torch, triton, nvidia-ml-py",
                "host": "only this host, or the hosts of this group (default: every host)",
                "hosts": HOSTS_HELP, "json": "print JSON instead of a table"})
@@ -164,17 +175,22 @@ def sync(c, host, task, hosts=None, json=False):
           "device": "auto, cuda or cpu (cpu = smoke run through Triton's interpreter)",
           "no_audit": "skip the Nsight Compute re-measurement of the production rows (the run reads unaudited)",
           "json": "print the outcome as JSON",
+          "json_stream": "print every event as a JSON line as it happens (phase, workload i/n, each row's verdict, "
+                         "each run's end; docs/schemas/run-event.json), then the --json document on one line",
           "again": "run even a candidate the ledger says was measured on this host already (same sha256s, harness, bench/)"},
     optional=["wait"],
 )
 def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, workloads=None, mode=None,
-        device="auto", no_audit=False, json=False, again=False):
+        device="auto", no_audit=False, json=False, json_stream=False, again=False):
     """Sync, lease an idle GPU, build both sides, gate on correctness, time, summarize, fetch the summary."""
+    names = checks.task_names(task)
+    _connect_early(hosts, host, len(names))  # first: the handshake passes while the rest is imported and checked
+    from .eventstream import EventStream
     from .placement import launch, measured_already
     from .runs import RunOptions
 
     plain = not (again or workloads or mode or gpu or no_audit or device != "auto")  # a run as measured before
-    names, mode, ids = checks.task_names(task), checks.mode(mode), checks.workload_ids(workloads)
+    mode, ids = checks.mode(mode), checks.workload_ids(workloads)
     tasks = find_tasks(KERNELS, names)
     _ensure_upstream(tasks)
     checks.check_tasks(tasks, timing_mode=mode, workloads=ids)
@@ -183,7 +199,8 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
                              audit=not no_audit)
     selected = load_inventory(hosts).select(host)
     tasks, already = measured_already(tasks, selected) if plain else (tasks, [])
-    outcomes = launch(selected, tasks, run_options, detach=detach, as_json=json, already=already)
+    stream = EventStream() if json_stream else None
+    outcomes = launch(selected, tasks, run_options, detach=detach, as_json=json, already=already, stream=stream)
     refused = any(o.status == "not started" for o in outcomes)  # the host refused a start: as before, exit 2
     finish(all(o.ok for o in outcomes), code=EXIT_USAGE if refused else EXIT_FAILED)
 
@@ -212,15 +229,17 @@ RUN_HELP = "a run id, a unique part of one (its last 6 characters will do), or l
 
 
 @command(help={"host": "host name", "run": RUN_HELP, "task": "the run's task (found from the run id if omitted)",
-               "follow": "keep following until the run ends", "hosts": HOSTS_HELP})
-def logs(c, host, run, task=None, follow=False, hosts=None):
+               "follow": "keep following until the run ends", "hosts": HOSTS_HELP,
+               "json": "print each event as a JSON line (docs/schemas/run-event.json), the last one the run's end"})
+def logs(c, host, run, task=None, follow=False, hosts=None, json=False):
     """The run's event stream, rendered as the live view shows it; re-attachable at any time."""
+    from .eventstream import EventStream
     from .placement import show_logs
     from .runs import named_run
 
     [selected] = load_inventory(hosts).select(host)
     run, task = named_run(selected, run, task)
-    finish(show_logs(selected, run, task, follow))
+    finish(show_logs(selected, run, task, follow, EventStream() if json else None))
 
 
 @command(help={"host": "host name", "run": RUN_HELP, "task": "the run's task (found from the run id if omitted)",
@@ -455,7 +474,10 @@ def history(c, task, host=None, plot=None, json=False):
     from .history import draw_history_plot, history_entry
     from .runstore import fetched_runs
 
-    entries = [history_entry(run) for run in fetched_runs(KERNELS, task, host)]
+    from .ledger import lines_by_run
+
+    recorded = lines_by_run(KERNELS / task)  # the ledger adds the command line that brought each run
+    entries = [history_entry(run, recorded.get((run.host, run.run_id))) for run in fetched_runs(KERNELS, task, host)]
     path = Path(plot) if plot else KERNELS / task / "results" / "history.png"
     note = draw_history_plot(entries, path, task) if entries else "no plot: no fetched runs"
     document = {"task": task, "host": host, "runs": entries, "plot": None if note else str(path), "plot_note": note}

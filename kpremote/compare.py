@@ -114,8 +114,15 @@ def headline_change(base: Headline, new: Headline) -> dict[str, Any]:
 
 def run_summary(run: FetchedRun) -> dict[str, Any]:
     return {"host": run.host, "run_id": run.run_id, "started": run.started, "commit": run.commit, "dirty": run.dirty,
-            "status": run.status, "smoke": run.smoke, "headline": run.headline.geomean,
-            "path": str(run.path)}
+            "candidate_sha256": run.candidate_sha256, "status": run.status, "smoke": run.smoke,
+            "headline": run.headline.geomean, "path": str(run.path)}
+
+
+def same_candidate(base: FetchedRun, new: FetchedRun) -> Optional[bool]:
+    """Whether both runs measured the very same candidate files (sha256); None when a summary does not say."""
+    if not (base.candidate_sha256 and new.candidate_sha256):
+        return None
+    return base.candidate_sha256 == new.candidate_sha256
 
 
 def compare(base: FetchedRun, new: FetchedRun) -> dict[str, Any]:
@@ -132,7 +139,8 @@ def compare(base: FetchedRun, new: FetchedRun) -> dict[str, Any]:
                          "new": _side(new_rows.get(workload)), "change": None, "low": None, "high": None,
                          "verdict": None, "note": f"only in the {only} run"})
     return {"task": new.task, "base": run_summary(base), "new": run_summary(new), "rows": rows,
-            "headline": headline_change(base.headline, new.headline), "smoke": base.smoke or new.smoke}
+            "headline": headline_change(base.headline, new.headline), "smoke": base.smoke or new.smoke,
+            "same_candidate": same_candidate(base, new)}
 
 
 def with_results(runs: list[FetchedRun]) -> list[FetchedRun]:

@@ -18,8 +18,32 @@ if TYPE_CHECKING:
     from .transport.ssh import SSHTransport
 
 
+_EARLY: dict[str, Transport] = {}  # transports already connecting (connect_early), each for the first open_transport
+
+
+def connect_early(hosts: list[Host]) -> None:
+    """Start connecting to these OpenSSH hosts now, in the background, so that the handshake (the slowest part of a
+    day's first command: ssh's key exchange and its authentication's round trips) passes while the command imports
+    and checks its input; the first open_transport of each host gets that transport, and with it how the attempt
+    ended (an error is raised there, once, as if it had connected then). A master outlives this process: a command
+    that stops early (bad input, a candidate measured already) leaves one that ControlPersist ends later. Paramiko
+    hosts connect when they are used, as before: their connection would die with the process."""
+    for host in hosts:
+        if host.transport == "local" or host.name in _EARLY or ssh_client_of(host) != "openssh":
+            continue
+        try:
+            transport = open_transport(host)
+        except HostError:
+            continue  # said when the host is used
+        transport.connect_soon()
+        _EARLY[host.name] = transport
+
+
 def open_transport(host: Host) -> Transport:
-    """The transport for a host; SSH connects lazily, on the first command."""
+    """The transport for a host; SSH connects lazily, on the first command (or early: connect_early)."""
+    early = _EARLY.pop(host.name, None)
+    if early is not None:
+        return early
     if host.transport == "local":
         base: Transport = LocalTransport(host.name)
     elif ssh_client_of(host) == "openssh":

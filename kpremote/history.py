@@ -9,11 +9,13 @@ from typing import Any, Optional
 from .runstore import FetchedRun
 
 
-def history_entry(run: FetchedRun) -> dict[str, Any]:
+def history_entry(run: FetchedRun, ledger_line: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """One fetched run; with its ledger line (kpremote/ledger.py), the command line that brought it."""
     head = run.headline
     return {"host": run.host, "run_id": run.run_id, "started": run.started, "commit": run.commit, "dirty": run.dirty,
-            "status": run.status, "smoke": run.smoke, "geomean": head.geomean, "low": head.low, "high": head.high,
-            "n": head.n, "of": head.of, "note": head.note, "path": str(run.path)}
+            "candidate_sha256": run.candidate_sha256, "status": run.status, "smoke": run.smoke,
+            "geomean": head.geomean, "low": head.low, "high": head.high, "n": head.n, "of": head.of,
+            "note": head.note, "path": str(run.path), "command": (ledger_line or {}).get("command")}
 
 
 def commit_label(entry: dict[str, Any]) -> str:

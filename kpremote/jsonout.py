@@ -2,7 +2,8 @@
 
 Every document is an object whose first key names its shape; docs/schemas/<command>.json describes it (validated in
 tests/test_json_schemas.py). A document printed once is indented; under --watch each refresh is one line (JSON lines),
-so `inv gpu-status --watch 2 --json | jq -c ...` reads one document per refresh.
+so `inv gpu-status --watch 2 --json | jq -c ...` reads one document per refresh. A run's events stream the same way,
+one kpremote.run-event/1 line each (`inv run --json-stream`, `inv logs --json`: kpremote/eventstream.py).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import Any
 # The version of each command's document: raise it when a field changes meaning or goes away (adding one does not).
 VERSIONS = {
     "hosts": 1, "gpu-status": 1, "sync": 1, "run": 1, "status": 1, "fetch-results": 1, "profile": 1, "check": 1,
-    "baseline": 1, "compare": 1, "history": 1,
+    "baseline": 1, "compare": 1, "history": 1, "run-event": 1,
 }
+# Commands whose --json is a stream of lines, one object of this schema a line (kpremote/eventstream.py).
+STREAMS = {"logs": "run-event"}
 
 
 def schema_name(command: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -11,10 +12,11 @@ from typing import Any, Callable, Iterable, Optional
 from pydantic import BaseModel
 
 from .config import Host
+from .eventstream import EventStream
 from .errors import HostBusy, HostCannotTake, HostError, KpremoteError, StoppedByUser
 from .agent.protocol import TERMINAL
 from .fetch import SummaryReceiver, fetch_run
-from .jsonout import print_document
+from .jsonout import document, print_document
 from .runs import RunOptions, RunSession, find_task_of_run, follow_run, reattach_hint, start_run
 from .views import terminal
 from .views.results import summary_markdown
@@ -47,27 +49,44 @@ class Outcome(BaseModel):
 
 
 def launch(hosts: list[Host], tasks: list[TaskDir], options: RunOptions, *, detach: bool = False,
-           as_json: bool = False, already: Iterable[Outcome] = ()) -> list[Outcome]:
+           as_json: bool = False, already: Iterable[Outcome] = (), stream: Optional[EventStream] = None
+           ) -> list[Outcome]:
     """Start every task on an idle GPU of the given hosts, follow them together, fetch each summary.
 
     Each task has a daemon thread of its own: a Ctrl-C (commandline.py, interrupt.py) cancels what they started and
     leaves at once, never waiting for one of them. Each has one line in the live view, from its first connect on.
+    With stream (--json-stream), every event goes out as a JSON line, each run's outcome as its `end` line, and the
+    final document as the last line.
     """
     outcomes: list[Outcome] = list(already)
-    with RunView(quiet=as_json or detach) as live:
+    for outcome in outcomes:
+        _stream_end(stream, outcome)
+    with RunView(quiet=as_json or detach or stream is not None) as live:
         futures: dict[Future, str] = {}
         for index, task in enumerate(tasks):
             order = hosts[index % len(hosts):] + hosts[: index % len(hosts)]
-            shown = StartView(live, f"{index}/{task.name}", task.name, silent=as_json)
-            futures[_in_daemon_thread(_one_run, order, task, options, detach, shown)] = task.name
+            shown = StartView(live, f"{index}/{task.name}", task.name, silent=as_json or stream is not None,
+                              stream=stream)
+            futures[_in_daemon_thread(_one_run, order, task, options, detach, shown, stream)] = task.name
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-            outcomes += [_outcome_of(f, futures[f], hosts) for f in done]
+            for future in done:
+                outcomes.append(_outcome_of(future, futures[future], hosts))
+                _stream_end(stream, outcomes[-1])
     names = [o.task for o in already] + [task.name for task in tasks]
     outcomes.sort(key=lambda o: names.index(o.task))
-    _report(outcomes, as_json, detach)
+    if stream is not None:  # the stream's last line: the --json document, on one line
+        stream.write_line(json.dumps(document("run", {"runs": [o.model_dump() for o in outcomes]}), default=str))
+    else:
+        _report(outcomes, as_json, detach)
     return outcomes
+
+
+def _stream_end(stream: Optional[EventStream], outcome: Outcome) -> None:
+    if stream is not None:
+        stream.end(outcome.host, outcome.task, outcome.run_id,
+                   **outcome.model_dump(exclude={"host", "task", "run_id"}))
 
 
 def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Future:
@@ -92,13 +111,17 @@ def _outcome_of(future: Future, task: str, hosts: list[Host]) -> Outcome:
         return Outcome(host=",".join(h.name for h in hosts), task=task, status="not started", error=str(exc))
 
 
-def _one_run(hosts: list[Host], task: TaskDir, options: RunOptions, detach: bool, shown: StartView) -> Outcome:
+def _one_run(hosts: list[Host], task: TaskDir, options: RunOptions, detach: bool, shown: StartView,
+             stream: Optional[EventStream]) -> Outcome:
     t0 = time.monotonic()
     live, key = shown.live, shown.key
     with shown:
         session, run = _start_somewhere(hosts, task, options, shown)
         if run is not None:
             live.add(key, run.host, task.name, run.run_id, run.gpu)  # the run's live line takes its starting line's place
+            if stream is not None:
+                stream.emit(run.host, task.name, run.run_id, {"event": "started", "gpu": run.gpu,
+                                                              "synced_files": run.synced_files, "job_id": run.job_id})
     if run is None:
         return Outcome(host=",".join(h.name for h in hosts), task=task.name, status="no idle GPU", error=session,
                        seconds=time.monotonic() - t0)
@@ -107,10 +130,13 @@ def _one_run(hosts: list[Host], task: TaskDir, options: RunOptions, detach: bool
     try:
         if not detach:
             seen: list[float] = []
+            streamed = stream.for_run(run.host, task.name, run.run_id) if stream is not None else None
 
             def on_event(event: dict) -> None:
                 seen.append(float(event.get("t", 0.0)))
                 live.event(key, event)
+                if streamed is not None:
+                    streamed(event)
 
             summary = SummaryReceiver(session.host, run.run_id)  # the tar comes after the end line: no channel
             state = follow_run(session, task.name, run.run_id, on_event, summary_sink=summary)
@@ -216,22 +242,31 @@ def _report(outcomes: list[Outcome], as_json: bool, detach: bool) -> None:
             terminal.error_line(f"{outcome.task}: {outcome.error}")
 
 
-def show_logs(host: Host, run_id: str, task: Optional[str], follow: bool) -> bool:
+def show_logs(host: Host, run_id: str, task: Optional[str], follow: bool,
+              stream: Optional[EventStream] = None) -> bool:
     """The run's events; True unless the run ended and did not pass (failed, error, cancelled).
 
+    With stream (--json), each event is a JSON line and the last is `end`, the run's state as the host has it.
     Ctrl-C while following stops following only (the run goes on) and exits 130, as every Ctrl-C does.
     """
     session = RunSession(host)
     try:
         task = task or find_task_of_run(session, run_id)
-        # Leaving the block prints what is pending, so Ctrl-C's message below comes after every event received.
-        with BatchedPrinter(print_events) as printer:
-            state = follow_run(session, task, run_id, printer.add, once=not follow)
+        if stream is not None:
+            state = follow_run(session, task, run_id, stream.for_run(host.name, task, run_id), once=not follow)
+        else:
+            # Leaving the block prints what is pending, so Ctrl-C's message below comes after every event received.
+            with BatchedPrinter(print_events) as printer:
+                state = follow_run(session, task, run_id, printer.add, once=not follow)
     except KeyboardInterrupt:
         raise StoppedByUser(f"stopped following; the run goes on (cancel it with: inv cancel --host {host.name} "
                             f"--run {run_id})") from None
     finally:
         session.close()
     status = state.get("status", "?")
-    terminal.say(f"run {run_id}: {status}")
+    if stream is not None:
+        stream.end(host.name, task, run_id, status=status, exit_code=state.get("exit_code"),
+                   headline=state.get("headline"), error=state.get("message") or state.get("error"))
+    else:
+        terminal.say(f"run {run_id}: {status}")
     return status not in TERMINAL or status == "passed"

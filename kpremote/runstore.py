@@ -35,6 +35,11 @@ class FetchedRun:
         return bool(self.results.part("source").get("git_dirty"))
 
     @property
+    def candidate_sha256(self) -> Optional[str]:
+        """The sha256 of the candidate's files this run measured (provenance.py), None where the summary lacks it."""
+        return self.results.part("source").get("solution_sha256")
+
+    @property
     def smoke(self) -> bool:
         return bool(self.results.smoke)
 

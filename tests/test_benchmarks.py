@@ -58,9 +58,9 @@ def test_delay_proxy_adds_its_round_trip_and_counts_both_ways(rig):
 
 
 def test_bench_gpu_status_prints_its_table():
-    rows = table_rows(run_benchmark("bench_gpu_status.py", "--counts", "1,2", "--repeats", "1"), "| hosts |")
-    assert [row[0] for row in rows] == ["1", "2"]
-    assert rows[0][2] == "1.00"
+    rows = table_rows(run_benchmark("bench_gpu_status.py", "--counts", "1,2", "--repeats", "1"), "| SSH client |")
+    assert [row[:2] for row in rows] == [["openssh", "1"], ["openssh", "2"], ["paramiko", "1"], ["paramiko", "2"]]
+    assert rows[0][3] == rows[2][3] == "1.00"  # each client's ratios are to its own one host
 
 
 def test_bench_sync_prints_its_table():

@@ -33,11 +33,12 @@ def row(workload: str, baseline_us: float, candidate_us: float, rse: float = 0.0
 
 
 def write_run(project: Path, host: str, run_id: str, started: str, rows: list[dict], commit: str,
-              geomean: float, smoke: bool = False, status: str = "passed") -> None:
+              geomean: float, smoke: bool = False, status: str = "passed", candidate: str | None = None) -> None:
     folder = project / "kernels" / TASK / "results" / host / run_id
     folder.mkdir(parents=True)
+    source = {"git_commit": commit, "git_dirty": False, "solution_sha256": candidate}
     results = {"schema": "kpremote.results/1", "status": status, "exit_code": 0, "smoke": smoke,
-               "provenance": {"run_id": run_id, "started": started, "source": {"git_commit": commit, "git_dirty": False}},
+               "provenance": {"run_id": run_id, "started": started, "source": source},
                "rows": rows, "headline": {"geomean": geomean, "low": geomean * 0.99, "high": geomean * 1.01, "n": 3,
                                           "of": 3, "level": 0.95} if geomean else {}}
     (folder / "results.json").write_text(json.dumps(results))
@@ -50,12 +51,17 @@ def project(tmp_path_factory) -> Path:
     (root / "kernels" / TASK).mkdir(parents=True)
     (root / "kernels" / TASK / "task.toml").write_text("")
     write_run(root, "box", "20261120-100000-aaaaaa", "2026-11-20T10:00:00Z",
-              [row("rows_a", 100, 100), row("rows_b", 100, 100), row("rows_c", 100, 100)], "1" * 40, 1.0)
+              [row("rows_a", 100, 100), row("rows_b", 100, 100), row("rows_c", 100, 100)], "1" * 40, 1.0,
+              candidate="a" * 64)
     write_run(root, "box", "20261121-100000-bbbbbb", "2026-11-21T10:00:00Z",
               [row("rows_a", 100, 80), row("rows_b", 100, 100.1), row("rows_c", 100, 120), row("rows_new", 50, 40)],
-              "2" * 40, 1.05)
-    write_run(root, "box", "20261122-100000-cccccc", "2026-11-22T10:00:00Z",
-              [row("rows_a", 100, 79.5), row("rows_b", 100, 99), row("rows_c", 100, 119)], "3" * 40, 1.06)
+              "2" * 40, 1.05, candidate="b" * 64)
+    write_run(root, "box", "20261122-100000-cccccc", "2026-11-22T10:00:00Z",  # the same candidate, run again
+              [row("rows_a", 100, 79.5), row("rows_b", 100, 99), row("rows_c", 100, 119)], "3" * 40, 1.06,
+              candidate="b" * 64)
+    ledger = {"schema": "kpremote.ledger/1", "kind": "run", "host": "box", "run_id": "20261121-100000-bbbbbb",
+              "command": "inv run --host box --task t"}
+    (root / "kernels" / TASK / "ledger.jsonl").write_text(json.dumps(ledger) + "\n")
     return root
 
 
@@ -79,6 +85,9 @@ def test_compare_latest_with_the_run_before(project):
     assert rows["rows_a"]["verdict"] == "SAME"  # 80 -> 79.5 µs: 0.6 %, under the 1 % a claim needs
     assert rows["rows_new"]["note"] == "only in the base run" and rows["rows_new"]["verdict"] is None
     assert document["headline"]["change"] == pytest.approx(1.06 / 1.05)
+    assert document["same_candidate"] is True and document["new"]["candidate_sha256"] == "b" * 64
+    text = kp(project, "compare", "--task", TASK, columns=100, program="kpremote").stdout
+    assert "the same candidate in both runs (sha256 bbbbbbbbbbbb)" in text  # an agent re-running for a FASTER sees why not
 
 
 def test_compare_two_runs_by_short_ids_row_by_row(project):
@@ -91,6 +100,7 @@ def test_compare_two_runs_by_short_ids_row_by_row(project):
     assert rows["rows_c"]["verdict"] == "SLOWER" and rows["rows_c"]["high"] < 1
     assert rows["rows_a"]["base"]["candidate_median_us"] == 100 and rows["rows_a"]["new"]["candidate_median_us"] == 80
     assert rows["rows_new"]["note"] == "only in the new run"
+    assert json.loads(result.stdout)["same_candidate"] is False
 
 
 @pytest.mark.parametrize("columns", [80, 100, 140])
@@ -132,6 +142,9 @@ def test_history_table_and_plot(project):
     document = json.loads(result.stdout)
     jsonschema.Draft202012Validator(json.loads((REPO / "docs/schemas/history.json").read_text())).validate(document)
     assert [e["commit"][0] for e in document["runs"]] == ["1", "2", "3"]
+    assert [e["candidate_sha256"][0] for e in document["runs"]] == ["a", "b", "b"]
+    # the ledger's line for a run gives the command that brought it; a run the ledger does not know has none
+    assert [e["command"] for e in document["runs"]] == [None, "inv run --host box --task t", None]
     plot = Path(document["plot"])
     assert plot.read_bytes().startswith(b"\x89PNG") and plot.stat().st_size > 5000
     text = kp(project, "history", "--task", TASK, columns=80, program="kpremote").stdout
@@ -139,6 +152,8 @@ def test_history_table_and_plot(project):
         [line] = [line for line in text.splitlines() if run_id in line]
         assert "passed" in line
     assert "1111111111" in text and "1.060x" in text
+    wide = kp(project, "history", "--task", TASK, columns=140, program="kpremote").stdout
+    assert "aaaaaaaaaaaa" in wide and "bbbbbbbbbbbb" in wide  # each run's candidate, where there is room
 
 
 def test_a_change_inside_both_runs_noise_is_same():

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from kpremote.agent.protocol import RESULTS_SCHEMA, RunResults
-from kpremote.jsonout import VERSIONS
+from kpremote.jsonout import STREAMS, VERSIONS
 from kpremote.placement import Outcome
 from localproject import TASK, kp, make_project, watch_for
 from rig import REPO
@@ -84,8 +84,9 @@ def test_every_command_with_json_has_a_schema():
 
     with_json = {name.replace("_", "-") for name, task in ns.tasks.items()
                  if "json" in task.help or "json" in __import__("inspect").signature(task.body).parameters}
-    assert with_json <= set(VERSIONS), with_json - set(VERSIONS)
-    assert "check" in with_json
+    assert with_json <= set(VERSIONS) | set(STREAMS), with_json - set(VERSIONS) - set(STREAMS)
+    assert "check" in with_json and "logs" in with_json  # logs --json: lines of its stream's schema
+    assert set(STREAMS.values()) <= set(VERSIONS)
 
 
 def test_gpu_status_json_and_an_unreachable_host_source(project):

@@ -169,3 +169,53 @@ def test_without_an_ssh_client_the_default_is_paramiko_and_openssh_is_one_line(r
                                   overrides={box.name: {"transport": "openssh"}})
     with pytest.raises(HostError, match=f'^{box.name}: transport = "openssh", but there is no ssh client on PATH'):
         open_transport(load_inventory(chosen).hosts[box.name])
+
+
+def test_a_connection_started_early_is_the_one_the_command_then_uses(rig, box, tmp_path):
+    from kpremote.connect import connect_early
+
+    transport, toml = transport_for(rig, box, tmp_path)
+    subprocess.run(transport.ssh_argv("-O", "exit"), capture_output=True)  # no master: the day's first command
+    host = load_inventory(toml).hosts[box.name]
+    connect_early([host])
+    assert wait_for(lambda: transport.master_pid())  # the handshake went on while nothing asked for the host yet
+    early = open_transport(host)
+    assert early.run(["echo", "ok"]).stdout == b"ok\n"
+    assert open_transport(host) is not early  # handed over once; later transports find the master by its socket
+
+
+def test_an_early_connection_that_failed_is_said_once_and_not_tried_again(rig, tmp_path):
+    """A host that is not SSH (it closes every connection at once): connect_early, then the command's own
+    connect_soon and command: one connection, one line."""
+    import socket
+
+    from kpremote.connect import connect_early
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    accepted: list[int] = []
+
+    def close_each() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            conn.close()
+
+    threading.Thread(target=close_each, daemon=True).start()
+    toml = tmp_path / "hosts.toml"
+    toml.write_text(f'[defaults]\nknown_hosts = "{rig.known_hosts}"\n[hosts.notssh]\n'
+                    f'ssh = "root@127.0.0.1:{listener.getsockname()[1]}"\ntransport = "openssh"\n')
+    host = load_inventory(toml).hosts["notssh"]
+    try:
+        connect_early([host])
+        transport = open_transport(host)
+        transport.connect_soon()  # what start_run does next
+        with pytest.raises(HostError, match="answered, but not as an SSH server"):
+            transport.run(["true"])
+    finally:
+        listener.close()
+    assert accepted == [1]

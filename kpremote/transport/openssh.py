@@ -193,8 +193,9 @@ class OpenSSHTransport(Transport):
         return int(found[1]) if check.returncode == 0 and found else None
 
     def connect_soon(self) -> None:
-        """Start the master in a thread while the caller scans the task; the next send() waits for it."""
-        if self._master is None:
+        """Start the master in a thread while the caller scans the task; the next send() waits for it. Once: while
+        an attempt is under way, or its failure waits for connect() to raise it, a second would only wait again."""
+        if self._master is None and self._background_failure is None and not self._connecting.locked():
             threading.Thread(target=self._connect_in_background, name="kpremote-connect", daemon=True).start()
 
     def _connect_in_background(self) -> None:

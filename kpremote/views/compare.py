@@ -63,6 +63,9 @@ def compare_view(document: dict[str, Any], width: int) -> Group:
     ]
     parts.append(fitted_table(columns, width))
     parts += [Text.assemble((f"{r['workload']}: ", "bold"), r["note"]) for r in rows if r.get("note")]
+    if document.get("same_candidate"):
+        parts.append(Text(f"the same candidate in both runs (sha256 {str(document['new']['candidate_sha256'])[:12]}):"
+                          " a change here is run-to-run noise, not the kernel's", style="yellow"))
     head = document["headline"]
     if head.get("change"):
         parts.append(Text.assemble(("headline: ", "bold"), f"{_ratio(head['base'])} → {_ratio(head['new'])}  ",
@@ -115,6 +118,7 @@ def history_view(document: dict[str, Any], width: int) -> Group:
         Column("host", [e["host"] for e in runs], whole=True, drop=2),
         Column("started", [(e.get("started") or "?").replace("T", " ").rstrip("Z") for e in runs], whole=True, drop=1),
         Column("commit", [commit_label(e) for e in runs], whole=True, drop=3),
+        Column("candidate", [(e.get("candidate_sha256") or "?")[:12] for e in runs], whole=True, drop=1),
         Column("status", [str(e.get("status")) for e in runs], whole=True),
         Column("headline", [headline(e) for e in runs], whole=True),
     ]

@@ -2,14 +2,18 @@
 for a GPU; on a Slurm cluster, the job id once sbatch took it (then the run's line shows Slurm's reason while pending).
 
 On a terminal the task's line in the live run view says it, with the seconds so far, until the run's own live line
-takes its place; elsewhere (a pipe, CI, --detach) one plain line per phase on stderr; with --json none of it.
+takes its place; elsewhere (a pipe, CI, --detach) one plain line per phase on stderr; with --json none of it; with
+--json-stream each progress event as a JSON line on stdout (kpremote/eventstream.py).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .run import RunView
+
+if TYPE_CHECKING:
+    from ..eventstream import EventStream
 
 
 class StartView:
@@ -19,11 +23,13 @@ class StartView:
     its place (RunView.not_started).
     """
 
-    def __init__(self, live: RunView, key: str, task: str, *, silent: bool) -> None:
+    def __init__(self, live: RunView, key: str, task: str, *, silent: bool,
+                 stream: Optional["EventStream"] = None) -> None:
         self.live = live
         self.key = key
         self.task = task
         self.silent = silent  # --json: stdout is the JSON document, and nothing else is said about the start
+        self.stream = stream  # --json-stream: each progress event as a line
         self._last_line: Optional[str] = None
 
     def __enter__(self) -> "StartView":
@@ -37,6 +43,8 @@ class StartView:
         return lambda event: self.show(host, event)
 
     def show(self, host: str, event: dict[str, Any]) -> None:
+        if self.stream is not None:
+            self.stream.emit(host, self.task, event.get("run_id"), event)
         if event.get("event") == "waiting":
             self.say(waiting_line(host, event))
         phase = phase_text(event)

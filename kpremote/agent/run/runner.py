@@ -561,8 +561,11 @@ def _outcome_fields(outcome: WorkerOutcome) -> dict[str, Any]:
 
 def _row_event(row: dict[str, Any], number: int, total: int) -> dict[str, Any]:
     timing = row.get("timing") or {}
+    # the row's FASTER / SAME / SLOWER and its interval, as results.md shows them: a smoke run's mean nothing
+    verdict = row["verdict"] if isinstance(row.get("verdict"), dict) and not row.get("smoke") else {}
     event = {"workload": row["workload"], "i": number, "n": total, "status": row["status"],
              "production": row["production"], "message": row.get("message"), "speedup": row.get("speedup"),
+             "verdict": verdict.get("verdict"), "speedup_low": verdict.get("low"), "speedup_high": verdict.get("high"),
              "mode": timing.get("mode"), "invalid": row.get("invalid"), "implausible": row.get("implausible"),
              "label": row.get("label"), "seconds": row.get("seconds")}
     for side in ("baseline", "candidate"):

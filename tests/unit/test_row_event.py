@@ -1,0 +1,23 @@
+"""A row's event (raw/events.jsonl, streamed by `inv run --json-stream`) carries the row's verdict and its interval as
+results.md shows them: a GPU row's FASTER / SAME / SLOWER, and none for a smoke row, whose timings mean nothing."""
+
+from __future__ import annotations
+
+from kpremote.agent.runner import _row_event
+
+TIMED = {"workload": "prod_r8_c256", "status": "PASSED", "production": True, "speedup": 1.21,
+         "verdict": {"verdict": "FASTER", "speedup": 1.21, "low": 1.18, "high": 1.24, "process_floor_us": 0.3},
+         "timing": {"mode": "cold", "baseline": {"n": 40, "median": 12.0}, "candidate": {"n": 40, "median": 9.9}}}
+
+
+def test_a_gpu_rows_event_says_its_verdict_and_interval():
+    event = _row_event({**TIMED, "smoke": False}, 1, 3)
+    assert (event["verdict"], event["speedup_low"], event["speedup_high"]) == ("FASTER", 1.18, 1.24)
+    assert (event["i"], event["n"], event["baseline_median_us"], event["candidate_n"]) == (1, 3, 12.0, 40)
+
+
+def test_a_smoke_rows_event_and_an_untimed_rows_say_no_verdict():
+    smoke = _row_event({**TIMED, "smoke": True, "label": "smoke: timings are not meaningful"}, 2, 3)
+    untimed = _row_event({**TIMED, "status": "INCORRECT", "speedup": None, "verdict": None, "timing": None}, 3, 3)
+    for event in (smoke, untimed):
+        assert (event["verdict"], event["speedup_low"], event["speedup_high"]) == (None, None, None)
