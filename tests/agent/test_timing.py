@@ -125,3 +125,11 @@ def test_each_pair_gets_its_share_and_the_pooled_row_keeps_each_pairs_medians() 
     assert row.to_json()["process_pairs"] == row.process_pairs
     single = pair(1.0, 1.0, 2)
     assert timing.pooled([single]) is single
+
+
+def test_the_stream_check_fails_only_when_every_measurement_says_elsewhere() -> None:
+    readings = iter([(80.5, 113.0), (80.0, 82.0)])  # one busy-host blip, then the stream and device agree
+    assert timing.off_stream_by_latency(lambda: next(readings)) is None
+    always = timing.off_stream_by_latency(lambda: (10.0, 2010.0))  # the work really runs on another stream
+    assert always and always.startswith(timing.OFF_STREAM) and always.count("10.0 / 2010.0 us") == timing.STREAM_CHECK_TRIES
+    assert timing.off_stream_by_latency(lambda: (100.0, 110.0)) is None
