@@ -13,4 +13,6 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest "$@"
+# Two pytest-xdist workers run the test files side by side, a file whole on one worker (its module fixtures are made
+# once); arguments given later win: `-n 0` runs everything in this one process.
+exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"

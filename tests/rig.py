@@ -85,6 +85,13 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
+def loopback_block() -> int:
+    """The third byte of this test process's loopback addresses (127.0.B.N): pytest-xdist's worker gwB gets block B,
+    a run without workers block 0, so the hosts of workers running side by side never share an address."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) % 256 if worker.startswith("gw") and worker[2:].isdigit() else 0
+
+
 def free_port(address: str) -> int:
     with socket.socket() as s:
         s.bind((address, 0))
@@ -210,7 +217,8 @@ class SshHost:
 
 
 class Rig:
-    """Starts SSH hosts on 127.0.0.2, 127.0.0.3, ... and writes the client's hosts.toml and known_hosts."""
+    """Starts SSH hosts on 127.0.B.2, 127.0.B.3, ... (B: loopback_block) and writes the client's hosts.toml and
+    known_hosts."""
 
     def __init__(self, base: Path) -> None:
         self.base = base
@@ -231,7 +239,7 @@ class Rig:
         trusted: bool = True,
         extra_env: Optional[dict[str, str]] = None,
     ) -> SshHost:
-        address = f"127.0.0.{self._next_address}"
+        address = f"127.0.{loopback_block()}.{self._next_address}"
         self._next_address += 1
         home = self.base / name
         host = SshHost(
