@@ -458,9 +458,8 @@ def stream_check(call: Call, outputs: dict[str, Any], poison: Callable[[dict[str
 def off_stream_by_latency(measure: Callable[[], tuple[float, float]]) -> str | None:
     """Why the sync latencies say the call's work runs elsewhere, or None. Work left on another stream is there every
     time; a host busy during one measurement (a row's nine processes share its cores) is not: every one of
-    STREAM_CHECK_TRIES measurements must say so (harness 2.9; 2.8 took one, and one of 80 checks (five runs of two rows,
-    four pairs) failed an honest baseline
-    on the H200)."""
+    STREAM_CHECK_TRIES measurements must say so (harness 2.9; 2.8 took one: on the H200 one of 80 checks, five runs of
+    two rows by four pairs, failed an honest baseline)."""
     readings = []
     for _ in range(STREAM_CHECK_TRIES):
         stream_us, device_us = measure()
