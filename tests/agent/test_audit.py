@@ -89,6 +89,9 @@ def test_agreement_and_disagreement_through_the_stand_in_ncu(task: Path, tmp_pat
     # per call: an 8 us kernel and a 4 us one -> ncu 12 us per call (tolerance 2.5 + 0.96 us)
     measured = raw_csv(tmp_path / "launches.csv", [8000, 4000] * 3)
     rows = [audit.AuditRow("prod_r4_c64", harness_us=12.5), audit.AuditRow("prod_r3_c100", harness_us=6.0)]
+    side_modules = ("kp_candidate", "kp_baseline")
+    for name in [n for n in sys.modules if n.startswith(side_modules)]:  # an earlier test in this worker's process
+        del sys.modules[name]
     report = audit.audit_rows(task, tmp_path / "run", "candidate", rows,
                               cpu_env(tmp_path, KPREMOTE_FAKE_NCU_RAW=str(measured)), device="cpu", calls=3,
                               warmup=1)
@@ -107,7 +110,7 @@ def test_agreement_and_disagreement_through_the_stand_in_ncu(task: Path, tmp_pat
         assert "==PROF== Connected to process" in log
         assert (tmp_path / "run" / "raw" / "audit" / f"candidate-{row.workload}.ncu-rep").is_file()
     # the audited side never ran in this process
-    assert not [name for name in sys.modules if name.startswith(("kp_candidate", "kp_baseline"))]
+    assert not [name for name in sys.modules if name.startswith(side_modules)]
 
 
 def test_the_audited_process_imports_only_its_side_and_its_stdout_is_never_read(task: Path, tmp_path: Path) -> None:
