@@ -459,6 +459,11 @@ def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = N
         chosen = list(runs_to_compare(runs, new, base, where))
         document = compare_runs(*chosen)
     document["skipped"] = skipped_runs(runs, chosen, to_the_newest=last is not None or new == "latest")
+    from .ledger import lines_by_run
+
+    recorded = lines_by_run(KERNELS / task)  # the ledger adds the command line that brought each run
+    for side in ("base", "new"):
+        document[side]["command"] = (recorded.get((document[side]["host"], document[side]["run_id"])) or {}).get("command")
     if json:
         print_document("compare", document)
     else:

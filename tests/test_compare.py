@@ -101,6 +101,10 @@ def test_compare_two_runs_by_short_ids_row_by_row(project):
     assert rows["rows_a"]["base"]["candidate_median_us"] == 100 and rows["rows_a"]["new"]["candidate_median_us"] == 80
     assert rows["rows_new"]["note"] == "only in the new run"
     assert json.loads(result.stdout)["same_candidate"] is False
+    # the ledger says what brought each run: the new one has a line there, the base none
+    document = json.loads(result.stdout)
+    jsonschema.Draft202012Validator(json.loads((REPO / "docs/schemas/compare.json").read_text())).validate(document)
+    assert (document["base"]["command"], document["new"]["command"]) == (None, "inv run --host box --task t")
 
 
 @pytest.mark.parametrize("columns", [80, 100, 140])
