@@ -133,3 +133,20 @@ def test_the_stream_check_fails_only_when_every_measurement_says_elsewhere() -> 
     always = timing.off_stream_by_latency(lambda: (10.0, 2010.0))  # the work really runs on another stream
     assert always and always.startswith(timing.OFF_STREAM) and always.count("10.0 / 2010.0 us") == timing.STREAM_CHECK_TRIES
     assert timing.off_stream_by_latency(lambda: (100.0, 110.0)) is None
+
+
+def test_a_sides_statistics_are_computed_once_and_read_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kpremote.agent.harness import stats
+
+    made = []
+    real = stats.summarize
+    monkeypatch.setattr(stats, "summarize", lambda values: made.append(len(values)) or real(values))
+    pair = timing.PairTiming("cold", 1, timing.SideSamples("baseline", times_us=[5.0, 5.2, 5.1]),
+                             timing.SideSamples("candidate", times_us=[4.0, 4.1]), "converged", "on")
+    first, again = pair.to_json(), pair.to_json()
+    assert first == again and pair.speedup == pytest.approx(5.1 / 4.05)
+    assert made == [3, 2]  # one summary a side, however often the row's numbers are read
+    pair.candidate.times_us.append(4.2)  # new samples: a new summary
+    assert pair.to_json()["candidate"]["n"] == 3 and made == [3, 2, 3]
+    verdict = stats.row_verdict([5.0] * 20, [4.0] * 20, medians=(5.0, 2.5))
+    assert verdict["speedup"] == 2.0  # the judge's medians, not recomputed

@@ -296,12 +296,13 @@ class Judge:
             for side in SIDES:
                 require_inputs_untouched(side, f"{case.label}, after timing", case.pristine, case.inputs[side],
                                          skip=case.mutates)
-        medians = {side: stats.median(getattr(pair, side).times_us) for side in SIDES}
+        medians = {side: getattr(pair, side).summary().median for side in SIDES}  # computed once, read everywhere
         result.update(
             timing=pair.to_json(),
             samples={side: getattr(pair, side).times_us for side in SIDES},
             gbps={side: floors.achieved_gbps(bytes_moved, medians[side]) for side in SIDES},
             verdict=stats.row_verdict(pair.baseline.times_us, pair.candidate.times_us,
+                                      medians=(medians["baseline"], medians["candidate"]),
                                       process_floor_us=stats.process_floor_us(pairs) if self.device == "cuda" else 0.0),
             checks={"timing_cases": len(cases), "checked_samples": dict(self.checked), "refreshes": self.refreshes,
                     "check_fraction": sampling.CHECK_FRACTION, "memory_isolation": self.sharing.isolation,

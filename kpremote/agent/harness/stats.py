@@ -216,7 +216,7 @@ def timer_quantum(*sides: Sequence[float]) -> float:
 
 
 def row_verdict(baseline: Sequence[float], candidate: Sequence[float], *, seed: int = 0,
-                process_floor_us: float = 0.0) -> dict[str, Any]:
+                process_floor_us: float = 0.0, medians: tuple[float, float] | None = None) -> dict[str, Any]:
     """The row's speedup (median over median), its interval and its verdict, all from the raw samples.
 
     The noise threshold also covers the timer's resolution and, for GPU rows (process_floor_us, the judge passes
@@ -224,7 +224,7 @@ def row_verdict(baseline: Sequence[float], candidate: Sequence[float], *, seed: 
     process_floor_us apart or less are never a change. On the H200 a copy of the baseline read 0.917x to 1.064x
     on 3.5-5 us rows and 0.989x on a 55 us row, with intervals that did not hold 1.0.
     """
-    base_median, cand_median = median(baseline), median(candidate)
+    base_median, cand_median = medians or (median(baseline), median(candidate))  # the judge's, when it has them
     value = speedup(base_median, cand_median)
     low, high = speedup_interval(baseline, candidate, seed=seed)
     quantum = timer_quantum(baseline, candidate)

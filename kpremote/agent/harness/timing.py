@@ -58,9 +58,17 @@ class SideSamples:
     late: int = 0  # samples dropped and taken again: the window opened before the call was queued
     host_bound: bool = False  # its calls wait on the host: late samples kept from then on (sampling.Sampler._timed)
     wall_s: float = 0.0
+    _summary: tuple[int, stats.Summary] | None = field(default=None, repr=False, compare=False)
+
+    def summary(self) -> stats.Summary:
+        """The side's statistics (stats.summarize), computed once for the samples it holds: the row's timing, its
+        speedup, its GB/s, its floor check and its verdict all read these."""
+        if self._summary is None or self._summary[0] != len(self.times_us):
+            self._summary = (len(self.times_us), stats.summarize(self.times_us))
+        return self._summary[1]
 
     def to_json(self) -> dict[str, Any]:
-        summary = stats.summarize(self.times_us).to_json() if self.times_us else {"n": 0}
+        summary = self.summary().to_json() if self.times_us else {"n": 0}
         return {
             **summary,
             "dropped_clock": self.dropped_clock,
@@ -86,7 +94,7 @@ class PairTiming:
     def speedup(self) -> float | None:
         if not self.baseline.times_us or not self.candidate.times_us:
             return None
-        return stats.speedup(stats.median(self.baseline.times_us), stats.median(self.candidate.times_us))
+        return stats.speedup(self.baseline.summary().median, self.candidate.summary().median)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -137,8 +145,8 @@ def pooled(pairs: list[PairTiming]) -> PairTiming:
                            host_bound=any(p.host_bound for p in parts), wall_s=sum(p.wall_s for p in parts))
 
     first = pairs[0]
-    medians = [{"baseline": round(stats.median(p.baseline.times_us), 4) if p.baseline.times_us else None,
-                "candidate": round(stats.median(p.candidate.times_us), 4) if p.candidate.times_us else None,
+    medians = [{"baseline": round(p.baseline.summary().median, 4) if p.baseline.times_us else None,
+                "candidate": round(p.candidate.summary().median, 4) if p.candidate.times_us else None,
                 "n": min(len(p.baseline.times_us), len(p.candidate.times_us))} for p in pairs]
     return PairTiming(first.mode, first.calls_per_sample, merged("baseline"), merged("candidate"),
                       "; ".join(dict.fromkeys(p.stop_reason for p in pairs)), first.clock_check,
