@@ -48,6 +48,7 @@ BOXES = {1: 45, 2: 150, 3: 130, 4: 130, 5: 70, 6: 220}
 BUDGET_S = 470  # the steps' share of one device call of about 8 minutes (sshd's start comes before)
 # What each step is asked to keep back for every step after it when the budget runs short.
 RESERVE_S = 25
+PROBE_EVERY_S = 0.5  # step 4: how often nvidia-smi's compute processes are sampled while its run runs
 SETTLE_S = 30  # how long a step's end waits for every GPU to be idle again
 DRY_SLOWER = 3  # a dry run's boxes and budget: its runs run on the CPU (Triton's interpreter), on a shared machine
 FOREIGN_MIB = 8192
@@ -639,23 +640,58 @@ def step4_cvd_and_kill(ctx: Context, log: Log, box: Box) -> list[Check]:
 
 
 def cuda_visible_devices(ctx: Context, log: Log, box: Box) -> list[Check]:
-    """CUDA_VISIBLE_DEVICES=1 on the client and in the host's python: `--gpu 0` still leases and uses GPU 0."""
-    host, pane, gpu0 = ctx.host, ctx.panes[0], ctx.gpu(0)
+    """CUDA_VISIBLE_DEVICES=1 on the client and in the host's python: `--gpu 0` still leases and uses GPU 0. Where the
+    work runs is read from nvidia-smi's compute processes, sampled every PROBE_EVERY_S from the start to the client's
+    end: the run's side processes open CUDA only after its sync and build, so one look when the lease appears can come
+    before any of them (2026-11-26, 4 x H200: it saw none)."""
+    host, pane, gpu0, gpu1 = ctx.host, ctx.panes[0], ctx.gpu(0), ctx.gpu(1)
     run = ctx.inv.start(pane, "run", "--host", f"{ALIAS}-cvd", "--task", TASK, "--workloads", "tiny", "--gpu", "0",
                         log=log, extra_env={"CUDA_VISIBLE_DEVICES": "1"})
-    state = poll(box, lambda: running_on(host, gpu0["uuid"]), clients=(run,))
-    record = host.lock_record(gpu0["uuid"])
-    apps = host.compute_apps()
+    state, record, samples = watch_run(host, run, gpu0["uuid"], box)
     log.block("GPU 0's lock file while it runs", record)
-    log.block("compute processes while it runs", apps)
     done = run.wait(box, log)
     results = newest(ctx.panes.fetched(pane)) or {}
-    used = {line.split(",")[0].strip() for line in apps.splitlines() if line.startswith("GPU-")}
+    seen = where_processes_ran(samples)
+    others = "".join(f", {uuid} in {count}" for uuid, count in seen.items() if uuid not in (gpu0["uuid"], gpu1["uuid"]))
+    probe = ("dry run: no nvidia-smi" if host.dry else
+             f"compute processes in {len(samples)} samples every {PROBE_EVERY_S} s: GPU 0 in "
+             f"{seen.get(gpu0['uuid'], 0)}, GPU 1 in {seen.get(gpu1['uuid'], 0)}{others}")
+    log.block("compute processes while it ran", "\n".join([probe, "each different sample:", *dict.fromkeys(samples)]))
+    on_gpu0 = host.dry or worked_on(seen, gpu0["uuid"], not_on=gpu1["uuid"])
     return [Check(4, "CUDA_VISIBLE_DEVICES=1 (client and host) with --gpu 0: the lease and the work are on GPU 0",
-                  ok(done.code == 0 and leased(host, results).get("uuid") == gpu0["uuid"] and state["run_id"] in record
-                     and (host.dry or used == {gpu0["uuid"]})),
+                  ok(done.code == 0 and leased(host, results).get("uuid") == gpu0["uuid"] and state is not None
+                     and state["run_id"] in record and on_gpu0),
                   f"exit {done.code}; results' GPU {leased(host, results).get('index')} {leased(host, results).get('uuid')}; "
-                  f"compute processes on {sorted(used) or apps}")]
+                  f"{probe}" + ("" if state else "; the run was never seen running on GPU 0"))]
+
+
+def watch_run(host: Host, run: Started, uuid: str, box: Box) -> tuple[Optional[dict[str, Any]], str, list[str]]:
+    """Until the client ends: the run's state once it runs on this GPU, the GPU's lock record then, and nvidia-smi's
+    compute processes every PROBE_EVERY_S (none in a dry run)."""
+    state, record, samples = None, "(not seen: the run ended before it ran on this GPU)", []
+    while run.proc.poll() is None:
+        if state is None:
+            state = running_on(host, uuid)
+            record = host.lock_record(uuid) if state else record
+        if not host.dry:
+            samples.append(host.compute_apps())
+        box.check()
+        time.sleep(PROBE_EVERY_S)
+    return state, record, samples
+
+
+def where_processes_ran(samples: list[str]) -> dict[str, int]:
+    """For each GPU UUID, in how many samples of nvidia-smi's compute processes ("uuid, pid, MiB" lines) it had one."""
+    counts: dict[str, int] = {}
+    for sample in samples:
+        for uuid in sorted({line.split(",")[0].strip() for line in sample.splitlines() if line.startswith("GPU-")}):
+            counts[uuid] = counts.get(uuid, 0) + 1
+    return counts
+
+
+def worked_on(seen: dict[str, int], uuid: str, not_on: str) -> bool:
+    """The work ran on `uuid`: some sample had a compute process there, and none had one on `not_on`."""
+    return seen.get(uuid, 0) > 0 and seen.get(not_on, 0) == 0
 
 
 def killed_client(ctx: Context, log: Log, box: Box) -> list[Check]:
