@@ -662,7 +662,8 @@ def cuda_visible_devices(ctx: Context, log: Log, box: Box) -> list[Check]:
     probe = ("dry run: no nvidia-smi" if host.dry else
              f"compute processes in {len(samples)} samples every {PROBE_EVERY_S} s: GPU 0 in "
              f"{seen.get(gpu0['uuid'], 0)}, GPU 1 in {seen.get(gpu1['uuid'], 0)}{others}")
-    log.block("compute processes while it ran", "\n".join([probe, "each different sample:", *dict.fromkeys(samples)]))
+    log.block("compute processes while it ran",
+              "\n".join([probe, *(["each different sample:", *dict.fromkeys(samples)] if samples else [])]))
     on_gpu0 = host.dry or worked_on(seen, gpu0["uuid"], not_on=gpu1["uuid"])
     return [Check(4, "CUDA_VISIBLE_DEVICES=1 (client and host) with --gpu 0: the lease and the work are on GPU 0",
                   ok(done.code == 0 and leased(host, results).get("uuid") == gpu0["uuid"] and state is not None
