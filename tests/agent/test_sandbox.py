@@ -281,3 +281,29 @@ def test_starvation_voids_a_row_only_when_one_side_waited_more_than_the_other() 
     starved = guard.interference("baseline", start, reading(0.30), 0.6, starvation=True, other_waited_s=0.02)
     assert starved is not None and "starved" in starved and "the other side 0.02 s" in starved
     assert guard.interference("baseline", start, reading(0.30), 0.6, starvation=False, other_waited_s=0.0) is None
+
+
+def test_a_sides_compiled_extension_loads_as_an_extension(tmp_path: Path) -> None:
+    """A CUDA side's build is a shared library (raw/build/<side>/kp_<side>*.so) that the side imports by its path
+    through the same source-only door as a Python file: it must load as machine code, not be read as source (on the
+    H200 every norm_infer row once ended 'SyntaxError: source code string cannot contain null bytes')."""
+    import importlib.machinery
+    import sysconfig
+
+    from kpremote.agent.task.builders.base import import_file
+
+    source = tmp_path / "kp_ext.c"
+    source.write_text('#include <Python.h>\n'
+                      'static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "kp_candidate", NULL, -1, NULL};\n'
+                      'PyMODINIT_FUNC PyInit_kp_candidate(void) {\n'
+                      '  PyObject *mod = PyModule_Create(&m);\n'
+                      '  PyModule_AddIntConstant(mod, "answer", 42);\n'
+                      '  return mod;\n}\n')
+    library = tmp_path / f"kp_candidate{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    subprocess.run(["cc", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}", str(source), "-o",
+                    str(library)], check=True)
+    try:
+        module = import_file("kp_candidate", library)
+        assert module.answer == 42
+    finally:
+        sys.modules.pop("kp_candidate", None)

@@ -58,7 +58,12 @@ def install(task_root: Path) -> None:
 
 
 def load_file(name: str, path: Path) -> Any:
-    """spec_from_file_location with the source-only loader (a task file imported by its path)."""
+    """spec_from_file_location with the source-only loader (a task file imported by its path). A compiled extension
+    (a side's CUDA build, raw/build/<side>/kp_<side>*.so) is machine code the run built itself, not bytecode that
+    stands in for a source: it loads as an extension."""
     import importlib.util
 
+    if str(path).endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+        return importlib.util.spec_from_file_location(
+            name, path, loader=importlib.machinery.ExtensionFileLoader(name, str(path)))
     return importlib.util.spec_from_file_location(name, path, loader=SourceOnlyLoader(name, str(path)))
