@@ -6,37 +6,46 @@
 # Run from the repository root:
 #   bash benchmarks/gpu/remeasure.sh STEP...            e.g.  stage tasks fuse,group_norm_silu
 # Steps (in the order given; each time-boxed so a call ends inside REMEASURE_BUDGET_S, default 540 s):
-#   pack            HERE, before the calls: .gpustage/remeasure-{1,2,3}/, one carry path each (see "Calls")
+#   pack            HERE, before the calls: .gpustage/remeasure-{1,2,3}/, one carry path each: the upstream
+#                   files of every task in each (a call stands alone), the wheels split over 2 and 3
 #   stage           GPU: the carried wheels of .gpustage/remeasure-*/whl into KP_WHEELS (/tmp/kp-wheels)
 #   install         GPU: install them into KP_SITE (/tmp/site) through `benchmarks/gpu/new_tasks.sh install`
-#   tasks LIST      GPU: each task of LIST (comma-separated: fuse, rotary, norm_infer, group_norm_silu,
-#                   qknorm_rope, cutedsl, or all) once, every row, audit on; a task whose estimate no longer fits
-#                   the call's budget is skipped and says so
-#   redteam         GPU: RT_LIST (default the seven below) on the `tiny` row, audit on, through redteam.sh;
+#   tasks LIST      GPU: each task of LIST (comma-separated: fuse, group_norm_silu, qknorm_rope, cutedsl,
+#                   norm_infer, rotary) once, every row, audit on. `all`: every task with no finished run (exit 0
+#                   or 1) on this warm machine yet, in that order. A task whose estimate (below) no longer fits the
+#                   call's budget is skipped and says so; the one that starts gets all the time left
+#   redteam         GPU: RT_LIST (default RT_DEFAULT: seven attacks) on the `tiny` row, audit on, via redteam.sh;
 #                   attacks already recorded on this warm machine are skipped, so a second call goes on
 # Every call: the GPU is checked to be an H200 first (the tasks' arch gate refuses others: nothing runs);
 # machine.txt (nvidia-smi, versions, ncu, harness_record()), summary.md (per task: exit, rows passed, grid passed,
-# headline, seconds; the red team's table), and remeasure-<UTC time>.tgz (the runs without raw/scratch, raw/build,
-# .ncu-rep files; the logs; the red team's records) land in $OUT: three files (the device brings back eight).
+# headline, seconds; the tasks left on this machine; the red team's table), and remeasure-<UTC time>.tgz (this
+# call's runs without raw/scratch, raw/build, .ncu-rep files; the logs; the red team's records) land in $OUT:
+# three files (the device brings back eight).
 #
-# Calls (the integrator's; main's .gitignore ignores .gpustage). Time per task, estimated from harness 2.9 on
-# this H200 (benchmarks/README.md: ~5 s a row, 14-31 s for the first row that starts the judge and four pairs of
-# side processes, 10-15 s of audit per production row; fuse's 30 rows ran inside h200_29.sh's 240 s) plus each
-# build (norm_infer's CUDA candidate through nvcc, qknorm_rope's tvm-ffi modules built per row's template
-# arguments, cutedsl's cute.compile): fuse 30 rows (4 prod) ~240 s, group_norm_silu 19 (6) ~200 s, rotary 19
-# (4) ~180 s, norm_infer 24 (2) ~240 s, qknorm_rope 16 (4) ~300 s, cutedsl 13 (4) ~200 s, redteam 7 attacks
-# ~300 s. The tasks that need no extra wheels go first; the wheels (~112 MB, two carries of at most 64 MiB) ride
-# along with calls 2 and 3, so only those two must land on the same warm machine (it is released after 30 s idle
-# and after 30 min held: make the calls back to back):
-#   here:   bash benchmarks/gpu/remeasure.sh pack        (reads kernels/*/baseline/upstream and KP_WHL, default .whl)
-#   call 1: carry [.gpustage/remeasure-1]  bash benchmarks/gpu/remeasure.sh tasks fuse,group_norm_silu   (~440 s)
-#   call 2: carry [.gpustage/remeasure-2]  bash benchmarks/gpu/remeasure.sh stage tasks rotary,norm_infer  (~430 s)
-#   call 3: carry [.gpustage/remeasure-3]  bash benchmarks/gpu/remeasure.sh stage install tasks qknorm_rope,cutedsl
-#           redteam   (~530 s; the red team takes what time is left, the rest goes into call 4)
-#   call 4 (if the red team was cut): bash benchmarks/gpu/remeasure.sh redteam   (same warm machine or not)
+# Time per task (the estimates the budget uses), from harness 2.9 on the lent H200 (benchmarks/README.md: ~5 s a
+# row, 14-31 s for the first row, which starts the judge and four process pairs a side, 10-15 s of audit per
+# production row; fuse's 30 rows ran inside h200_29.sh's 240 s) plus each build: fuse 30 rows (4 production)
+# ~240 s; group_norm_silu 19 (6) ~200 s, never run on a GPU before; rotary 19 (4) ~180 s; norm_infer 24 (2)
+# ~240 s with its nvcc build; cutedsl 13 (4) ~200 s with cute.compile; qknorm_rope 16 (4) ~420 s, the least
+# known: its tvm-ffi modules are built per row's template arguments, 12 sets for 16 rows, one nvcc each a side;
+# the red team, 7 one-row runs with the audit, ~300 s. About 26 minutes of rows in all, 31 with the red team:
+# four calls of at most ~9 minutes. The wheels of qknorm_rope and cutedsl (~112 MB: two carries of at most
+# 64 MiB) must meet on one warm machine (given back after 30 s idle and after 30 minutes held: make the calls back
+# to back), so they ride in calls 1 and 2 and their tasks run in call 2, while the machine is young; calls 3 and
+# 4 need only the upstream files, on that machine or a fresh one.
+#   here:   bash benchmarks/gpu/remeasure.sh pack  (from kernels/*/baseline/upstream and KP_WHL, default .whl)
+#   call 1: carry [.gpustage/remeasure-2]  bash benchmarks/gpu/remeasure.sh stage tasks fuse,group_norm_silu
+#   call 2: carry [.gpustage/remeasure-3]  bash benchmarks/gpu/remeasure.sh stage install tasks qknorm_rope,cutedsl
+#   call 3: carry [.gpustage/remeasure-1]  bash benchmarks/gpu/remeasure.sh tasks norm_infer,rotary
+#   call 4: carry []                       bash benchmarks/gpu/remeasure.sh redteam
+# (timeout_s 600 each.) Each summary.md names the tasks left on its machine: a task skipped or cut goes into the
+# next call's list (`tasks all` on the same warm machine; on a fresh one, name them); a cut red team goes on with
+# `redteam` on the same machine. If call 2 says the wheels are incomplete (the machine was fresh), call 1's carry
+# must be staged again first: `stage` with .gpustage/remeasure-2, then call 2 again.
 # Then here, for each call's files: python benchmarks/gpu/results_md.py import <files_at>/remeasure-*.tgz
-# (kernels/<task>/results/<host>/<run-id>/ and each task's docs/results.md + docs/speedup.png; a run whose grid
-# did not pass is imported but its docs are left as they were, exit 1).
+# (kernels/<task>/results/<host>/<run-id>/ and each task's docs/results.md + docs/speedup.png, rendered from
+# results.json; a run that does not count, its grid failed or cut, is imported but its docs are left as they
+# were, exit 1).
 #
 # Environment: OUT (default /tmp/kp-remeasure-out); REMEASURE_WORK (/tmp/kp-remeasure: task copies, runs, logs);
 # REMEASURE_BUDGET_S (540); REMEASURE_HOST (the runs' host alias and results/<host>/ folder, default h200);
@@ -56,10 +65,10 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 stamp=$(date -u +%Y%m%d-%H%M%S)
 steps_tsv=$work/steps-$stamp.tsv
 
-ORDER=(fuse group_norm_silu rotary norm_infer qknorm_rope cutedsl)
+ORDER=(fuse group_norm_silu qknorm_rope cutedsl norm_infer rotary)  # `tasks all`: the wheels' tasks while they are installed
 declare -A FAMILY=([fuse]=fuse_scale_shift [rotary]=rotary_embedding [norm_infer]=norm_infer
                    [group_norm_silu]=group_norm_silu [qknorm_rope]=qknorm_rope [cutedsl]=cutedsl_norm_scale_shift)
-declare -A ESTIMATE_S=([fuse]=240 [group_norm_silu]=200 [rotary]=180 [norm_infer]=240 [qknorm_rope]=300 [cutedsl]=200)
+declare -A ESTIMATE_S=([fuse]=240 [group_norm_silu]=200 [rotary]=180 [norm_infer]=240 [qknorm_rope]=420 [cutedsl]=200)
 declare -A NEEDS=([qknorm_rope]="tvm_ffi" [cutedsl]="cutlass.cute")  # importable only from KP_SITE's wheels
 RT_DEFAULT=control_fast,control_same,forge_event_times_10,forge_event_times_30,side_stream,sleep_first_call,patch_timer_stats
 # The wheels of new_tasks.sh, split into two carries of at most 64 MiB (W: the cu13 libs, split in three parts).
@@ -129,8 +138,17 @@ site_env() { [ -d "$KP_SITE" ] && eval "$(bash benchmarks/gpu/new_tasks.sh env)"
 
 step_tasks() {  # step_tasks LIST
   local list=$1 name
-  [ "$list" = all ] && list=$(IFS=,; echo "${ORDER[*]}")
+  [ "$list" = all ] && list=$(tasks_left)
   for name in ${list//,/ }; do run_task "$name"; pack; done
+}
+
+tasks_left() {  # the tasks with no finished run (exit 0 or 1) on this machine yet, in ORDER
+  local name left=()
+  for name in "${ORDER[@]}"; do
+    cut -f1,3 "$work"/steps-*.tsv 2>/dev/null | grep -qE "/$(basename "$(task_dir "$name")")"$'\t'"[01]\$" ||
+      left+=("$name")
+  done
+  echo "${left[*]}"
 }
 
 run_task() {
@@ -196,6 +214,7 @@ summarize() {
     echo "# remeasure $stamp: $*"; echo
     cat "$out/steps.txt" 2>/dev/null; echo
     [ -s "$steps_tsv" ] && "$py" benchmarks/gpu/results_md.py table "$steps_tsv"
+    echo; echo "left on this machine (no finished run here yet): $(tasks_left | tr ' ' ,)"
     [[ " $* " == *" redteam "* ]] && [ -f "$work/redteam/redteam.md" ] && { echo; cat "$work/redteam/redteam.md"; }
   } > "$out/summary.md" 2>&1
   cat "$out/summary.md"
