@@ -104,6 +104,12 @@ def test_a_run_that_counts_becomes_the_tasks_results_page(tmp_path):
     (task / "docs" / "results.md").write_text(OLD_DOCS)
     assert run("render", str(imported)).returncode == 0
     assert (task / "docs" / "results.md").read_text() == page
+    # the one hand-written part: docs/results_notes.md, under the header, said to be by hand
+    (task / "docs" / "results_notes.md").write_text("qwen_s19 read FASTER in 5 more runs of the same call.\n")
+    assert run("render", str(imported)).returncode == 0
+    noted = (task / "docs" / "results.md").read_text()
+    assert "Notes, written by hand (results_notes.md):\n\nqwen_s19 read FASTER in 5 more runs" in noted
+    assert noted.index("Notes, written by hand") < noted.index("# h200_tiny__multi_shape: results")
 
 
 def test_a_failed_grid_row_or_a_missing_row_leaves_the_docs_as_they_were(tmp_path):
