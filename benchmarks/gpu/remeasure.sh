@@ -20,7 +20,7 @@
 # machine.txt (nvidia-smi, versions, ncu, harness_record()), summary.md (per task: exit, rows passed, grid passed,
 # headline, seconds; the tasks left on this machine; the red team's table), and remeasure-<UTC time>.tgz (this
 # call's runs without raw/scratch, raw/build, .ncu-rep files; the logs; the red team's records) land in $OUT:
-# three files (the device brings back eight).
+# four files with steps.txt (the device brings back eight).
 #
 # Time per task (the estimates the budget uses), from harness 2.9 on the lent H200 (benchmarks/README.md: ~5 s a
 # row, 14-31 s for the first row, which starts the judge and four process pairs a side, 10-15 s of audit per
