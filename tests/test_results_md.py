@@ -32,8 +32,9 @@ def row(workload: str, production: bool, status: str = "PASSED", **more) -> dict
             "audit": {"agree": True} if production else None, **more}
 
 
-def results(rows: list[dict], gpu: str = "NVIDIA H200") -> dict:
-    return {"schema": "kpremote.results/1", "status": "passed", "exit_code": 0, "smoke": False,
+def results(rows: list[dict], gpu: str = "NVIDIA H200", exit_code: int = 0) -> dict:
+    return {"schema": "kpremote.results/1", "status": "passed" if exit_code == 0 else "error", "exit_code": exit_code,
+            "smoke": False,
             "provenance": {"device": "cuda", "gpu": {"name": gpu, "cc": [9, 0], "uuid": "GPU-1"},
                            "harness": {"version": "2.10", "digest": DIGEST}, "started": "2026-11-27T10:00:00+00:00",
                            "command": ["/usr/bin/python3", "-m", "kpremote.agent.run.runner", "--audit", "on"],
@@ -88,7 +89,7 @@ def test_a_run_that_counts_becomes_the_tasks_results_page(tmp_path):
                            "results/h200/20261127-100000-abcdef/results.json")
     assert "does not count" not in page
     assert "every row of the task, all passed: 1 production rows and 2 rows of the regression grid" in page
-    assert "on NVIDIA H200" in page and "audit agreed on 1 of 1 audited production rows" in page
+    assert "on NVIDIA H200" in page and "audit agreed on 1 of 1 production rows" in page
     assert f"harness 2.10, digest {DIGEST}" in page
     assert f"- harness: kpremote agent 2.10, digest {DIGEST}" in page  # the line report.harness_staleness reads
     # median, mean, std, min, p10, p90 of each workload and side
@@ -113,12 +114,13 @@ def test_a_run_that_counts_becomes_the_tasks_results_page(tmp_path):
 
 
 def test_a_failed_grid_row_or_a_missing_row_leaves_the_docs_as_they_were(tmp_path):
-    for name, rows, why in (("failed", every_row(status="INCORRECT"), "grid_b INCORRECT"),
-                            ("missing", every_row()[:2], "1 rows of the task not in the run (grid_c)"),
-                            ("invalid", every_row(invalid="the audit disagrees"),
-                             "grid_b invalid: the audit disagrees")):
+    for name, document, why in (("failed", results(every_row(status="INCORRECT")), "grid_b INCORRECT"),
+                                ("missing", results(every_row()[:2]), "1 rows of the task not in the run (grid_c)"),
+                                ("ended", results(every_row(), exit_code=3), "the run ended error (exit code 3)"),
+                                ("invalid", results(every_row(invalid="the audit disagrees")),
+                                 "grid_b invalid: the audit disagrees")):
         kernel_dir = kernels(tmp_path / name)
-        done = run("import", str(tarball(tmp_path / name, results(rows))), "--kernels", str(kernel_dir))
+        done = run("import", str(tarball(tmp_path / name, document)), "--kernels", str(kernel_dir))
         assert done.returncode == 1, (name, done.stdout, done.stderr)
         assert why in done.stdout and "NOT rewritten" in done.stdout
         assert (kernel_dir / TASK / "docs" / "results.md").read_text() == OLD_DOCS

@@ -115,6 +115,8 @@ def why_it_does_not_count(results: RunResults, cover: Coverage) -> list[str]:
     gpu = (results.provenance.get("gpu") or {}).get("name") or "?"
     if REQUIRED_GPU not in gpu:
         reasons.append(f"measured on {gpu}, not an {REQUIRED_GPU}")
+    if results.exit_code != 0:
+        reasons.append(f"the run ended {results.status} (exit code {results.exit_code})")
     if cover.missing:
         reasons.append(f"{len(cover.missing)} rows of the task not in the run ({', '.join(cover.missing[:5])}"
                        f"{', ...' if len(cover.missing) > 5 else ''})")
@@ -141,8 +143,7 @@ def render_page(results: RunResults, cover: Coverage, *, source: str, via: str =
     else:
         rows = (f"the task's {len(production)} production rows ({cover.passed_of(production)} passed) and {len(grid)} "
                 f"rows of the regression grid ({cover.passed_of(grid)} passed), {len(cover.missing)} rows not run")
-    audited = [row for row in results.rows if row.production and row.audit]
-    agreed = sum(1 for row in audited if row.audit.get("agree") is True)
+    agreed = sum(1 for row in results.rows if row.production and (row.audit or {}).get("agree") is True)
     lines = [f"{GENERATED_MARK} from {source}/results.json; regenerate: "
              f"python benchmarks/gpu/results_md.py render {source} -->"]
     reasons = why_it_does_not_count(results, cover)
@@ -150,7 +151,7 @@ def render_page(results: RunResults, cover: Coverage, *, source: str, via: str =
         lines += ["", f"> **This run does not count** (task rule sheet: the production rows and the regression grid "
                       f"must pass on the GPU before any benchmark result counts): {'; '.join(reasons)}.", ""]
     lines += [f"Measured on {started} by `{via}` on {gpu.get('name', '?')}: `{command}`, {rows}; the Nsight Compute "
-              f"audit agreed on {agreed} of {len(audited)} audited production rows; harness {record.get('version')}, "
+              f"audit agreed on {agreed} of {len(production)} production rows; harness {record.get('version')}, "
               f"digest {record.get('digest')}. The second table gives each workload's statistics per side (n, median, "
               f"mean, std, min, p10, p90, µs per call). This page is generated from the run's results.json."]
     if notes.strip():
