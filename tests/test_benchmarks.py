@@ -102,3 +102,24 @@ def test_x4_host_dry_run_shows_the_gpus_and_the_arch_gate_through_ssh(tmp_path):
     refused = next(row for row in rows if 'arch = "h200"' in row[1])
     assert "needs an H200: GPUs 0,1,2,3 (NVIDIA H100 80GB HBM3) are not an H200" in refused[3]
     assert sorted(p.name for p in out.iterdir()) == ["logs.tgz", "step1.log", "step5.log", "summary.md"]
+
+
+def test_x4_host_step4_finds_the_work_in_any_sample_of_the_compute_processes():
+    """Step 4's probe of where a run's work ran: nvidia-smi sampled while the run runs. On 2026-11-26 (4 x H200) its
+    one look came before the side processes opened CUDA and read "(no compute processes)"; the run's later samples
+    are what show the GPU. A process on GPU 1 in any sample fails it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("x4_host", BENCHMARKS / "gpu" / "x4_host.py")
+    x4_host = sys.modules["x4_host"] = importlib.util.module_from_spec(spec)  # its dataclasses look it up there
+    spec.loader.exec_module(x4_host)
+    gpu0, gpu1 = "GPU-90706cfe-6140-9202-6c8a-1f2cff166be4", "GPU-304aee7c-b059-bdea-13a7-c7a65ad6239c"
+    early = "(no compute processes)"
+    working = f"{gpu0}, 14960, 520 MiB\n{gpu0}, 14970, 516 MiB"
+    seen = x4_host.where_processes_ran([early, working, working, early])
+    assert seen == {gpu0: 2}
+    assert x4_host.worked_on(seen, gpu0, not_on=gpu1)
+    assert not x4_host.worked_on(x4_host.where_processes_ran([early, early]), gpu0, not_on=gpu1)
+    stray = x4_host.where_processes_ran([working, f"{gpu0}, 14960, 520 MiB\n{gpu1}, 15001, 300 MiB"])
+    assert stray == {gpu0: 2, gpu1: 1}
+    assert not x4_host.worked_on(stray, gpu0, not_on=gpu1)

@@ -14,7 +14,11 @@ time box, each independent (a step that fails or times out is logged, its runs a
      and the next run takes the GPU when it ends; a holder killed on the host leaves a stale lease that is reclaimed.
   5. The arch gate: copies of a task marked for the other models are refused with the reason; one marked for this
      model runs.
-  6. Issue 33: a task's small rows alone, N at once, alone again, audit on (benchmarks/gpu/neighbours.sh).
+  6. Issue 33: a task's rows alone, N at once, alone again, audit on (benchmarks/gpu/neighbours.sh).
+
+Steps 1 to 5 are one device call (the default; 358 s on 4 x H200, 2026-11-26). Step 6 does not fit after them (it
+took 231 s for fuse_scale_shift's three rows that day) and is a second call: `X4_STEPS=6 bash
+benchmarks/gpu/x4_host.sh`.
 
 Writes at most 8 files under --out (the device tool's limit): summary.md (one table of checks, then each step's
 table), step1.log ... step6.log (every command and its output, as a user saw it) and logs.tgz (the fetched results).
@@ -42,12 +46,15 @@ TASK = "redteam_control_fast"
 ROWS = "tiny,mid"  # a dry run (CPU) times only tiny, the smoke row
 ALIAS = "x4"
 FUSE = "h200_diffusion_fuse_scale_shift__multi_shape"
-FUSE_ROWS = "qwen_s19_c3072_bcast11,qwen_s47_c3072_bcast11"
+FUSE_ROWS = "qwen_s19_c3072_bcast11,qwen_s47_c3072_bcast11,qwen_s4096_c3072_bcast11"  # two small, one >= 15 us
 # Seconds each step may take at most; the whole call is held to --budget on top (later steps get what is left).
-BOXES = {1: 45, 2: 150, 3: 130, 4: 130, 5: 70, 6: 220}
+# Step 6 runs as a call of its own (X4_STEPS=6): its box is most of that call (three rows took 231 s on 4 x H200).
+BOXES = {1: 45, 2: 150, 3: 130, 4: 130, 5: 70, 6: 400}
+STEPS_DEFAULT = "1,2,3,4,5"  # step 6 does not fit after them in one call
 BUDGET_S = 470  # the steps' share of one device call of about 8 minutes (sshd's start comes before)
 # What each step is asked to keep back for every step after it when the budget runs short.
 RESERVE_S = 25
+PROBE_EVERY_S = 0.5  # step 4: how often nvidia-smi's compute processes are sampled while its run runs
 SETTLE_S = 30  # how long a step's end waits for every GPU to be idle again
 DRY_SLOWER = 3  # a dry run's boxes and budget: its runs run on the CPU (Triton's interpreter), on a shared machine
 FOREIGN_MIB = 8192
@@ -639,23 +646,59 @@ def step4_cvd_and_kill(ctx: Context, log: Log, box: Box) -> list[Check]:
 
 
 def cuda_visible_devices(ctx: Context, log: Log, box: Box) -> list[Check]:
-    """CUDA_VISIBLE_DEVICES=1 on the client and in the host's python: `--gpu 0` still leases and uses GPU 0."""
-    host, pane, gpu0 = ctx.host, ctx.panes[0], ctx.gpu(0)
+    """CUDA_VISIBLE_DEVICES=1 on the client and in the host's python: `--gpu 0` still leases and uses GPU 0. Where the
+    work runs is read from nvidia-smi's compute processes, sampled every PROBE_EVERY_S from the start to the client's
+    end: the run's side processes open CUDA only after its sync and build, so one look when the lease appears can come
+    before any of them (2026-11-26, 4 x H200: it saw none)."""
+    host, pane, gpu0, gpu1 = ctx.host, ctx.panes[0], ctx.gpu(0), ctx.gpu(1)
     run = ctx.inv.start(pane, "run", "--host", f"{ALIAS}-cvd", "--task", TASK, "--workloads", "tiny", "--gpu", "0",
                         log=log, extra_env={"CUDA_VISIBLE_DEVICES": "1"})
-    state = poll(box, lambda: running_on(host, gpu0["uuid"]), clients=(run,))
-    record = host.lock_record(gpu0["uuid"])
-    apps = host.compute_apps()
+    state, record, samples = watch_run(host, run, gpu0["uuid"], box)
     log.block("GPU 0's lock file while it runs", record)
-    log.block("compute processes while it runs", apps)
     done = run.wait(box, log)
     results = newest(ctx.panes.fetched(pane)) or {}
-    used = {line.split(",")[0].strip() for line in apps.splitlines() if line.startswith("GPU-")}
+    seen = where_processes_ran(samples)
+    others = "".join(f", {uuid} in {count}" for uuid, count in seen.items() if uuid not in (gpu0["uuid"], gpu1["uuid"]))
+    probe = ("dry run: no nvidia-smi" if host.dry else
+             f"compute processes in {len(samples)} samples every {PROBE_EVERY_S} s: GPU 0 in "
+             f"{seen.get(gpu0['uuid'], 0)}, GPU 1 in {seen.get(gpu1['uuid'], 0)}{others}")
+    log.block("compute processes while it ran",
+              "\n".join([probe, *(["each different sample:", *dict.fromkeys(samples)] if samples else [])]))
+    on_gpu0 = host.dry or worked_on(seen, gpu0["uuid"], not_on=gpu1["uuid"])
     return [Check(4, "CUDA_VISIBLE_DEVICES=1 (client and host) with --gpu 0: the lease and the work are on GPU 0",
-                  ok(done.code == 0 and leased(host, results).get("uuid") == gpu0["uuid"] and state["run_id"] in record
-                     and (host.dry or used == {gpu0["uuid"]})),
+                  ok(done.code == 0 and leased(host, results).get("uuid") == gpu0["uuid"] and state is not None
+                     and state["run_id"] in record and on_gpu0),
                   f"exit {done.code}; results' GPU {leased(host, results).get('index')} {leased(host, results).get('uuid')}; "
-                  f"compute processes on {sorted(used) or apps}")]
+                  f"{probe}" + ("" if state else "; the run was never seen running on GPU 0"))]
+
+
+def watch_run(host: Host, run: Started, uuid: str, box: Box) -> tuple[Optional[dict[str, Any]], str, list[str]]:
+    """Until the client ends: the run's state once it runs on this GPU, the GPU's lock record then, and nvidia-smi's
+    compute processes every PROBE_EVERY_S (none in a dry run)."""
+    state, record, samples = None, "(not seen: the run ended before it ran on this GPU)", []
+    while run.proc.poll() is None:
+        if state is None:
+            state = running_on(host, uuid)
+            record = host.lock_record(uuid) if state else record
+        if not host.dry:
+            samples.append(host.compute_apps())
+        box.check()
+        time.sleep(PROBE_EVERY_S)
+    return state, record, samples
+
+
+def where_processes_ran(samples: list[str]) -> dict[str, int]:
+    """For each GPU UUID, in how many samples of nvidia-smi's compute processes ("uuid, pid, MiB" lines) it had one."""
+    counts: dict[str, int] = {}
+    for sample in samples:
+        for uuid in sorted({line.split(",")[0].strip() for line in sample.splitlines() if line.startswith("GPU-")}):
+            counts[uuid] = counts.get(uuid, 0) + 1
+    return counts
+
+
+def worked_on(seen: dict[str, int], uuid: str, not_on: str) -> bool:
+    """The work ran on `uuid`: some sample had a compute process there, and none had one on `not_on`."""
+    return seen.get(uuid, 0) > 0 and seen.get(not_on, 0) == 0
 
 
 def killed_client(ctx: Context, log: Log, box: Box) -> list[Check]:
@@ -796,8 +839,8 @@ def step6_neighbours(ctx: Context, log: Log, box: Box) -> list[Check]:
 
 
 def neighbours_task(ctx: Context, log: Log) -> tuple[Path, str, str]:
-    """fuse_scale_shift's two small production rows where its upstream files are here (on an H100 a copy marked
-    h100), else the control task's tiny and mid rows."""
+    """fuse_scale_shift's qwen_s19 and qwen_s47 (small) and qwen_s4096 (~17 us) production rows where its upstream
+    files are here (on an H100 a copy marked h100), else the control task's tiny and mid rows."""
     fuse = REPO / "kernels" / FUSE
     if (fuse / "baseline" / "upstream").is_dir() and not ctx.host.dry:
         if ctx.host.model == "h200":
@@ -922,7 +965,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/kp-x4-out")))
     parser.add_argument("--work", type=Path, default=Path("/tmp/kp-x4"))
-    parser.add_argument("--steps", default=os.environ.get("X4_STEPS", "1,2,3,4,5,6"))
+    parser.add_argument("--steps", default=os.environ.get("X4_STEPS") or STEPS_DEFAULT)
     parser.add_argument("--budget", type=float, default=float(os.environ.get("X4_BUDGET_S", 0)) or None,
                         help=f"seconds for the whole call (the steps share what is left; {BUDGET_S}, a dry run {DRY_SLOWER}x)")
     parser.add_argument("--dry", action="store_true", help="no GPU: an sshd on loopback and the NVML fixture")

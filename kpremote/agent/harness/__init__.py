@@ -15,7 +15,7 @@ from typing import Any
 
 from ..provenance import file_sha256
 
-HARNESS_VERSION = "2.9"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+HARNESS_VERSION = "2.10"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
 # 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
 # 2.3: a row's noise threshold covers two timer ticks; the flush probe ramps the clocks first (no timed number moves)
@@ -31,13 +31,17 @@ HARNESS_VERSION = "2.9"  # 2.0: process boundary (judge + one process per side),
 #      re-pinned or starved, or whose candidate runs a helper thread while timed, is void (guard.py)
 # 2.9: a cold GPU row is timed by four process pairs (timing.SIDE_PAIRS), its samples pooled, and its process floor is
 #      0.3 us / sqrt(pairs) = 0.15 us (2.4-2.8: one pair, 0.75 us): each process's own offset, measured with the dial
+# 2.10: a side seals its own machinery before task code is imported (seal.py): what the task replaces of the functions
+#      that time and report its samples voids the row's times, and the window's clock after the call is torch's C
+#      functions, read into the sample's frame first; honest numbers as 2.9's
 AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".
 HARNESS_FILES = (
     "contract.py", "harness/__init__.py", "harness/cases.py", "harness/channel.py", "harness/correctness.py",
     "harness/floors.py", "harness/guard.py", "harness/judge.py", "harness/judgeprocess.py", "harness/rowlog.py",
-    "harness/sampling.py", "harness/side.py", "harness/sideprocess.py", "harness/stats.py", "harness/timing.py",
+    "harness/sampling.py", "harness/seal.py", "harness/side.py", "harness/sideprocess.py", "harness/stats.py",
+    "harness/timing.py",
     "ncu/audit.py", "ncu/ncu.py", "ncu/profiledcall.py", "run/children.py", "run/guards.py", "run/report.py",
     "run/runner.py", "run/runoptions.py", "sandbox/__init__.py", "sandbox/landlock.py", "sandbox/members.py",
     "sandbox/namespace.py", "sandbox/seccomp.py", "task/build.py", "task/builders/__init__.py", "task/builders/base.py",

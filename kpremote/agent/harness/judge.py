@@ -425,6 +425,23 @@ def _void_for_leftovers(result: dict[str, Any], leftovers: list[str]) -> None:
         result["invalid"] = "; ".join(filter(None, [result.get("invalid"), why]))
 
 
+def _void_for_tampering(result: dict[str, Any], processes: list[SideProcess]) -> None:
+    """A side whose process replaced the machinery that times and reports its samples (its seal broke: seal.py):
+    whatever it reported of its times is void, and the row says what was replaced."""
+    by_side: dict[str, list[str]] = {}
+    for process in processes:
+        for name in process.tampered:
+            by_side.setdefault(process.side, [])
+            if name not in by_side[process.side]:
+                by_side[process.side].append(name)
+    if not by_side or result.get("timing") is None:
+        return
+    why = "; ".join(f"the {side} side's process replaced what times and reports its samples ({', '.join(names)}): "
+                    f"its times are void"
+                    for side, names in sorted(by_side.items()))
+    result["invalid"] = "; ".join(filter(None, [result.get("invalid"), why]))
+
+
 def write_line(fd: int, value: dict[str, Any]) -> None:
     data = (json.dumps(value, default=str) + "\n").encode()
     while data:
@@ -448,6 +465,7 @@ def serve_rows(lines: Any, secret: bytes, result_fd: int) -> None:
                     result["processes"] = bench.processes()
                     result["sandbox"] = dict(bench.sandbox)
                 _void_for_leftovers(result, members.kill_leftovers({p.pid for p in bench.every_process()}))
+                _void_for_tampering(result, bench.every_process())
             except Exception as exc:  # noqa: BLE001 - the runner gets a result it can show, never a dead process
                 result = {"status": ERROR, "message": f"judge: {type(exc).__name__}: {exc}", "where": "judge",
                           "traceback": traceback.format_exc()}

@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from . import seal
 from .channel import Channel, ChannelClosed, decode_values
 
 TRACEBACK_LINES = 20
@@ -52,19 +53,26 @@ class Side:
         self.translation_reads: dict[int, Any] = {}  # per case on a GPU: timing.TranslationReads of its tensors
         self.graph_calls = 1
         self.sleep_cycles = 0
+        self.clock: seal.Clock | None = None  # on a GPU: the timed window's C functions, taken at the seal
 
     # ---------------------------------------------------------------- commands
 
     def start(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Imports the adapter and this side's module, after the seal on this process's machinery is taken (seal.py):
+        the reply carries the seal (taken out before it goes up) and whatever the imports broke of it."""
+        import torch
+
         from ..task import build
         from ..task.taskspec import SIDES, load_task
-
-        if command["device"] != "cuda":
-            import torch
-
-            torch.set_num_threads(1)  # no intra-op pool on a smoke run: every other thread is the side's own
+        from . import correctness, rowlog, timing  # noqa: F401 - every harness module this side runs, under the seal
 
         self.side, self.device = command["side"], command["device"]
+        if self.device == "cuda":
+            torch.cuda.init()
+            self.clock = seal.Clock(torch)
+        else:
+            torch.set_num_threads(1)  # no intra-op pool on a smoke run: every other thread is the side's own
+        entries = seal.take({"side": self, "clock": self.clock} if self.clock else {"side": self})
         spec = load_task(Path(command["task_dir"]))
         module = build.import_side(spec, self.side, command.get("module_file"))
         self.adapter = build.import_adapter(spec)
@@ -73,13 +81,8 @@ class Side:
             self.adapter.bind(**modules)
         self._call_function = getattr(self.adapter, f"call_{self.side}")
         if self.device == "cuda":
-            import torch
-
-            torch.cuda.init()
-            from . import timing
-
             timing.reset_persisting_l2()  # once, after the side's module was imported: no set-aside, no such lines
-        return {"ok": True, "sandbox": SANDBOX[0]}
+        return {"ok": True, "sandbox": SANDBOX[0], SEAL_KEY: entries}
 
     def row(self, command: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         """The next row: its workload's parameters, and its log (a descriptor the judge opened) for this process's
@@ -181,11 +184,10 @@ class Side:
         case_id = command["id"]
         if self.device != "cuda":
             inputs, outputs = self.cases[case_id]
-            started = time.perf_counter()
+            now = PERF_COUNTER
+            started = now()
             self._call(inputs, outputs)
-            return {"ok": True, "us": (time.perf_counter() - started) * 1e6}
-        import torch
-
+            return {"ok": True, "us": (now() - started) * 1e6}
         from . import timing
 
         # The persisting-L2 set-aside is read, not reset, here: a reset (cudaDeviceSetLimit +
@@ -196,23 +198,28 @@ class Side:
         graph = self.graphs.get(case_id) if command.get("graph") else None
         if command.get("graph") and graph is None:
             return {"ok": False, "error": f"no graph captured for case {case_id}"}
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        # Everything the window calls once the side's call has returned is in this frame before the call, from
+        # the Clock's C functions (seal.py): a patch the call makes cannot act before serve's check sees it.
+        clock = self.clock
+        record, query, synchronize, elapsed_ms, now, stream = (clock.record, clock.query, clock.synchronize,
+                                                                clock.elapsed_ms, clock.now, clock.stream)
+        start, end = clock.event_type(enable_timing=True), clock.event_type(enable_timing=True)
         self.translation_reads[case_id].queue()  # before the head start: done before the call, not in its window
-        queueing = time.perf_counter()
+        queueing = now()
         if self.sleep_cycles:
-            torch.cuda._sleep(self.sleep_cycles)
-        start.record()
+            clock.sleep(self.sleep_cycles)
+        record(start, stream)
         if graph is not None:
             graph.replay()
         else:
             self._call(*self.cases[case_id])
         # The GPU already past the start event while this host was still queueing the call: the head start ran
         # out, and the window holds host time. The judge drops such a sample and lengthens the head start.
-        late = bool(self.sleep_cycles) and start.query()
-        host_us = (time.perf_counter() - queueing) * 1e6
-        end.record()
-        torch.cuda.synchronize()
-        return {"ok": True, "us": start.elapsed_time(end) * 1000.0, "late": late, "host_us": host_us,
+        late = query(start) if self.sleep_cycles else False
+        host_us = (now() - queueing) * 1e6
+        record(end, stream)
+        synchronize()
+        return {"ok": True, "us": elapsed_ms(start, end) * 1000.0, "late": late, "host_us": host_us,
                 "persisting_l2_bytes": persisting}
 
     # ---------------------------------------------------------------- helpers
@@ -227,6 +234,8 @@ class Side:
             torch.cuda.synchronize()
 
 
+SEAL_KEY = "_seal"  # the start reply's seal, taken out by serve before the reply goes up
+PERF_COUNTER = time.perf_counter  # the CPU window's clock, taken before any task code runs in this process
 SANDBOX = ["unsandboxed: not entered"]  # what main() entered, in words, before any task code was imported
 
 COMMANDS = {
@@ -237,6 +246,10 @@ COMMANDS = {
 
 def serve(channel: Channel) -> None:
     side = Side()
+    # Bound here, before any task code runs: the check, its code, and (once "start" returns it) the seal. A
+    # command's reply goes up only after the check, so a patch made during a command shows in that command's reply.
+    check, check_code, entries = seal.broken, seal.broken.__code__, ()
+    commands = dict(COMMANDS)
     while True:
         try:
             command, fds = channel.recv_command()
@@ -252,7 +265,7 @@ def serve(channel: Channel) -> None:
             elif op == "row":
                 reply = side.row(command, fds)
             else:
-                reply = COMMANDS[op](side, command)
+                reply = commands[op](side, command)
         except Exception as exc:  # noqa: BLE001 - the judge turns it into the row's ERROR
             lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
@@ -262,6 +275,11 @@ def serve(channel: Channel) -> None:
 
             for fd in fds:
                 os.close(fd)
+        if op == "start" and SEAL_KEY in reply:
+            entries = reply.pop(SEAL_KEY)
+        tampered = ["the seal's own check (its code)"] if check.__code__ is not check_code else check(entries)
+        if tampered:
+            reply["tampered"] = tampered
         channel.send_reply(reply)
 
 

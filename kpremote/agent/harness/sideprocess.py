@@ -19,6 +19,9 @@ from .channel import BadReply, Channel, ChannelClosed
 from .correctness import SideFailed
 
 
+MAX_TAMPERED = 8  # names kept per side: enough to say what was replaced
+
+
 class SideProcess:
     """One side's process and the judge's end of its channel."""
 
@@ -34,6 +37,7 @@ class SideProcess:
         )
         theirs.close()
         self.channel = Channel(ours)
+        self.tampered: list[str] = []  # what this side's process reported replaced of its own machinery (seal.py)
 
     @property
     def pid(self) -> int:
@@ -59,9 +63,20 @@ class SideProcess:
             raise SideFailed(f"{self.side} side crashed: {self._exit()}") from None
         except BadReply as exc:
             raise SideFailed(f"{self.side} side broke the protocol: {exc}") from None
+        self._note_tampered(reply.get("tampered"))
         if not reply.get("ok"):
             raise SideFailed(str(reply.get("error") or "failed without saying why"), reply.get("traceback"))
         return reply
+
+    def _note_tampered(self, names: Any) -> None:
+        """The names a side's seal found replaced (side.serve): kept for the row's end, a few and short."""
+        if not names:
+            return
+        names = names if isinstance(names, list) else [names]
+        for name in names[:MAX_TAMPERED]:
+            text = str(name)[:200]
+            if text not in self.tampered and len(self.tampered) < MAX_TAMPERED:
+                self.tampered.append(text)
 
     def _exit(self) -> str:
         try:

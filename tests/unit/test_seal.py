@@ -1,0 +1,93 @@
+"""The seal on a side's machinery (kpremote/agent/harness/seal.py): what task code replaces after the seal is named."""
+
+from __future__ import annotations
+
+import json
+import time
+import types
+
+import pytest
+import torch
+
+from kpremote.agent.harness import channel, rowlog, seal
+
+
+@pytest.fixture
+def entries():
+    return seal.take()
+
+
+def test_an_untouched_process_keeps_its_seal(entries):
+    assert seal.broken(entries) == []
+
+
+def test_a_harness_function_replaced_on_its_module_is_named_and_its_return_heals(entries):
+    original = rowlog.write_output_to_fd
+    rowlog.write_output_to_fd = lambda fd: None
+    try:
+        assert seal.broken(entries) == ["kpremote.agent.harness.rowlog.write_output_to_fd"]
+    finally:
+        rowlog.write_output_to_fd = original
+    assert seal.broken(entries) == []
+
+
+def test_a_swapped_code_object_is_named(entries):
+    function = rowlog.write_output_to_fd
+    code = function.__code__
+    function.__code__ = (lambda fd: None).__code__
+    try:
+        assert seal.broken(entries) == ["kpremote.agent.harness.rowlog.write_output_to_fd (its code)"]
+    finally:
+        function.__code__ = code
+
+
+def test_a_method_set_on_a_class_is_named(entries):
+    original = channel.Channel.send_reply
+    channel.Channel.send_reply = lambda self, reply: None
+    try:
+        assert seal.broken(entries) == ["kpremote.agent.harness.channel.Channel.send_reply"]
+    finally:
+        channel.Channel.send_reply = original
+
+
+def test_torchs_timer_replaced_is_named_once(entries):
+    original = torch.cuda.Event.elapsed_time
+    torch.cuda.Event.elapsed_time = lambda self, end: 0.0
+    try:
+        assert seal.broken(entries) == ["torch.cuda.Event.elapsed_time"]
+    finally:
+        torch.cuda.Event.elapsed_time = original
+
+
+def test_the_standard_library_that_carries_a_reply_is_watched(entries):
+    dumps, clock = json.dumps, time.perf_counter
+    json.dumps, time.perf_counter = (lambda *a, **k: "{}"), (lambda: 0.0)
+    try:
+        assert seal.broken(entries) == ["json.dumps", "time.perf_counter"]
+    finally:
+        json.dumps, time.perf_counter = dumps, clock
+
+
+def test_a_deleted_name_is_named(entries):
+    original = rowlog.write_output_to_fd
+    del rowlog.write_output_to_fd
+    try:
+        assert seal.broken(entries) == ["kpremote.agent.harness.rowlog.write_output_to_fd (deleted)"]
+    finally:
+        rowlog.write_output_to_fd = original
+
+
+def test_a_pinned_objects_callables_are_watched():
+    holder = types.SimpleNamespace(now=time.perf_counter, count=3)
+    entries = seal.take({"clock": holder})
+    holder.count = 4  # data: not watched
+    assert seal.broken(entries) == []
+    holder.now = time.monotonic
+    assert seal.broken(entries) == ["clock.now"]
+
+
+def test_nothing_can_be_set_on_an_immutable_type_so_none_is_recorded(entries):
+    labels = {label for *_, label in entries}
+    assert "builtins.int" in labels and not any(label.startswith("builtins.int.") for label in labels)
+    with pytest.raises(TypeError):
+        int.__add__ = None
