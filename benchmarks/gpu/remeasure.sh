@@ -14,7 +14,7 @@
 #                   norm_infer, rotary) once, every row, audit on. `all`: every task with no finished run (exit 0
 #                   or 1) on this warm machine yet, in that order. A task whose estimate (below) no longer fits the
 #                   call's budget is skipped and says so; the one that starts gets all the time left
-#   redteam         GPU: RT_LIST (default RT_DEFAULT: seven attacks) on the `tiny` row, audit on, via redteam.sh;
+#   redteam         GPU: RT_LIST (default RT_DEFAULT: eight attacks) on the `tiny` row, audit on, via redteam.sh;
 #                   attacks already recorded on this warm machine are skipped, so a second call goes on
 # Every call: the GPU is checked to be an H200 first (the tasks' arch gate refuses others: nothing runs);
 # machine.txt (nvidia-smi, versions, ncu, harness_record()), summary.md (per task: exit, rows passed, grid passed,
@@ -28,7 +28,7 @@
 # ~240 s; group_norm_silu 19 (6) ~200 s, never run on a GPU before; rotary 19 (4) ~180 s; norm_infer 24 (2)
 # ~240 s with its nvcc build; cutedsl 13 (4) ~200 s with cute.compile; qknorm_rope 16 (4) ~420 s, the least
 # known: its tvm-ffi modules are built per row's template arguments, 12 sets for 16 rows, one nvcc each a side;
-# the red team, 7 one-row runs with the audit, ~300 s. About 26 minutes of rows in all, 31 with the red team:
+# the red team, 8 one-row runs with the audit, ~350 s. About 26 minutes of rows in all, 32 with the red team:
 # four calls of at most ~9 minutes. The wheels of qknorm_rope and cutedsl (~112 MB: two carries of at most
 # 64 MiB) must meet on one warm machine (given back after 30 s idle and after 30 minutes held: make the calls back
 # to back), so they ride in calls 1 and 2 and their tasks run in call 2, while the machine is young; calls 3 and
@@ -70,7 +70,8 @@ declare -A FAMILY=([fuse]=fuse_scale_shift [rotary]=rotary_embedding [norm_infer
                    [group_norm_silu]=group_norm_silu [qknorm_rope]=qknorm_rope [cutedsl]=cutedsl_norm_scale_shift)
 declare -A ESTIMATE_S=([fuse]=240 [group_norm_silu]=200 [rotary]=180 [norm_infer]=240 [qknorm_rope]=420 [cutedsl]=200)
 declare -A NEEDS=([qknorm_rope]="tvm_ffi" [cutedsl]="cutlass.cute")  # importable only from KP_SITE's wheels
-RT_DEFAULT=control_fast,control_same,forge_event_times_10,forge_event_times_30,side_stream,sleep_first_call,patch_timer_stats
+# issue 25's seven timing attacks, and 2.10's forge_timer_in_call (a forge that puts the timers back after each call)
+RT_DEFAULT=control_fast,control_same,forge_event_times_10,forge_event_times_30,forge_timer_in_call,side_stream,sleep_first_call,patch_timer_stats
 # The wheels of new_tasks.sh, split into two carries of at most 64 MiB (W: the cu13 libs, split in three parts).
 W=nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
 WHEELS_2=("parts/$W.partaa" "apache_tvm_ffi-*.whl" "nvidia_cutlass_dsl-4*.whl" "nvidia_cutlass_dsl_libs_base-*.whl"
