@@ -36,11 +36,12 @@
 #   here:   bash benchmarks/gpu/remeasure.sh pack  (from kernels/*/baseline/upstream and KP_WHL, default .whl)
 #   call 1: carry [.gpustage/remeasure-2]  bash benchmarks/gpu/remeasure.sh stage tasks fuse,group_norm_silu
 #   call 2: carry [.gpustage/remeasure-3]  bash benchmarks/gpu/remeasure.sh stage install tasks qknorm_rope,cutedsl
-#   call 3: carry [.gpustage/remeasure-1]  bash benchmarks/gpu/remeasure.sh tasks norm_infer,rotary
+#   call 3: carry [.gpustage/remeasure-1]  bash benchmarks/gpu/remeasure.sh tasks norm_infer,rotary redteam
 #   call 4: carry []                       bash benchmarks/gpu/remeasure.sh redteam
-# (timeout_s 600 each.) Each summary.md names the tasks left on its machine: a task skipped or cut goes into the
-# next call's list (`tasks all` on the same warm machine; on a fresh one, name them); a cut red team goes on with
-# `redteam` on the same machine. If call 2 says the wheels are incomplete (the machine was fresh), call 1's carry
+# (timeout_s 600 each; the red team in call 3 takes what time is left, call 4 only if device time remains.) Each
+# summary.md names the tasks left on its machine: a task skipped or cut goes into the next call's list (`tasks
+# all` on the same warm machine; on a fresh one, name them); `redteam` goes on where the last one stopped on the
+# same machine (on a fresh one, RT_LIST= the attacks not yet in the last table). If call 2 says the wheels are incomplete (the machine was fresh), call 1's carry
 # must be staged again first: `stage` with .gpustage/remeasure-2, then call 2 again.
 # Then here, for each call's files: python benchmarks/gpu/results_md.py import <files_at>/remeasure-*.tgz
 # (kernels/<task>/results/<host>/<run-id>/ and each task's docs/results.md + docs/speedup.png, rendered from
