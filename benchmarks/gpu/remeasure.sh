@@ -41,8 +41,9 @@
 # (timeout_s 600 each; the red team in call 3 takes what time is left, call 4 only if device time remains.) Each
 # summary.md names the tasks left on its machine: a task skipped or cut goes into the next call's list (`tasks
 # all` on the same warm machine; on a fresh one, name them); `redteam` goes on where the last one stopped on the
-# same machine (on a fresh one, RT_LIST= the attacks not yet in the last table). If call 2 says the wheels are incomplete (the machine was fresh), call 1's carry
-# must be staged again first: `stage` with .gpustage/remeasure-2, then call 2 again.
+# same machine (on a fresh one, RT_LIST= the attacks not yet in the last table). If call 2 says the wheels are
+# incomplete (the machine was fresh), call 1's carry must be staged again first: `stage` with
+# .gpustage/remeasure-2, then call 2 again.
 # Then here, for each call's files: python benchmarks/gpu/results_md.py import <files_at>/remeasure-*.tgz
 # (kernels/<task>/results/<host>/<run-id>/ and each task's docs/results.md + docs/speedup.png, rendered from
 # results.json; a run that does not count, its grid failed or cut, is imported but its docs are left as they
