@@ -14,6 +14,8 @@
 #   bash benchmarks/gpu/new_tasks.sh install    # GPU: install from $KP_WHEELS into $KP_SITE
 #   bash benchmarks/gpu/new_tasks.sh all [ROWS] # GPU: stage + install + check (ROWS: all | prod | smoke)
 #   bash benchmarks/gpu/new_tasks.sh check [ROWS]
+#   eval "$(bash benchmarks/gpu/new_tasks.sh env)"  # GPU: the exports that make $KP_SITE's packages importable
+#                                               # (what `check` sets; benchmarks/gpu/remeasure.sh uses it too)
 #
 # Folders (environment): KP_WHEELS (default /tmp/kp-wheels) holds the wheels and the cu13 parts that
 # `install` reads, so they may be staged there by any earlier call to the same warm machine, e.g. the
@@ -123,9 +125,13 @@ install() {
   echo "installed into $site: ${wheels[*]}"
 }
 
+site_env() {  # one place for the exports: the cutlass-dsl wheel's .pth file is not read for a --target install
+  echo "export PYTHONPATH=$site:$site/nvidia_cutlass_dsl/dsl_packages:$repo\${PYTHONPATH:+:\$PYTHONPATH}"
+  echo "export TVM_FFI_CUDA_ARCH_LIST=\${TVM_FFI_CUDA_ARCH_LIST:-9.0}"
+}
+
 check() {
-  export PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages:$repo:${PYTHONPATH:-}"
-  export TVM_FFI_CUDA_ARCH_LIST=${TVM_FFI_CUDA_ARCH_LIST:-9.0}
+  eval "$(site_env)"
   { nvidia-smi --query-gpu=index,name,memory.used,utilization.gpu --format=csv,noheader; nvcc --version | tail -1; } || true
   "$py" "$repo/benchmarks/gpu/new_tasks_check.py" "${1:-all}"
 }
@@ -135,6 +141,7 @@ case "${1:-all}" in
   stage) stage_wheels ;;
   install) install ;;
   check) check "${2:-all}" ;;
+  env) site_env ;;
   all) stage_wheels > /dev/null; install; check "${2:-all}" ;;
-  *) echo "usage: $0 upstream | stage | install | check [ROWS] | all [ROWS]"; exit 2 ;;
+  *) echo "usage: $0 upstream | stage | install | check [ROWS] | all [ROWS] | env"; exit 2 ;;
 esac

@@ -1,0 +1,116 @@
+"""benchmarks/gpu/remeasure.sh without a GPU: its steps checked before anything runs, the carries `pack` makes (one
+path a call, under the device's 64 MiB), the H200 gate, and which tasks a call still has to run. Each case runs the
+real script in a throwaway tree of its own (a git repository with the six tasks' upstream folders), never here."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from rig import REPO
+
+SCRIPT = REPO / "benchmarks" / "gpu" / "remeasure.sh"
+FAMILIES = ("fuse_scale_shift", "group_norm_silu", "qknorm_rope", "cutedsl_norm_scale_shift", "norm_infer",
+            "rotary_embedding")
+W = "nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl"
+WHEELS_2 = [f"parts/{W}.partaa", "apache_tvm_ffi-0.1.15.post2-cp312-abi3-manylinux_2_28_x86_64.whl",
+            "nvidia_cutlass_dsl-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl",
+            "nvidia_cutlass_dsl_libs_base-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl",
+            "nvidia_cutlass_dsl_libs_core-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl",
+            "cuda_bindings-13.0.3-cp312-cp312-manylinux_2_28_x86_64.whl", "cuda_pathfinder-1.3.1-py3-none-any.whl",
+            "einops-0.8.1-py3-none-any.whl"]
+WHEELS_3 = [f"parts/{W}.partab", f"parts/{W}.partac", "protobuf-6.33.0-cp39-abi3-manylinux2014_x86_64.whl"]
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A repository root as the script wants one: the script, the six tasks' upstream files, new_tasks.sh's wheels."""
+    root = tmp_path / "repo"
+    (root / "benchmarks" / "gpu").mkdir(parents=True)
+    shutil.copy(SCRIPT, root / "benchmarks" / "gpu" / "remeasure.sh")
+    for family in FAMILIES:
+        upstream = root / "kernels" / f"h200_diffusion_{family}__multi_shape" / "baseline" / "upstream" / "sglang"
+        upstream.mkdir(parents=True)
+        (upstream / f"{family}.py").write_text(f"# {family}\n")
+    for name in WHEELS_2 + WHEELS_3:
+        (root / ".whl" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / ".whl" / name).write_text(name)
+    (root / ".gitignore").write_text("/.gpustage/\n/.whl/\nupstream/\n")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "add", "."], cwd=root, check=True)
+    return root
+
+
+def remeasure(root: Path, *args: str, path: str | None = None, **env: str) -> subprocess.CompletedProcess:
+    environ = {**os.environ, "OUT": str(root.parent / "out"), "REMEASURE_WORK": str(root.parent / "work"), **env}
+    if path is not None:
+        environ["PATH"] = path
+    return subprocess.run(["bash", "benchmarks/gpu/remeasure.sh", *args], cwd=root, capture_output=True, text=True,
+                          timeout=120, env=environ)
+
+
+def test_steps_are_checked_before_anything_runs(tree):
+    for args, said in ((["tasks", "fuse,nope"], "no task 'nope'"), (["tasks"], "'tasks' needs a list"),
+                       (["bogus"], "no step 'bogus'"), (["pack", "redteam"], "'pack' runs here, alone"), ([], "usage")):
+        done = remeasure(tree, *args)
+        assert done.returncode == 2 and said in done.stdout, (args, done.stdout, done.stderr)
+        assert done.stdout.count("\n") == 1
+    assert not (tree.parent / "out").exists() and not (tree.parent / "work").exists()
+
+
+def test_pack_makes_one_carry_per_call_each_under_64_mib(tree):
+    done = remeasure(tree, "pack")
+    assert done.returncode == 0, done.stdout + done.stderr
+    stage = tree / ".gpustage"
+    for n, wheels in ((1, []), (2, WHEELS_2), (3, WHEELS_3)):
+        carry = stage / f"remeasure-{n}"
+        assert sorted(p.name for p in (carry / "whl").iterdir()) == sorted(Path(w).name for w in wheels)
+        with tarfile.open(carry / "upstream.tgz") as archive:  # every task's upstream files in every call
+            files = [m.name for m in archive.getmembers() if m.isfile()]
+        assert sorted(files) == sorted(f"kernels/h200_diffusion_{f}__multi_shape/baseline/upstream/sglang/{f}.py"
+                                       for f in FAMILIES)
+    # a wheel missing, and a carry over the device's 64 MiB, are refused with the line that says which
+    (tree / ".whl" / "einops-0.8.1-py3-none-any.whl").unlink()
+    done = remeasure(tree, "pack")
+    assert done.returncode == 2 and "pack: no .whl/einops-*.whl" in done.stdout
+    (tree / ".whl" / "einops-0.8.1-py3-none-any.whl").write_text("back")
+    os.truncate(tree / ".whl" / WHEELS_3[0], 65 * 1024 * 1024)
+    done = remeasure(tree, "pack")
+    assert done.returncode == 2 and ".gpustage/remeasure-3" in done.stdout and "over a call's 64 MiB" in done.stdout
+    shutil.rmtree(tree / "kernels" / "h200_diffusion_rotary_embedding__multi_shape" / "baseline" / "upstream")
+    done = remeasure(tree, "pack")
+    assert done.returncode == 2 and "inv baseline --materialize --task h200_diffusion_rotary_embedding" in done.stdout
+
+
+def test_a_gpu_other_than_an_h200_runs_nothing(tree, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3'\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    done = remeasure(tree, "tasks", "fuse", path=f"{bin_dir}:{os.environ['PATH']}")
+    assert done.returncode == 3, done.stdout + done.stderr
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "GPU is 'NVIDIA H100 80GB HBM3', not an H200" in summary and "nothing run" in summary
+    assert not (tmp_path / "work" / "runs").exists()
+
+
+def test_tasks_all_is_what_this_machine_has_not_finished(tree, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    task = "h200_diffusion_{}__multi_shape"
+    # an earlier call on this machine: fuse finished (its grid failed: exit 1 is finished too), qknorm_rope was cut
+    (work / "steps-20261127-090000.tsv").write_text(
+        f"{work}/kernels/{task.format('fuse_scale_shift')}\t{work}/runs/x/1\t1\t250\n"
+        f"{work}/kernels/{task.format('qknorm_rope')}\t{work}/runs/x/2\t124\t500\n")
+    done = remeasure(tree, "tasks", "all", REMEASURE_DRY="1", REMEASURE_BUDGET_S="0")
+    assert done.returncode == 0, done.stdout + done.stderr
+    skipped = [line.split(":")[0] for line in done.stdout.splitlines() if ": skipped, needs ~30 s" in line]
+    assert skipped[:5] == ["group_norm_silu", "qknorm_rope", "cutedsl", "norm_infer", "rotary"]
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "left on this machine (no finished run here yet): group_norm_silu,qknorm_rope,cutedsl,norm_infer,rotary" \
+        in summary
