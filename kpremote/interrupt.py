@@ -170,7 +170,7 @@ def _cancel_one(entry: Registered, results: dict, budget_s: float, sent: Optiona
     """On a new channel of the run's own connection if it still stands (no handshake: the 2 s hold under load),
     else on a fresh connection."""
     from .agentclient import Agent
-    from .runs import RunSession
+    from .runs import open_session
     from .slurm import agent_subcommand
 
     cancel = agent_subcommand(entry.host, "cancel")  # a Slurm cluster's run: slurm-cancel, i.e. scancel
@@ -187,7 +187,7 @@ def _cancel_one(entry: Registered, results: dict, budget_s: float, sent: Optiona
         except KpremoteError:
             # The run's own thread may close that connection once it sees the run end (our cancel did it): ask
             # again on a fresh one; "already ended (cancelled)" then is this cancel's doing.
-            session = RunSession(entry.host)
+            session = open_session(entry.host)
             answer = session.agent.call_json(cancel, *args, timeout=budget_s)
             if first_try and (answer.get("state") or {}).get("status") == "cancelled":
                 answer = {**answer, "cancelled": True}

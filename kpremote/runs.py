@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from pydantic import BaseModel
@@ -47,13 +47,14 @@ class RunOptions(BaseModel):
 
 @dataclass
 class RunSession:
-    """One host's connection, reused by every step of a run."""
+    """One host's connection, reused by every step of a run: the agent it talks through, given when it is made
+    (open_session makes the host's real one; tests give theirs)."""
 
-    host: Host
-    agent: Agent = field(init=False)
+    agent: Agent
 
-    def __post_init__(self) -> None:
-        self.agent = Agent(self.host, open_transport(self.host))
+    @property
+    def host(self) -> Host:
+        return self.agent.host
 
     @property
     def channels(self) -> int:
@@ -61,6 +62,11 @@ class RunSession:
 
     def close(self) -> None:
         self.agent.transport.close()
+
+
+def open_session(host: Host) -> RunSession:
+    """A session over the host's own transport (SSH, local or a container; connect.open_transport)."""
+    return RunSession(Agent(host, open_transport(host)))
 
 
 def start_run(session: RunSession, task: TaskDir, options: RunOptions, run_id: Optional[str] = None,
@@ -245,7 +251,7 @@ def named_run(host: Host, word: str, task: Optional[str]) -> tuple[str, Optional
     check_run_word(word)
     if is_full_id(word):
         return word, task
-    session = RunSession(host)
+    session = open_session(host)
     try:
         runs = sorted(list_runs(session, task), key=lambda r: str(r.get("run_id")))
     finally:

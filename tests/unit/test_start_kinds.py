@@ -22,8 +22,7 @@ def test_a_profile_start_spawns_the_profile_runner_with_the_request_and_records_
     monkeypatch.setitem(protocol.RUNNERS, protocol.TIMING, "no_such_runner")  # a timing runner would die at once
     monkeypatch.setitem(protocol.RUNNERS, protocol.PROFILE, "kp_standin_runner")
     request = ProfileRequest(side="candidate", calls=2).to_json()
-    session = RunSession(agent.host)
-    session.agent = agent
+    session = RunSession(agent)
     run = start_run(session, find_task(kernels, TASK), RunOptions(workloads="w1", profile=request))
     final = follow_run(session, TASK, run.run_id, lambda event: None)
     run_dir = Path(agent.host.remote_root) / "tasks" / TASK / "runs" / run.run_id
