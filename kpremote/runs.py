@@ -14,13 +14,13 @@ from typing import Any, Callable, Optional
 from pydantic import BaseModel
 
 from .agent.protocol import TERMINAL, ExitCode, new_run_id
-from .agentclient import Agent, error_message
+from .agentclient import Agent, agent_subcommand, error_message
 from .config import Host
 from .connect import open_transport
 from .errors import HostBusy, HostCannotTake, HostError, KpremoteError, RemoteCommandError, StartStopped, TaskRefusedByHost
 from .interrupt import REGISTRY
 from .runids import check_run_word, is_full_id, resolve_run_id
-from .slurm import agent_subcommand, submit_run  # Slurm clusters: the agent's slurm-* twins (issue 15)
+from .slurm import submit_run  # a Slurm cluster's start: sync, then sbatch (issue 15)
 from .started import StartedRun, raise_unless_started
 from .sync import exchange, over_sync_apply
 from .taskdir import TaskDir
