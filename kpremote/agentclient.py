@@ -17,6 +17,8 @@ from .transport import Command, Completed, Transport
 
 AGENT_MISSING = ExitCode.AGENT_MISSING
 """BOOT's exit code when ROOT/agent/HASH is not there (yet): ship, then call again."""
+SLURM_SUBCOMMANDS = {"follow": "slurm-follow", "status": "slurm-status", "cancel": "slurm-cancel"}
+"""A Slurm cluster's twins of the usual subcommands: same arguments, same answers, read from Slurm (docs/slurm.md)."""
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -106,6 +108,11 @@ class Agent:
                 f"remote python {self.host.python!r} not found ({result.stderr_tail(1)}); "
                 f"set python = \"/path/to/python3\" for this host in hosts.toml",
             )
+
+
+def agent_subcommand(host: Host, name: str) -> str:
+    """The agent subcommand that does `name` on this host: its slurm-* twin on a cluster."""
+    return SLURM_SUBCOMMANDS.get(name, name) if host.is_cluster else name
 
 
 def error_message(result: Completed) -> str:

@@ -144,7 +144,7 @@ TASK_HELP = "a task folder name under kernels/"
 @command(help={"host": "host name", "task": TASK_HELP, "hosts": HOSTS_HELP, "json": "print the sync report as JSON"})
 def sync(c, host, task, hosts=None, json=False):
     """Sync kernels/TASK to the host's task workspace: only changed files travel; deletions follow."""
-    from .runs import RunSession
+    from .runs import open_session
     from .sync import sync_task
 
     [selected] = load_inventory(hosts).select(host)
@@ -152,7 +152,7 @@ def sync(c, host, task, hosts=None, json=False):
     _ensure_upstream([task_dir])
     with terminal.Waiting(f"sync {task} to {selected.name}") as waiting:
         waiting.say("connecting")
-        session = RunSession(selected)
+        session = open_session(selected)
         try:
             waiting.say("sending the changed files")
             report = sync_task(session.agent, task_dir)
@@ -246,11 +246,11 @@ def logs(c, host, run, task=None, follow=False, hosts=None, json=False):
                "hosts": HOSTS_HELP})
 def cancel(c, host, run, task=None, hosts=None):
     """Cancel a run: its whole process group is killed and its GPU lease released."""
-    from .runs import RunSession, cancel_run, find_task_of_run, named_run
+    from .runs import cancel_run, find_task_of_run, named_run, open_session
 
     [selected] = load_inventory(hosts).select(host)
     run, task = named_run(selected, run, task)
-    session = RunSession(selected)
+    session = open_session(selected)
     try:
         answer = cancel_run(session, task or find_task_of_run(session, run), run)
     finally:
@@ -268,12 +268,12 @@ def cancel(c, host, run, task=None, hosts=None):
 def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=None, force=False):
     """Bring back a run's summary/ (never raw/) into kernels/TASK/results/HOST/RUN-ID/; --raw-file NAME: one raw file."""
     from .fetch import fetch_results as fetch
-    from .runs import RunSession, named_run
+    from .runs import named_run, open_session
 
     [selected] = load_inventory(hosts).select(host)
     if run not in ("latest", "all"):
         run, _ = named_run(selected, run, task)
-    session = RunSession(selected)
+    session = open_session(selected)
     try:
         if raw_file:
             _fetch_raw_file(session, task, run, raw_file, force, json)

@@ -13,6 +13,7 @@ from .agentclient import Agent
 from .config import Host
 from .connect import open_transport
 from .errors import KpremoteError
+from .slurm import check_cluster
 
 # Where a host's GPU readings came from (README, gpu-status): NVML, the test fixture, or none at all (`error` says why:
 # no NVML there, or the host could not be asked).
@@ -66,6 +67,14 @@ class HostReport(HostAnswer):
     seconds: float = 0.0
 
 
+class ClusterReport(HostReport):
+    """A Slurm cluster's gpu-status: its nodes and queue from sinfo / squeue (agent slurm-nodes) instead of GPUs."""
+
+    nodes: list[dict[str, Any]] = []
+    pending_jobs: int = 0
+    pending_ours: list[dict[str, Any]] = []
+
+
 class HostInfo(HostAnswer):
     python: Optional[str] = None
     torch: Optional[str] = None
@@ -117,9 +126,7 @@ NO_NVIDIA_DRIVER = "NVML Shared Library Not Found"
 
 
 def probe_host(host: Host, agent: Agent) -> HostReport:
-    if host.is_cluster:  # a Slurm cluster: its nodes, from sinfo / squeue (kpremote/slurm.py)
-        from .slurm import probe_cluster
-
+    if host.is_cluster:  # a Slurm cluster: its nodes, from sinfo / squeue
         return probe_cluster(host, agent)
     started = time.monotonic()
     try:
@@ -142,6 +149,19 @@ def probe_host(host: Host, agent: Agent) -> HostReport:
     )
 
 
+def probe_cluster(host: Host, agent: Agent) -> ClusterReport:
+    """gpu-status for a cluster: its nodes from sinfo / squeue, in a HostReport with a `nodes` list added."""
+    started = time.monotonic()
+    try:
+        answer = agent.call_json("slurm-nodes")
+    except KpremoteError as exc:
+        return ClusterReport(host=host.name, ok=False, error=str(exc), source="slurm",
+                             seconds=time.monotonic() - started)
+    return ClusterReport(host=host.name, ok=True, hostname=answer.get("hostname"), source="slurm",
+                         nodes=answer.get("nodes", []), pending_jobs=answer.get("pending_jobs", 0),
+                         pending_ours=answer.get("pending_ours", []), seconds=time.monotonic() - started)
+
+
 def info_host(host: Host, agent: Agent) -> HostInfo:
     started = time.monotonic()
     try:
@@ -151,8 +171,6 @@ def info_host(host: Host, agent: Agent) -> HostInfo:
     fields = {k: answer.get(k) for k in ("hostname", "python", "torch", "triton", "pynvml", "tvm_ffi", "cutlass_dsl", "cuda",
                                          "sandbox")}
     if host.is_cluster:  # reachable is not enough: what a run needs of Slurm, asked of Slurm (kpremote/slurm.py)
-        from .slurm import check_cluster
-
         slurm, error = check_cluster(host, agent)
         return HostInfo(host=host.name, ok=error is None, error=error, slurm=slurm,
                         seconds=time.monotonic() - started, **fields)

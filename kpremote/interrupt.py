@@ -169,13 +169,13 @@ def cancel_registered(say: Callable[[str], None], registry: Registry = REGISTRY,
 def _cancel_one(entry: Registered, results: dict, budget_s: float, sent: Optional[set] = None) -> None:
     """On a new channel of the run's own connection if it still stands (no handshake: the 2 s hold under load),
     else on a fresh connection."""
-    from .agentclient import Agent
-    from .runs import RunSession
-    from .slurm import agent_subcommand
+    # Imported here, not at the top: interrupt.py loads first, so that Ctrl-C is handled before the heavier modules.
+    from .agentclient import Agent, agent_subcommand
+    from .connect import open_transport
 
     cancel = agent_subcommand(entry.host, "cancel")  # a Slurm cluster's run: slurm-cancel, i.e. scancel
     args = ["--task", entry.task, "--run", entry.run_id, "--pending", "--grace", str(HOST_GRACE_S)]
-    session = None
+    fresh = None
     first_try = False
     try:
         try:
@@ -187,8 +187,8 @@ def _cancel_one(entry: Registered, results: dict, budget_s: float, sent: Optiona
         except KpremoteError:
             # The run's own thread may close that connection once it sees the run end (our cancel did it): ask
             # again on a fresh one; "already ended (cancelled)" then is this cancel's doing.
-            session = RunSession(entry.host)
-            answer = session.agent.call_json(cancel, *args, timeout=budget_s)
+            fresh = Agent(entry.host, open_transport(entry.host))
+            answer = fresh.call_json(cancel, *args, timeout=budget_s)
             if first_try and (answer.get("state") or {}).get("status") == "cancelled":
                 answer = {**answer, "cancelled": True}
         results[entry] = _describe(entry, answer)
@@ -196,8 +196,8 @@ def _cancel_one(entry: Registered, results: dict, budget_s: float, sent: Optiona
         results[entry] = (f"could not cancel run {entry.run_id} on {entry.host.name}: {exc}; check with: "
                           f"inv cancel --host {entry.host.name} --run {entry.run_id}")
     finally:
-        if session is not None:
-            session.close()
+        if fresh is not None:
+            fresh.transport.close()
 
 
 def _note_sent(sent: Optional[set], entry: Registered) -> None:

@@ -17,7 +17,7 @@ from .errors import HostBusy, HostCannotTake, HostError, KpremoteError, StoppedB
 from .agent.protocol import TERMINAL
 from .fetch import SummaryReceiver, fetch_run
 from .jsonout import document, print_document
-from .runs import RunOptions, RunSession, find_task_of_run, follow_run, reattach_hint, start_run
+from .runs import RunOptions, RunSession, find_task_of_run, follow_run, open_session, reattach_hint, start_run
 from .views import terminal
 from .views.results import summary_markdown
 from .views.run import BatchedPrinter, RunView, print_events
@@ -192,7 +192,7 @@ def _start_somewhere(hosts: list[Host], task: TaskDir, options: RunOptions, show
 
 
 def _try_host(host: Host, task: TaskDir, options: RunOptions, on_progress) -> tuple[RunSession, Any]:
-    session = RunSession(host)
+    session = open_session(host)
     try:
         return session, start_run(session, task, options, on_progress=on_progress)
     except BaseException:
@@ -249,7 +249,7 @@ def show_logs(host: Host, run_id: str, task: Optional[str], follow: bool,
     With stream (--json), each event is a JSON line and the last is `end`, the run's state as the host has it.
     Ctrl-C while following stops following only (the run goes on) and exits 130, as every Ctrl-C does.
     """
-    session = RunSession(host)
+    session = open_session(host)
     try:
         task = task or find_task_of_run(session, run_id)
         if stream is not None:

@@ -24,7 +24,7 @@ from .config import Host
 from .errors import FetchRefused, HostError, KpremoteError, RemoteCommandError
 from .fetch import MIB, SummaryReceiver, checked_name, fetch_run, real_folder, select_runs
 from .placement import Outcome
-from .runs import RunOptions, RunSession, follow_run, reattach_hint, start_run
+from .runs import RunOptions, RunSession, follow_run, open_session, reattach_hint, start_run
 from .taskdir import TaskDir, find_task
 from .views import terminal
 from .views.results import summary_markdown
@@ -49,7 +49,7 @@ def profile(host: Host, task: TaskDir, workload: str, request: ProfileRequest, *
         raise KpremoteError("; ".join(problems))
     options = RunOptions(workloads=workload, profile=request.to_json(), wait=wait)
     started_at = time.monotonic()
-    session = RunSession(host)
+    session = open_session(host)
     key = f"{host.name}/{task.name}"
     with RunView(quiet=quiet) as live:
         try:

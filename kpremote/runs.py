@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from pydantic import BaseModel
 
 from .agent.protocol import TERMINAL, ExitCode, new_run_id
-from .agentclient import Agent, error_message
+from .agentclient import Agent, agent_subcommand, error_message
 from .config import Host
 from .connect import open_transport
 from .errors import HostBusy, HostCannotTake, HostError, KpremoteError, RemoteCommandError, StartStopped, TaskRefusedByHost
 from .interrupt import REGISTRY
 from .runids import check_run_word, is_full_id, resolve_run_id
-from .slurm import agent_subcommand, submit_run  # Slurm clusters: the agent's slurm-* twins (issue 15)
+from .slurm import submit_run  # a Slurm cluster's start: sync, then sbatch (issue 15)
 from .started import StartedRun, raise_unless_started
 from .sync import exchange, over_sync_apply
 from .taskdir import TaskDir
@@ -47,13 +47,14 @@ class RunOptions(BaseModel):
 
 @dataclass
 class RunSession:
-    """One host's connection, reused by every step of a run."""
+    """One host's connection, reused by every step of a run: the agent it talks through, given when it is made
+    (open_session makes the host's real one; tests give theirs)."""
 
-    host: Host
-    agent: Agent = field(init=False)
+    agent: Agent
 
-    def __post_init__(self) -> None:
-        self.agent = Agent(self.host, open_transport(self.host))
+    @property
+    def host(self) -> Host:
+        return self.agent.host
 
     @property
     def channels(self) -> int:
@@ -61,6 +62,11 @@ class RunSession:
 
     def close(self) -> None:
         self.agent.transport.close()
+
+
+def open_session(host: Host) -> RunSession:
+    """A session over the host's own transport (SSH, local or a container; connect.open_transport)."""
+    return RunSession(Agent(host, open_transport(host)))
 
 
 def start_run(session: RunSession, task: TaskDir, options: RunOptions, run_id: Optional[str] = None,
@@ -245,7 +251,7 @@ def named_run(host: Host, word: str, task: Optional[str]) -> tuple[str, Optional
     check_run_word(word)
     if is_full_id(word):
         return word, task
-    session = RunSession(host)
+    session = open_session(host)
     try:
         runs = sorted(list_runs(session, task), key=lambda r: str(r.get("run_id")))
     finally:

@@ -8,14 +8,17 @@ job; gpu-status asks `slurm-nodes` for the cluster's nodes instead of NVML.
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Callable, TYPE_CHECKING, Any, Optional
 
 from .agent.protocol import ExitCode
+from .agentclient import error_message
 from .config import Host
 from .errors import KpremoteError
+from .interrupt import REGISTRY
 from .started import StartedRun, raise_unless_started
+from .sync import exchange, over_sync_apply
+from .taskscan import scan_task
 
 if TYPE_CHECKING:
     from .gpustatus import HostReport
@@ -23,14 +26,8 @@ if TYPE_CHECKING:
     from .taskdir import TaskDir
     from .transport import Completed
 
-AGENT_SUBCOMMANDS = {"follow": "slurm-follow", "status": "slurm-status", "cancel": "slurm-cancel"}
 BAD_REQUEST = ExitCode.BAD_REQUEST
 NEED_FULL_SYNC = ExitCode.NEED_FULL_SYNC
-
-
-def agent_subcommand(host: Host, name: str) -> str:
-    """The agent subcommand that does `name` on this host: its slurm-* twin on a cluster."""
-    return AGENT_SUBCOMMANDS.get(name, name) if host.is_cluster else name
 
 
 def submit_run(session: "RunSession", task: "TaskDir", options: "RunOptions", run_id: str,
@@ -40,10 +37,6 @@ def submit_run(session: "RunSession", task: "TaskDir", options: "RunOptions", ru
     run_id is registered for Ctrl-C before the submit may reach the host (interrupt.py), as runs.start_run does.
     on_progress hears `connecting`, `syncing` (files, bytes) and `submitted` (the job id), as a start's does.
     """
-    from .interrupt import REGISTRY
-    from .sync import exchange, over_sync_apply
-    from .taskscan import scan_task
-
     host = session.host
     if options.gpu:
         raise KpremoteError(f"{host.name}: --gpu does not apply to a Slurm cluster: Slurm picks the GPU (set gres "
@@ -75,9 +68,6 @@ def submit_run(session: "RunSession", task: "TaskDir", options: "RunOptions", ru
 
 def _submitted(session: "RunSession", run_id: str, result: "Completed") -> dict[str, Any]:
     """slurm-submit's answer; its refusals as the errors start_run raises (the run id unregistered: no job)."""
-    from .agentclient import error_message
-    from .interrupt import REGISTRY
-
     host = session.host
     if not result.ok:
         REGISTRY.discard(host.name, run_id)  # refused or failed before sbatch took it: no job exists
@@ -112,35 +102,7 @@ def check_cluster(host: Host, agent: Any) -> tuple[Optional[dict[str, Any]], Opt
 
 
 # ------------------------------------------------------------------------------------------ gpu-status
-
-
-def probe_cluster(host: Host, agent: Any) -> "HostReport":
-    """gpu-status for a cluster: its nodes from sinfo / squeue, in a HostReport with a `nodes` list added."""
-    import time
-
-    ClusterReport = _cluster_report()
-    started = time.monotonic()
-    try:
-        answer = agent.call_json("slurm-nodes")
-    except KpremoteError as exc:
-        return ClusterReport(host=host.name, ok=False, error=str(exc), source="slurm",
-                             seconds=time.monotonic() - started)
-    return ClusterReport(host=host.name, ok=True, hostname=answer.get("hostname"), source="slurm",
-                         nodes=answer.get("nodes", []), pending_jobs=answer.get("pending_jobs", 0),
-                         pending_ours=answer.get("pending_ours", []), seconds=time.monotonic() - started)
-
-
-@functools.lru_cache(maxsize=1)
-def _cluster_report() -> type:
-    """HostReport plus the cluster's nodes and queue (gpu-status is imported only when asked for)."""
-    from .gpustatus import HostReport
-
-    class ClusterReport(HostReport):
-        nodes: list[dict[str, Any]] = []
-        pending_jobs: int = 0
-        pending_ours: list[dict[str, Any]] = []
-
-    return ClusterReport
+# A cluster's answer itself (gpustatus.ClusterReport, from slurm-nodes) is gpu-status's; here is how it is shown.
 
 
 def gpu_tables(reports: list["HostReport"], options: Any = None) -> list[Any]:

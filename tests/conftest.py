@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from kpremote.agent import nvml
 from kpremote.transport.openssh import CONTROL_DIR_ENV
 from rig import Rig
 
@@ -33,6 +34,15 @@ def private_ssh_masters(tmp_path_factory: pytest.TempPathFactory):
     else:
         os.environ[CONTROL_DIR_ENV] = before
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def gpu_readings_chosen_per_test():
+    """A process decides once where its GPU readings come from (nvml.reader()): each test, which sets
+    KPREMOTE_NVML_FIXTURE (or not) for itself, gets that decision afresh, as a new agent process would."""
+    nvml.reader.cache_clear()
+    yield
+    nvml.reader.cache_clear()
 
 
 @pytest.fixture(params=["openssh", "paramiko"])

@@ -1,7 +1,8 @@
 """GPU state of this host: one NVML snapshot, or the fixture file that stands in for NVML in tests.
 
-KPREMOTE_NVML_FIXTURE (format: docs/nvml-fixture.md) is the project's only test double: hosts without a GPU
-answer from it, re-read on every call so a test can change the "hardware" while a run is going on.
+KPREMOTE_NVML_FIXTURE (format: docs/nvml-fixture.md) is the project's only test double, and reader() is its one
+seam: at the first reading a process decides once whether its readings come from NVML or from the file the variable
+names; the file is then re-read on every call, so a test can change the "hardware" while a run is going on.
 Nothing here raises: a host without NVML is a host with no GPUs and a one-line error saying why. A reading that
 decides whether a GPU is idle (utilization, compute processes) is None when NVML could not give it, never 0 or
 []: the lease treats unreadable as busy (lease.idle_verdict).
@@ -9,9 +10,11 @@ decides whether a GPU is idle (utilization, compute processes) is None when NVML
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,10 +37,20 @@ CLOCK_EVENT_REASONS = {
 
 
 def snapshot() -> Snapshot:
+    return reader().snapshot()
+
+
+def sm_clock_mhz(uuid: str) -> int | None:
+    """The GPU's current SM clock, cheap enough to read between timed samples."""
+    return reader().sm_clock_mhz(uuid)
+
+
+@functools.lru_cache(maxsize=1)
+def reader() -> NvmlReader | FixtureReader:
+    """Where this process's GPU readings come from, decided once: the fixture file KPREMOTE_NVML_FIXTURE names (a
+    host without a GPU, in tests), else NVML itself (also when the variable is empty)."""
     fixture = os.environ.get(FIXTURE_ENV)
-    if fixture:
-        return _snapshot_from_fixture(Path(fixture))
-    return _snapshot_from_nvml()
+    return FixtureReader(Path(fixture)) if fixture else NvmlReader()
 
 
 def resolve_device(device: str, snapshot_fn: Callable[[], Snapshot] | None = None) -> str:
@@ -52,20 +65,6 @@ def resolve_device(device: str, snapshot_fn: Callable[[], Snapshot] | None = Non
     return "cuda" if snap.source == "nvml" and snap.gpus else "cpu"
 
 
-def sm_clock_mhz(uuid: str) -> int | None:
-    """The GPU's current SM clock, cheap enough to read between timed samples."""
-    fixture = os.environ.get(FIXTURE_ENV)
-    if fixture:
-        gpu = _snapshot_from_fixture(Path(fixture)).find(uuid)
-        return gpu.sm_clock_mhz if gpu else None
-    try:
-        pynvml = _nvml()
-        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-        return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
-    except Exception:  # noqa: BLE001 - a missing clock reading must never disturb timing
-        return None
-
-
 def decode_clock_event_reasons(mask: int) -> list[str]:
     names = [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit]
     unknown = mask & ~sum(CLOCK_EVENT_REASONS)
@@ -75,6 +74,20 @@ def decode_clock_event_reasons(mask: int) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- fixture
+
+
+@dataclass(frozen=True)
+class FixtureReader:
+    """Readings from the fixture file, re-read on every call (docs/nvml-fixture.md)."""
+
+    path: Path
+
+    def snapshot(self) -> Snapshot:
+        return _snapshot_from_fixture(self.path)
+
+    def sm_clock_mhz(self, uuid: str) -> int | None:
+        gpu = self.snapshot().find(uuid)
+        return gpu.sm_clock_mhz if gpu else None
 
 
 def _snapshot_from_fixture(path: Path) -> Snapshot:
@@ -94,6 +107,22 @@ def _snapshot_from_fixture(path: Path) -> Snapshot:
 
 
 # ---------------------------------------------------------------------------------------------- NVML
+
+
+class NvmlReader:
+    """Readings from NVML itself (pynvml, initialised at the first one)."""
+
+    def snapshot(self) -> Snapshot:
+        return _snapshot_from_nvml()
+
+    def sm_clock_mhz(self, uuid: str) -> int | None:
+        try:
+            pynvml = _nvml()
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+            return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+        except Exception:  # noqa: BLE001 - a missing clock reading must never disturb timing
+            return None
+
 
 _nvml_module = None
 

@@ -242,8 +242,6 @@ def _strict_bool(value: Any) -> bool:
 TIMING, PROFILE = "timing", "profile"
 RUNNERS = {TIMING: "kpremote.agent.run.runner", PROFILE: "kpremote.agent.ncu.profile"}
 """The module `start` spawns for each kind of run (a test may put a stand-in in its place)."""
-AGENT_RUNNERS = frozenset(RUNNERS.values())
-"""The agent's own runners, whatever RUNNERS holds later: they read the task folder, so start checks it first."""
 PROFILE_MODE_PREFIX = "profile:"
 """A profile run's record (state.json) names its mode "profile:" + its request as JSON."""
 PROFILE_SIDES = ("baseline", "candidate")

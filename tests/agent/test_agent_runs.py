@@ -24,6 +24,7 @@ from kpremote.agent.run.follow import follow
 from kpremote.agent.run.liveness import status
 from kpremote.agent.run.runpaths import new_run
 from kpremote.agent.run.runstate import mark_cancel_requested, read_state, update_state
+from unit.helpers import FILES, TASK_TOML, write
 from waiting import processes_mentioning, wait_for
 
 TASK = "h200_demo__multi_shape"
@@ -34,11 +35,20 @@ def root(tmp_path: Path) -> Path:
     return tmp_path / "kproot"
 
 
+def write_task(path: Path, arch: str = "any") -> None:
+    """A task start accepts (it checks task.toml before any record or lease): the stand-in runner never reads it."""
+    for rel, text in FILES.items():
+        write(path / rel, text)
+    toml = TASK_TOML.format(arch=arch).replace("'demo'", repr(TASK), 1)
+    write(path / "task.toml", toml)
+    write(path / "bench" / "workloads.toml", "[[workload]]\nid = 'a'\n[[workload]]\nid = 'b'\n")
+
+
 @pytest.fixture
 def workspace(root: Path):
     """A synced task whose stand-in runner follows the plan written here."""
     path = root / "tasks" / TASK / "workspace"
-    path.mkdir(parents=True)
+    write_task(path)
 
     def plan(**behaviour) -> Path:
         (path / "standin.json").write_text(json.dumps(behaviour))
@@ -260,7 +270,8 @@ def test_start_refuses_when_no_gpu_is_idle_or_the_arch_is_wrong(root, workspace,
     assert error["error"] == "no_idle_gpu"
     assert "util 80% > 5%" in error["message"] and "1 compute process (pid 5 python)" in error["message"]
 
-    assert main([*args, "--arch", "b200"]) == 4
+    write_task(root / "tasks" / TASK / "workspace", arch="b200")  # the task's arch decides; the GPUs are H200s
+    assert main(args) == 4
     assert json.loads(capsys.readouterr().out)["error"] == "arch_mismatch"
     assert list((root / "tasks" / TASK / "runs").iterdir()) == []  # refused runs leave nothing behind
 
@@ -353,7 +364,7 @@ def test_start_sync_applies_the_stream_first_and_prints_one_object(root, nvml_fi
         calls.append((sync_root, task))
         if "--fail" in os.environ.get("KP_TEST_SYNC", ""):
             return {"error": "bad_stream", "message": "truncated"}, 2
-        (root / "tasks" / TASK / "workspace").mkdir(parents=True)
+        write_task(root / "tasks" / TASK / "workspace")
         (root / "tasks" / TASK / "workspace" / "standin.json").write_text("{}")
         return {"received_files": 1}, 0
 

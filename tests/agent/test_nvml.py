@@ -63,6 +63,18 @@ def test_fixture_is_reread_on_every_call(nvml_fixture, make_gpu):
     assert sm_clock_mhz("GPU-unknown") is None
 
 
+def test_a_process_decides_once_where_its_readings_come_from(nvml_fixture, make_gpu, monkeypatch, tmp_path):
+    """The variable is read at the first reading only (nvml.reader(), the fixture's one seam); the file it named
+    stays the source, re-read on every call, whatever the variable says later."""
+    nvml_fixture(make_gpu(0))
+    assert snapshot().source == "fixture"
+    monkeypatch.setenv(nvml.FIXTURE_ENV, str(tmp_path / "elsewhere.json"))
+    nvml_fixture(make_gpu(0), make_gpu(1))
+    assert (snapshot().error, len(snapshot().gpus)) == (None, 2)
+    monkeypatch.delenv(nvml.FIXTURE_ENV)
+    assert snapshot().source == "fixture" and nvml.reader() == nvml.FixtureReader(tmp_path / "nvml.json")
+
+
 @pytest.mark.parametrize(
     "content, complaint",
     [
@@ -223,6 +235,11 @@ def test_the_nvml_reader_fails_closed_when_nvml_cannot_read_utilization_or_proce
     lease.release()
     table = str(refused.value)
     assert "util   ?%  busy: utilization unreadable" in table and "busy: process list unreadable" in table
+
+
+def test_an_empty_variable_means_nvml_itself(fake_pynvml, monkeypatch):
+    monkeypatch.setenv(nvml.FIXTURE_ENV, "")
+    assert isinstance(nvml.reader(), nvml.NvmlReader) and snapshot().source == "nvml"
 
 
 def test_probe_says_why_an_unreadable_gpu_is_not_idle(fake_pynvml, agent_env, python, tmp_path):

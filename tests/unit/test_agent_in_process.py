@@ -24,6 +24,8 @@ from kpremote.runs import (
     RunSession,
     cancel_run,
     follow_run,
+    list_runs,
+    open_session,
     start_run,
 )
 from kpremote.sync import sync_task
@@ -32,14 +34,19 @@ from kpremote.taskdir import find_task
 RUN_ID = "20260101-120000-abcdef"
 
 
-def session_of(agent: Agent) -> RunSession:
-    session = RunSession(agent.host)
-    session.agent = agent
-    return session
-
-
 def workspace(agent: Agent) -> Path:
     return Path(agent.host.remote_root) / "tasks" / TASK / "workspace"
+
+
+# ---------------------------------------------------------------- the session
+
+
+def test_a_session_talks_only_through_the_agent_it_is_given(agent, host):
+    session = RunSession(agent)
+    assert session.host is agent.host and list_runs(session) == []
+    assert session.channels == agent.transport.channels.opened == 1  # the call went through the given transport
+    real = open_session(host)
+    assert real.agent is not agent and type(real.agent.transport).__name__ == "LocalTransport"  # hosts.toml's kind
 
 
 # ---------------------------------------------------------------- placement
@@ -49,7 +56,7 @@ def test_a_run_goes_to_the_idle_gpu_with_least_memory_used_and_leased_ones_are_s
                                                                                        standin_runs):
     gpus(gpu(0, memory_used_mib=9000), gpu(1, memory_used_mib=100), gpu(2, memory_used_mib=0))
     standin_runs(events=1, hold_s=30)
-    session = session_of(agent)
+    session = RunSession(agent)
     first = start_run(session, find_task(kernels, TASK), RunOptions())
     second = start_run(session, find_task(kernels, TASK), RunOptions())
     try:
@@ -67,13 +74,13 @@ def test_a_run_goes_to_the_idle_gpu_with_least_memory_used_and_leased_ones_are_s
 def test_a_task_for_another_arch_is_refused_with_what_the_host_has(agent, kernels, gpus, standin_runs):
     write(kernels / TASK / "task.toml", TASK_TOML.format(arch="b200"))
     with pytest.raises(KpremoteError, match=r"task arch b200 needs a B200: GPU 0 \(NVIDIA H200\) is not a B200"):
-        start_run(session_of(agent), find_task(kernels, TASK), RunOptions())
+        start_run(RunSession(agent), find_task(kernels, TASK), RunOptions())
     assert not list((workspace(agent).parent / "runs").iterdir())  # the refused run left no folder
 
 
 def test_a_task_of_two_arches_runs_on_either_and_an_h100_is_refused_by_model(agent, kernels, gpus, standin_runs):
     write(kernels / TASK / "task.toml", TASK_TOML.replace("arch = '{arch}'", 'arch = ["h200", "b200"]'))
-    session = session_of(agent)
+    session = RunSession(agent)
     gpus(gpu(0, name="NVIDIA H100 80GB HBM3", memory_total_mib=81559))  # compute capability 9.0, as an H200
     with pytest.raises(KpremoteError, match=r"task arch h200,b200 needs an H200 or a B200: GPU 0 \(NVIDIA H100 80GB "
                                             r"HBM3\) is not an H200 and is not a B200"):
@@ -90,7 +97,7 @@ def test_a_task_of_two_arches_runs_on_either_and_an_h100_is_refused_by_model(age
 def test_a_run_follows_to_its_end_and_its_summary_comes_on_the_same_channel(agent, kernels, gpus, standin_runs,
                                                                            tmp_path):
     standin_runs(events=2)
-    session = session_of(agent)
+    session = RunSession(agent)
     run = start_run(session, find_task(kernels, TASK), RunOptions())
     events, parts = [], []
     final = follow_run(session, TASK, run.run_id, events.append, summary_sink=parts.append)
@@ -117,7 +124,7 @@ def test_start_on_a_workspace_changed_behind_the_clients_back_syncs_the_differen
     sync_task(agent, find_task(kernels, TASK))
     (workspace(agent) / "solution" / "kernel.py").write_text("tampered")
     (workspace(agent) / ".kpremote" / "manifest.json").unlink()
-    session = session_of(agent)
+    session = RunSession(agent)
     run = start_run(session, find_task(kernels, TASK), RunOptions())
     assert [call[0] for call in agent.transport.calls[-3:]] == ["start", "sync-apply", "start"]
     assert run.synced_files == 1

@@ -95,3 +95,57 @@ def test_the_exceptions_still_name_real_imports():
     for rel, module in ALLOWED_ELSEWHERE:
         path = PACKAGE / rel
         assert path.is_file() and module in imported_modules(path), (rel, module)
+
+
+def runtime_imports(path: Path, source: str | None = None) -> set[str]:
+    """The kpremote modules path imports when it runs, at its top or inside a function (an `if TYPE_CHECKING:`
+    block only names types for annotations, and imports nothing)."""
+    tree = ast.parse(path.read_text() if source is None else source, str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            node.body = [ast.Pass()]
+    real = {module_of(p) for p in PACKAGE.rglob("*.py")} | {module_of(p).removesuffix(".__init__")
+                                                           for p in PACKAGE.rglob("__init__.py")}
+    return {m for m in imported_modules(path, ast.unparse(tree)) if m in real}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle's modules (a strongly connected group of more than one), each sorted."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for other in graph.get(module, ()):
+            if other not in order:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], order[other])
+        if low[module] == order[module]:
+            group = stack[stack.index(module):]
+            del stack[stack.index(module):]
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return cycles
+
+
+def test_no_client_module_imports_itself_back_even_from_inside_a_function():
+    """A cycle closed by a function-level import is still a cycle: the shared piece belongs in one module."""
+    graph = {module_of(path): runtime_imports(path) for path in client_files()}
+    assert import_cycles(graph) == []
+
+
+def test_the_cycle_check_can_fail():
+    inside = runtime_imports(PACKAGE / "x.py", "def f():\n    from .runs import RunSession\n")
+    annotations_only = runtime_imports(PACKAGE / "x.py", "if TYPE_CHECKING:\n    from .runs import RunSession\n")
+    assert inside == {"kpremote.runs"} and annotations_only == set()
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}
+    assert import_cycles(graph) == [["a", "b", "c"]]

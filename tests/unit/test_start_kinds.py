@@ -22,8 +22,7 @@ def test_a_profile_start_spawns_the_profile_runner_with_the_request_and_records_
     monkeypatch.setitem(protocol.RUNNERS, protocol.TIMING, "no_such_runner")  # a timing runner would die at once
     monkeypatch.setitem(protocol.RUNNERS, protocol.PROFILE, "kp_standin_runner")
     request = ProfileRequest(side="candidate", calls=2).to_json()
-    session = RunSession(agent.host)
-    session.agent = agent
+    session = RunSession(agent)
     run = start_run(session, find_task(kernels, TASK), RunOptions(workloads="w1", profile=request))
     final = follow_run(session, TASK, run.run_id, lambda event: None)
     run_dir = Path(agent.host.remote_root) / "tasks" / TASK / "runs" / run.run_id
@@ -55,3 +54,16 @@ def test_a_profile_request_in_the_mode_is_no_longer_a_profile_but_a_bad_mode(age
     assert answer["error"] == "task_refused" and "--mode" in answer["message"]
     runs = Path(agent.host.remote_root) / "tasks" / TASK / "runs"
     assert not runs.exists() or not list(runs.iterdir())  # refused before any run record
+
+
+def test_a_start_checks_the_task_whichever_runner_it_would_spawn(agent, kernels, gpus, standin_runs):
+    """The task check has no exception for a stand-in runner: with one configured, a bad task is refused all the
+    same, before any run record."""
+    sync_task(agent, find_task(kernels, TASK))
+    refused = agent.call("start", "--task", TASK, "--workloads", "nope")
+    assert refused.exit_code == ExitCode.BAD_REQUEST
+    answer = json.loads(refused.stdout)
+    assert answer["error"] == "task_refused" and f"kernels/{TASK}/bench/workloads.toml: no workload 'nope'" in \
+        answer["message"]
+    runs = Path(agent.host.remote_root) / "tasks" / TASK / "runs"
+    assert not runs.exists() or not list(runs.iterdir())

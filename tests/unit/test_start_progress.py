@@ -20,15 +20,9 @@ from kpremote.sync import sync_task
 from kpremote.taskdir import find_task
 
 
-def session_of(agent: Agent) -> RunSession:
-    session = RunSession(agent.host)
-    session.agent = agent
-    return session
-
-
 def started_with_progress(agent: Agent, kernels: Path) -> list[dict]:
     events: list[dict] = []
-    session = session_of(agent)
+    session = RunSession(agent)
     run = start_run(session, find_task(kernels, TASK), RunOptions(), on_progress=events.append)
     follow_run(session, TASK, run.run_id, lambda event: None)
     return events

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..protocol import AGENT_RUNNERS, TaskRefused, UnusablePython
+from ..protocol import TaskRefused, UnusablePython
 
 if TYPE_CHECKING:
     from .start import StartRequest
@@ -18,8 +18,6 @@ if TYPE_CHECKING:
 def refuse_bad_task(workspace: Path, request: StartRequest) -> Any:
     """The checks the runner would make first, made before any run record exists; messages name the task as the
     user knows it (kernels/<task>/...), not this host's copy."""
-    if request.runner_module not in AGENT_RUNNERS:  # a stand-in runner reads no task
-        return None
     from ..task.taskspec import TaskSpecError, load_task
 
     try:
@@ -33,8 +31,6 @@ def refuse_bad_task(workspace: Path, request: StartRequest) -> Any:
 def refuse_missing_packages(workspace: Path, spec: Any) -> None:
     """A build kind whose package this Python lacks: the host's problem (another host may have it), so not a
     task refusal; refused before any record or lease all the same."""
-    if spec is None:
-        return
     from ..task.buildrules import check_packages
     from ..task.taskspec import TaskSpecError
 
