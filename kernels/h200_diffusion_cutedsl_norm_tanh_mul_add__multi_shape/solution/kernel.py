@@ -11,7 +11,8 @@ One program per row of D, as the baseline. What it does differently:
   - arithmetic is fp32 with an explicit round to bf16 wherever the baseline's bf16 arithmetic rounds (each square,
     the mean square, mean square + eps, rstd, x * rstd, * weight, tanh(gate), the gated product, the sum, the
     scale product), so the result follows the baseline's roundings; the one difference: the squares are summed
-    in an fp32 accumulator (the baseline's tl.sum of bf16 values accumulates in bf16);
+    in an fp32 accumulator (the baseline's tl.sum of bf16 values accumulates in bf16 in Triton 3.9's
+    _pick_sum_dtype);
   - the warp count follows the row length (4 warps up to 1024 columns, 8 up to 4096, 16 above) instead of 8 for all.
 Triton's interpreter (the CPU smoke run) computes bf16 arithmetic on raw 16-bit integers; this kernel only converts
 to and from bf16, which the interpreter does right, so it also runs there.
