@@ -14,40 +14,46 @@ One program per row of D, as the baseline. What it does differently:
     in an fp32 accumulator (the baseline's tl.sum of bf16 values accumulates in bf16 in Triton 3.9's
     _pick_sum_dtype);
   - the warp count follows the row length (4 warps up to 1024 columns, 8 up to 4096, 16 above) instead of 8 for all.
-Triton's interpreter (the CPU smoke run) computes bf16 arithmetic on raw 16-bit integers; this kernel only converts
-to and from bf16, which the interpreter does right, so it also runs there.
+Triton's interpreter (the CPU smoke run) computes bf16 arithmetic on raw 16-bit integers and truncates an fp32 -> bf16
+cast; this kernel computes in fp32 and, under the interpreter only, rounds on the bits, so it also runs there with the
+GPU's rounding.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
 import triton.language as tl
 
 MAX_HIDDEN_SIZE = 8192  # one block per row, as the baseline
+_ON_BITS = os.environ.get("TRITON_INTERPRET") == "1"  # round to bf16 on the bits: the interpreter's cast truncates
 
 
 @triton.jit
-def _bf16(value):
+def _bf16(value, ON_BITS: tl.constexpr):
     """Round an fp32 value to the nearest bf16 (ties to even), kept in fp32: where the baseline's bf16 arithmetic
-    rounds. Done on the bits, so Triton's interpreter (whose fp32 -> bf16 cast truncates) rounds as the GPU does;
-    finite values only (the inputs are)."""
-    bits = value.to(tl.uint32, bitcast=True)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return bits.to(tl.float32, bitcast=True)
+    rounds. On a GPU a round trip through bf16 (cvt.rn); under Triton's interpreter, whose fp32 -> bf16 cast
+    truncates, the same rounding done on the bits (finite values only: the inputs are)."""
+    if ON_BITS:
+        bits = value.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True)
+    return value.to(tl.bfloat16, fp_downcast_rounding="rtne").to(tl.float32)
 
 
 @triton.jit
-def _normed_row(x, weight, D, eps):
+def _normed_row(x, weight, D, eps, ON_BITS: tl.constexpr):
     """bf16(bf16(x * rstd) * weight), rstd rounded as the baseline rounds it."""
-    mean_square = _bf16(tl.sum(_bf16(x * x), axis=0) / D)
-    rstd = _bf16(tl.rsqrt(_bf16(mean_square + eps)))
-    return _bf16(_bf16(x * rstd) * weight)
+    mean_square = _bf16(tl.sum(_bf16(x * x, ON_BITS), axis=0) / D, ON_BITS)
+    rstd = _bf16(tl.rsqrt(_bf16(mean_square + eps, ON_BITS)), ON_BITS)
+    return _bf16(_bf16(x * rstd, ON_BITS) * weight, ON_BITS)
 
 
 @triton.jit
 def _tanh_residual_kernel(out_ptr, x_ptr, gate_ptr, residual_ptr, weight_ptr, x_row_stride, gate_row_stride,
-                          residual_row_stride, rows_per_gate, D, eps, BLOCK_D: tl.constexpr):
+                          residual_row_stride, rows_per_gate, D, eps, BLOCK_D: tl.constexpr, ON_BITS: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
     mask = cols < D
@@ -56,21 +62,21 @@ def _tanh_residual_kernel(out_ptr, x_ptr, gate_ptr, residual_ptr, weight_ptr, x_
     residual = tl.load(residual_ptr + row * residual_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
     weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     g = gate.to(tl.float32)
-    tanh_gate = _bf16(2.0 / (1.0 + tl.exp(-2.0 * g)) - 1.0)
-    y = _bf16(residual + _bf16(tanh_gate * _normed_row(x, weight, D, eps)))
+    tanh_gate = _bf16(2.0 / (1.0 + tl.exp(-2.0 * g)) - 1.0, ON_BITS)
+    y = _bf16(residual + _bf16(tanh_gate * _normed_row(x, weight, D, eps, ON_BITS), ON_BITS), ON_BITS)
     tl.store(out_ptr + row * D + cols, y.to(tl.bfloat16), mask=mask)  # exact: y is a bf16 value
 
 
 @triton.jit
 def _scale_kernel(out_ptr, x_ptr, weight_ptr, scale_ptr, x_row_stride, scale_row_stride, rows_per_scale, D, eps,
-                  BLOCK_D: tl.constexpr):
+                  BLOCK_D: tl.constexpr, ON_BITS: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
     mask = cols < D
     x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
     scale = tl.load(scale_ptr + (row // rows_per_scale) * scale_row_stride + cols, mask=mask, other=0.0)
     weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    y = _bf16(_normed_row(x, weight, D, eps) * scale.to(tl.float32))
+    y = _bf16(_normed_row(x, weight, D, eps, ON_BITS) * scale.to(tl.float32), ON_BITS)
     tl.store(out_ptr + row * D + cols, y.to(tl.bfloat16), mask=mask)  # exact: y is a bf16 value
 
 
@@ -113,7 +119,7 @@ def rmsnorm_tanh_residual(x: torch.Tensor, gate: torch.Tensor, residual: torch.T
         return
     _tanh_residual_kernel[(rows,)](
         out, x, gate, residual, weight, _row_stride(x, "x"), _row_stride(gate, "gate"),
-        _row_stride(residual, "residual"), rows_per_gate, x.shape[-1], eps, BLOCK_D=block_d,
+        _row_stride(residual, "residual"), rows_per_gate, x.shape[-1], eps, BLOCK_D=block_d, ON_BITS=_ON_BITS,
         num_warps=_warps(block_d))
 
 
@@ -124,4 +130,4 @@ def rmsnorm_scale(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, ep
         return
     _scale_kernel[(rows,)](
         out, x, weight, scale, _row_stride(x, "x"), _row_stride(scale, "scale"), rows_per_scale, x.shape[-1], eps,
-        BLOCK_D=block_d, num_warps=_warps(block_d))
+        BLOCK_D=block_d, ON_BITS=_ON_BITS, num_warps=_warps(block_d))
