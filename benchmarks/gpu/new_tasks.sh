@@ -2,9 +2,10 @@
 # The new tasks on the lent H200, standalone (no kpremote harness): install the GPU-side wheels, build
 # both sides of each task, check each row against the adapter's reference and time both sides, print
 # one compact table. For the integrator to debug the tasks in one call. The tasks: KP_TASKS
-# (comma-separated folder names), by default qknorm_rope, cutedsl norm_scale_shift and group_norm_silu
-# (group_norm_silu needs only torch and Triton: `KP_TASKS=h200_diffusion_group_norm_silu__multi_shape
-# bash benchmarks/gpu/new_tasks.sh check` runs it with no wheel staged).
+# (comma-separated folder names), by default qknorm_rope, cutedsl norm_scale_shift, group_norm_silu and
+# cutedsl norm_tanh_mul_add (group_norm_silu and norm_tanh_mul_add need only torch and Triton:
+# `KP_TASKS=h200_diffusion_group_norm_silu__multi_shape bash benchmarks/gpu/new_tasks.sh check` runs one with no
+# wheel staged, its baseline/upstream carried).
 #
 #   bash benchmarks/gpu/new_tasks.sh upstream   # HERE, before carrying: baseline/upstream/<path> of each
 #                                               # task from the sglang wheel its task.toml pins (<path> as
@@ -37,7 +38,8 @@
 #   2. carry [.whl/parts/W.partab, .whl/parts/W.partac, .whl/protobuf-*.whl,
 #             kernels/h200_diffusion_qknorm_rope__multi_shape/baseline/upstream,
 #             kernels/h200_diffusion_cutedsl_norm_scale_shift__multi_shape/baseline/upstream,
-#             kernels/h200_diffusion_group_norm_silu__multi_shape/baseline/upstream] (~52 MB)
+#             kernels/h200_diffusion_group_norm_silu__multi_shape/baseline/upstream,
+#             kernels/h200_diffusion_cutedsl_norm_tanh_mul_add__multi_shape/baseline/upstream] (~52 MB)
 #      command: bash benchmarks/gpu/new_tasks.sh all
 #   (W = nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl)
 # Reassembly and install (what `install` does):
@@ -54,7 +56,7 @@ site=${KP_SITE:-/tmp/site}
 cu13=nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
 cu13_sha256=50191a381d8cc1393373ae0bc879b0aefa9a256c23c22d4fa1c2fe3dfe57bc90
 py=${PYTHON:-python3}
-export KP_TASKS=${KP_TASKS:-h200_diffusion_qknorm_rope__multi_shape,h200_diffusion_cutedsl_norm_scale_shift__multi_shape,h200_diffusion_group_norm_silu__multi_shape}
+export KP_TASKS=${KP_TASKS:-h200_diffusion_qknorm_rope__multi_shape,h200_diffusion_cutedsl_norm_scale_shift__multi_shape,h200_diffusion_group_norm_silu__multi_shape,h200_diffusion_cutedsl_norm_tanh_mul_add__multi_shape}
 
 upstream() {
   local cache=${KPREMOTE_CACHE:-$HOME/.cache/kpremote}/wheels

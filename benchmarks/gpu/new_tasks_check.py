@@ -31,7 +31,7 @@ from kpremote.agent.task.taskspec import SIDES, load_task
 
 # The tasks added since issue 17 (GPU validation not yet done by the harness); new_tasks.sh passes KP_TASKS.
 NEW_TASKS = ("h200_diffusion_qknorm_rope__multi_shape", "h200_diffusion_cutedsl_norm_scale_shift__multi_shape",
-             "h200_diffusion_group_norm_silu__multi_shape")
+             "h200_diffusion_group_norm_silu__multi_shape", "h200_diffusion_cutedsl_norm_tanh_mul_add__multi_shape")
 TASKS = tuple(t for t in os.environ.get("KP_TASKS", ",".join(NEW_TASKS)).split(",") if t)
 BUILD_ROOT = Path("/tmp/kp-check")
 

@@ -27,6 +27,7 @@ H200_TASKS = [
 
 CPU_RUNNABLE_TASKS = [t for t in H200_TASKS if "norm_infer" not in t]  # every side Triton: runs in the interpreter
 NORM_INFER = "h200_diffusion_norm_infer__multi_shape"  # a Triton baseline against a CUDA candidate
+NORM_TANH = "h200_diffusion_cutedsl_norm_tanh_mul_add__multi_shape"  # a Triton baseline that refuses the interpreter
 
 
 def inv_check_copy(task: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, dict]:
@@ -80,6 +81,21 @@ def test_inv_check_says_not_checked_for_the_cuda_candidate_and_fails(tmp_path: P
         assert " -c " in candidate_log and "solution/kernel.cu" in candidate_log
         assert "-O3 -std=c++20 --generate-code=arch=compute_90,code=sm_90" in candidate_log
         assert list((run_dir / "raw" / "build" / "candidate").glob("kernel.cu.o"))
+
+
+@pytest.mark.timeout(900)
+def test_inv_check_of_norm_tanh_mul_add_says_its_baseline_cannot_run_on_the_cpu(tmp_path: Path) -> None:
+    """SGLang's Z-Image kernels compute in bf16, which Triton's interpreter computes on raw 16-bit integers: the
+    baseline refuses the interpreter in one line, so every smoke row is ERROR with that line (never PASSED, and
+    never numbers that are not upstream's) and the check exits 1. The candidate is checked there by
+    tests/kernels/test_tasks_compile.py."""
+    result, document = inv_check_copy(NORM_TANH, tmp_path)
+    output = result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 1, output
+    assert "Traceback" not in result.stderr, output
+    rows = document["rows"]
+    assert {r["status"] for r in rows} == {"ERROR"}, [(r["workload"], r["status"]) for r in rows]
+    assert all("the baseline cannot run under Triton's interpreter" in r["message"] for r in rows)
 
 
 def test_the_norm_infer_baseline_runs_its_smoke_rows_on_the_cpu(tmp_path: Path) -> None:

@@ -32,14 +32,15 @@ from kpremote.agent.task.taskspec import load_task
 
 QKNORM = "h200_diffusion_qknorm_rope__multi_shape"
 CUTEDSL = "h200_diffusion_cutedsl_norm_scale_shift__multi_shape"
+NORM_TANH = "h200_diffusion_cutedsl_norm_tanh_mul_add__multi_shape"  # Triton both sides: only its upstream is staged
 NOT_RUNNABLE_HERE = {QKNORM: {"baseline", "candidate"}, CUTEDSL: {"baseline"}}  # sides that need a GPU
 SCRIPT = REPO / "benchmarks" / "gpu" / "new_tasks.sh"
 WHEEL_DIR = Path(os.environ.get("SGLANG_WHEEL_DIR", "/work/main/.whl/sglang"))
 
 
-def materialize(kernels: Path) -> subprocess.CompletedProcess:
+def materialize(kernels: Path, tasks: tuple[str, ...] = (QKNORM, CUTEDSL)) -> subprocess.CompletedProcess:
     env = {**os.environ, "KP_KERNELS": str(kernels), "SGLANG_WHEEL_DIR": str(WHEEL_DIR), "PYTHON": sys.executable,
-           "KP_TASKS": f"{QKNORM},{CUTEDSL}"}
+           "KP_TASKS": ",".join(tasks)}
     return subprocess.run(["bash", str(SCRIPT), "upstream"], env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -182,11 +183,12 @@ def test_new_tasks_sh_materializes_the_wheel_paths_as_task_toml_pins_them(tmp_pa
     the same bytes kpremote.baseline materializes."""
     skip_without_the_pinned_wheel()
     kernels = tmp_path / "kernels"
-    for task in (QKNORM, CUTEDSL):
+    tasks = (QKNORM, CUTEDSL, NORM_TANH)
+    for task in tasks:
         shutil.copytree(REPO / "kernels" / task, kernels / task, ignore=shutil.ignore_patterns("results", "upstream"))
-    done = materialize(kernels)
+    done = materialize(kernels, tasks)
     assert done.returncode == 0, done.stdout + done.stderr
-    for task in (QKNORM, CUTEDSL):
+    for task in tasks:
         assert f"{task}: " in done.stdout and "sha256 as task.toml pins them" in done.stdout
         assert baseline.ensure_upstream(kernels / task) is None  # every pinned file there, with its pinned sha256
         assert not (kernels / task / "baseline" / "upstream" / "python").exists()

@@ -29,6 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "kernels"
 TASKS = sorted(p.name for p in KERNELS.iterdir() if (p / "task.toml").is_file())
 SMOKE_ROWS = 3  # smallest rows per Triton task checked on the interpreter
+# Sides that refuse Triton's interpreter, in one line, instead of running there: SGLang's Z-Image kernels compute in
+# bf16, which the interpreter computes on raw 16-bit integers (the task's baseline/kernel.py says why).
+REFUSES_THE_INTERPRETER = {"h200_diffusion_cutedsl_norm_tanh_mul_add__multi_shape": "baseline"}
 
 
 def _spec(name: str) -> TaskSpec:
@@ -131,6 +134,14 @@ _INTERPRETER_CHECK = textwrap.dedent(
                                  ("candidate", adapter.call_candidate, case.outputs_candidate)):
             for t in outs.values():
                 t.fill_(float("nan"))
+            if side == sys.argv[4]:  # this side must refuse the interpreter, in one line, and write nothing
+                try:
+                    call(w.params, case.inputs, outs)
+                    failures.append(f"{w.id} {side}: ran under the interpreter instead of refusing it")
+                except RuntimeError as exc:
+                    if "cannot run under Triton's interpreter" not in str(exc):
+                        failures.append(f"{w.id} {side}: {exc}")
+                continue
             call(w.params, case.inputs, outs)
             for key, out in outs.items():
                 got, want = out.double(), expected[key].double()
@@ -144,7 +155,8 @@ _INTERPRETER_CHECK = textwrap.dedent(
 @pytest.mark.parametrize("name", [t for t in TASKS if t.startswith("h200_") and _spec(t).build.kind == "triton"])
 def test_triton_sides_match_the_reference_on_the_interpreter(name: str, tmp_path: Path) -> None:
     """On a copy of the task whose baseline/upstream/ (SGLang's kernels, never committed) is materialized from the
-    pinned wheel as `inv baseline --materialize` does, every file's sha256 checked against task.toml."""
+    pinned wheel as `inv baseline --materialize` does, every file's sha256 checked against task.toml. A side in
+    REFUSES_THE_INTERPRETER must raise its one-line refusal there instead (and is checked on a GPU only)."""
     pytest.importorskip("triton")
     from kpremote.baseline import materialize
 
@@ -155,7 +167,8 @@ def test_triton_sides_match_the_reference_on_the_interpreter(name: str, tmp_path
     assert materialize(task).files > 0
     env = {**os.environ, "TRITON_INTERPRET": "1", "TRITON_CACHE_DIR": str(tmp_path / "triton")}
     done = subprocess.run(
-        [sys.executable, "-c", _INTERPRETER_CHECK, str(ROOT), str(task), ",".join(rows)],
+        [sys.executable, "-c", _INTERPRETER_CHECK, str(ROOT), str(task), ",".join(rows),
+         REFUSES_THE_INTERPRETER.get(name, "")],
         capture_output=True, text=True, env=env, timeout=240,
     )
     assert done.returncode == 0, done.stderr[-3000:]
