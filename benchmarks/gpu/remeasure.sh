@@ -11,7 +11,7 @@
 #   stage           GPU: the carried wheels of .gpustage/remeasure-*/whl into KP_WHEELS (/tmp/kp-wheels)
 #   install         GPU: install them into KP_SITE (/tmp/site) through `benchmarks/gpu/new_tasks.sh install`
 #   tasks LIST      GPU: each task of LIST (comma-separated: fuse, group_norm_silu, qknorm_rope, cutedsl,
-#                   norm_infer, rotary) once, every row, audit on. `all`: every task with no finished run (exit 0
+#                   norm_infer, rotary, norm_tanh) once, every row, audit on. `all`: every task with no finished run (exit 0
 #                   or 1) on this warm machine yet, in that order. A task whose estimate (below) no longer fits the
 #                   call's budget is skipped and says so; the one that starts gets all the time left
 #   redteam         GPU: RT_LIST (default RT_DEFAULT: eight attacks) on the `tiny` row, audit on, via redteam.sh;
@@ -67,10 +67,14 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 stamp=$(date -u +%Y%m%d-%H%M%S)
 steps_tsv=$work/steps-$stamp.tsv
 
-ORDER=(fuse group_norm_silu qknorm_rope cutedsl norm_infer rotary)  # `tasks all`: the wheels' tasks while they are installed
+ORDER=(fuse group_norm_silu qknorm_rope cutedsl norm_infer rotary norm_tanh)  # `tasks all`: the wheels' tasks while they are installed
 declare -A FAMILY=([fuse]=fuse_scale_shift [rotary]=rotary_embedding [norm_infer]=norm_infer
-                   [group_norm_silu]=group_norm_silu [qknorm_rope]=qknorm_rope [cutedsl]=cutedsl_norm_scale_shift)
-declare -A ESTIMATE_S=([fuse]=240 [group_norm_silu]=200 [rotary]=180 [norm_infer]=240 [qknorm_rope]=420 [cutedsl]=200)
+                   [group_norm_silu]=group_norm_silu [qknorm_rope]=qknorm_rope [cutedsl]=cutedsl_norm_scale_shift
+                   [norm_tanh]=cutedsl_norm_tanh_mul_add)
+# fuse, rotary and group_norm_silu: what their whole runs took under 2.10 on the H200 on 2026-11-26 (146 s; rotary and
+# group_norm_silu all rows in 131 s and 163 s, then their audits), plus a margin
+declare -A ESTIMATE_S=([fuse]=160 [group_norm_silu]=200 [rotary]=170 [norm_infer]=240 [qknorm_rope]=420 [cutedsl]=200
+                       [norm_tanh]=200)
 declare -A NEEDS=([qknorm_rope]="tvm_ffi" [cutedsl]="cutlass.cute")  # importable only from KP_SITE's wheels
 # issue 25's seven timing attacks, and 2.10's forge_timer_in_call (a forge that puts the timers back after each call)
 RT_DEFAULT=control_fast,control_same,forge_event_times_10,forge_event_times_30,forge_timer_in_call,side_stream,sleep_first_call,patch_timer_stats
