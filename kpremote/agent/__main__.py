@@ -12,13 +12,11 @@ import argparse
 import importlib
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from .protocol import AgentError, ExitCode, UsageError
-from .run.runstate import disk_full_message, is_disk_full
 
 DELEGATED = {"run": "kpremote.agent.run.runner", "sync-apply": "kpremote.agent.sync"}
 BINARY_STDOUT = {"pack-summary"}  # errors of these go to stderr only: stdout carries data, not JSON
@@ -35,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         return _delegate(DELEGATED[argv[0]], argv[1:])
     subcommand = argv[0] if argv else ""
     try:
-        args = _parser().parse_args(argv)
+        args = _parser(subcommand).parse_args(argv)
         return args.handler(args)
     except UsageError as exc:
         return _fail(exc.kind, str(exc), exc.exit_code, subcommand)
@@ -44,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     except AgentError as exc:
         return _fail(exc.kind, str(exc), exc.exit_code, subcommand)
     except OSError as exc:
+        from .run.runstate import disk_full_message, is_disk_full
+
         if not is_disk_full(exc):
             raise
         return _fail("disk_full", disk_full_message(exc.filename or _root_in(argv)), ExitCode.ERROR, subcommand)
@@ -85,14 +85,21 @@ def _print_json(value: Any) -> None:
 # ------------------------------------------------------------------------------------------ parser
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(asked: str = "") -> argparse.ArgumentParser:
+    """The agent's command line with only the asked subcommand's parser built (each call runs one: building all
+    of them is CPU on every host for every query); every one of them when the name is none of theirs, so --help and
+    an unknown name list them all."""
     parser = _Parser(prog="kpremote-agent", description="kpremote agent (runs on the GPU host)")
     sub = parser.add_subparsers(dest="subcommand", required=True, parser_class=_Parser)
+    built = []
 
     def command(name: str, handler: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
+        if asked and name != asked:
+            return _UNBUILT  # type: ignore[return-value]
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--root", default=os.environ.get("KPREMOTE_ROOT", "~/kpremote"))
         p.set_defaults(handler=handler)
+        built.append(name)
         return p
 
     p = command("info", _info, "versions of python, torch, triton, nvidia-ml-py, apache-tvm-ffi, nvidia-cutlass-dsl, CUDA")
@@ -146,10 +153,24 @@ def _parser() -> argparse.ArgumentParser:
     p = command("ship", _ship, "extract an agent tar from stdin into DEST")
     p.add_argument("--dest", required=True)
 
-    from .slurm.commands import add_commands as add_slurm_commands  # slurm-*: Slurm clusters (issue 15, docs/slurm.md)
+    if not (asked and built) or asked.startswith("slurm-"):
+        from .slurm.commands import add_commands as add_slurm_commands  # slurm-*: Slurm clusters (docs/slurm.md)
 
-    add_slurm_commands(command)
-    return parser
+        add_slurm_commands(command)
+    return parser if asked == "" or built else _parser()
+
+
+class _Unbuilt:
+    """The parser of a subcommand that was not asked for this time: takes its arguments and keeps none."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def add_mutually_exclusive_group(self, *args: Any, **kwargs: Any) -> _Unbuilt:
+        return self
+
+
+_UNBUILT = _Unbuilt()
 
 
 def _run_arguments(p: argparse.ArgumentParser) -> None:
@@ -166,6 +187,7 @@ def _root(args: argparse.Namespace) -> Path:
 
 def _info(args: argparse.Namespace) -> int:
     import platform
+    import socket
 
     _print_json(
         {
