@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import getpass
 import json
 import os
 import re
-import socket
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -153,6 +150,8 @@ def lock_path(root: Path, uuid: str) -> Path:
 
 
 def holder_record(*, run_id: str, task: str, pid: int | None = None) -> dict[str, Any]:
+    import socket  # here, not at the top: a probe (gpu-status) imports this module and writes no lease
+
     return {
         "pid": pid if pid is not None else os.getpid(),
         "run_id": run_id,
@@ -353,6 +352,8 @@ def describe_holder(record: dict[str, Any]) -> str:
 
 
 def _user() -> str:
+    import getpass
+
     try:
         return getpass.getuser()
     except Exception:  # noqa: BLE001 - containers often run a uid with no passwd entry
@@ -360,4 +361,6 @@ def _user() -> str:
 
 
 def utc_now_iso() -> str:
+    from datetime import datetime, timezone
+
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -90,8 +89,14 @@ class FixtureReader:
         return gpu.sm_clock_mhz if gpu else None
 
 
+def _hostname() -> str:
+    """This machine's name, as socket.gethostname() says it (both read uname's nodename) without importing socket:
+    a probe runs on every host at every gpu-status."""
+    return os.uname().nodename
+
+
 def _snapshot_from_fixture(path: Path) -> Snapshot:
-    hostname = socket.gethostname()
+    hostname = _hostname()
     try:
         data = json.loads(path.read_text())
         gpus = [GpuState.from_json(record) for record in data.get("gpus", [])]
@@ -139,7 +144,7 @@ def _nvml():
 
 
 def _snapshot_from_nvml() -> Snapshot:
-    hostname = socket.gethostname()
+    hostname = _hostname()
     try:
         pynvml = _nvml()
     except ImportError:

@@ -34,14 +34,17 @@ Standard library only: it is shipped with the agent and the client imports it to
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-import secrets
 from dataclasses import asdict, dataclass, field, fields, replace
-from datetime import datetime, timezone
 from enum import IntEnum
-from typing import Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+# hashlib, secrets and datetime are imported by the functions that use them: every agent call imports this module,
+# and a `probe` (gpu-status, on every host at once) needs none of them (tests/unit/test_agent_imports.py).
 
 # ------------------------------------------------------------------------------------------ exit codes
 
@@ -176,6 +179,9 @@ def is_run_id(value: Any) -> bool:
 
 def new_run_id(now: datetime | None = None) -> str:
     """UTC start time to the second plus 24 random bits: sortable, and distinct for runs started together."""
+    import secrets
+    from datetime import datetime, timezone
+
     return f"{now or datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
@@ -187,6 +193,8 @@ SYNC_VERSION = 1
 
 def manifest_digest(hashes: Mapping[str, str]) -> str:
     """One hash naming a whole tree ({relative POSIX path: sha256 of the content}); both sides compute it."""
+    import hashlib
+
     digest = hashlib.sha256()
     for path in sorted(hashes):
         digest.update(path.encode("utf-8", "surrogateescape") + b"\0" + hashes[path].encode() + b"\n")
