@@ -153,8 +153,8 @@ def _parser(asked: str = "") -> argparse.ArgumentParser:
     p = command("ship", _ship, "extract an agent tar from stdin into DEST")
     p.add_argument("--dest", required=True)
 
-    if not (asked and built) or asked.startswith("slurm-"):
-        from .slurm.commands import add_commands as add_slurm_commands  # slurm-*: Slurm clusters (docs/slurm.md)
+    if not (asked and built) or asked.startswith("slurm-"):  # slurm-*: Slurm clusters (issue 15, docs/slurm.md)
+        from .slurm.commands import add_commands as add_slurm_commands
 
         add_slurm_commands(command)
     return parser if asked == "" or built else _parser()
