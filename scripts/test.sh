@@ -14,5 +14,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 bash scripts/setup.sh
 # Two pytest-xdist workers run the test files side by side, a file whole on one worker (its module fixtures are made
-# once); arguments given later win: `-n 0` runs everything in this one process.
-exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"
+# once), handed out in collection order: tests/conftest.py puts the slowest files first (SLOWEST_FIRST), and
+# --no-loadscope-reorder keeps xdist from re-sorting them by test count. Arguments given later win: `-n 0` runs
+# everything in this one process.
+exec .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"

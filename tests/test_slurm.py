@@ -162,6 +162,14 @@ def bare_cluster(rig, bare_login, slurm, tmp_path: Path) -> "Cluster":
     return Cluster(slurm, bare_login, tmp_path, toml, tmp_path / "gate")
 
 
+def hangup_as_in_a_terminal() -> None:
+    """SIGHUP at its default, as a shell in a terminal starts a command: a suite started under nohup (SIGHUP ignored,
+    and inherited) would otherwise start clients that a closed terminal cannot end."""
+    import signal
+
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @dataclass
 class Cluster:
     slurm: SlurmRig
@@ -176,7 +184,7 @@ class Cluster:
 
     def inv_background(self, *args: str) -> subprocess.Popen:
         return subprocess.Popen(self.command(*args), cwd=self.path, env=self.env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=hangup_as_in_a_terminal)
 
     def command(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "invoke", "--search-root", str(REPO), *args[:1], "--hosts",

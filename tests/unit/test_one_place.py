@@ -5,6 +5,7 @@ Definitions are found by reading the source (AST), so a copy that comes back und
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 from pathlib import Path
 
@@ -17,11 +18,17 @@ from kpremote.agent.provenance import file_sha256
 PACKAGE = Path(kpremote.__file__).parent
 
 
+@functools.lru_cache(maxsize=None)
+def tree(path: Path) -> ast.Module:
+    """A kpremote module's syntax tree, parsed once for all the tests of this file (each reads every module)."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def definitions(name: str) -> list[str]:
     """Where a function or class called `name` is defined in kpremote/, as "path:line"."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(tree(path)):
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
                 found.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno}")
     return found
@@ -32,7 +39,7 @@ def sha256_of_a_file_definitions() -> list[str]:
     open() or read_bytes() of one path."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(tree(path)):
             if not isinstance(node, ast.FunctionDef) or "sha256" not in node.name or "tree" in node.name:
                 continue
             calls = {ast.unparse(call.func) for call in ast.walk(node) if isinstance(call, ast.Call)}
@@ -90,7 +97,7 @@ def exit_code_literals() -> list[str]:
     """Module-level names like EXIT_FAILED or DISK_FULL_EXIT that the agent binds to integer literals of its own."""
     found = []
     for path in sorted((PACKAGE / "agent").rglob("*.py")):
-        for node in ast.parse(path.read_text(), str(path)).body:
+        for node in tree(path).body:
             if not isinstance(node, ast.Assign):
                 continue
             names = [n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
@@ -119,10 +126,10 @@ def exception_classes() -> dict[str, list[str]]:
     class of this list), by name, with where each is defined."""
     found: dict[str, list[str]] = {}
     known = {"Exception", "BaseException", "KeyboardInterrupt"}
-    trees = [(path, ast.parse(path.read_text(), str(path))) for path in sorted(PACKAGE.rglob("*.py"))]
+    trees = [(path, tree(path)) for path in sorted(PACKAGE.rglob("*.py"))]
     for _ in range(4):  # subclasses of subclasses, defined in any order
-        for path, tree in trees:
-            for node in ast.walk(tree):
+        for path, module in trees:
+            for node in ast.walk(module):
                 bases = {ast.unparse(base).split(".")[-1] for base in getattr(node, "bases", [])}
                 if isinstance(node, ast.ClassDef) and bases & known:
                     known.add(node.name)
@@ -147,7 +154,7 @@ def test_the_clients_errors_live_in_errors_py():
 def private_imports(path: Path, source: str | None = None) -> list[str]:
     """`from X import _name` of a kpremote module (relative or absolute, at the top or inside a function)."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text() if source is None else source, str(path))):
+    for node in ast.walk(tree(path) if source is None else ast.parse(source, str(path))):
         if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("kpremote")):
             found += [f"{'.' * node.level}{node.module or ''}.{alias.name}" for alias in node.names
                       if alias.name.startswith("_") and not alias.name.startswith("__")]
