@@ -16,7 +16,7 @@ from rig import REPO
 
 SCRIPT = REPO / "benchmarks" / "gpu" / "remeasure.sh"
 FAMILIES = ("fuse_scale_shift", "group_norm_silu", "qknorm_rope", "cutedsl_norm_scale_shift", "norm_infer",
-            "rotary_embedding")
+            "rotary_embedding", "cutedsl_norm_tanh_mul_add")
 W = "nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl"
 WHEELS_2 = [f"parts/{W}.partaa", "apache_tvm_ffi-0.1.15.post2-cp312-abi3-manylinux_2_28_x86_64.whl",
             "nvidia_cutlass_dsl-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl",
@@ -29,7 +29,7 @@ WHEELS_3 = [f"parts/{W}.partab", f"parts/{W}.partac", "protobuf-6.33.0-cp39-abi3
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """A repository root as the script wants one: the script, the six tasks' upstream files, new_tasks.sh's wheels."""
+    """A repository root as the script wants one: the script, the seven tasks' upstream files, new_tasks.sh's wheels."""
     root = tmp_path / "repo"
     (root / "benchmarks" / "gpu").mkdir(parents=True)
     shutil.copy(SCRIPT, root / "benchmarks" / "gpu" / "remeasure.sh")
