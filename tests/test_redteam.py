@@ -60,21 +60,38 @@ def inv_checks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 
 
 @pytest.mark.parametrize("attack", CPU_ATTACKS, ids=[a.id for a in CPU_ATTACKS])
-def test_attack_through_inv_check(attack: kit.Attack, inv_checks: dict[str, Future]) -> None:
-    result, results, run_dir = inv_checks[attack.id].result()
+def test_attack_through_inv_check(attack: kit.Attack, inv_checks: dict[str, Future], tmp_path: Path) -> None:
+    failures = _failures(attack, *inv_checks[attack.id].result())
+    if failures and all(f.startswith(FASTER_FAILURE) for f in failures):
+        # A FASTER verdict for a trick that must not win, on CPU smoke timings taken four checks at a time on two
+        # cores: the interpreter's noise alone read 1.17x and 2.14x so (a copy of the baseline's kernels). Checked
+        # once more on its own; a trick that really wins is FASTER again.
+        failures = _failures(attack, *_inv_check(attack, tmp_path / "again"))
+    assert not failures, failures[0]
+
+
+FASTER_FAILURE = "FASTER: "
+
+
+def _failures(attack: kit.Attack, result: subprocess.CompletedProcess, results: dict[str, Any] | None,
+              run_dir: Path | None) -> list[str]:
+    """What is wrong with one `inv check` of an attack: empty when it was caught as expected, or passed clean."""
     console = result.stdout + result.stderr
     if attack.sandboxed:  # stopped by the sandbox, not by luck: the attack's own lines say it was refused
         refused, got_through = kit.sandbox_refusals(run_dir) if run_dir else ([], [])
-        assert refused and not got_through, f"{attack.id}: refused {refused}, got through {got_through}"
+        if not refused or got_through:
+            return [f"{attack.id}: refused {refused}, got through {got_through}"]
     outcome = kit.classify(results, None if results else result.returncode, console)
     caught, why = kit.judge(attack, outcome, gpu=False)
-    assert caught, f"{attack.id}: {why}; rows {outcome.rows}\n{console[-2500:]}"
+    faster = FASTER_FAILURE if outcome.verdict == "FASTER" else ""  # one winning row makes the run's verdict FASTER
+    if not caught:
+        return [f"{faster}{attack.id}: {why}; rows {outcome.rows}\n{console[-2500:]}"]
     if outcome.verdict in kit.FAILURES:  # caught as a failure (the expectation, or one it accepts)
-        assert result.returncode != 0, console[-2500:]
-    else:
-        assert result.returncode == 0, console[-2500:]
-        problems = clean_pass_problems(attack, results, outcome, console)
-        assert not problems, f"{attack.id}: {problems}; rows {outcome.rows}\n{console[-2500:]}"
+        return [] if result.returncode != 0 else [f"{attack.id}: exit 0 for a failure\n{console[-2500:]}"]
+    if result.returncode != 0:
+        return [f"{attack.id}: exit {result.returncode} for a pass\n{console[-2500:]}"]
+    problems = clean_pass_problems(attack, results, outcome, console)
+    return [f"{faster}{attack.id}: {problems}; rows {outcome.rows}\n{console[-2500:]}"] if problems else []
 
 
 # What a clean CPU pass must not be, beyond passing: on a CPU smoke run the interpreter's timings say little about a
