@@ -51,7 +51,8 @@
 #
 # Environment: OUT (default /tmp/kp-remeasure-out); REMEASURE_WORK (/tmp/kp-remeasure: task copies, runs, logs);
 # REMEASURE_BUDGET_S (540); REMEASURE_HOST (the runs' host alias and results/<host>/ folder, default h200);
-# REMEASURE_ROWS (a --workloads list for every task: a trial, never committable); REMEASURE_DRY=1 (this machine
+# REMEASURE_ROWS (a --workloads list for every task, or `production`: each task's production rows; a trial, never
+# committable); REMEASURE_DRY=1 (this machine
 # without a GPU: --device cpu, each task's first smoke row, no H200 check; RT on the CPU: the controls only);
 # RT_LIST, RT_S (the red team's list and its own limit); KP_WHEELS, KP_SITE as new_tasks.sh reads them; PYTHON.
 set -uo pipefail
@@ -183,7 +184,8 @@ run_task() {
     args+=(--device cpu --workloads "${REMEASURE_ROWS:-$(first_smoke_row "$copy")}")
   else
     args+=(--device cuda --audit on)
-    [ -n "${REMEASURE_ROWS:-}" ] && args+=(--workloads "$REMEASURE_ROWS")
+    if [ "${REMEASURE_ROWS:-}" = production ]; then args+=(--workloads "$(production_rows "$copy")")
+    elif [ -n "${REMEASURE_ROWS:-}" ]; then args+=(--workloads "$REMEASURE_ROWS"); fi
   fi
   limit=$(left)
   logged=$work/logs/$task-$run_id.log
@@ -192,6 +194,12 @@ run_task() {
   local code=$?
   printf '%s\t%s\t%s\t%s\n' "$copy" "$run" "$code" "$((SECONDS - t0))" >> "$steps_tsv"
   say "$name: exit $code$([ $code = 124 ] && echo " (cut at $limit s)"), $((SECONDS - t0)) s, run $run_id"
+}
+
+production_rows() {  # REMEASURE_ROWS=production: the task's production rows (a trial, never committable)
+  "$py" -c 'import sys, tomllib
+rows = tomllib.load(open(sys.argv[1] + "/bench/workloads.toml", "rb"))["workload"]
+print(",".join(r["id"] for r in rows if r.get("production")))' "$1"
 }
 
 first_smoke_row() {  # the dry run's one row: the task's first smoke row

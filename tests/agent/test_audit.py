@@ -194,6 +194,24 @@ def test_the_runner_hook_audits_both_sides_and_names_the_one_that_disagrees(task
     assert "holds 5.90 µs more beyond its kernels than the candidate's" in slowed["note"]
 
 
+def test_a_cold_floor_starts_from_this_runs_empty_window(task: Path, tmp_path: Path) -> None:
+    measured = raw_csv(tmp_path / "launches.csv", [12000] * audit.AUDIT_CALLS)  # ncu: 12 us a call
+    request = {"task_dir": str(task), "run_dir": str(tmp_path / "run"), "raw_dir": str(tmp_path / "run" / "audit"),
+               "workload": "prod_r4_c64", "mode": "cold", "harness_us": {"baseline": 13.4, "candidate": 12.8},
+               "env": cpu_env(tmp_path, KPREMOTE_FAKE_NCU_RAW=str(measured)), "device": "cpu", "modules": {}}
+    # Without an empty window the fixed floor (12 + 0.5 - 0.06 = 12.44 us) lets a window of 12.8 us through ...
+    fixed = audit.audit_row(request)
+    assert fixed["agree"] is True and "fixed: no empty window" in fixed["tolerance_rule"]
+    # ... with this run's empty window of 1.3 us the floor is 12 + 1.3 - 0.3 - 0.12 = 12.88 us: it holds less than
+    # its kernel and what an empty call costs, so work left its window
+    derived = audit.audit_row({**request, "empty_window_us": 1.3})
+    assert (derived["agree"], derived["side"]) == (False, "candidate")
+    assert derived["tolerance"] == pytest.approx(0.88) and "empty window (1.30 µs)" in derived["tolerance_rule"]
+    assert "at least 12.88 µs" in derived["note"]
+    honest = audit.audit_row({**request, "empty_window_us": 1.3, "harness_us": {"baseline": 13.4, "candidate": 13.0}})
+    assert honest["agree"] is True
+
+
 def test_a_side_is_named_or_refused(task: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="side 'both': allowed: baseline, candidate"):
         audit.audit_rows(task, tmp_path / "run", "both", [], cpu_env(tmp_path))

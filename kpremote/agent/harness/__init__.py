@@ -15,7 +15,7 @@ from typing import Any
 
 from ..provenance import file_sha256
 
-HARNESS_VERSION = "2.10"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+HARNESS_VERSION = "2.11"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
 # 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
 # 2.3: a row's noise threshold covers two timer ticks; the flush probe ramps the clocks first (no timed number moves)
@@ -34,6 +34,8 @@ HARNESS_VERSION = "2.10"  # 2.0: process boundary (judge + one process per side)
 # 2.10: a side seals its own machinery before task code is imported (seal.py): what the task replaces of the functions
 #      that time and report its samples voids the row's times, and the window's clock after the call is torch's C
 #      functions, read into the sample's frame first; honest numbers as 2.9's
+# 2.11: the device probe measures what an empty call's event pair reads (timing.empty_window), and the audit's floor
+#      for a cold window starts from it: its kernels + that empty window - 0.3 us - 1 % (2.8-2.10: + 0.5 us - 0.5 %)
 AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".

@@ -37,6 +37,7 @@ STREAM_CHECK_DELAY_US = 2000.0
 PROBE_REPEATS = 5
 FLUSH_PROBE_MIN_RATIO = 1.1  # a flushed copy must be this much slower than a warm one (H200: 1.16-1.31, docs/trust.md)
 PROBE_RAMP_S = 0.1  # copies before the probe: on the H200 one run's probe read 17.5 us warm (8 us as a rule)
+EMPTY_WINDOW_SAMPLES = 200  # event pairs with nothing between them: what an empty call costs (empty_window)
 PROBE_HEAD_START_US = 20.0  # the sleep queued before each probe copy, so its launch stays out of the window
 TRANSLATION_STRIDE = 64 * 1024  # a side reads one byte per 64 KiB of its case's memory before each sample
 # Process pairs per side that time a cold GPU row (harness 2.9). Each process reads one kernel with an offset of its
@@ -428,6 +429,27 @@ def flush_probe(l2_bytes: int | None = None) -> dict[str, Any]:
     return {"warm_us": round(warm_us, 2), "flushed_us": round(cold_us, 2), "buffer_bytes": source.numel(),
             "ratio": round(cold_us / warm_us, 2) if warm_us > 0 else None, "method": "copy",
             "evicts": cold_us > FLUSH_PROBE_MIN_RATIO * warm_us, "persisting_reset": reset_persisting_l2() or "ok"}
+
+
+def empty_window(samples: int = EMPTY_WINDOW_SAMPLES) -> dict[str, Any]:
+    """What an empty call costs on this GPU now: the event pair of a timed sample, behind the same kind of head
+    start, with nothing between its events (median, p10, p90 in us). The audit's floor for a cold row (audit.py)
+    starts from it: a window holds its kernels and about this much more. Taken by the device probe, before any task
+    code is imported in that process, so no side can shape it."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    head_start = int(PROBE_HEAD_START_US * _cycles_per_us(torch))
+    windows = []
+    for _ in range(samples):
+        torch.cuda._sleep(head_start)
+        start.record()
+        end.record()
+        torch.cuda.synchronize()
+        windows.append(start.elapsed_time(end) * 1000.0)
+    ordered = sorted(windows)
+    return {"median_us": round(stats.median(windows), 4), "p10_us": round(ordered[len(ordered) // 10], 4),
+            "p90_us": round(ordered[(9 * len(ordered)) // 10], 4), "samples": samples}
 
 
 # --------------------------------------------------------------------------------------------- honesty checks

@@ -55,11 +55,15 @@ from ..protocol import PROFILE_SIDES
 # The absolute part is the launch the harness's event pair holds and ncu's gpu__time_duration does not: on the H200
 # honest rows read 1.2-2.2 µs above ncu at every length (docs/trust.md, "Audit tolerance").
 TOLERANCES = ((20.0, 2.5, 0.08), (math.inf, 2.5, 0.05))
-# Cold rows (harness 2.8): a timed window holds its kernels and the event pair's own cost. Honest cold windows
-# read 0.7-2.2 µs above ncu on the H200 (587.0 vs 586.3 µs the closest, 4.00 vs 2.40 µs on a 2.4 µs row); a window
-# less than WINDOW_FLOOR above ncu lost work (forged event times, work on another stream or before the start
-# event), however short the row. (µs above ncu, less this share of ncu for its own measurement's spread.)
-WINDOW_FLOOR = (0.5, 0.005)
+# Cold rows: a timed window holds its kernels and the event pair's own cost, which the device probe measures in
+# each run before any task code runs (timing.empty_window: what an empty call's event pair reads on this GPU now;
+# 1.3 us on the H200). Since harness 2.11 a cold window must be at least ncu's length + that empty window
+# - EMPTY_MARGIN_US - EMPTY_RELATIVE x ncu (ncu's own length varies that much from one process to the next);
+# less, and the window lost work (forged event times, work on another stream or before the start event). A run
+# whose probe has no empty window (a probe that failed) falls back to harness 2.8's fixed WINDOW_FLOOR and says so.
+EMPTY_MARGIN_US = 0.3
+EMPTY_RELATIVE = 0.01
+WINDOW_FLOOR = (0.5, 0.005)  # (us above ncu, less this share of ncu): the fallback without an empty window
 WARMUP_CALLS = 3
 AUDIT_CALLS = 5
 ROW_LIMIT_S = 600.0
@@ -136,19 +140,26 @@ def per_call_us(durations_us: list[float], calls: int) -> tuple[float, float, st
     return statistics.median(sums), float(per_call), f"median over {calls} calls of {per_call} kernel(s) each"
 
 
-def window_floor_us(length_us: float) -> tuple[float, str]:
-    """How far above ncu's length (µs; below it, when negative) a cold window must be, and the rule."""
+def window_floor_us(length_us: float, empty_us: float | None = None) -> tuple[float, str]:
+    """How far above ncu's length (us; below it, when negative) a cold window must be, and the rule: derived from
+    this run's empty window when the probe measured one (empty_us), else the fixed WINDOW_FLOOR."""
+    if empty_us is not None and empty_us > 0:
+        return (empty_us - EMPTY_MARGIN_US - EMPTY_RELATIVE * length_us,
+                f"a window holds its kernels + this run's empty window ({empty_us:.2f} µs) - {EMPTY_MARGIN_US:g} µs "
+                f"- {EMPTY_RELATIVE:.0%}")
     absolute, relative = WINDOW_FLOOR
-    return absolute - relative * length_us, f"a window holds its kernels + {absolute:g} µs - {relative:.1%}"
+    return (absolute - relative * length_us,
+            f"a window holds its kernels + {absolute:g} µs - {relative:.1%} (fixed: no empty window in this run's probe)")
 
 
 def judge_row(row: AuditRow, ncu_us: float, kernels_per_call: float, note: str, report: str | None,
-              one_sided: bool = False) -> RowAudit:
+              one_sided: bool = False, empty_us: float | None = None) -> RowAudit:
     """Agreement of the harness's median with ncu's length. one_sided (cold rows): the window may be longer than
     the kernels by any amount (a neighbour's load lengthens both sides alike; a side's own excess only hurts it,
-    and audit_row compares the two sides' excesses), never shorter than the kernels and WINDOW_FLOOR."""
+    and audit_row compares the two sides' excesses), never shorter than the kernels and the floor above them
+    (window_floor_us, from this run's empty window empty_us)."""
     if one_sided:
-        allowed, rule = window_floor_us(ncu_us)
+        allowed, rule = window_floor_us(ncu_us, empty_us)
         agree = row.harness_us >= ncu_us + allowed
         verdict = "agree" if agree else "DISAGREE (the timed window is shorter than the kernels in it)"
         text = (f"{verdict}: ncu {ncu_us:.2f} µs, harness {row.harness_us:.2f} µs, at least {ncu_us + allowed:.2f} "
@@ -174,7 +185,7 @@ def _unaudited(row: AuditRow, why: str) -> RowAudit:
 def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], env: dict[str, str] | None = None,
                *, device: str = "cuda", modules: dict[str, str | None] | None = None, warmup: int = WARMUP_CALLS,
                calls: int = AUDIT_CALLS, cache_control: str = "all", row_limit_s: float = ROW_LIMIT_S,
-               raw_dir: Path | str | None = None) -> AuditReport:
+               raw_dir: Path | str | None = None, empty_window_us: float | None = None) -> AuditReport:
     """Re-measure each row of one side under ncu (a process per row) and compare with the harness's medians."""
     if side not in PROFILE_SIDES:
         raise ValueError(f"side {side!r}: allowed: {', '.join(PROFILE_SIDES)}")
@@ -198,7 +209,8 @@ def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], e
                "warmup": warmup, "calls": calls, "seed": secrets.randbelow(2**31), "modules": modules,
                "flush_per_call": cache_control == "call"}
         try:
-            report.rows.append(_audit_one(found, folder, row, job, env, cache_control, row_limit_s, scratch))
+            report.rows.append(_audit_one(found, folder, row, job, env, cache_control, row_limit_s, scratch,
+                                          empty_window_us))
         except ncu.NcuError as exc:
             if exc.kind in WHOLE_SIDE:
                 whole_side = str(exc)
@@ -211,7 +223,8 @@ def audit_row(request: dict[str, Any]) -> dict[str, Any]:
     """The runner's per-row hook: both sides of one timed row, as audit_rows judges them, folded into one answer.
 
     request: task_dir, run_dir, workload, harness_us {side: median µs per call}, and optionally raw_dir, mode
-    ("graph": caches left warm, as graph replays run), modules, env, device. The answer: agree (False if a side
+    ("graph": caches left warm, as graph replays run), modules, env, device, empty_window_us (what this run's device
+    probe read for an empty call: a cold window's floor starts from it). The answer: agree (False if a side
     disagrees, None if a side could not be audited and none disagrees), and harness_us / ncu_us / tolerance / note
     of the side that decides it (the candidate when both agree), plus every side's RowAudit under "sides".
     """
@@ -228,7 +241,8 @@ def audit_row(request: dict[str, Any]) -> dict[str, Any]:
         report = audit_rows(Path(request["task_dir"]), Path(request["run_dir"]), side,
                             [AuditRow(request["workload"], float(harness))], request.get("env"),
                             device=request.get("device", "cuda"), modules=request.get("modules"),
-                            cache_control=cache_control, raw_dir=request.get("raw_dir"))
+                            cache_control=cache_control, raw_dir=request.get("raw_dir"),
+                            empty_window_us=request.get("empty_window_us"))
         sides[side], status[side] = report.rows[0], report.status
     if not sides:
         return {"agree": None, "note": "no harness median to audit", "sides": {}}
@@ -272,7 +286,7 @@ def _status(rows: list[RowAudit], whole_side: str | None) -> str:
 
 
 def _audit_one(found: str, folder: Path, row: AuditRow, job: dict[str, Any], env: dict[str, str],
-               cache_control: str, limit_s: float, scratch: Path) -> RowAudit:
+               cache_control: str, limit_s: float, scratch: Path, empty_us: float | None = None) -> RowAudit:
     stem = f"{job['side']}-{row.workload}"
     report, done = folder / f"{stem}.ncu-rep", scratch / f"{stem}.call.json"  # the sandboxed target writes only there
     job_path, log_path = folder / f"{stem}.job.json", folder / f"{stem}.log"
@@ -290,7 +304,8 @@ def _audit_one(found: str, folder: Path, row: AuditRow, job: dict[str, Any], env
         if exc.kind != "no_kernels":
             report.unlink(missing_ok=True)
             raise
-        return judge_row(row, *per_call_us([], job["calls"]), None, one_sided=cache_control == "call")
+        return judge_row(row, *per_call_us([], job["calls"]), None, one_sided=cache_control == "call",
+                         empty_us=empty_us)
     csv_text = ncu.import_report(found, report)
     (folder / f"{stem}.raw.csv").write_text(csv_text)
     launches = sorted(ncu.parse_raw_csv(csv_text), key=lambda launch: int(launch.identity.get("ID") or 0))
@@ -298,7 +313,7 @@ def _audit_one(found: str, folder: Path, row: AuditRow, job: dict[str, Any], env
     if any(value is None for value in seconds):
         raise ncu.NcuError("ncu_failed", f"ncu's report {report.name} lacks {ncu.AUDIT_METRIC} for some kernels")
     return judge_row(row, *per_call_us([value * 1e6 for value in seconds], job["calls"]), str(report),
-                     one_sided=cache_control == "call")
+                     one_sided=cache_control == "call", empty_us=empty_us)
 
 
 def _run(command: list[str], log_path: Path, env: dict[str, str], cwd: Path, limit_s: float) -> int:

@@ -442,8 +442,14 @@ class Runner:
             "harness_us": {side: (timing.get(side) or {}).get("median") for side in ("baseline", "candidate")},
             "modules": {side: rec.get("module") for side, rec in self.ctx.prepared["build"]["sides"].items()},
             "gpu": self.ctx.gpu.to_json() if self.ctx.gpu else None, "env": self._worker_env(),
-            "device": self.ctx.device,
+            "device": self.ctx.device, "empty_window_us": self._empty_window_us(),
         }
+
+    def _empty_window_us(self) -> float | None:
+        """What an empty call's event pair read in this run's device probe (before any task code ran), or None."""
+        probe = (self.ctx.prepared or {}).get("device") or {}
+        value = (probe.get("empty_window") or {}).get("median_us")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
     # ---------------------------------------------------------------- ending
 
@@ -528,7 +534,7 @@ class Runner:
             "gpu": {"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "cc": list(gpu.cc),
                     "driver": ctx.driver} if gpu else None,
             "device_info": {k: v for k, v in device_info.items()
-                            if k not in ("copy_bandwidth", "l2_copy_bandwidth", "l2_flush_probe")} or None,
+                            if k not in ("copy_bandwidth", "l2_copy_bandwidth", "l2_flush_probe", "empty_window")} or None,
             "harness": harness.harness_record(),
             "pinned": harness.pinned_inputs(spec.root) if spec else None,
             "gpu_readings": ctx.gpu_readings or "none (CPU run)",
@@ -536,6 +542,7 @@ class Runner:
             "sandbox": ctx.sandbox.to_json() if ctx.sandbox else None,
             "l2_copy_bandwidth": device_info.get("l2_copy_bandwidth"),
             "l2_flush_probe": device_info.get("l2_flush_probe"),
+            "empty_window": device_info.get("empty_window"),
             "versions": prepared.get("versions"),
             "build": prepared.get("build"),
             "timing_settings": spec.timing.to_json() if spec else None,

@@ -163,6 +163,7 @@ def probe_device(device: str) -> dict[str, Any]:
         info["l2_copy_bandwidth"] = floors.measure_copy_bandwidth(device, max_bytes=max(1, info["l2_bytes"] // 8),
                                                                   copies=20)
         info["l2_flush_probe"] = timing.flush_probe(info["l2_bytes"])
+        info["empty_window"] = timing.empty_window()
     return info
 
 
