@@ -56,7 +56,9 @@ def remeasure(root: Path, *args: str, path: str | None = None, **env: str) -> su
 
 def test_steps_are_checked_before_anything_runs(tree):
     for args, said in ((["tasks", "fuse,nope"], "no task 'nope'"), (["tasks"], "'tasks' needs a list"),
-                       (["bogus"], "no step 'bogus'"), (["pack", "redteam"], "'pack' runs here, alone"), ([], "usage")):
+                       (["bogus"], "no step 'bogus'"), (["pack", "redteam"], "'pack' runs here, alone"), ([], "usage"),
+                       (["profile", "qknorm_rope"], "'profile' needs TASK:ROW"),
+                       (["profile", "cutedsl:r1,nope:r2"], "profile nope:r2: no task 'nope'")):
         done = remeasure(tree, *args)
         assert done.returncode == 2 and said in done.stdout, (args, done.stdout, done.stderr)
         assert done.stdout.count("\n") == 1

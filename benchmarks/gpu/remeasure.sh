@@ -14,6 +14,9 @@
 #                   norm_infer, rotary, norm_tanh) once, every row, audit on. `all`: every task with no finished run (exit 0
 #                   or 1) on this warm machine yet, in that order. A task whose estimate (below) no longer fits the
 #                   call's budget is skipped and says so; the one that starts gets all the time left
+#   profile T:R,... GPU: each task T's row R, both sides under Nsight Compute (`python -m kpremote.agent.ncu.profile`,
+#                   what `inv profile` runs on a host: build, gate, ncu; summary/profile.md with bytes, bandwidth and
+#                   the bound, as issue 28 asks of a no-go), e.g. profile qknorm_rope:flux_img_t4096_h24_d128
 #   redteam         GPU: RT_LIST (default RT_DEFAULT: eight attacks) on the `tiny` row, audit on, via redteam.sh;
 #                   attacks already recorded on this warm machine are skipped, so a second call goes on
 # Every call: the GPU is checked to be an H200 first (the tasks' arch gate refuses others: nothing runs);
@@ -208,6 +211,29 @@ rows = tomllib.load(open(sys.argv[1] + "/bench/workloads.toml", "rb"))["workload
 print(next(r["id"] for r in rows if r.get("smoke")))' "$1"
 }
 
+# --------------------------------------------------------------------------------------------- GPU: profiles
+
+step_profile() {  # step_profile NAME:ROW,...: each row's both sides under Nsight Compute (`inv profile`'s runner)
+  local item name row task copy run t0 limit code
+  for item in ${1//,/ }; do
+    name=${item%%:*} row=${item#*:} t0=$SECONDS
+    task=h200_diffusion_${FAMILY[$name]}__multi_shape copy=$work/kernels/h200_diffusion_${FAMILY[$name]}__multi_shape
+    if [ "$(left)" -lt "${PROFILE_S:-90}" ]; then say "profile $item: skipped, $(left) s left in this call"; continue; fi
+    if [ -n "${NEEDS[$name]:-}" ] && ! "$py" -c "import ${NEEDS[$name]}" 2> /dev/null; then
+      say "profile $item: skipped, cannot import ${NEEDS[$name]}: stage and install the wheels on this warm machine"
+      continue
+    fi
+    [ -d "$copy" ] || { mkdir -p "$work/kernels"; cp -r "kernels/$task" "$copy"; }
+    run=$work/profiles/$name-$row; rm -rf "$run"; mkdir -p "$work/profiles"
+    limit=$(left)
+    timeout -k 20 "$limit" "$py" -m kpremote.agent.ncu.profile --profile '{"side": "both", "section_set": "basic"}' \
+      --task-dir "$copy" --run-dir "$run" --root "$work/root" --host-alias "$host" --device cuda --workloads "$row" \
+      > "$work/logs/profile-$name-$row.log" 2>&1
+    code=$?
+    say "profile $item: exit $code, $((SECONDS - t0)) s$([ -f "$run/summary/profile.md" ] && echo ", summary/profile.md written")"
+  done
+}
+
 # --------------------------------------------------------------------------------------------- GPU: red team
 
 step_redteam() {
@@ -238,7 +264,7 @@ summarize() {
 pack() {  # everything of this call but the runs' scratch, builds and ncu reports, in one tarball under $OUT
   local kept=()  # this call's runs only: an earlier call on the same warm machine brought its own back
   mapfile -t kept < <(cd "$work" && { [ -f "$steps_tsv" ] && cut -f2 "$steps_tsv" | sed "s|^$work/||"
-                      compgen -G 'logs'; compgen -G 'redteam'; compgen -G "steps-$stamp.tsv"
+                      compgen -G 'logs'; compgen -G 'redteam'; compgen -G "steps-$stamp.tsv"; compgen -G 'profiles/*/summary'
                       compgen -G 'redteam-work/redteam.json'; compgen -G 'redteam-work/logs'; })
   [ ${#kept[@]} -gt 0 ] && tar czf "$out/remeasure-$stamp.tgz" -C "$work" --exclude '*/raw/scratch' \
     --exclude '*/raw/build' --exclude '*.ncu-rep' --exclude '*/task' "${kept[@]}" 2>/dev/null
@@ -262,6 +288,13 @@ steps=() ; args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
   case ${args[i]} in
     pack|stage|install|redteam) steps+=("${args[i]}") ;;
+    profile)
+      list=${args[i + 1]:-}
+      [[ "$list" == *:* ]] || { echo "remeasure.sh: 'profile' needs TASK:ROW[,TASK:ROW...] (tasks: ${ORDER[*]})"; exit 2; }
+      for item in ${list//,/ }; do
+        [ -n "${FAMILY[${item%%:*}]:-}" ] || { echo "remeasure.sh: profile $item: no task '${item%%:*}' (${ORDER[*]})"; exit 2; }
+      done
+      steps+=("profile $list"); i=$((i + 1)) ;;
     tasks)
       list=${args[i + 1]:-}
       [ -n "$list" ] || { echo "remeasure.sh: 'tasks' needs a list (${ORDER[*]} or all)"; exit 2; }
@@ -269,7 +302,7 @@ for ((i = 0; i < ${#args[@]}; i++)); do
         [ "$name" = all ] || [ -n "${FAMILY[$name]:-}" ] || { echo "remeasure.sh: no task '$name' (${ORDER[*]} or all)"; exit 2; }
       done
       steps+=("tasks $list"); i=$((i + 1)) ;;
-    *) echo "remeasure.sh: no step '${args[i]}' (pack, stage, install, tasks LIST, redteam)"; exit 2 ;;
+    *) echo "remeasure.sh: no step '${args[i]}' (pack, stage, install, tasks LIST, profile TASK:ROW,..., redteam)"; exit 2 ;;
   esac
 done
 if [ "${steps[*]}" = pack ]; then step_pack; exit 0; fi
@@ -294,5 +327,6 @@ for step in "${steps[@]}"; do
     install) step_install; site_env ;;
     redteam) step_redteam ;;
     tasks\ *) step_tasks "${step#tasks }" ;;
+    profile\ *) step_profile "${step#profile }" ;;
   esac
 done
