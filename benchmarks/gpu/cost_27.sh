@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Harness 2.7 against this tree's harness, side by side on one GPU in one call (issue 25 item 4: "wall time per row
 # within 1.3x of harness 2.7's, measured side by side"). The runs alternate: 2.7 (the agent of commit 6ca1e8d and its
-# own copy of the task) then this tree's, COST_RUNS (4) times each, every run `python -m <runner>` with fresh judge
+# own copy of the task) then this tree's, COST_RUNS (3) times each, every run `python -m <runner>` with fresh judge
 # and side processes, --audit off, fuse_scale_shift's two 4-5 us production rows (COST_ROWS). Each run's wall time
 # from the shell, its rows' verdicts and speedups from its results.json; cost.md (the table, the means and their
 # ratio) and cost_27.tgz (the runs' results.json and logs) land in $OUT.
@@ -29,17 +29,17 @@ runs() {
   rm -rf "$work"; mkdir -p "$out" "$work/new" "$work/runs"
   cp -r "kernels/$task" "$work/new/$task"
   printf 'run\tharness\texit\twall_s\n' > "$work/walls.tsv"
-  for i in $(seq "${COST_RUNS:-4}"); do
+  for i in $(seq "${COST_RUNS:-3}"); do
     for which in old new; do
       local t0 tree module task_dir code
       if [ "$which" = old ]; then tree=$old module=kpremote.agent.runner task_dir=$old/kernels/$task
       else tree=$PWD module=kpremote.agent.run.runner task_dir=$work/new/$task; fi
-      t0=$(date +%s.%N)
+      t0=$(date +%s%N)
       (cd "$tree" && PYTHONPATH="$tree" timeout 120 python3 -m "$module" --task-dir "$task_dir" \
         --run-dir "$work/runs/$which-$i" --device cuda --root "$work/root-$which" --workloads "$rows" --audit off \
         > "$work/runs/$which-$i.log" 2>&1)
       code=$?
-      printf '%s\t%s\t%s\t%.2f\n' "$which-$i" "$which" "$code" "$(echo "$(date +%s.%N) - $t0" | bc)" >> "$work/walls.tsv"
+      printf '%s\t%s\t%s\t%s\n' "$which-$i" "$which" "$code" "$(( ($(date +%s%N) - t0) / 10000000 ))e-2" >> "$work/walls.tsv"
       tail -1 "$work/walls.tsv"
     done
   done
@@ -51,7 +51,7 @@ walls = list(csv.DictReader(open(work / "walls.tsv"), delimiter="\t"))
 print("| run | harness | exit | wall s | rows: verdict speedup |\n|---|---|---:|---:|---|")
 means = {}
 for w in walls:
-    results = work / "runs" / w["run"] / "results.json"
+    results = work / "runs" / w["run"] / "summary" / "results.json"
     data = json.loads(results.read_text()) if results.is_file() else {}
     version = (data.get("provenance") or {}).get("harness", {}).get("version", "?")
     rows = "; ".join(f"{r['workload']} {(r.get('verdict') or {}).get('verdict', r.get('status'))} "
