@@ -23,8 +23,12 @@ RUN = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "run.json").read_tex
 
 @pytest.fixture()
 def workdir(tmp_path: Path) -> Path:
-    shutil.copytree(TINY, tmp_path / "kernels" / "tiny_rmsnorm")
-    return tmp_path
+    return make_workdir(tmp_path)
+
+
+def make_workdir(folder: Path) -> Path:
+    shutil.copytree(TINY, folder / "kernels" / "tiny_rmsnorm")
+    return folder
 
 
 def inv(workdir: Path, *args: str):
@@ -43,11 +47,19 @@ def kinds(lines: list[dict]) -> list[str]:
     return [line["event"] for line in lines]
 
 
-def test_run_json_stream_says_each_phase_row_and_end_then_the_document(rig, workdir):
+@pytest.fixture(scope="module")
+def streamed(rig, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, subprocess.CompletedProcess]:
+    """One `inv run --json-stream` of the tiny task, whole (a run is ~8 CPU-seconds): its workdir, its hosts.toml,
+    and what it printed. The stream's tests read it; `inv logs --json` replays it."""
+    workdir = make_workdir(tmp_path_factory.mktemp("stream"))
     host = rig.add_host("stream-a", gpus=[idle_gpu(0)])
     hosts = rig.write_hosts_toml(workdir / "hosts.toml", [host])
-    result = inv(workdir, "run", "--hosts", str(hosts), "--host", "stream-a", "--task", "tiny_rmsnorm",
-                 "--json-stream")
+    return workdir, hosts, inv(workdir, "run", "--hosts", str(hosts), "--host", "stream-a", "--task", "tiny_rmsnorm",
+                               "--json-stream")
+
+
+def test_run_json_stream_says_each_phase_row_and_end_then_the_document(streamed):
+    _, _, result = streamed
     assert result.returncode == 0, result.stderr
     *lines, last = result.stdout.splitlines()
     RUN.validate(document := json.loads(last))  # the --json document, unchanged, on the last line
@@ -74,23 +86,20 @@ def test_run_json_stream_says_each_phase_row_and_end_then_the_document(rig, work
     assert not result.stderr.strip(), result.stderr  # nothing of the live view: stdout is the stream alone
 
 
-def test_logs_json_replays_the_run_to_its_end_and_re_attaches(rig, workdir):
-    host = rig.add_host("stream-b", gpus=[idle_gpu(0)])
-    hosts = rig.write_hosts_toml(workdir / "hosts.toml", [host])
-    streamed = inv(workdir, "run", "--hosts", str(hosts), "--host", "stream-b", "--task", "tiny_rmsnorm",
-                   "--workloads", "grid_r1_c33", "--json-stream")
-    assert streamed.returncode == 0, streamed.stderr
-    run_id = json.loads(streamed.stdout.splitlines()[-1])["runs"][0]["run_id"]
+def test_logs_json_replays_the_run_to_its_end_and_re_attaches(streamed):
+    workdir, hosts, run = streamed
+    assert run.returncode == 0, run.stderr
+    run_id = json.loads(run.stdout.splitlines()[-1])["runs"][0]["run_id"]
     for follow in (["--follow"], []):
-        logs = inv(workdir, "logs", "--hosts", str(hosts), "--host", "stream-b", "--run", run_id[-6:], "--json",
+        logs = inv(workdir, "logs", "--hosts", str(hosts), "--host", "stream-a", "--run", run_id[-6:], "--json",
                    *follow)
         assert logs.returncode == 0, logs.stderr
         events = event_lines(logs.stdout)
-        assert {(e["host"], e["task"], e["run_id"]) for e in events} == {("stream-b", "tiny_rmsnorm", run_id)}
+        assert {(e["host"], e["task"], e["run_id"]) for e in events} == {("stream-a", "tiny_rmsnorm", run_id)}
         assert kinds(events)[0] == "phase" and kinds(events)[-2:] == ["done", "end"]
         assert (events[-1]["status"], events[-1]["exit_code"]) == ("passed", 0)
         # the agent's events are the ones inv run streamed, field for field
-        agent_said = [e for e in event_lines("\n".join(streamed.stdout.splitlines()[:-1]))
+        agent_said = [e for e in event_lines("\n".join(run.stdout.splitlines()[:-1]))
                       if e["run_id"] == run_id and e["event"] not in ("created", "started", "end")]
         assert events[:-1] == agent_said
 

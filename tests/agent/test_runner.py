@@ -198,6 +198,29 @@ def test_summary_and_raw_files(smoke_run: tuple[Path, subprocess.CompletedProces
     assert (run_dir / "summary" / "speedup.png").exists() == plotting
 
 
+def test_a_cpu_runs_prepare_step_records_torch_and_a_copy_bandwidth_without_importing_torch(tmp_path: Path) -> None:
+    """A CPU run's prepare worker builds both sides and probes the CPU without a second of torch import: the
+    versions come from torch's own version file, the copy bandwidth from a memcpy (no floor holds a CPU row to it)."""
+    import torch
+
+    task = copy_fixture(tmp_path)
+    run_dir = tmp_path / "run"
+    (run_dir / "raw").mkdir(parents=True)
+    job = tmp_path / "prepare.job.json"
+    job.write_text(json.dumps({"task_dir": str(task), "run_dir": str(run_dir), "device": "cpu", "mode": None}))
+    out = tmp_path / "prepare.json"
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "kpremote.agent.task.worker", "prepare",
+                           "--job", str(job), "--out", str(out)], env=agent_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "kpremote.agent.task.build" in imported and "torch" not in imported
+    result = json.loads(out.read_text())
+    assert result["build"]["ok"], result
+    assert result["versions"]["torch"] == torch.__version__ and result["versions"]["cuda"] == torch.version.cuda
+    assert result["device"]["copy_bandwidth"]["gbps"] > 0 and result["device"]["copy_bandwidth"]["device"] == "cpu"
+
+
 def test_sigterm_cancels_the_run_and_its_worker(tmp_path: Path) -> None:
     task = copy_fixture(tmp_path)
     kernel = task / "solution" / "kernel.py"

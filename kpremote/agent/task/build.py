@@ -187,13 +187,7 @@ def nvcc_version(nvcc: str | None = None) -> str | None:
 
 def toolchain_versions() -> dict[str, Any]:
     versions: dict[str, Any] = {"python": platform.python_version()}
-    try:
-        import torch
-
-        versions["torch"] = torch.__version__
-        versions["cuda"] = torch.version.cuda
-    except ImportError:
-        versions["torch"] = None
+    versions.update(torch_versions())
     try:
         import triton
 
@@ -204,6 +198,24 @@ def toolchain_versions() -> dict[str, Any]:
     versions["tvm_ffi"] = buildrules.distribution_version("apache-tvm-ffi")
     versions["cutlass_dsl"] = buildrules.distribution_version("nvidia-cutlass-dsl")
     return versions
+
+
+def torch_versions() -> dict[str, Any]:
+    """torch's version and the CUDA it was built for, read from its own torch/version.py without importing torch
+    (a second of CPU that a CPU run's prepare step would spend on nothing else); {"torch": None} without torch."""
+    import importlib.util
+    import runpy
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return {"torch": None}
+    try:
+        version = runpy.run_path(str(Path(spec.origin).with_name("version.py")))
+        return {"torch": version["__version__"], "cuda": version["cuda"]}
+    except (OSError, KeyError, SyntaxError):  # a torch laid out otherwise: ask it
+        import torch
+
+        return {"torch": torch.__version__, "cuda": torch.version.cuda}
 
 
 def _build_env() -> dict[str, str]:

@@ -4,9 +4,11 @@
 
 The probe (device, copy bandwidth, the L2 flush probe) runs BEFORE any task code is imported and goes to the
 runner through the inherited pipe N, which is closed before the builds start: whatever a side's code does
-while it is imported or built here cannot reach the numbers the floors are made of. The build record goes to
-RESULT.json as before. Each side is built in a sandboxed process of its own (`worker build-side`): this process
-never imports or compiles a side's code, and neither side's build can touch the other's folder or this record.
+while it is imported or built here cannot reach the numbers the floors are made of. A CPU run has no floor to
+protect: its probe (a memcpy's bandwidth, for the record) comes after the builds, and this process never imports
+torch there. The build record goes to RESULT.json as before. Each side is built in a sandboxed process of its own
+(`worker build-side`): this process never imports or compiles a side's code, and neither side's build can touch
+the other's folder or this record.
 Workload rows run in the judge (judge.py), not here.
 """
 
@@ -144,9 +146,11 @@ def _write_line(fd: int, value: dict[str, Any]) -> None:
 
 
 def probe_device(device: str) -> dict[str, Any]:
-    import torch
-
+    """The device's name, SM count, memory and L2, its copy bandwidths and the L2 flush probe; on the CPU, its name
+    and a memcpy's bandwidth (no torch: a CPU run's prepare step never imports it)."""
     if device.startswith("cuda"):
+        import torch
+
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         info = {
             "name": props.name,
