@@ -202,14 +202,17 @@ def test_a_cold_floor_starts_from_this_runs_empty_window(task: Path, tmp_path: P
     # Without an empty window the fixed floor (12 + 0.5 - 0.06 = 12.44 us) lets a window of 12.8 us through ...
     fixed = audit.audit_row(request)
     assert fixed["agree"] is True and "fixed: no empty window" in fixed["tolerance_rule"]
-    # ... with this run's empty window of 1.3 us the floor is 12 + 1.3 - 0.3 - 0.12 = 12.88 us: it holds less than
+    # ... with this run's empty window of 1.7 us the floor is 12 + 1.7 - 0.7 - 0.12 = 12.88 us: it holds less than
     # its kernel and what an empty call costs, so work left its window
-    derived = audit.audit_row({**request, "empty_window_us": 1.3})
+    derived = audit.audit_row({**request, "empty_window_us": 1.7})
     assert (derived["agree"], derived["side"]) == (False, "candidate")
-    assert derived["tolerance"] == pytest.approx(0.88) and "empty window (1.30 µs)" in derived["tolerance_rule"]
+    assert derived["tolerance"] == pytest.approx(0.88) and "empty window (1.70 µs)" in derived["tolerance_rule"]
     assert "at least 12.88 µs" in derived["note"]
-    honest = audit.audit_row({**request, "empty_window_us": 1.3, "harness_us": {"baseline": 13.4, "candidate": 13.0}})
+    honest = audit.audit_row({**request, "empty_window_us": 1.7, "harness_us": {"baseline": 13.4, "candidate": 13.0}})
     assert honest["agree"] is True
+    # a GPU whose empty call costs less has a lower floor: 12 + 1.2 - 0.7 - 0.12 = 12.38 us
+    cheaper = audit.audit_row({**request, "empty_window_us": 1.2})
+    assert cheaper["agree"] is True and cheaper["tolerance"] == pytest.approx(0.38)
 
 
 def test_a_side_is_named_or_refused(task: Path, tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ HARNESS_VERSION = "2.11"  # 2.0: process boundary (judge + one process per side)
 #      that time and report its samples voids the row's times, and the window's clock after the call is torch's C
 #      functions, read into the sample's frame first; honest numbers as 2.9's
 # 2.11: the device probe measures what an empty call's event pair reads (timing.empty_window), and the audit's floor
-#      for a cold window starts from it: its kernels + that empty window - 0.3 us - 1 % (2.8-2.10: + 0.5 us - 0.5 %)
+#      for a cold window starts from it: its kernels + that empty window - 0.7 us - 1 % (2.8-2.10: + 0.5 us - 0.5 %)
 AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".
