@@ -408,3 +408,13 @@ def _no_arch_list(monkeypatch: pytest.MonkeyPatch) -> None:
     (a tvm-ffi check of an h200 task then compiled for sm_100 and failed its arch assertion)."""
     monkeypatch.setenv("TVM_FFI_CUDA_ARCH_LIST", "")
     monkeypatch.delenv("TVM_FFI_CUDA_ARCH_LIST")
+
+
+def test_a_tvm_ffi_row_is_built_in_the_sandboxed_process_scratch_folder(tmp_path: Path, monkeypatch) -> None:
+    """A side's timing process may write only its scratch folder: a row's template arguments are built there (its
+    build folder, where they went before, is read-only under the sandbox), and in the build folder only outside it."""
+    side = tvmffi.TvmFfiSide(None, "baseline", tmp_path / "build")
+    monkeypatch.delenv(tvmffi.SCRATCH_ENV, raising=False)
+    assert side.row_folder("kp_baseline_1") == tmp_path / "build" / "kp_baseline_1"
+    monkeypatch.setenv(tvmffi.SCRATCH_ENV, str(tmp_path / "scratch"))
+    assert side.row_folder("kp_baseline_1") == tmp_path / "scratch" / "tvm-ffi" / "kp_baseline_1"

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..taskspec import BuildSpec, TaskSpec, shown
 from .base import Builder, Built, module_name
+from ...sandbox import SCRATCH_ENV
 from .compiler import (
     default_standard,
     find_nvcc,
@@ -106,9 +107,16 @@ class TvmFfiSide:
             self._modules[key] = cpp.load_inline(
                 name, cuda_sources=generated_unit(self.spec, self.side, key),
                 extra_cflags=host_flags(self.spec.build.flags), extra_cuda_cflags=list(self.spec.build.flags),
-                extra_include_paths=include_paths(self.spec, self.side), build_directory=str(self.folder / name),
+                extra_include_paths=include_paths(self.spec, self.side), build_directory=str(self.row_folder(name)),
             )
         return self._modules[key]
+
+    def row_folder(self, name: str) -> Path:
+        """Where one set of template arguments is built: in a sandboxed process (a side's timing process, the audit's
+        or a profile's calls) its own scratch folder, the one folder it may write (its build folder is read-only
+        there: every row was an ERROR, PermissionError, on the H200 under harness 2.8-2.11); else the build folder."""
+        scratch = os.environ.get(SCRATCH_ENV)
+        return Path(scratch) / "tvm-ffi" / name if scratch else self.folder / name
 
 
 def generated_unit(spec: TaskSpec, side: str, args: str | None) -> str:
