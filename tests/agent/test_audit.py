@@ -218,3 +218,18 @@ def test_a_cold_floor_starts_from_this_runs_empty_window(task: Path, tmp_path: P
 def test_a_side_is_named_or_refused(task: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="side 'both': allowed: baseline, candidate"):
         audit.audit_rows(task, tmp_path / "run", "both", [], cpu_env(tmp_path))
+
+
+def test_the_audit_is_given_the_least_empty_window_the_probe_read() -> None:
+    """A host stalled between an empty pair's two records lengthens that window: the floor must not rise with it."""
+    from types import SimpleNamespace
+
+    from kpremote.agent.run.runner import Runner
+
+    def given(probe):
+        return Runner._empty_window_us(SimpleNamespace(ctx=SimpleNamespace(prepared={"device": probe})))
+
+    # one H200 run's probe: median 1.92 us, p10 1.44, p90 2.85; the least read is what an empty call costs
+    assert given({"empty_window": {"min_us": 1.248, "median_us": 1.92, "p10_us": 1.44, "p90_us": 2.848}}) == 1.248
+    assert given({"empty_window": {"median_us": 1.92}}) is None  # no minimum recorded: the fixed floor, said so
+    assert given({}) is None and given(None) is None

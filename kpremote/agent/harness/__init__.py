@@ -15,7 +15,7 @@ from typing import Any
 
 from ..provenance import file_sha256
 
-HARNESS_VERSION = "2.11"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+HARNESS_VERSION = "2.12"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
 # 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
 # 2.3: a row's noise threshold covers two timer ticks; the flush probe ramps the clocks first (no timed number moves)
@@ -36,6 +36,8 @@ HARNESS_VERSION = "2.11"  # 2.0: process boundary (judge + one process per side)
 #      functions, read into the sample's frame first; honest numbers as 2.9's
 # 2.11: the device probe measures what an empty call's event pair reads (timing.empty_window), and the audit's floor
 #      for a cold window starts from it: its kernels + that empty window - 0.7 us - 1 % (2.8-2.10: + 0.5 us - 0.5 %)
+# 2.12: the audit's floor starts from the least empty window the probe read, not their median (a host stalled
+#      between an empty pair's records lengthens it: one H200 probe's median read 1.92 us where others read 1.28-1.34)
 AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".

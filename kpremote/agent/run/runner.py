@@ -446,9 +446,10 @@ class Runner:
         }
 
     def _empty_window_us(self) -> float | None:
-        """What an empty call's event pair read in this run's device probe (before any task code ran), or None."""
+        """The least an empty call's event pair read in this run's device probe (before any task code ran), or None:
+        a stalled host only lengthens such a window (timing.empty_window)."""
         probe = (self.ctx.prepared or {}).get("device") or {}
-        value = (probe.get("empty_window") or {}).get("median_us")
+        value = (probe.get("empty_window") or {}).get("min_us")
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
     # ---------------------------------------------------------------- ending
