@@ -221,6 +221,40 @@ def test_a_cpu_runs_prepare_step_records_torch_and_a_copy_bandwidth_without_impo
     assert result["device"]["copy_bandwidth"]["gbps"] > 0 and result["device"]["copy_bandwidth"]["device"] == "cpu"
 
 
+RENDEZVOUS = """
+import os as _os, pathlib as _pathlib, time as _time
+_scratch = _pathlib.Path(_os.environ.get("KPREMOTE_SCRATCH", ""))
+if _scratch.name.startswith("build-"):  # only in a build process: each side waits until it sees the other's
+    (_scratch / "building").write_text("")
+    _other = "build-candidate" if _scratch.name == "build-baseline" else "build-baseline"
+    _deadline = _time.monotonic() + 30
+    while not (_scratch.parent / _other / "building").exists():
+        if _time.monotonic() > _deadline:
+            raise RuntimeError("the other side was not building at the same time")
+        _time.sleep(0.02)
+"""
+
+
+def test_both_sides_build_at_once_each_in_its_own_sandbox(tmp_path: Path) -> None:
+    """Each side's build process waits, at import, until the other's has begun: built one after the other, the
+    first would wait for ever (here: fail after 30 s); side by side, both builds pass."""
+    task = copy_fixture(tmp_path)
+    for side in ("baseline", "solution"):
+        kernel = task / side / "kernel.py"
+        kernel.write_text(RENDEZVOUS + kernel.read_text())
+    run_dir = tmp_path / "run"
+    (run_dir / "raw").mkdir(parents=True)
+    job = tmp_path / "prepare.job.json"
+    job.write_text(json.dumps({"task_dir": str(task), "run_dir": str(run_dir), "device": "cpu", "mode": None}))
+    out = tmp_path / "prepare.json"
+    done = subprocess.run([sys.executable, "-m", "kpremote.agent.task.worker", "prepare", "--job", str(job),
+                           "--out", str(out)], env=agent_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    sides = json.loads(out.read_text())["build"]["sides"]
+    assert list(sides) == ["baseline", "candidate"]
+    assert all(sides[side]["ok"] for side in sides), sides
+
+
 def test_sigterm_cancels_the_run_and_its_worker(tmp_path: Path) -> None:
     task = copy_fixture(tmp_path)
     kernel = task / "solution" / "kernel.py"

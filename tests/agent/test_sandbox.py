@@ -307,3 +307,47 @@ def test_a_sides_compiled_extension_loads_as_an_extension(tmp_path: Path) -> Non
         assert module.answer == 42
     finally:
         sys.modules.pop("kp_candidate", None)
+
+
+SIDE_SEES = textwrap.dedent('''
+    import json as _json, os as _os, sys as _sys, time as _time
+    def _what(fd):
+        try:
+            return _os.readlink(f"/proc/self/fd/{fd}").split(":")[0]
+        except OSError:
+            return None  # the listing's own descriptor, closed by now
+    _open = {fd: _what(fd) for fd in sorted(int(name) for name in _os.listdir("/proc/self/fd"))}
+    _open = {fd: what for fd, what in _open.items() if what is not None}
+    _seen = {"fds": _open, "cpu_s": _time.process_time(), "cmdline": open("/proc/self/cmdline").read()}
+    with open(_os.path.join(_os.environ["KPREMOTE_SCRATCH"], "seen.json"), "w") as _f:
+        _json.dump(_seen, _f)
+''')
+
+
+def test_sides_forked_by_the_judges_starter_hold_what_an_execd_side_holds(tmp_path: Path) -> None:
+    """Each side is forked from the judge's copy taken after torch was imported (sidestarter.py), not exec'd: it
+    imports torch no more (its CPU time at the candidate's import is less), yet holds exactly the descriptors an exec'd side holds (standard streams and its own
+    channel: never the judge's result pipe, its stdin with the run's secret, or the other side's channel), and its
+    scratch is its own. KPREMOTE_SIDE_START=exec starts sides the old way: the two must look alike to task code."""
+    from agent.test_runner import agent_env, copy_fixture, results_of, runner_command
+    from kpremote.agent.harness.sidestarter import START_ENV
+
+    task = copy_fixture(tmp_path)
+    kernel = task / "solution" / "kernel.py"
+    kernel.write_text(SIDE_SEES + kernel.read_text())
+    seen = {}
+    for how in ("fork", "exec"):
+        run_dir = tmp_path / f"run-{how}"
+        env = {**agent_env(), **({START_ENV: "exec"} if how == "exec" else {})}
+        done = subprocess.run(runner_command(task, run_dir, "--workloads", "grid_r1_c33"), env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert results_of(run_dir)["rows"][0]["status"] == "PASSED"
+        seen[how] = json.loads((run_dir / "raw" / "scratch" / "candidate" / "seen.json").read_text()
+                               .replace(str(run_dir), "RUN"))
+    forked, execd = seen["fork"], seen["exec"]
+    assert "kpremote.agent.harness.side" in execd["cmdline"]
+    assert "kpremote.agent.harness.side" not in forked["cmdline"]  # a copy of the judge, never exec'd again
+    assert sorted(forked["fds"].values()) == sorted(execd["fds"].values()), seen
+    assert list(forked["fds"].values()).count("socket") == 1, forked
+    assert forked["cpu_s"] < execd["cpu_s"]  # the exec'd side had imported torch itself by then (~1.4 CPU-s)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..provenance import file_sha256
 
-HARNESS_VERSION = "2.12"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+HARNESS_VERSION = "2.13"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
 # 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
 # 2.3: a row's noise threshold covers two timer ticks; the flush probe ramps the clocks first (no timed number moves)
@@ -38,13 +38,16 @@ HARNESS_VERSION = "2.12"  # 2.0: process boundary (judge + one process per side)
 #      for a cold window starts from it: its kernels + that empty window - 0.7 us - 1 % (2.8-2.10: + 0.5 us - 0.5 %)
 # 2.12: the audit's floor starts from the least empty window the probe read, not their median (a host stalled
 #      between an empty pair's records lengthens it: one H200 probe's median read 1.92 us where others read 1.28-1.34)
+# 2.13: each side is forked from a copy of the judge taken once torch is imported (sidestarter.py), not exec'd, and
+#      both sides build at once, each in its own sandboxed process: a run's cost, not its timing, is what changes
 AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".
 HARNESS_FILES = (
     "contract.py", "harness/__init__.py", "harness/cases.py", "harness/channel.py", "harness/correctness.py",
     "harness/floors.py", "harness/guard.py", "harness/judge.py", "harness/judgeprocess.py", "harness/rowlog.py",
-    "harness/sampling.py", "harness/seal.py", "harness/side.py", "harness/sideprocess.py", "harness/stats.py",
+    "harness/sampling.py", "harness/seal.py", "harness/side.py", "harness/sideprocess.py", "harness/sidestarter.py",
+    "harness/stats.py",
     "harness/timing.py",
     "ncu/audit.py", "ncu/ncu.py", "ncu/profiledcall.py", "run/children.py", "run/guards.py", "run/report.py",
     "run/runner.py", "run/runoptions.py", "sandbox/__init__.py", "sandbox/landlock.py", "sandbox/members.py",

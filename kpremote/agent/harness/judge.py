@@ -46,6 +46,7 @@ from .channel import encode_values
 from .correctness import (ERROR, INCORRECT, PASSED, CaseView, Refused, SideFailed, Verdict, check_case,
                           mutated_inputs, require_inputs_untouched)
 from .sideprocess import SideProcess, request_guarded
+from .sidestarter import SideStarter
 from ..task.taskspec import SIDES, TaskSpec, Workload, load_task
 
 TIMING_CASES_GPU = 4  # fresh cases at distinct addresses the timed samples rotate over
@@ -58,7 +59,8 @@ TIMING_CASES_CPU = 2  # the interpreter is slow: fewer on a smoke run, the same 
 class Bench:
     """What the rows of a run share: the task, its adapter, the memory each side may see, and the side processes."""
 
-    def __init__(self, job: dict[str, Any]) -> None:
+    def __init__(self, job: dict[str, Any], starter: SideStarter | None = None) -> None:
+        self.starter = starter  # forks the side processes (sidestarter.py); None: each by exec
         self.spec: TaskSpec = load_task(Path(job["task_dir"]), timing_mode=job.get("mode"))
         self.device = "cuda" if job["device"].startswith("cuda") else "cpu"
         self.run_dir = Path(job.get("run_dir") or ".")
@@ -94,8 +96,14 @@ class Bench:
         self.rows_started = 1
         env = dict(os.environ)
         self.active = 0
-        self.pairs = [{side: SideProcess(side, env, self.run_dir, side_scratch(self.run_dir, side)) for side in SIDES}
-                      for _ in range(timing.side_pairs(self.device, self.mode))]  # they import while we do
+        self.pairs = []
+        try:
+            for _ in range(timing.side_pairs(self.device, self.mode)):  # they import while we do
+                self.pairs.append({side: SideProcess(side, env, self.run_dir, side_scratch(self.run_dir, side),
+                                                     self.starter) for side in SIDES})
+        except SideFailed as exc:
+            self.stop()
+            return {"status": ERROR, "message": f"start: {exc.message}", "where": "import"}
         from ..task import build
 
         failed = self._import_all(build)
@@ -449,9 +457,10 @@ def write_line(fd: int, value: dict[str, Any]) -> None:
         data = data[written:]
 
 
-def serve_rows(lines: Any, secret: bytes, result_fd: int) -> None:
+def serve_rows(lines: Any, secret: bytes, result_fd: int, starter: SideStarter | None = None) -> None:
     """One row per job line, until stdin closes; the bench (and its sides) lives as long as the lines come."""
     bench: Bench | None = None
+    ours = {starter.pid} if starter else set()  # the starter is the judge's own, never a row's leftover
     try:
         for line in lines:
             job = json.loads(line)["job"]
@@ -459,12 +468,12 @@ def serve_rows(lines: Any, secret: bytes, result_fd: int) -> None:
             _ROW_STARTED[0] = __import__("time").monotonic()
             workload = job["workload"]
             try:
-                bench = bench or Bench(job)
+                bench = bench or Bench(job, starter)
                 result = run_row(bench, job, secret, lambda: write_line(result_fd, {"ready": workload}))
                 if bench.sides:
                     result["processes"] = bench.processes()
                     result["sandbox"] = dict(bench.sandbox)
-                _void_for_leftovers(result, members.kill_leftovers({p.pid for p in bench.every_process()}))
+                _void_for_leftovers(result, members.kill_leftovers({p.pid for p in bench.every_process()} | ours))
                 _void_for_tampering(result, bench.every_process())
             except Exception as exc:  # noqa: BLE001 - the runner gets a result it can show, never a dead process
                 result = {"status": ERROR, "message": f"judge: {type(exc).__name__}: {exc}", "where": "judge",
@@ -482,8 +491,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--result-fd", type=int, required=True)
     parser.add_argument("--run-dir", help="the run folder (for people reading `ps`; the jobs come on stdin)")
     args = parser.parse_args(argv)
-    secret = bytes.fromhex(json.loads(sys.stdin.readline())["secret"])
-    serve_rows(sys.stdin, secret, args.result_fd)
+    starter = SideStarter.fork()  # before the secret is read: the starter and its sides never hold it
+    try:
+        secret = bytes.fromhex(json.loads(sys.stdin.readline())["secret"])
+        serve_rows(sys.stdin, secret, args.result_fd, starter)
+    finally:
+        if starter is not None:
+            starter.stop()
     os.close(args.result_fd)
     return 0
 

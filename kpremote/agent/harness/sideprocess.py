@@ -1,5 +1,6 @@
-"""The judge's end of one side process: spawned with a socket of its own, asked one command at a time (a JSON
-reply or a SideFailed), killed when the row is done.
+"""The judge's end of one side process: started with a socket of its own (forked by the judge's starter,
+sidestarter.py, or by exec where there is none), asked one command at a time (a JSON reply or a SideFailed),
+killed when the row is done.
 
 The side itself (side.py) holds the adapter and only its own module; the channel (channel.py) carries JSON and
 file descriptors, never a pickle.
@@ -17,6 +18,7 @@ from .. import sandbox
 from . import guard
 from .channel import BadReply, Channel, ChannelClosed
 from .correctness import SideFailed
+from .sidestarter import SideStarter, StartedSide, StartFailed
 
 
 MAX_TAMPERED = 8  # names kept per side: enough to say what was replaced
@@ -25,17 +27,26 @@ MAX_TAMPERED = 8  # names kept per side: enough to say what was replaced
 class SideProcess:
     """One side's process and the judge's end of its channel."""
 
-    def __init__(self, side: str, env: dict[str, str], cwd: Path, scratch: Path | None = None) -> None:
+    def __init__(self, side: str, env: dict[str, str], cwd: Path, scratch: Path | None = None,
+                 starter: SideStarter | None = None) -> None:
+        """Started by the judge's starter (forked, torch already imported), or where there is none by exec."""
         self.side = side
         if scratch is not None:
             env = {**env, **sandbox.scratch_env(sandbox.make_scratch(scratch))}
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "kpremote.agent.harness.side", "--fd", str(theirs.fileno()), "--side", side,
-             "--run-dir", str(cwd)],
-            pass_fds=(theirs.fileno(),), env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-        )
-        theirs.close()
+        argv = ["--fd", str(theirs.fileno()), "--side", side, "--run-dir", str(cwd)]
+        try:
+            if starter is not None:
+                self.process: subprocess.Popen | StartedSide = starter.start(argv, env, str(cwd), theirs.fileno())
+            else:
+                self.process = subprocess.Popen([sys.executable, "-m", "kpremote.agent.harness.side", *argv],
+                                                pass_fds=(theirs.fileno(),), env=env, cwd=cwd,
+                                                stdin=subprocess.DEVNULL)
+        except (OSError, StartFailed) as exc:
+            ours.close()
+            raise SideFailed(f"{side} side did not start: {exc}") from None
+        finally:
+            theirs.close()
         self.channel = Channel(ours)
         self.tampered: list[str] = []  # what this side's process reported replaced of its own machinery (seal.py)
 

@@ -11,6 +11,7 @@ torch is imported lazily: the runner imports this module for paths and names onl
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import platform
@@ -87,10 +88,13 @@ def triton_cache_dir(run_dir: Path) -> Path:
 # --------------------------------------------------------------------------------------------- building
 
 
-def build_sides(spec: TaskSpec, run_dir: Path, device: str, build_one: Any = None) -> BuildRecord:
+def build_sides(spec: TaskSpec, run_dir: Path, device: str, build_one: Any = None, *,
+                at_once: bool = False) -> BuildRecord:
     """Build both sides, each with its kind's builder; a side that cannot run here gets a check only.
     `build_one(spec, run_dir, side, builder, check_only=...)` builds one side (default: here, in this process;
-    the worker passes one that builds each side in a sandboxed process of its own)."""
+    the worker passes one that builds each side in a sandboxed process of its own, and `at_once`: both sides'
+    processes run side by side, as neither can see the other's folder; in this process they could not, as a
+    build here sends this process's own output to its side's log)."""
     build_one = build_one or build_one_here
     kinds = {side: buildrules.kind_of(spec.build, side) for side in SIDES}
     builders = {side: builder_for(spec.build, side) for side in SIDES}
@@ -109,9 +113,17 @@ def build_sides(spec: TaskSpec, run_dir: Path, device: str, build_one: Any = Non
         packages=buildrules.package_versions(spec.build),
         not_checked=not_checked,
     )
+    def one(side: str) -> tuple[SideBuild, str | None]:
+        return build_one(spec, run_dir, side, builders[side], check_only=side in not_checked)
+
+    if at_once:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(SIDES)) as pool:
+            built = dict(zip(SIDES, pool.map(one, SIDES)))
+    else:
+        built = {side: one(side) for side in SIDES}
     skipped = []
-    for side in SIDES:
-        record.sides[side], note = build_one(spec, run_dir, side, builders[side], check_only=side in not_checked)
+    for side in SIDES:  # the record names the sides in one order however they were built
+        record.sides[side], note = built[side]
         skipped.append(note)
     notes = [s.error for s in record.sides.values() if s.error and s.error.startswith("inconclusive")]
     notes += [note for note in skipped if note]

@@ -7,8 +7,8 @@ runner through the inherited pipe N, which is closed before the builds start: wh
 while it is imported or built here cannot reach the numbers the floors are made of. A CPU run has no floor to
 protect: its probe (a memcpy's bandwidth, for the record) comes after the builds, and this process never imports
 torch there. The build record goes to RESULT.json as before. Each side is built in a sandboxed process of its own
-(`worker build-side`): this process never imports or compiles a side's code, and neither side's build can touch
-the other's folder or this record.
+(`worker build-side`), both at once: this process never imports or compiles a side's code, and neither side's build
+can touch the other's folder or this record.
 Workload rows run in the judge (judge.py), not here.
 """
 
@@ -72,7 +72,7 @@ def prepare(job: dict[str, Any], result_fd: int | None = None) -> dict[str, Any]
     if result_fd is not None:
         _write_line(result_fd, {"probe": probe})
         os.close(result_fd)
-    record = build.build_sides(spec, Path(job["run_dir"]), device, build_one=build_in_sandbox)
+    record = build.build_sides(spec, Path(job["run_dir"]), device, build_one=build_in_sandbox, at_once=True)
     result: dict[str, Any] = {"versions": build.toolchain_versions(), "build": record.to_json(), "device": probe}
     if probe is None and record.ok and not record.compile_only:
         result["device"] = probe_device(device)  # a CPU run: nothing to protect, the numbers are meaningless
