@@ -138,7 +138,7 @@ def _last_json(result: Completed) -> dict[str, Any]:
 
 
 def _start_args(host: Host, task: str, options: RunOptions) -> list[str]:
-    args = ["--task", task, "--idle", host.idle.model_dump_json(), "--arch", host.arch, "--host-alias", host.name,
+    args = ["--task", task, "--idle", host.idle.to_json(), "--arch", host.arch, "--host-alias", host.name,
             "--device", options.device]
     for flag, value in (("--gpu", options.gpu), ("--workloads", options.workloads), ("--mode", options.mode),
                         ("--profile", options.profile)):
