@@ -24,11 +24,10 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tempfile
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Iterator
-
-from pydantic import BaseModel
 
 from . import wheels
 from .agent.provenance import file_sha256
@@ -41,13 +40,15 @@ from .taskdir import TaskDir
 from .upstreamgit import FULL_SHA, commit_date, fetch_files, git, last_line
 
 
-class BaselineFile(BaseModel):
+@dataclass
+class BaselineFile:
     path: str
     sha256: str
     size: int
 
 
-class BaselinePin(BaseModel):
+@dataclass
+class BaselinePin:
     repo: str
     ref: str
     commit: str
@@ -95,7 +96,8 @@ def split_file_list(text: str) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------ release wheels
 
-class ReleasePin(BaseModel):
+@dataclass(kw_only=True)
+class ReleasePin:
     repo: str
     ref: str = "release"  # what task.toml [baseline] ref says for a release pin
     release: str          # "<distribution> <version>", e.g. "sglang 0.5.23"
@@ -105,7 +107,8 @@ class ReleasePin(BaseModel):
     files: list[BaselineFile]
 
 
-class Materialized(BaseModel):
+@dataclass
+class Materialized:
     wheel: str
     files: int
 

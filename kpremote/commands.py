@@ -342,7 +342,7 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
     outcome = run_profile(selected[0], task_dir, workload, request, wait=checks.wait_seconds(wait),
                           detach=detach, quiet=json)
     if json:
-        print_document("profile", outcome.model_dump())
+        print_document("profile", dataclasses.asdict(outcome))
     else:
         show_profile(outcome)
     finish(outcome.ok)
@@ -421,7 +421,7 @@ def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False
         line = (f"{task}: {pin.repo} {pin.ref} → {pin.commit} ({len(pin.files)} file(s) in "
                 f"kernels/{task}/baseline/upstream/; docs/baseline_source.md and task.toml [baseline] updated)")
     if json:
-        print_document("baseline", {"task": task, **pin.model_dump()})
+        print_document("baseline", {"task": task, **dataclasses.asdict(pin)})
     else:
         terminal.console.print(line, markup=False)
 

@@ -130,7 +130,7 @@ def probe_host(host: Host, agent: Agent) -> HostReport:
         return probe_cluster(host, agent)
     started = time.monotonic()
     try:
-        answer = agent.call_json("probe", "--idle", host.idle.model_dump_json(), "--arch", host.arch)
+        answer = agent.call_json("probe", "--idle", host.idle.to_json(), "--arch", host.arch)
     except KpremoteError as exc:
         return HostReport(host=host.name, ok=False, error=str(exc), source="none", seconds=time.monotonic() - started,
                           answered=False)

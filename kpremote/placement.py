@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
-
-from pydantic import BaseModel
 
 from .config import Host
 from .eventstream import EventStream
@@ -28,7 +27,8 @@ MEASURED = "already measured"
 """An outcome's status when the ledger says this candidate was measured on the host already (no run started)."""
 
 
-class Outcome(BaseModel):
+@dataclasses.dataclass
+class Outcome:
     host: str
     task: str
     run_id: Optional[str] = None
@@ -77,7 +77,7 @@ def launch(hosts: list[Host], tasks: list[TaskDir], options: RunOptions, *, deta
     names = [o.task for o in already] + [task.name for task in tasks]
     outcomes.sort(key=lambda o: names.index(o.task))
     if stream is not None:  # the stream's last line: the --json document, on one line
-        stream.write_line(json.dumps(document("run", {"runs": [o.model_dump() for o in outcomes]}), default=str))
+        stream.write_line(json.dumps(document("run", {"runs": [dataclasses.asdict(o) for o in outcomes]}), default=str))
     else:
         _report(outcomes, as_json, detach)
     return outcomes
@@ -86,7 +86,7 @@ def launch(hosts: list[Host], tasks: list[TaskDir], options: RunOptions, *, deta
 def _stream_end(stream: Optional[EventStream], outcome: Outcome) -> None:
     if stream is not None:
         stream.end(outcome.host, outcome.task, outcome.run_id,
-                   **outcome.model_dump(exclude={"host", "task", "run_id"}))
+                   **{k: v for k, v in dataclasses.asdict(outcome).items() if k not in ("host", "task", "run_id")})
 
 
 def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Future:
@@ -171,7 +171,7 @@ def _start_somewhere(hosts: list[Host], task: TaskDir, options: RunOptions, show
     reasons: list[str] = []
     busy: list[Host] = []
     for host in hosts:
-        attempt = options if len(hosts) == 1 else options.model_copy(update={"wait": None})
+        attempt = options if len(hosts) == 1 else dataclasses.replace(options, wait=None)
         try:
             return _try_host(host, task, attempt, shown.on(host.name))
         except HostBusy as exc:
@@ -225,7 +225,7 @@ def measured_already(tasks: list[TaskDir], hosts: list[Host]) -> tuple[list[Task
 
 def _report(outcomes: list[Outcome], as_json: bool, detach: bool) -> None:
     if as_json:
-        print_document("run", {"runs": [o.model_dump() for o in outcomes]})
+        print_document("run", {"runs": [dataclasses.asdict(o) for o in outcomes]})
         return
     for outcome in outcomes:
         if detach and outcome.run_id:

@@ -11,8 +11,6 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from pydantic import BaseModel
-
 from .agent.protocol import TERMINAL, ExitCode, new_run_id
 from .agentclient import Agent, agent_subcommand, error_message
 from .config import Host
@@ -35,7 +33,8 @@ REFUSALS = {"task_refused", "bad_request", "usage"}  # the request itself is wro
 HEARTBEAT_GRACE_S = 5.0
 
 
-class RunOptions(BaseModel):
+@dataclass
+class RunOptions:
     gpu: Optional[str] = None
     wait: Optional[float] = None
     workloads: Optional[str] = None
@@ -104,7 +103,7 @@ def start_run(session: RunSession, task: TaskDir, options: RunOptions, run_id: O
     except (HostBusy, HostCannotTake, TaskRefusedByHost, StartStopped):
         REGISTRY.discard(session.host.name, run_id)  # the host answered: no run exists
         raise
-    return started[0].model_copy(update={"synced_files": synced.files_sent})
+    return dataclasses.replace(started[0], synced_files=synced.files_sent)
 
 
 def _call_start(session: RunSession, args: list[str], stdin, on_progress) -> Completed:
@@ -138,7 +137,7 @@ def _last_json(result: Completed) -> dict[str, Any]:
 
 
 def _start_args(host: Host, task: str, options: RunOptions) -> list[str]:
-    args = ["--task", task, "--idle", host.idle.model_dump_json(), "--arch", host.arch, "--host-alias", host.name,
+    args = ["--task", task, "--idle", host.idle.to_json(), "--arch", host.arch, "--host-alias", host.name,
             "--device", options.device]
     for flag, value in (("--gpu", options.gpu), ("--workloads", options.workloads), ("--mode", options.mode),
                         ("--profile", options.profile)):

@@ -8,6 +8,7 @@ job; gpu-status asks `slurm-nodes` for the cluster's nodes instead of NVML.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Callable, TYPE_CHECKING, Any, Optional
 
@@ -79,7 +80,7 @@ def _submitted(session: "RunSession", run_id: str, result: "Completed") -> dict[
 
 def submit_args(host: Host, task: str, options: "RunOptions", run_id: str) -> list[str]:
     request = {"device": options.device, "workloads": options.workloads, "mode": options.mode,
-               "host_alias": host.name, "arch": host.arch, "idle": host.idle.model_dump(), "run_id": run_id}
+               "host_alias": host.name, "arch": host.arch, "idle": dataclasses.asdict(host.idle), "run_id": run_id}
     settings = {key: value for key, value in (host.slurm or {}).items() if value is not None}
     return ["--task", task, "--request", json.dumps(request), "--settings", json.dumps(settings)]
 

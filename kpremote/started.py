@@ -3,9 +3,8 @@ make (stopped before it began, or failed). runs.start_run and slurm.submit_run (
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
-
-from pydantic import BaseModel
 
 from .agent.protocol import ExitCode
 from .agentclient import error_message
@@ -14,7 +13,8 @@ from .errors import RemoteCommandError, StartStopped
 from .transport import Completed
 
 
-class StartedRun(BaseModel):
+@dataclass
+class StartedRun:
     host: str
     task: str
     run_id: str

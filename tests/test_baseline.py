@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -103,7 +104,7 @@ def test_main_resolves_to_the_newest_commit_and_copies_its_content(upstream: Ups
     copied = sorted(p.relative_to(task_dir).as_posix() for p in (task_dir / "baseline").rglob("*") if p.is_file())
     assert copied == [f"baseline/upstream/{HELPER}", f"baseline/upstream/{KERNEL}"]
     data = b"def kernel():\n    return 2\n"
-    assert pin.files[0].model_dump() == {"path": KERNEL, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    assert dataclasses.asdict(pin.files[0]) == {"path": KERNEL, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
     assert not (task_dir / ".kpremote").exists()
 
 

@@ -3,6 +3,7 @@ under docs/schemas/ — checked on the documents the real commands print."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -145,7 +146,7 @@ def test_profile_outcome_matches_its_schema():
     # inv profile needs ncu (tests/test_profile.py runs it); its document is the run outcome, validated here.
     from kpremote.jsonout import document
 
-    validate(document("profile", Outcome(host="h", task="t", run_id="r", status="passed").model_dump()), "profile")
+    validate(document("profile", dataclasses.asdict(Outcome(host="h", task="t", run_id="r", status="passed"))), "profile")
     with pytest.raises(jsonschema.ValidationError):
         validate(document("profile", {"host": "h"}), "profile")
 

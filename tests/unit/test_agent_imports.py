@@ -44,7 +44,7 @@ def probe_with_importtime(host: Host, tmp_path: Path) -> tuple[dict, list[str]]:
     python.chmod(0o755)
     host = dataclasses.replace(host, python=str(python))
     agent = Agent(host, LocalTransport(host.name))
-    result = agent.call("probe", "--idle", host.idle.model_dump_json(), "--arch", host.arch)
+    result = agent.call("probe", "--idle", host.idle.to_json(), "--arch", host.arch)
     assert result.ok, result.stderr_tail(5)
     assert agent.shipped == 1  # the answer is from the call after the ship: a plain probe, as at every later query
     return json.loads(result.stdout), imports_after_start(result.stderr.decode())

@@ -24,7 +24,7 @@ AGENT_ONLY = {"l2_bytes"}  # sent, but gpu-status does not show it
 def test_the_client_reads_each_field_of_the_agents_gpu_record_by_its_name(host, agent, gpus) -> None:
     gpus(gpu(0, temperature_c=41, power_w=120.5, sm_clock_mhz=1980, sm_clock_max_mhz=1980,
              clock_event_reasons=["gpu_idle"], processes=[{"pid": 7, "name": "python", "used_mib": 500}]))
-    [sent] = agent.call_json("probe", "--idle", host.idle.model_dump_json(), "--arch", host.arch)["gpus"]
+    [sent] = agent.call_json("probe", "--idle", host.idle.to_json(), "--arch", host.arch)["gpus"]
     assert set(sent) - AGENT_ONLY == set(GpuReport.model_fields)  # what the agent sends is what the client reads
     assert {f.name for f in fields(GpuState)} <= set(sent)
     [read] = probe_host(host, agent).gpus

@@ -92,7 +92,7 @@ def test_each_error_kind_is_distinct():
 
 
 def test_the_clients_idle_defaults_are_the_agents():
-    from kpremote.config import IdlePolicy as HostsTomlIdle
+    from kpremote.hostsschema import IdlePolicy as HostsTomlIdle
 
     assert HostsTomlIdle().model_dump() == dataclasses.asdict(IdlePolicy())
     assert IdlePolicy.from_json(HostsTomlIdle().model_dump_json()) == IdlePolicy()
