@@ -24,11 +24,17 @@ def tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text(), str(path))
 
 
+@functools.lru_cache(maxsize=None)
+def nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of a module's tree, walked once for all the tests of this file."""
+    return tuple(ast.walk(tree(path)))
+
+
 def definitions(name: str) -> list[str]:
     """Where a function or class called `name` is defined in kpremote/, as "path:line"."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(tree(path)):
+        for node in nodes(path):
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
                 found.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno}")
     return found
@@ -39,7 +45,7 @@ def sha256_of_a_file_definitions() -> list[str]:
     open() or read_bytes() of one path."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(tree(path)):
+        for node in nodes(path):
             if not isinstance(node, ast.FunctionDef) or "sha256" not in node.name or "tree" in node.name:
                 continue
             calls = {ast.unparse(call.func) for call in ast.walk(node) if isinstance(call, ast.Call)}
@@ -121,15 +127,16 @@ def test_one_run_id_rule():
     assert makers == ["agent/protocol.py"]
 
 
+@functools.lru_cache(maxsize=None)
 def exception_classes() -> dict[str, list[str]]:
     """Every class in kpremote/ whose bases name an error (…Error, …Exception, Refused, KeyboardInterrupt, or a
     class of this list), by name, with where each is defined."""
     found: dict[str, list[str]] = {}
     known = {"Exception", "BaseException", "KeyboardInterrupt"}
-    trees = [(path, tree(path)) for path in sorted(PACKAGE.rglob("*.py"))]
+    classes = [(path, [n for n in nodes(path) if isinstance(n, ast.ClassDef)]) for path in sorted(PACKAGE.rglob("*.py"))]
     for _ in range(4):  # subclasses of subclasses, defined in any order
-        for path, module in trees:
-            for node in ast.walk(module):
+        for path, defined in classes:
+            for node in defined:
                 bases = {ast.unparse(base).split(".")[-1] for base in getattr(node, "bases", [])}
                 if isinstance(node, ast.ClassDef) and bases & known:
                     known.add(node.name)
@@ -154,7 +161,7 @@ def test_the_clients_errors_live_in_errors_py():
 def private_imports(path: Path, source: str | None = None) -> list[str]:
     """`from X import _name` of a kpremote module (relative or absolute, at the top or inside a function)."""
     found = []
-    for node in ast.walk(tree(path) if source is None else ast.parse(source, str(path))):
+    for node in nodes(path) if source is None else ast.walk(ast.parse(source, str(path))):
         if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("kpremote")):
             found += [f"{'.' * node.level}{node.module or ''}.{alias.name}" for alias in node.names
                       if alias.name.startswith("_") and not alias.name.startswith("__")]
