@@ -166,11 +166,18 @@ def test_a_row_whose_calls_fail_is_unaudited_and_the_others_still_judged(task: P
     assert report.status.startswith("partly audited: 1 of 2 rows (the profiled process did not finish its calls")
 
 
+def CALLS_ONCE(tmp_path: Path) -> dict[str, str]:  # noqa: N802 - reads as the setting it is
+    """The stand-in runs each side's audited calls once per test: the cases below differ only in the harness's
+    medians, which the audited process never sees (its first run, real, proves the path)."""
+    return {"KPREMOTE_FAKE_NCU_CALLS_ONCE": str(tmp_path / "calls-once")}
+
+
 def test_the_runner_hook_audits_both_sides_and_names_the_one_that_disagrees(task: Path, tmp_path: Path) -> None:
     measured = raw_csv(tmp_path / "launches.csv", [12000] * audit.AUDIT_CALLS)  # one kernel per call
     request = {"task_dir": str(task), "run_dir": str(tmp_path / "run"), "raw_dir": str(tmp_path / "run" / "audit"),
                "workload": "prod_r4_c64", "mode": "graph", "harness_us": {"baseline": 12.4, "candidate": 5.0},
-               "env": cpu_env(tmp_path, KPREMOTE_FAKE_NCU_RAW=str(measured)), "device": "cpu", "modules": {}}
+               "env": cpu_env(tmp_path, KPREMOTE_FAKE_NCU_RAW=str(measured), **CALLS_ONCE(tmp_path)), "device": "cpu",
+               "modules": {}}
     answer = audit.audit_row(request)
     assert (answer["agree"], answer["side"], answer["harness_us"], answer["ncu_us"]) == (False, "candidate", 5.0, 12.0)
     assert answer["sides"]["baseline"]["agree"] is True and answer["cache_control"] == "none"
@@ -198,7 +205,8 @@ def test_a_cold_floor_starts_from_this_runs_empty_window(task: Path, tmp_path: P
     measured = raw_csv(tmp_path / "launches.csv", [12000] * audit.AUDIT_CALLS)  # ncu: 12 us a call
     request = {"task_dir": str(task), "run_dir": str(tmp_path / "run"), "raw_dir": str(tmp_path / "run" / "audit"),
                "workload": "prod_r4_c64", "mode": "cold", "harness_us": {"baseline": 13.4, "candidate": 12.8},
-               "env": cpu_env(tmp_path, KPREMOTE_FAKE_NCU_RAW=str(measured)), "device": "cpu", "modules": {}}
+               "env": cpu_env(tmp_path, KPREMOTE_FAKE_NCU_RAW=str(measured), **CALLS_ONCE(tmp_path)), "device": "cpu",
+               "modules": {}}
     # Without an empty window the fixed floor (12 + 0.5 - 0.06 = 12.44 us) lets a window of 12.8 us through ...
     fixed = audit.audit_row(request)
     assert fixed["agree"] is True and "fixed: no empty window" in fixed["tolerance_rule"]
