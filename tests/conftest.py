@@ -35,7 +35,7 @@ SLOWEST_FIRST = (
     "tests/agent/test_audit.py",
     "tests/test_skill.py",
     "tests/test_profile.py",
-    "tests/kernels/test_new_tasks.py",  # its interpreter check reduces by halves now (tests/kernels/triton_tree_reduce.py)
+    "tests/kernels/test_new_tasks.py",  # since its interpreter check reduces by halves (triton_tree_reduce.py)
     "tests/test_hostile.py",
     "tests/test_event_stream.py",
     "tests/test_options.py",
