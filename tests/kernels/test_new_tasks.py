@@ -35,6 +35,7 @@ CUTEDSL = "h200_diffusion_cutedsl_norm_scale_shift__multi_shape"
 NORM_TANH = "h200_diffusion_cutedsl_norm_tanh_mul_add__multi_shape"  # Triton both sides: only its upstream is staged
 NOT_RUNNABLE_HERE = {QKNORM: {"baseline", "candidate"}, CUTEDSL: {"baseline"}}  # sides that need a GPU
 SCRIPT = REPO / "benchmarks" / "gpu" / "new_tasks.sh"
+HERE = Path(__file__).resolve().parent  # triton_tree_reduce.py
 WHEEL_DIR = Path(os.environ.get("SGLANG_WHEEL_DIR", "/work/main/.whl/sglang"))
 
 
@@ -141,6 +142,9 @@ _CANDIDATE_ON_THE_INTERPRETER = textwrap.dedent(
     import torch
     from kpremote.agent.task import build
     from kpremote.agent.task.taskspec import load_task
+    sys.path.insert(0, sys.argv[3])
+    import triton_tree_reduce
+    triton_tree_reduce.install()  # the LayerNorm rows' tl.reduce by halves, not one Python call per element
 
     class NotHere:
         def __getattr__(self, name):
@@ -166,13 +170,67 @@ _CANDIDATE_ON_THE_INTERPRETER = textwrap.dedent(
 
 
 def test_the_triton_candidate_matches_the_reference_on_the_interpreter(kernels: Path) -> None:
+    """Every smoke row, every element, against the float64 reference (the reduction by triton_tree_reduce)."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-c", _CANDIDATE_ON_THE_INTERPRETER, str(REPO), str(kernels / CUTEDSL)],
-                          env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run([sys.executable, "-c", _CANDIDATE_ON_THE_INTERPRETER, str(REPO), str(kernels / CUTEDSL),
+                           str(HERE)], env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report and len({row for row, *_ in report}) == len(load_task(kernels / CUTEDSL).smoke_rows())
     assert [r for r in report if not r[2]] == []
+
+
+_TREE_AGAINST_TRITONS_FOLD = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import torch
+    import triton
+    import triton.language as tl
+    from triton.runtime import interpreter
+    sys.path.insert(0, sys.argv[1])
+    import triton_tree_reduce
+
+    @triton.jit
+    def pair_sum(a0, a1, b0, b1):
+        return a0 + b0, a1 + b1
+
+    @triton.jit
+    def rows(x_ptr, total_ptr, squares_ptr, N: tl.constexpr, BLOCK: tl.constexpr):  # one program per row
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * N + cols, mask=cols < N, other=0)
+        total, squares = tl.reduce((x, x * x), 0, pair_sum)
+        tl.store(total_ptr + row, total)
+        tl.store(squares_ptr + row, squares)
+
+    def reduced(n, block):
+        x = torch.arange(3 * n, dtype=torch.int64).reshape(3, n) - n  # exact in any order of additions
+        total, squares = torch.empty(3, dtype=torch.int64), torch.empty(3, dtype=torch.int64)
+        rows[(3,)](x, total, squares, N=n, BLOCK=block)
+        return total.tolist() + squares.tolist()
+
+    shapes = [(1, 1), (5, 8), (7, 8), (33, 64), (100, 128)]
+    fold = [reduced(n, block) for n, block in shapes]  # Triton's own per-element fallback
+    triton_tree_reduce.install()
+    assert interpreter.ReduceOps.generic_reduce is triton_tree_reduce.tree_reduce
+    print(json.dumps({"fold": fold, "tree": [reduced(n, block) for n, block in shapes]}))
+    """
+)
+
+
+def test_the_reduction_tree_gives_what_tritons_own_fold_gives() -> None:
+    """The candidate's interpreter check reduces by triton_tree_reduce: on integers (exact in any order) it agrees
+    with the interpreter's own per-element fold, for blocks of 1 to 128 elements, masked tails included."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-c", _TREE_AGAINST_TRITONS_FOLD, str(HERE)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = [[range(r * n - n, r * n) for r in range(3)] for n in (1, 5, 7, 33, 100)]  # x's rows, as arange makes
+    sums = [[sum(row) for row in x] + [sum(v * v for v in row) for row in x] for x in rows]
+    assert report["fold"] == sums  # Triton's fold really reduced the rows: the comparison below means something
+    assert report["tree"] == report["fold"]
 
 
 # ------------------------------------------------------------------------------------------------ the pins
