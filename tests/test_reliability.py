@@ -757,8 +757,13 @@ def test_inv_cancel_leaves_no_process_frees_the_gpu_and_says_cancelled(rig, work
     work.close_gate()
     assert work.inv("run", *hosts, "--task", "gated", "--workloads", SMALL, "--detach").returncode == 0
     [run] = wait_for(lambda: blocked_at_gate(host.root, "gated"), 120, "run blocked at the gate")
-    group = processes_mentioning(run.name)
-    assert len(group) >= 2 and holders(host.root)  # the runner and its worker; the GPU leased
+    # the row's phase is written as its judge starts: the runner, then the judge and its sides, held at the gate
+    def runner_and_judge() -> list[int] | None:
+        found = processes_mentioning(run.name)
+        return found if len(found) >= 2 else None
+
+    group = wait_for(runner_and_judge, 60, "the runner and its judge")
+    assert holders(host.root)  # the GPU leased
 
     cancelled = work.inv("cancel", *hosts, "--run", run.name)
 
