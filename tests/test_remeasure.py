@@ -116,3 +116,26 @@ def test_tasks_all_is_what_this_machine_has_not_finished(tree, tmp_path):
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "left on this machine (no finished run here yet): group_norm_silu,qknorm_rope,cutedsl,norm_infer,rotary" \
         in summary
+
+
+def test_parallel_starts_every_task_before_any_ends(tree, tmp_path):
+    # REMEASURE_PARALLEL=1 (a host of several GPUs): each task's runner starts while the others run. The stand-in
+    # runner waits (up to 60 s) to see all three started: run one after another, each would see only itself.
+    log = tmp_path / "runners.log"
+    fake = tmp_path / "python"
+    fake.write_text(f"""#!/bin/sh
+if [ "$1" = -m ] && [ "$2" = kpremote.agent.run.runner ]; then
+  echo start >> {log}
+  for i in $(seq 600); do [ "$(grep -c start {log})" -ge 3 ] && break; sleep 0.1; done
+  echo "saw $(grep -c start {log})" >> {log}
+  exit 0
+fi
+exec python3 "$@"
+""")
+    fake.chmod(0o755)
+    done = remeasure(tree, "tasks", "fuse,rotary,norm_infer", REMEASURE_DRY="1", REMEASURE_PARALLEL="1",
+                     REMEASURE_ROWS="r1", PYTHON=str(fake))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert log.read_text().split("\n").count("saw 3") == 3, log.read_text()
+    steps = (tmp_path / "out" / "steps.txt").read_text()
+    assert all(f"{name}: exit 0" in steps for name in ("fuse", "rotary", "norm_infer")), steps

@@ -464,3 +464,15 @@ def test_a_row_line_names_host_and_task_only_when_several_runs_are_followed():
     assert text("a") == "[1/2] prod_r8_c256: PASSED  speedup 1.024x"  # one run: short, under 80 columns
     live.add("b", "ion9-h200", "h200_diffusion_norm_infer__multi_shape", "20261123-164107-aaaaaa", None)
     assert text("b").startswith("ion9-h200 h200_diffusion_norm_infer__multi_shape [1/2] prod_r8_c256: PASSED")
+
+
+def test_a_change_too_few_process_pairs_read_is_shown_as_held(tmp_path):
+    from kpremote.agent.run.report import render_results_md
+
+    document = results()
+    row = document["rows"][0]
+    row["verdict"] = {**row["verdict"], "verdict": "SAME", "pairs_pointing": 1, "pairs_needed": 3,
+                      "held": "FASTER by the pooled samples, but 1 of 4 process pairs read it FASTER (3 needed)"}
+    markdown = render_results_md(RunResults.from_json(document), plot_missing="not drawn")
+    note = f"- `{row['workload']}`: SAME: FASTER by the pooled samples, but 1 of 4 process pairs read it FASTER (3 needed)"
+    assert note in markdown.splitlines(), markdown

@@ -116,7 +116,7 @@ def calibrate() -> dict:
 
 def runs(seconds: float, audit: str, workloads: str | None, tag: str) -> None:
     task = work_task()
-    root = Path(os.environ.get("POWER_WORK", "/tmp/kp-power")) / "root"
+    root = Path(os.environ.get("POWER_ROOT") or Path(os.environ.get("POWER_WORK", "/tmp/kp-power")) / "root")
     folder = out_dir() / tag
     folder.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + seconds
@@ -129,6 +129,8 @@ def runs(seconds: float, audit: str, workloads: str | None, tag: str) -> None:
                    "--device", os.environ.get("POWER_DEVICE", "cuda"), "--root", str(root), "--audit", audit]
         if workloads:
             command += ["--workloads", workloads]
+        if os.environ.get("POWER_GPU"):  # one GPU of a host that runs several copies at once
+            command += ["--gpu", os.environ["POWER_GPU"]]
         started = time.monotonic()
         left = deadline - started
         try:

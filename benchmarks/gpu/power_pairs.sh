@@ -6,12 +6,15 @@
 #   ROWS=aa     bench/workloads.h200-aa.toml: twelve A/A rows and two dial rows - the false-verdict rate
 # Results: $OUT/pairs.tgz (p<K>/<i>/results.json, samples.jsonl, run.json); read them here with
 #   python3 benchmarks/gpu/power_report.py DIR --tag p4 [--floors ...]
+# POWER_WORK (default /tmp/kp-pairs) is this copy's work folder: on a host of several GPUs, copies with folders of
+# their own, one POWER_ROOT (their lease root) and each its POWER_GPU (an index: the runner's --gpu) run at once.
 set -uo pipefail
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 POWER_WORK=/tmp/kp-pairs
+work=${POWER_WORK:-/tmp/kp-pairs}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 POWER_WORK=$work
 out=${OUT:-/tmp/kp-pairs-out}; mkdir -p "$out"
-rm -rf /tmp/kp-pairs; mkdir -p /tmp/kp-pairs/kernels
-cp -r benchmarks/gpu/dial /tmp/kp-pairs/kernels/dial
-cp "benchmarks/gpu/dial/bench/workloads.h200-${ROWS:-power}.toml" /tmp/kp-pairs/kernels/dial/bench/workloads.toml
+rm -rf "$work"; mkdir -p "$work/kernels"
+cp -r benchmarks/gpu/dial "$work/kernels/dial"
+cp "benchmarks/gpu/dial/bench/workloads.h200-${ROWS:-power}.toml" "$work/kernels/dial/bench/workloads.toml"
 { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
   python3 -c 'from kpremote.agent import harness; print(harness.harness_record())'; } > "$out/machine.txt" 2>&1
 end=$(( $(date +%s) + ${POWER_S:-420} ))
@@ -20,8 +23,8 @@ while [ "$(date +%s)" -lt "$end" ]; do
   i=$((i + 1))
   for k in ${PAIRS:-1 4}; do
     [ "$(date +%s)" -lt "$end" ] || break
-    KPREMOTE_SIDE_PAIRS=$k OUT=/tmp/kp-pairs/out python3 benchmarks/gpu/power.py runs --seconds 1 --tag "p$k-$i"
+    KPREMOTE_SIDE_PAIRS=$k OUT=$work/out python3 benchmarks/gpu/power.py runs --seconds 1 --tag "p$k-$i"
   done
 done
-cd /tmp/kp-pairs/out/power && for d in p*-*; do mkdir -p "$out/p/${d%-*}/${d##*-}"; cp "$d"/1/* "$out/p/${d%-*}/${d##*-}/"; done
+cd "$work/out/power" && for d in p*-*; do mkdir -p "$out/p/${d%-*}/${d##*-}"; cp "$d"/1/* "$out/p/${d%-*}/${d##*-}/"; done
 tar czf "$out/pairs.tgz" -C "$out" p machine.txt && rm -rf "$out/p"

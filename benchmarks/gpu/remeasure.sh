@@ -57,7 +57,10 @@
 # REMEASURE_ROWS (a --workloads list for every task, or `production`: each task's production rows; a trial, never
 # committable); REMEASURE_DRY=1 (this machine
 # without a GPU: --device cpu, each task's first smoke row, no H200 check; RT on the CPU: the controls only);
-# RT_LIST, RT_S (the red team's list and its own limit); KP_WHEELS, KP_SITE as new_tasks.sh reads them; PYTHON.
+# RT_LIST, RT_S (the red team's list and its own limit); KP_WHEELS, KP_SITE as new_tasks.sh reads them; PYTHON;
+# REMEASURE_PARALLEL=1 (a host of several GPUs: `tasks LIST` starts every task at once and `redteam` runs beside
+# them, each runner leasing an idle GPU of its own through one lease root; at most one job per GPU: the lease
+# refuses the rest, NoIdleGpu). Since harness 2.14 the H200 re-measure runs this way on a lent four-GPU H200 host.
 set -uo pipefail
 [ -f benchmarks/gpu/remeasure.sh ] && [ -d kernels ] || { echo "remeasure.sh: run it from the repository root"; exit 2; }
 out=${OUT:-/tmp/kp-remeasure-out}
@@ -66,6 +69,7 @@ budget=${REMEASURE_BUDGET_S:-540}
 host=${REMEASURE_HOST:-h200}; [ "${REMEASURE_DRY:-0}" = 1 ] && host=${REMEASURE_HOST:-cpu-dry}
 py=${PYTHON:-python3}
 dry=${REMEASURE_DRY:-0}
+parallel=${REMEASURE_PARALLEL:-0}
 export KP_WHEELS=${KP_WHEELS:-/tmp/kp-wheels} KP_SITE=${KP_SITE:-/tmp/site}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 stamp=$(date -u +%Y%m%d-%H%M%S)
@@ -150,6 +154,10 @@ site_env() { [ -d "$KP_SITE" ] && eval "$(bash benchmarks/gpu/new_tasks.sh env)"
 step_tasks() {  # step_tasks LIST
   local list=$1 name
   [ "$list" = all ] && list=$(tasks_left)
+  if [ "$parallel" = 1 ]; then  # every task at once, each runner leasing an idle GPU of its own (one root)
+    for name in ${list//,/ }; do run_task "$name" & sleep 2; done
+    return
+  fi
   for name in ${list//,/ }; do run_task "$name"; pack; done
 }
 
@@ -242,7 +250,7 @@ step_redteam() {
   if [ "$limit" -lt 60 ]; then say "redteam: skipped, $(left) s left in this call: run 'redteam' in the next call"; return; fi
   local device=cuda; [ "$dry" = 1 ] && device=cpu
   OUT=$work/redteam WORK=$work/redteam-work REDTEAM_SKIP_DONE=1 REDTEAM_WORKLOADS=tiny REDTEAM_DEVICE=$device \
-    REDTEAM_RUNNER_ARGS="$([ "$dry" = 1 ] || echo --audit on)" \
+    REDTEAM_RUNNER_ARGS="$([ "$dry" = 1 ] || echo --audit on) --root $work/root" \
     timeout -k 20 "$limit" bash benchmarks/gpu/redteam.sh "${RT_LIST:-$RT_DEFAULT}" > "$work/logs/redteam.log" 2>&1
   local code=$?
   say "redteam: exit $code$([ $code = 124 ] && echo " (cut at $limit s: run 'redteam' again, it goes on)"), $((SECONDS - t0)) s"
@@ -325,8 +333,9 @@ for step in "${steps[@]}"; do
   case $step in
     stage) step_stage ;;
     install) step_install; site_env ;;
-    redteam) step_redteam ;;
+    redteam) if [ "$parallel" = 1 ]; then step_redteam & else step_redteam; fi ;;
     tasks\ *) step_tasks "${step#tasks }" ;;
     profile\ *) step_profile "${step#profile }" ;;
   esac
 done
+wait  # REMEASURE_PARALLEL=1: the tasks and the red team running at once

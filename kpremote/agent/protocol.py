@@ -416,6 +416,9 @@ class RowVerdict(Record):
     noise: float | None = None
     process_floor_us: float | None = None
     verdict: str | None = None
+    pairs_pointing: int | None = None  # process pairs that read the change on their own (a change of several pairs)
+    pairs_needed: int | None = None
+    held: str | None = None  # the change the pooled samples alone called, where too few pairs read it so
     extra: dict[str, Any] = _kept_fields()
     absent: frozenset[str] = _absent_fields()
 

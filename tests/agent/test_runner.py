@@ -446,6 +446,8 @@ def test_a_row_timed_by_several_process_pairs_pools_their_samples(tmp_path: Path
     # KPREMOTE_SIDE_PAIRS picks the pairs on any device (a cold GPU row gets timing.SIDE_PAIRS): every pair's
     # processes serve the row, each pair's medians are kept, the samples pooled, and the record names them all.
     task = copy_fixture(tmp_path)
+    kernel = task / "solution" / "kernel.py"  # a candidate 20 ms slower a call: each pair reads it SLOWER
+    kernel.write_text("import time\n" + kernel.read_text() + "    time.sleep(0.02)\n")
     run_dir = tmp_path / "runs" / "pairs"
     done = subprocess.run(runner_command(task, run_dir, "--workloads", "prod_r4_c64"),
                           env={**agent_env(), "KPREMOTE_SIDE_PAIRS": "2"}, capture_output=True, text=True, timeout=600)
@@ -457,3 +459,7 @@ def test_a_row_timed_by_several_process_pairs_pools_their_samples(tmp_path: Path
     pairs = row["timing"]["process_pairs"]
     assert len(pairs) == 2 and row["checks"]["process_pairs"] == 2
     assert row["timing"]["baseline"]["n"] == sum(p["n"] for p in pairs) == 2 * SMOKE_SAMPLES
+    # the judge hands each pair's medians to the verdict: a change is one only where both pairs read it so
+    assert all(p["candidate"] > p["baseline"] + 15_000 for p in pairs), pairs
+    assert (row["verdict"]["verdict"], row["verdict"]["pairs_pointing"], row["verdict"]["pairs_needed"]) == \
+        ("SLOWER", 2, 2)

@@ -151,3 +151,39 @@ def test_four_process_pairs_halve_the_floor() -> None:
     assert stats.process_floor_us(4) == stats.PROCESS_FLOOR_US / 2
     assert stats.row_verdict(baseline, slower, process_floor_us=stats.process_floor_us(4))["verdict"] == stats.SLOWER
     assert stats.row_verdict(baseline, slower, process_floor_us=stats.process_floor_us(1))["verdict"] == stats.SAME
+
+
+def _pooled(pairs: list[tuple[float, float, int]]) -> tuple[list[float], list[float], list[tuple[float, float]]]:
+    """Samples of a row timed by process pairs: each pair's sides read their median, +-1 timer tick, n times."""
+    tick = 0.032
+    baseline = [b + tick * (i % 3 - 1) for b, _, n in pairs for i in range(n)]
+    candidate = [c + tick * (i % 3 - 1) for _, c, n in pairs for i in range(n)]
+    return baseline, candidate, [(b, c) for b, c, _ in pairs]
+
+
+def test_a_change_that_one_process_pair_makes_is_not_a_change() -> None:
+    # The red team's plant_pyc_baseline row on the H200 under 2.13, an A/A row: one baseline process read 0.5 us above
+    # the others and its pair held 76 of 188 samples, so the pooled samples alone called it FASTER 1.047x. These are
+    # its four pairs' medians, the outlying pair given more of the samples so that the pooling alone reads FASTER here.
+    baseline, candidate, pairs = _pooled([(5.664, 5.664, 20), (6.176, 5.472, 120), (5.472, 5.696, 30),
+                                          (5.664, 5.728, 30)])
+    floor = stats.process_floor_us(4)
+    assert stats.row_verdict(baseline, candidate, process_floor_us=floor)["verdict"] == stats.FASTER
+    verdict = stats.row_verdict(baseline, candidate, process_floor_us=floor, pair_medians=pairs)
+    assert verdict["verdict"] == stats.SAME and (verdict["pairs_pointing"], verdict["pairs_needed"]) == (1, 3)
+    assert verdict["held"] == "FASTER by the pooled samples, but 1 of 4 process pairs read it FASTER (3 needed)"
+    # a real win (control_fast, same run) reads FASTER in every pair and stays FASTER
+    baseline, candidate, pairs = _pooled([(5.328, 3.616, 30), (5.6, 3.536, 24), (5.36, 3.552, 18), (5.632, 3.488, 34)])
+    won = stats.row_verdict(baseline, candidate, process_floor_us=floor, pair_medians=pairs)
+    assert (won["verdict"], won["pairs_pointing"], "held" in won) == (stats.FASTER, 4, False)
+    # three of four pairs are enough, either way; two are not
+    baseline, candidate, pairs = _pooled([(4.0, 4.4, 50), (4.0, 4.4, 50), (4.0, 4.4, 50), (4.4, 4.0, 10)])
+    slower = stats.row_verdict(baseline, candidate, process_floor_us=floor, pair_medians=pairs)
+    assert (slower["verdict"], slower["pairs_pointing"]) == (stats.SLOWER, 3)
+    baseline, candidate, pairs = _pooled([(4.0, 4.4, 80), (4.0, 4.4, 80), (4.4, 4.0, 10), (4.4, 4.0, 10)])
+    split = stats.row_verdict(baseline, candidate, process_floor_us=floor, pair_medians=pairs)
+    assert split["verdict"] == stats.SAME and split["held"].startswith("SLOWER by the pooled samples, but 2 of 4")
+    # a SAME row and a row of one pair (graph mode) carry no agreement
+    assert "pairs_pointing" not in stats.row_verdict(baseline, baseline, pair_medians=pairs)
+    assert "pairs_pointing" not in stats.row_verdict(baseline, candidate, pair_medians=pairs[:1])
+    assert [stats.pairs_needed(n) for n in (2, 3, 4, 8)] == [2, 3, 3, 6]

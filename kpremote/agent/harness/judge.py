@@ -311,6 +311,8 @@ class Judge:
             gbps={side: floors.achieved_gbps(bytes_moved, medians[side]) for side in SIDES},
             verdict=stats.row_verdict(pair.baseline.times_us, pair.candidate.times_us,
                                       medians=(medians["baseline"], medians["candidate"]),
+                                      pair_medians=[(p["baseline"], p["candidate"]) for p in pair.process_pairs
+                                                    if p["baseline"] is not None and p["candidate"] is not None],
                                       process_floor_us=stats.process_floor_us(pairs) if self.device == "cuda" else 0.0),
             checks={"timing_cases": len(cases), "checked_samples": dict(self.checked), "refreshes": self.refreshes,
                     "check_fraction": sampling.CHECK_FRACTION, "memory_isolation": self.sharing.isolation,

@@ -19,13 +19,14 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import select
 import signal
 import socket
 import sys
 import time
 import traceback
 from typing import Any
+
+from ..procfs import pid_exists
 
 START_ENV = "KPREMOTE_SIDE_START"  # "exec": every side by `python -m kpremote.agent.harness.side` (a diagnosis)
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
@@ -103,7 +104,7 @@ class StartedSide:
             try:
                 done, status = os.waitpid(self.pid, os.WNOHANG)
             except ChildProcessError:  # not ours to collect (never adopted): alive, or gone with its status
-                if _exists(self.pid):
+                if pid_exists(self.pid):
                     return None
                 self.returncode = -signal.SIGKILL
                 return self.returncode
@@ -126,16 +127,6 @@ class StartedSide:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _read_line(sock: socket.socket) -> str:

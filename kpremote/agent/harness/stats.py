@@ -171,6 +171,10 @@ RESOLUTION_QUANTA = 2  # timer ticks between two medians that still say nothing 
 # PROCESS_FLOOR_US say nothing about which side is faster; a row timed by n pairs, its samples pooled, carries the
 # mean of n such offsets: PROCESS_FLOOR_US / sqrt(n) (process_floor_us). Harness 2.4-2.8 used 0.75 us for one pair.
 PROCESS_FLOOR_US = 0.3
+# A cold GPU row is timed by several process pairs and their samples pooled; one process's own offset can still move
+# the pooled median (2.13, the H200: an A/A row read FASTER 1.047x with pairs at 1.000, 1.129, 0.961 and 0.989x).
+# A row is FASTER or SLOWER only where at least this share of its pairs (3 of 4) reads it that way on its own.
+PAIRS_AGREEING = 0.75
 VERDICT_LEVEL = 0.95
 VERDICT_DRAWS = 200  # ~1 s per row at 2,000 samples a side on a busy core; enough for a 95 % interval
 
@@ -215,14 +219,29 @@ def timer_quantum(*sides: Sequence[float]) -> float:
     return min(gaps) if gaps else 0.0
 
 
+def pairs_needed(pairs: int) -> int:
+    """How many of a row's process pairs must read its change the same way for it to be a change (3 of 4)."""
+    return math.ceil(PAIRS_AGREEING * pairs - 1e-9)
+
+
+def pairs_pointing(pair_medians: Sequence[tuple[float, float]], verdict: str) -> int:
+    """How many (baseline, candidate) pair medians read the candidate faster (FASTER) or slower (SLOWER)."""
+    if verdict == FASTER:
+        return sum(1 for base, cand in pair_medians if cand < base)
+    return sum(1 for base, cand in pair_medians if cand > base)
+
+
 def row_verdict(baseline: Sequence[float], candidate: Sequence[float], *, seed: int = 0,
-                process_floor_us: float = 0.0, medians: tuple[float, float] | None = None) -> dict[str, Any]:
+                process_floor_us: float = 0.0, medians: tuple[float, float] | None = None,
+                pair_medians: Sequence[tuple[float, float]] = ()) -> dict[str, Any]:
     """The row's speedup (median over median), its interval and its verdict, all from the raw samples.
 
     The noise threshold also covers the timer's resolution and, for GPU rows (process_floor_us, the judge passes
     process_floor_us(pairs)), how far apart the sides' processes may read one kernel: medians RESOLUTION_QUANTA ticks or
     process_floor_us apart or less are never a change. On the H200 a copy of the baseline read 0.917x to 1.064x
-    on 3.5-5 us rows and 0.989x on a 55 us row, with intervals that did not hold 1.0.
+    on 3.5-5 us rows and 0.989x on a 55 us row, with intervals that did not hold 1.0. A row timed by two or more
+    process pairs (pair_medians: each pair's (baseline, candidate) medians) is a change only where pairs_needed of
+    them read it so; otherwise SAME, and "held" says which change the pooled samples alone would have called.
     """
     base_median, cand_median = medians or (median(baseline), median(candidate))  # the judge's, when it has them
     value = speedup(base_median, cand_median)
@@ -231,6 +250,22 @@ def row_verdict(baseline: Sequence[float], candidate: Sequence[float], *, seed: 
     shortest = min(base_median, cand_median)
     apart = max(RESOLUTION_QUANTA * quantum, process_floor_us)
     noise = max(NOISE_FLOOR, apart / shortest if shortest > 0 else 0.0)
-    return {"speedup": value, "low": low, "high": high, "level": VERDICT_LEVEL, "noise": noise,
-            "timer_quantum_us": round(quantum, 6), "process_floor_us": process_floor_us,
-            "verdict": change_verdict(value, low, high, noise=noise)}
+    verdict: dict[str, Any] = {"speedup": value, "low": low, "high": high, "level": VERDICT_LEVEL, "noise": noise,
+                               "timer_quantum_us": round(quantum, 6), "process_floor_us": process_floor_us,
+                               "verdict": change_verdict(value, low, high, noise=noise)}
+    if len(pair_medians) >= 2:
+        return {**verdict, **_pairs_agreement(verdict["verdict"], pair_medians)}
+    return verdict
+
+
+def _pairs_agreement(pooled: str, pair_medians: Sequence[tuple[float, float]]) -> dict[str, Any]:
+    """The verdict's fields for a row of several process pairs: pairs pointing, needed, and SAME where too few do."""
+    if pooled == SAME:
+        return {}
+    pointing, needed = pairs_pointing(pair_medians, pooled), pairs_needed(len(pair_medians))
+    agreement = {"pairs_pointing": pointing, "pairs_needed": needed}
+    if pointing >= needed:
+        return agreement
+    return {**agreement, "verdict": SAME,
+            "held": f"{pooled} by the pooled samples, but {pointing} of {len(pair_medians)} process pairs read it "
+                    f"{pooled} ({needed} needed)"}
