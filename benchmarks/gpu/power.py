@@ -134,7 +134,7 @@ def runs(seconds: float, audit: str, workloads: str | None, tag: str) -> None:
         started = time.monotonic()
         left = deadline - started
         try:
-            done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=max(left + 60, 120))
+            done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=max(left + 60, float(os.environ.get("POWER_RUN_LIMIT_S", 120))))
             code = done.returncode
         except subprocess.TimeoutExpired:
             code = "timeout"
