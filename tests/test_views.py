@@ -476,3 +476,5 @@ def test_a_change_too_few_process_pairs_read_is_shown_as_held(tmp_path):
     markdown = render_results_md(RunResults.from_json(document), plot_missing="not drawn")
     note = f"- `{row['workload']}`: SAME: FASTER by the pooled samples, but 1 of 4 process pairs read it FASTER (3 needed)"
     assert note in markdown.splitlines(), markdown
+    shown = " ".join(render(document, 140).split())  # the terminal's table and its notes, rewrapped
+    assert f"{row['workload']}: SAME: FASTER by the pooled samples, but 1 of 4 process pairs read it FASTER" in shown, shown

@@ -119,7 +119,8 @@ def task_frame(traceback: Any) -> Optional[str]:
 def _notes(rows: list[RowResult]) -> list[Text]:
     notes = []
     for row in rows:
-        parts = [str(p) for p in (row.message, row.invalid, row.implausible, row.audit)
+        held = f"SAME: {row.verdict.held}" if row.verdict and row.verdict.held else None
+        parts = [str(p) for p in (row.message, row.invalid, row.implausible, row.audit, held)
                  if p and not isinstance(p, (dict, list))]
         where = task_frame((row.correctness or {}).get("traceback") or row.extra.get("traceback"))
         if where and parts:
