@@ -22,9 +22,9 @@ SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 REPO = Path(__file__).resolve().parents[1]
 # One thread per process for OpenMP and OpenBLAS (torch's and numpy's pools): each process that imports numpy or torch
 # otherwise starts a thread per core that spins between calls, on a machine whose cores the suite's workers already
-# keep busy (an `inv check` of a red-team attack: 4.0-4.1 -> 3.5-3.6 CPU-s). tests/conftest.py sets it for every
-# process the tests start, unless it is set already; each SSH host of the rig gets the same value (its sessions do not
-# inherit this process's environment).
+# keep busy (numbers in README's Tests section). tests/conftest.py sets it for every process the tests start, unless
+# it is set already; each SSH host of the rig gets the same value (its sessions do not inherit this process's
+# environment).
 ONE_THREAD_POOL = {"OMP_NUM_THREADS": "1"}
 
 STAND_IN_DOCKER = """#!/bin/bash
