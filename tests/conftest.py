@@ -9,7 +9,10 @@ import pytest
 
 from kpremote.agent import nvml
 from kpremote.transport.openssh import CONTROL_DIR_ENV
-from rig import Rig
+from rig import ONE_THREAD_POOL, Rig
+
+for _name, _value in ONE_THREAD_POOL.items():  # before any test starts a process (rig.py says why)
+    os.environ.setdefault(_name, _value)
 
 # The slowest test files, slowest first (measured with --durations on the 2-core machine, 2026-11-26). scripts/test.sh
 # hands whole files to its pytest-xdist workers in collection order (--dist loadfile --no-loadscope-reorder), so these

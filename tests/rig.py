@@ -20,6 +20,12 @@ from typing import Any, Optional
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 REPO = Path(__file__).resolve().parents[1]
+# One thread per process for OpenMP and OpenBLAS (torch's and numpy's pools): each process that imports numpy or torch
+# otherwise starts a thread per core that spins between calls, on a machine whose cores the suite's workers already
+# keep busy (numbers in README's Tests section). tests/conftest.py sets it for every process the tests start, unless
+# it is set already; each SSH host of the rig gets the same value (its sessions do not inherit this process's
+# environment).
+ONE_THREAD_POOL = {"OMP_NUM_THREADS": "1"}
 
 STAND_IN_DOCKER = """#!/bin/bash
 # Stand-in for `docker exec -i NAME bash -s` on a test host: refuses any other form, then runs the script on stdin
@@ -146,6 +152,7 @@ class SshHost:
             "HOME": str(self.home),
             "KPREMOTE_NVML_FIXTURE": str(self.nvml_fixture),
             "PATH": f"{self.bin_dir}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            **{name: os.environ[name] for name in ONE_THREAD_POOL if name in os.environ},
             **self.extra_env,
         }
         lines = [

@@ -80,3 +80,18 @@ def test_results_md_says_why_there_is_no_plot_once(tmp_path):
                      headline={"note": "no rows"})
     markdown = render_results_md(failed, plot_missing=draw_speedup_plot(failed, tmp_path / "p.png"))
     assert "No plot: no row passed with a speedup to show" in markdown and "no plot: no plot" not in markdown.lower()
+
+
+def test_a_smoke_run_draws_no_plot_and_a_real_runs_summary_carries_one(tmp_path):
+    from kpremote.agent.run.report import write_summary
+
+    rows = [row("a", 1.2, verdict={"low": 1.1, "high": 1.3})]
+    assert draw_speedup_plot(results(rows, smoke=True), tmp_path / "smoke.png") == \
+        "no plot: a smoke run's timings are not meaningful"
+    assert not (tmp_path / "smoke.png").exists()
+    run_dir = tmp_path / "run"
+    (run_dir / "summary").mkdir(parents=True)
+    write_summary(run_dir, results(rows, status="passed", exit_code=0,
+                                   headline={"geomean": 1.2, "low": 1.1, "high": 1.3, "n": 1, "of": 1}), [])
+    assert (run_dir / "summary" / "speedup.png").read_bytes().startswith(PNG)
+    assert "No plot" not in (run_dir / "summary" / "results.md").read_text()

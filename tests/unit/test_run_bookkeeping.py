@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kpremote.agent.run.follow import follow_run
-from kpremote.agent.run.runstate import update_state
+from kpremote.agent.run.runstate import read_state, update_state
 from kpremote.agent.slurm import slurmjobs, slurmsettle
 
 
@@ -92,3 +92,25 @@ def test_squeue_and_sacct_lines_read_alike_and_a_forgotten_job_says_so(monkeypat
                            "elapsed": "1:00", "time_limit": "10:00", "partition": "gpu", "reason": None}
     assert found["13"]["state"] == "CANCELLED" and found["13"]["reason"] == "a|b" and found["13"]["source"] == "sacct"
     assert found["14"]["state"] == slurmjobs.FORGOTTEN and "99" not in found
+
+
+def test_a_look_that_read_a_run_pending_never_undoes_the_step_that_started_it(run_dir):
+    # A client's look reads the run pending, its job queued; before it writes, the job's step starts the run (its
+    # node, the GPUs Slurm allocated) and the runner moves on. What the look then learns from squeue (the job is
+    # RUNNING, or, asked a moment earlier, still PENDING) must not be written over the step's record.
+    update_state(run_dir, scheduler=slurmjobs.SCHEDULER, status="pending", phase="queued", job_id="7",
+                 slurm={"job_id": "7", "state": "PENDING", "reason": "Priority", "partition": "gpu"})
+    seen = read_state(run_dir)
+    step = {"job_id": "7", "state": "RUNNING", "node": "n1", "allocated_gpus": ["gpu:0"]}
+    update_state(run_dir, status="running", phase="starting", node="n1", slurm=step)
+    update_state(run_dir, phase="workloads")
+    running = {"job_id": "7", "state": "RUNNING", "node": "n1", "partition": "gpu", "reason": "None"}
+    queued = {"job_id": "7", "state": "PENDING", "node": None, "partition": "gpu", "reason": "Resources"}
+    for squeue in (running, queued):
+        slurmsettle.settle(run_dir, seen, squeue)
+        now = read_state(run_dir)
+        assert (now["status"], now["phase"], now["slurm"]) == ("running", "workloads", step), squeue
+    # while the run is still pending, squeue's word is written as before
+    update_state(run_dir, status="pending", phase="queued", slurm=seen["slurm"])
+    assert slurmsettle.settle(run_dir, read_state(run_dir), queued)["slurm"]["reason"] == "Resources"
+    assert slurmsettle.settle(run_dir, read_state(run_dir), running)["phase"] == "starting"

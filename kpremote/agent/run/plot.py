@@ -35,7 +35,10 @@ def bar_colour(row: RowResult) -> str:
 
 
 def draw_speedup_plot(results: RunResults, path: Path) -> Optional[str]:
-    """Draw the plot into path (PNG). None when it was drawn; else why not, as a sentence for the summary."""
+    """Draw the plot into path (PNG). None when it was drawn; else why not, as a sentence for the summary.
+    A smoke run's (CPU, Triton's interpreter) is not drawn: its timings mean nothing, as its verdicts are not shown."""
+    if results.smoke:
+        return "no plot: a smoke run's timings are not meaningful"
     rows = plotted_rows(results)
     if not rows:
         return "no plot: no row passed with a speedup to show"

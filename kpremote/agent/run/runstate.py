@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from ..atomicfile import write_json_atomically
 from ..protocol import TERMINAL, RunExit  # noqa: F401 - re-exported
@@ -41,10 +43,33 @@ def read_state(run_dir: Path) -> dict[str, Any]:
 
 def update_state(run_dir: Path, **fields: Any) -> dict[str, Any]:
     """Merge fields into state.json through a rename, so readers never see a torn file."""
-    state = read_state(run_dir)
-    state.update(fields)
-    write_json_atomically(state_path(run_dir), state, indent=1)
-    return state
+    return update_state_if(run_dir, lambda _state: True, **fields)
+
+
+def update_state_if(run_dir: Path, still: Callable[[dict[str, Any]], bool], **fields: Any) -> dict[str, Any]:
+    """Merge fields into state.json only if still(state) holds for the state as it is now; the state either way.
+
+    Every writer reads, merges and renames under one lock (state.lock beside state.json): a run's state has more
+    than one writer (the runner, a Slurm job's step, a client's look that settles it with Slurm), and a writer that
+    decided on a state read earlier must not undo what another wrote since (a pending run's queue record written
+    over the step's record of the GPUs it was allocated)."""
+    with _state_lock(run_dir):
+        state = read_state(run_dir)
+        if not still(state):
+            return state
+        state.update(fields)
+        write_json_atomically(state_path(run_dir), state, indent=1)
+        return state
+
+
+@contextlib.contextmanager
+def _state_lock(run_dir: Path) -> Iterator[None]:
+    fd = os.open(state_path(run_dir).with_name("state.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def is_disk_full(exc: BaseException) -> bool:

@@ -15,7 +15,7 @@ from typing import Any, Optional
 from ..run.events import EventLog
 from ..lease import utc_now_iso
 from ..protocol import TERMINAL, RunExit
-from ..run.runstate import read_state, update_state
+from ..run.runstate import read_state, update_state, update_state_if
 from .slurmjobs import ENDED, KILLED_BY_SLURM, SCHEDULER, jobs, node_reason, queue_position
 
 SLURM_POLL_S = 1.0  # how often a follower asks Slurm (one squeue call) while the run has not ended
@@ -66,12 +66,18 @@ def settle(run_dir: Path, state: dict[str, Any], job: Optional[dict[str, Any]], 
         if not _ended_long_enough(state, job):
             return state
         return _died_without_record(run_dir, state, record)
+    # Squeue's word on a pending run, written only while it is still pending: the job's step may have started it
+    # since this state was read, and its own record (node, allocated GPUs, phase) is the newer one.
     if slurm_state == "PENDING" and status == "pending":
         if record != state.get("slurm"):
-            return update_state(run_dir, slurm=record)
+            return update_state_if(run_dir, _still_pending, slurm=record)
     if slurm_state in ("RUNNING", "COMPLETING") and status == "pending":
-        return update_state(run_dir, phase="starting", slurm=record)
+        return update_state_if(run_dir, _still_pending, phase="starting", slurm=record)
     return state
+
+
+def _still_pending(state: dict[str, Any]) -> bool:
+    return state.get("status") == "pending"
 
 
 def _ended_long_enough(state: dict[str, Any], job: dict[str, Any]) -> bool:
