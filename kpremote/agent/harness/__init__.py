@@ -44,7 +44,8 @@ HARNESS_VERSION = "2.15"  # 2.0: process boundary (judge + one process per side)
 #      (stats.PAIRS_AGREEING); else SAME, its verdict saying what the pooled samples alone would have called (held)
 # 2.15: on a GPU both sides' build processes start before the device probe and import torch and Triton while it runs,
 #      held at a gate (worker.BuildGate) until its numbers have left; no task code runs earlier than in 2.14. A CUDA
-#      side's compile-only check (no GPU) compiles with torch's COMMON_NVCC_FLAGS too, as the GPU build does
+#      side's compile-only check (no GPU) compiles with torch's COMMON_NVCC_FLAGS too, as the GPU build does; the copy
+#      probe records its fastest and slowest repeat beside the median (the floor still reads the median)
 AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".
