@@ -64,7 +64,9 @@ def update_state_if(run_dir: Path, still: Callable[[dict[str, Any]], bool], **fi
 
 @contextlib.contextmanager
 def _state_lock(run_dir: Path) -> Iterator[None]:
-    fd = os.open(state_path(run_dir).with_name("state.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    path = state_path(run_dir).with_name("state.lock")
+    path.parent.mkdir(parents=True, exist_ok=True)  # as the first write of state.json makes its folder
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
