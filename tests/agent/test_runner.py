@@ -462,3 +462,60 @@ def test_a_row_timed_by_several_process_pairs_pools_their_samples(tmp_path: Path
     assert all(p["candidate"] > p["baseline"] + 15_000 for p in pairs), pairs
     assert (row["verdict"]["verdict"], row["verdict"]["pairs_pointing"], row["verdict"]["pairs_needed"]) == \
         ("SLOWER", 2, 2)
+
+
+GATED_PROBE = """
+import json, os, sys, time
+from pathlib import Path
+from kpremote.agent.procfs import descendants
+from kpremote.agent.task import worker
+
+run_dir, job, out, seen_path = sys.argv[1:5]
+
+
+def stand_in_probe(device):
+    # what the probe sees while it runs: the two build processes, torch imported, and no task code run yet
+    deadline, loaded = time.monotonic() + 120, []
+    while time.monotonic() < deadline and len(loaded) < 2:
+        builds = [p for p in descendants(os.getpid()) if b"build-side" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        loaded = [p for p in builds if "libtorch" in Path(f"/proc/{p}/maps").read_text()]
+        time.sleep(0.05)
+    time.sleep(2)  # a build past the gate would import its side's code by now
+    Path(seen_path).write_text(json.dumps({"loaded": len(loaded),
+                                           "imported": sorted(p.name for p in Path(run_dir).rglob("imported-*"))}))
+    return {"name": "stand-in probe"}
+
+
+worker.probe_device = stand_in_probe
+sys.exit(worker.main(["prepare", "--job", job, "--out", out]))
+"""
+
+MARK_IMPORT = """
+import os as _os, pathlib as _pathlib
+_scratch = _pathlib.Path(_os.environ.get("KPREMOTE_SCRATCH", ""))
+if _scratch.name.startswith("build-"):
+    (_scratch / ("imported-" + _scratch.name)).write_text("")
+"""
+
+
+def test_a_gpu_runs_builds_import_torch_during_the_probe_and_no_task_code_before_it_ends(tmp_path: Path) -> None:
+    """On a GPU the prepare step starts both build processes before its device probe: they import torch while it
+    runs and wait at a gate; no side's code is imported until the probe is done (a stand-in probe here, on the CPU,
+    looks). Then both builds run as before."""
+    task = copy_fixture(tmp_path)
+    for side in ("baseline", "solution"):
+        kernel = task / side / "kernel.py"
+        kernel.write_text(MARK_IMPORT + kernel.read_text())
+    run_dir = tmp_path / "run"
+    (run_dir / "raw").mkdir(parents=True)
+    job = tmp_path / "prepare.job.json"
+    job.write_text(json.dumps({"task_dir": str(task), "run_dir": str(run_dir), "device": "cuda", "mode": None}))
+    out, seen = tmp_path / "prepare.json", tmp_path / "seen.json"
+    done = subprocess.run([sys.executable, "-c", GATED_PROBE, str(run_dir), str(job), str(out), str(seen)],
+                          env=agent_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(seen.read_text()) == {"loaded": 2, "imported": []}
+    result = json.loads(out.read_text())
+    assert result["device"] == {"name": "stand-in probe"}
+    assert all(side["ok"] for side in result["build"]["sides"].values()), result["build"]
+    assert sorted(p.name for p in run_dir.rglob("imported-*")) == ["imported-build-baseline", "imported-build-candidate"]

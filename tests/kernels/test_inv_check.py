@@ -80,6 +80,7 @@ def test_inv_check_says_not_checked_for_the_cuda_candidate_and_fails(tmp_path: P
         assert record["note"] is None
         assert " -c " in candidate_log and "solution/kernel.cu" in candidate_log
         assert "-O3 -std=c++20 --generate-code=arch=compute_90,code=sm_90" in candidate_log
+        assert "-D__CUDA_NO_HALF_OPERATORS__" in candidate_log  # torch's own flags, as the GPU build passes them
         assert list((run_dir / "raw" / "build" / "candidate").glob("kernel.cu.o"))
 
 

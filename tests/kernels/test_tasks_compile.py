@@ -1,9 +1,8 @@
-"""The kernel tasks shipped in kernels/: well formed, correct on the CPU interpreter, CUDA sides compile.
+"""The kernel tasks shipped in kernels/: well formed and correct on the CPU interpreter.
 
 The interpreter check runs the smallest rows of each Triton task in a subprocess (TRITON_INTERPRET
-must be set before the sides are imported). The nvcc check compiles each CUDA side's sources for
-sm_90 with the task's flags and torch's headers (device code and the C++ front end; no host link),
-both sides at once; it takes about a minute per side on a small machine.
+must be set before the sides are imported). A CUDA side's sources are compiled by `inv check`'s own
+compile-only check, with the task's flags and torch's (tests/kernels/test_inv_check.py).
 """
 
 from __future__ import annotations
@@ -15,9 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import textwrap
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 
@@ -173,51 +170,3 @@ def test_triton_sides_match_the_reference_on_the_interpreter(name: str, tmp_path
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
-
-
-def _nvcc() -> str | None:
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if home and (Path(home) / "bin" / "nvcc").is_file():
-            return str(Path(home) / "bin" / "nvcc")
-    return None
-
-
-def _nvcc_command(nvcc: str, source: Path, flags: list[str], module: str, output: Path) -> list[str]:
-    from torch.utils import cpp_extension
-
-    includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
-    defines = [f"-DTORCH_EXTENSION_NAME={module}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
-    torch_include = Path(cpp_extension.include_paths()[0])
-    if not (torch_include / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").is_file():
-        defines.append("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE")  # a CPU-only torch wheel lacks this generated header
-    return [nvcc, "-cubin", *flags, *cpp_extension.COMMON_NVCC_FLAGS, *defines, "-diag-suppress", "3306",
-            *(f"-I{p}" for p in includes), str(source), "-o", str(output)]
-
-
-@pytest.mark.timeout(900)
-def _cuda_sides(name: str) -> list[str]:
-    """The sides built by torch.utils.cpp_extension (a Triton baseline may face a CUDA candidate)."""
-    from kpremote.agent.task.buildrules import kind_of
-
-    return [side for side in ("baseline", "candidate") if kind_of(_spec(name).build, side) == "cuda"]
-
-
-@pytest.mark.parametrize("name", [t for t in TASKS if _cuda_sides(t)])
-def test_cuda_sides_compile_with_the_tasks_one_flag_list(name: str, tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    nvcc = _nvcc()
-    if nvcc is None:
-        pytest.skip("nvcc not found (PATH, CUDA_HOME, /usr/local/cuda): the CUDA compile check needs a CUDA toolkit")
-    spec = _spec(name)
-    jobs = [
-        _nvcc_command(nvcc, spec.side_dir(side) / source, list(spec.build.flags), f"kp_{side}", tmp_path / f"{side}_{source}.cubin")
-        for side in _cuda_sides(name)
-        for source in spec.build.sources
-    ]
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        results = list(pool.map(lambda cmd: subprocess.run(cmd, capture_output=True, text=True, timeout=880), jobs))
-    for command, done in zip(jobs, results):
-        assert done.returncode == 0, f"{' '.join(command)}\n{done.stdout[-2000:]}{done.stderr[-4000:]}"

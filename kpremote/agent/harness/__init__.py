@@ -15,7 +15,7 @@ from typing import Any
 
 from ..provenance import file_sha256
 
-HARNESS_VERSION = "2.14"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+HARNESS_VERSION = "2.15"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
 # 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
 # 2.3: a row's noise threshold covers two timer ticks; the flush probe ramps the clocks first (no timed number moves)
@@ -42,6 +42,10 @@ HARNESS_VERSION = "2.14"  # 2.0: process boundary (judge + one process per side)
 #      both sides build at once, each in its own sandboxed process: a run's cost, not its timing, is what changes
 # 2.14: a row timed by several process pairs is FASTER or SLOWER only where 3 of its 4 pairs read it so on their own
 #      (stats.PAIRS_AGREEING); else SAME, its verdict saying what the pooled samples alone would have called (held)
+# 2.15: on a GPU both sides' build processes start before the device probe and import torch and Triton while it runs,
+#      held at a gate (worker.BuildGate) until its numbers have left; no task code runs earlier than in 2.14. A CUDA
+#      side's compile-only check (no GPU) compiles with torch's COMMON_NVCC_FLAGS too, as the GPU build does; the copy
+#      probe records its fastest and slowest repeat beside the median (the floor still reads the median)
 AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".

@@ -98,5 +98,9 @@ def measure_copy_bandwidth(device: str, *, max_bytes: int = 1 << 30, repeats: in
         "bytes": nbytes,
         "median_us": round(median_us, 2),
         "repeats": repeats,
+        # the spread of the repeats, for the record: whether a low probe (one four-GPU host's read 4008 GB/s where
+        # its others read 4031-4196) was every copy slow or a few
+        "best_gbps": round(2 * nbytes / (min(spent_us) * 1e-6) / 1e9, 1),
+        "worst_gbps": round(2 * nbytes / (max(spent_us) * 1e-6) / 1e9, 1),
         "device": device,
     }

@@ -15,6 +15,7 @@ Workload rows run in the judge (judge.py), not here.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import platform
@@ -68,19 +69,64 @@ def prepare(job: dict[str, Any], result_fd: int | None = None) -> dict[str, Any]
     device = job["device"]
     probe = None
     if device.startswith("cuda"):
-        probe = probe_device(device)  # before any task code is imported
-    if result_fd is not None:
-        _write_line(result_fd, {"probe": probe})
-        os.close(result_fd)
-    record = build.build_sides(spec, Path(job["run_dir"]), device, build_one=build_in_sandbox, at_once=True)
+        # The build processes start now and import torch and Triton while the device is probed; they wait at a
+        # gate and touch no task code until the probe has been written and its pipe closed (BuildGate).
+        with BuildGate() as gate:
+            builds = gate.start(lambda: build.build_sides(spec, Path(job["run_dir"]), device,
+                                                          build_one=gate.build_one, at_once=True))
+            probe = probe_device(device)  # before any task code is imported
+            _send_probe(result_fd, probe)
+        record = builds.result()
+    else:
+        _send_probe(result_fd, probe)
+        record = build.build_sides(spec, Path(job["run_dir"]), device, build_one=build_in_sandbox, at_once=True)
     result: dict[str, Any] = {"versions": build.toolchain_versions(), "build": record.to_json(), "device": probe}
     if probe is None and record.ok and not record.compile_only:
         result["device"] = probe_device(device)  # a CPU run: nothing to protect, the numbers are meaningless
     return result
 
 
+def _send_probe(result_fd: int | None, probe: dict[str, Any] | None) -> None:
+    """The probe up the inherited pipe, which then closes: nothing later in this run can write to it."""
+    if result_fd is not None:
+        _write_line(result_fd, {"probe": probe})
+        os.close(result_fd)
+
+
+class BuildGate:
+    """Both sides' build processes, started before the device probe and held at a gate until it is done.
+
+    Each imports what the harness itself imports (torch, Triton), then blocks reading the gate's pipe; leaving the
+    `with` block closes it, and only then does a build enter its sandbox, load the task or import a side's code.
+    The probe runs meanwhile in this process: a build's imports cost CPU time, never GPU time, and no task code
+    runs before the probe's numbers have left for the runner."""
+
+    def __init__(self) -> None:
+        self.read_end, self.write_end = os.pipe()
+        os.set_inheritable(self.read_end, True)
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+
+    def __enter__(self) -> "BuildGate":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.open()
+
+    def open(self) -> None:
+        if self.write_end is not None:
+            os.close(self.write_end)
+            self.write_end = None
+
+    def start(self, builds: Any) -> "concurrent.futures.Future[Any]":
+        return self.pool.submit(builds)
+
+    def build_one(self, spec: TaskSpec, run_dir: Path, side: str, builder: Any, *,
+                  check_only: bool) -> tuple[build.SideBuild, str | None]:
+        return build_in_sandbox(spec, run_dir, side, builder, check_only=check_only, gate_fd=self.read_end)
+
+
 def build_in_sandbox(spec: TaskSpec, run_dir: Path, side: str, builder: Any, *,
-                     check_only: bool) -> tuple[build.SideBuild, str | None]:
+                     check_only: bool, gate_fd: int | None = None) -> tuple[build.SideBuild, str | None]:
     """One side's build in a process of its own, sandboxed before the side's code is imported or compiled: it may
     change only its own build folder, its build log and its scratch folder. Its record comes back through a pipe;
     whatever it says, its module must lie in its own build folder."""
@@ -91,13 +137,14 @@ def build_in_sandbox(spec: TaskSpec, run_dir: Path, side: str, builder: Any, *,
     scratch = sandbox.make_scratch(Path(run_dir) / "raw" / "scratch" / f"build-{side}")
     job_path = Path(run_dir) / "raw" / f"build-{side}.job.json"
     write_json_atomically(job_path, {"task_dir": str(spec.root), "run_dir": str(run_dir), "side": side,
-                                     "check_only": check_only, "also": [str(folder), str(log)]})
+                                     "check_only": check_only, "also": [str(folder), str(log)], "gate_fd": gate_fd})
     read_end, write_end = os.pipe()
     try:
         launcher = [sys.executable, "-m", "kpremote.agent.sandbox.namespace", "--"] if _namespaces() else []
         child = subprocess.Popen(launcher + [sys.executable, "-m", "kpremote.agent.task.worker", "build-side", "--job",
                                              str(job_path), "--result-fd", str(write_end)],
-                                 pass_fds=(write_end,), stdin=subprocess.DEVNULL,
+                                 pass_fds=(write_end,) if gate_fd is None else (write_end, gate_fd),
+                                 stdin=subprocess.DEVNULL,
                                  env={**os.environ, **sandbox.scratch_env(scratch)})
     finally:
         os.close(write_end)
@@ -130,6 +177,8 @@ def build_side_main(job: dict[str, Any], result_fd: int) -> int:
 
     from .builders import builder_for
 
+    if job.get("gate_fd") is not None:
+        _wait_at_the_gate(int(job["gate_fd"]))
     applied = sandbox.enter(also=[Path(p) for p in job["also"]])
     spec = load_task(Path(job["task_dir"]))
     side = job["side"]
@@ -137,6 +186,18 @@ def build_side_main(job: dict[str, Any], result_fd: int) -> int:
                                             check_only=job["check_only"])
     _write_line(result_fd, {"side": asdict(side_build), "note": note, "sandbox": applied})
     return 0
+
+
+def _wait_at_the_gate(fd: int) -> None:
+    """Import torch and Triton (the harness's own imports, no task code), then wait until the gate opens (EOF)."""
+    for name in ("torch", "triton"):
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    while os.read(fd, 64):
+        pass
+    os.close(fd)
 
 
 def _write_line(fd: int, value: dict[str, Any]) -> None:

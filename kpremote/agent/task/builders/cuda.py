@@ -55,7 +55,8 @@ class CudaBuilder(Builder):
         return Built(module=module.__file__)
 
     def check(self, spec: TaskSpec, side: str, folder: Path) -> Built:
-        """nvcc -c each source with torch's headers and the same flags."""
+        """nvcc -c each source with torch's headers and the flags the GPU build compiles it with: the task's and
+        torch's own (cpp_extension's COMMON_NVCC_FLAGS: the half/bfloat16 operator macros, relaxed constexpr)."""
         from torch.utils import cpp_extension
 
         nvcc = find_nvcc()
@@ -64,7 +65,8 @@ class CudaBuilder(Builder):
         includes = [*include_paths(spec, side), *cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
         folder.mkdir(parents=True, exist_ok=True)
         for source in spec.build.sources:
-            command = [nvcc, *default_standard(spec.build.flags), *spec.build.flags, *cpu_torch_defines(includes[0]),
+            command = [nvcc, *default_standard(spec.build.flags), *spec.build.flags, *cpp_extension.COMMON_NVCC_FLAGS,
+                       *cpu_torch_defines(cpp_extension.include_paths()[0]),
                        *(f"-I{p}" for p in includes),
                        f"-DTORCH_EXTENSION_NAME={module_name(side)}", "-c", str(spec.side_dir(side) / source),
                        "-o", str(folder / (Path(source).name + ".o"))]
