@@ -210,6 +210,20 @@ def test_each_rows_judge_holds_it_to_the_probes_fastest_copy(smoke_run: tuple[Pa
         assert job["copy_gbps"] == copy["best_gbps"]
 
 
+def prepare_job(tmp_path: Path, device: str, prelude: str = "") -> tuple[Path, Path, Path]:
+    """A copy of the fixture task (each side's kernel.py opened by `prelude`), a run folder and the prepare step's
+    job for `device`: (run folder, job, out), the worker's result to be written at out."""
+    task = copy_fixture(tmp_path)
+    for side in ("baseline", "solution"):
+        kernel = task / side / "kernel.py"
+        kernel.write_text(prelude + kernel.read_text())
+    run_dir = tmp_path / "run"
+    (run_dir / "raw").mkdir(parents=True)
+    job = tmp_path / "prepare.job.json"
+    job.write_text(json.dumps({"task_dir": str(task), "run_dir": str(run_dir), "device": device, "mode": None}))
+    return run_dir, job, tmp_path / "prepare.json"
+
+
 def test_a_cpu_runs_prepare_step_records_torch_and_a_copy_bandwidth_without_importing_torch(tmp_path: Path) -> None:
     """A CPU run's prepare worker builds both sides and probes the CPU without a second of torch import: the
     versions come from torch's own version file, the copy bandwidth from a memcpy (no floor holds a CPU row to it)."""
@@ -250,15 +264,7 @@ if _scratch.name.startswith("build-"):  # only in a build process: each side wai
 def test_both_sides_build_at_once_each_in_its_own_sandbox(tmp_path: Path) -> None:
     """Each side's build process waits, at import, until the other's has begun: built one after the other, the
     first would wait for ever (here: fail after 30 s); side by side, both builds pass."""
-    task = copy_fixture(tmp_path)
-    for side in ("baseline", "solution"):
-        kernel = task / side / "kernel.py"
-        kernel.write_text(RENDEZVOUS + kernel.read_text())
-    run_dir = tmp_path / "run"
-    (run_dir / "raw").mkdir(parents=True)
-    job = tmp_path / "prepare.job.json"
-    job.write_text(json.dumps({"task_dir": str(task), "run_dir": str(run_dir), "device": "cpu", "mode": None}))
-    out = tmp_path / "prepare.json"
+    _, job, out = prepare_job(tmp_path, "cpu", RENDEZVOUS)
     done = subprocess.run([sys.executable, "-m", "kpremote.agent.task.worker", "prepare", "--job", str(job),
                            "--out", str(out)], env=agent_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -515,15 +521,8 @@ def test_a_gpu_runs_builds_import_torch_during_the_probe_and_no_task_code_before
     """On a GPU the prepare step starts both build processes before its device probe: they import torch while it
     runs and wait at a gate; no side's code is imported until the probe is done (a stand-in probe here, on the CPU,
     looks). Then both builds run as before."""
-    task = copy_fixture(tmp_path)
-    for side in ("baseline", "solution"):
-        kernel = task / side / "kernel.py"
-        kernel.write_text(MARK_IMPORT + kernel.read_text())
-    run_dir = tmp_path / "run"
-    (run_dir / "raw").mkdir(parents=True)
-    job = tmp_path / "prepare.job.json"
-    job.write_text(json.dumps({"task_dir": str(task), "run_dir": str(run_dir), "device": "cuda", "mode": None}))
-    out, seen = tmp_path / "prepare.json", tmp_path / "seen.json"
+    run_dir, job, out = prepare_job(tmp_path, "cuda", MARK_IMPORT)
+    seen = tmp_path / "seen.json"
     done = subprocess.run([sys.executable, "-c", GATED_PROBE, str(run_dir), str(job), str(out), str(seen)],
                           env=agent_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
