@@ -143,6 +143,15 @@ def test_no_client_module_imports_itself_back_even_from_inside_a_function():
     assert import_cycles(graph) == []
 
 
+def test_no_agent_module_imports_itself_back_even_from_inside_a_function():
+    """The agent's folders (harness/, run/, slurm/, task/, ncu/, ...) hold no cycle either, a package counting as its
+    __init__.py."""
+    agent = [path for path in (PACKAGE / "agent").rglob("*.py")]
+    graph = {module_of(path).removesuffix(".__init__"): runtime_imports(path) for path in agent}
+    assert len(graph) > 50 and any(graph.values())
+    assert import_cycles(graph) == []
+
+
 def test_the_cycle_check_can_fail():
     inside = runtime_imports(PACKAGE / "x.py", "def f():\n    from .runs import RunSession\n")
     annotations_only = runtime_imports(PACKAGE / "x.py", "if TYPE_CHECKING:\n    from .runs import RunSession\n")
