@@ -4,6 +4,7 @@ meant for both sides (CONTRIBUTING.md). Read from the source (AST), so an import
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -104,9 +105,14 @@ def runtime_imports(path: Path, source: str | None = None) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             node.body = [ast.Pass()]
-    real = {module_of(p) for p in PACKAGE.rglob("*.py")} | {module_of(p).removesuffix(".__init__")
-                                                           for p in PACKAGE.rglob("__init__.py")}
-    return {m for m in imported_modules(path, ast.unparse(tree)) if m in real}
+    return {m for m in imported_modules(path, ast.unparse(tree)) if m in package_modules()}
+
+
+@functools.lru_cache(maxsize=1)
+def package_modules() -> frozenset[str]:
+    """Every module of kpremote, a package named as itself and as its __init__."""
+    return frozenset({module_of(p) for p in PACKAGE.rglob("*.py")} |
+                     {module_of(p).removesuffix(".__init__") for p in PACKAGE.rglob("__init__.py")})
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
