@@ -14,7 +14,9 @@ event pair) and the µs per spin step, and writes the rows: three sizes (~4, ~15
 d10). POWER_ROW_US (e.g. `s4=6.88,s15=17.62`) takes a size's row time from the harness's own results on this host
 instead (its window holds more than calibrate's on some hosts: the four-GPU H200's 6.9 us against 5.2), so +5 % is
 5 % of what the harness reads; POWER_KEEP (e.g. `s4_aa1,s4_d5,s15_d2`) writes only those rows. `runs` starts `python -m kpremote.agent.run.runner` (audit off) on the whole task again and again until the time
-is spent: every run has fresh side processes, so the A/A rows show each process pair's own offset. `probe` times an
+is spent: every run has fresh side processes, so the A/A rows show each process pair's own offset; with POWER_AGENT
+(a folder holding another commit's kpremote/, e.g. .gpustage/h27 from `bash benchmarks/gpu/cost_27.sh pack`) it runs
+that commit's runner instead, so one call can time the same rows under harness 2.7 and this one. `probe` times an
 empty event pair and a one-block kernel the harness's way in several fresh processes, and a dial kernel under ncu.
 """
 
@@ -34,6 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 DIAL = REPO / "benchmarks" / "gpu" / "dial"
 SIZES = {"s4": 393_216, "s15": 3_670_016, "s200": 62_914_560}  # float32 elements per tensor
 LEVELS = {"aa1": 0.0, "aa2": 0.0, "d2": 0.02, "d5": 0.05, "d10": 0.10}
+RUNNER_OF_27 = "kpremote.agent.runner"  # the runner's module before agent/ had folders (POWER_AGENT)
 HEAD_START_CYCLES = 100_000  # ~50 us at the H200's clocks: the call is queued before its start event runs
 
 
@@ -125,6 +128,7 @@ def calibrate() -> dict:
 
 def runs(seconds: float, audit: str, workloads: str | None, tag: str) -> None:
     task = work_task()
+    agent = os.environ.get("POWER_AGENT")  # another commit's tree (its kpremote/): harness 2.7's, .gpustage/h27
     root = Path(os.environ.get("POWER_ROOT") or Path(os.environ.get("POWER_WORK", "/tmp/kp-power")) / "root")
     folder = out_dir() / tag
     folder.mkdir(parents=True, exist_ok=True)
@@ -134,8 +138,9 @@ def runs(seconds: float, audit: str, workloads: str | None, tag: str) -> None:
         index += 1
         run_dir = Path(os.environ.get("POWER_WORK", "/tmp/kp-power")) / "runs" / f"{tag}-{index}"
         shutil.rmtree(run_dir, ignore_errors=True)
-        command = [sys.executable, "-m", "kpremote.agent.run.runner", "--task-dir", str(task), "--run-dir", str(run_dir),
-                   "--device", os.environ.get("POWER_DEVICE", "cuda"), "--root", str(root), "--audit", audit]
+        command = [sys.executable, "-m", RUNNER_OF_27 if agent else "kpremote.agent.run.runner", "--task-dir", str(task),
+                   "--run-dir", str(run_dir), "--device", os.environ.get("POWER_DEVICE", "cuda"), "--root", str(root),
+                   "--audit", audit]
         if workloads:
             command += ["--workloads", workloads]
         if os.environ.get("POWER_GPU"):  # one GPU of a host that runs several copies at once
@@ -143,7 +148,9 @@ def runs(seconds: float, audit: str, workloads: str | None, tag: str) -> None:
         started = time.monotonic()
         left = deadline - started
         try:
-            done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=max(left + 60, float(os.environ.get("POWER_RUN_LIMIT_S", 120))))
+            done = subprocess.run(command, cwd=agent or REPO, env={**os.environ, "PYTHONPATH": agent} if agent else None,
+                                  capture_output=True, text=True,
+                                  timeout=max(left + 60, float(os.environ.get("POWER_RUN_LIMIT_S", 120))))
             code = done.returncode
         except subprocess.TimeoutExpired:
             code = "timeout"
