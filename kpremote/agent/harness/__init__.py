@@ -48,6 +48,7 @@ HARNESS_VERSION = "2.16"  # 2.0: process boundary (judge + one process per side)
 #      probe records its fastest and slowest repeat beside the median (the floor still reads the median)
 # 2.16: a row's floor holds it to the copy probe's fastest repeat, not its median (floors.reachable_gbps): a probe
 #      whose every copy ran slow refused honest copy-speed rows in 4 of 54 four-GPU H200 runs of 2.14-2.15
+#      A process pair whose timing only starvation disturbed is timed once more (guard.take_until_undisturbed)
 AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".
