@@ -1,6 +1,9 @@
 """Read benchmarks/gpu/power.py's runs: verdict rates of the dial's rows, and the same samples under other rules.
 
-    python3 benchmarks/gpu/power_report.py DIR/power [--tag runs] [--floors 0,0.1,0.2,0.3,0.75]
+    python3 benchmarks/gpu/power_report.py DIR/power [DIR2/power ...] [--tag runs] [--floors 0,0.1,0.2,0.3,0.75]
+
+Several folders (one per GPU of a host that ran copies at once: power_pairs.sh's pairs.tgz each, unpacked) are read
+as one set of runs.
 
 Per row size and dial level: how many row-runs read SLOWER / SAME / FASTER under the harness that ran them (its
 own verdict, from results.json), the measured extra time (candidate median - baseline median, µs and % of the
@@ -85,11 +88,11 @@ def rejudged(entries: list[dict], floors: list[float]) -> list[str]:
     return lines
 
 
-def cost(folder: Path) -> list[str]:
+def cost(folders: list[Path]) -> list[str]:
     """Wall seconds: whole runs (run.json) and rows after the first (each row's `seconds`; the first starts the
     judge and every side process)."""
     runs, rows, first = [], [], []
-    for run in (p for p in folder.iterdir() if p.is_dir()):
+    for run in (p for folder in folders for p in folder.iterdir() if p.is_dir()):
         if (run / "run.json").exists():
             runs.append(json.loads((run / "run.json").read_text())["wall_s"])
         if (run / "results.json").exists():
@@ -103,12 +106,13 @@ def cost(folder: Path) -> list[str]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/gpu/power_report.py")
-    parser.add_argument("folder", type=Path)
+    parser.add_argument("folders", type=Path, nargs="+")
     parser.add_argument("--tag", default="runs")
     parser.add_argument("--floors", default="0,0.1,0.2,0.3,0.75")
     args = parser.parse_args(argv)
-    entries = load(args.folder / args.tag)
-    print("\n".join(cost(args.folder / args.tag)))
+    folders = [folder / args.tag for folder in args.folders if (folder / args.tag).is_dir()]
+    entries = [{**entry, "run": f"{i}/{entry['run']}"} for i, folder in enumerate(folders) for entry in load(folder)]
+    print("\n".join(cost(folders)))
     print()
     print("\n".join(table(entries)))
     print()
