@@ -50,3 +50,14 @@ def test_only_a_graph_mode_working_set_that_fits_in_the_l2_is_held_to_the_l2_cop
     assert floors.floor_bandwidth("graph", 1_000_000, l2, dram, 3000.0) == (dram, floors.DRAM_COPY)  # only if faster
     assert floors.floor_bandwidth("graph", 1_000_000, l2, dram, None) == (dram, floors.DRAM_COPY)
     assert floors.floor_bandwidth("graph", 1_000_000, 0, None, warm) == (None, floors.DRAM_COPY)
+
+
+def test_a_row_is_held_to_the_fastest_copy_the_probe_made() -> None:
+    # A four-GPU H200's low probe (2.15): median 4009 GB/s, fastest repeat 4047; the dial's honest fused copy of
+    # 1006632960 bytes in 228.2 us moves 4411 GB/s: over 1.1 x the median (4410), under 1.1 x the fastest (4452).
+    probe = {"gbps": 4009.0, "best_gbps": 4047.0, "worst_gbps": 3921.0}
+    assert floors.reachable_gbps(probe) == 4047.0
+    assert floors.floor_check(1_006_632_960, 228.2, floors.reachable_gbps(probe)) is None
+    assert floors.floor_check(1_006_632_960, 228.2, probe["gbps"]) is not None
+    assert floors.reachable_gbps({"gbps": 4100.0}) == 4100.0  # a record from before 2.15 has no repeats
+    assert floors.reachable_gbps(None) is None and floors.reachable_gbps({}) is None

@@ -283,6 +283,28 @@ def test_starvation_voids_a_row_only_when_one_side_waited_more_than_the_other() 
     assert guard.interference("baseline", start, reading(0.30), 0.6, starvation=False, other_waited_s=0.0) is None
 
 
+def test_a_pair_starved_once_is_timed_again_and_one_starved_twice_is_void() -> None:
+    """Neighbouring runs starve a side now and then: that take is dropped and the pair timed again, once. A side
+    starved again, or disturbed any other way (reniced, a helper thread), voids the row as before."""
+    def reading(delay: float, nice: int = 0) -> guard.Schedule:
+        return guard.Schedule(nice=nice, policy=0, affinity=frozenset({0}), run_delay_s=delay, helper_cpu_s=0.0)
+
+    start = reading(0.0)
+    starved = guard.interference("baseline", start, reading(0.06), 0.33, starvation=True, other_waited_s=0.0)
+    reniced = guard.interference("baseline", start, reading(0.0, nice=19), 0.33, starvation=True)
+    assert starved and starved.endswith(guard.STARVED) and reniced and not reniced.endswith(guard.STARVED)
+
+    def takes(*disturbances: list[str]):
+        queue = list(enumerate(disturbances))
+        return lambda: queue.pop(0)
+
+    assert guard.take_until_undisturbed(takes([starved], [])) == (1, [], [starved])
+    assert guard.take_until_undisturbed(takes([starved], [starved], [])) == (1, [starved], [starved])
+    assert guard.take_until_undisturbed(takes([reniced], [])) == (0, [reniced], [])
+    assert guard.take_until_undisturbed(takes([starved, reniced], [])) == (0, [starved, reniced], [])
+    assert guard.take_until_undisturbed(takes([], [starved])) == (0, [], [])
+
+
 def test_a_sides_compiled_extension_loads_as_an_extension(tmp_path: Path) -> None:
     """A CUDA side's build is a shared library (raw/build/<side>/kp_<side>*.so) that the side imports by its path
     through the same source-only door as a Python file: it must load as machine code, not be read as source (on the

@@ -286,7 +286,7 @@ class Judge:
             hosts += [self.bench.pairs[k][side].request({"op": "warm_up", "ids": ids, "seconds": warmup_s})
                       .get("host_us") for side in SIDES]
         head_start = timing.head_start_us(max(float(h or 0.0) for h in hosts)) if self.device == "cuda" else 0.0
-        timings, voids, threads = [], [], {"before": {}, "after": {}}
+        timings, voids, retaken, threads = [], [], [], {"before": {}, "after": {}}
         try:
             for k in range(pairs):
                 self.bench.active = k
@@ -295,7 +295,7 @@ class Judge:
                         self.sides[side].request({"op": "head_start", "us": head_start})
                 sampler = sampling.Sampler(self, cases, mode, head_start)
                 timings.append(self._time_pair(sampler, timing.share_of(settings, pairs), mode, voids, threads,
-                                               suffix="" if k == 0 else f"_{k + 1}"))
+                                               suffix="" if k == 0 else f"_{k + 1}", retaken=retaken))
                 head_start = sampler.head_start_us
         finally:
             self.bench.active = 0
@@ -316,7 +316,7 @@ class Judge:
                                       process_floor_us=stats.process_floor_us(pairs) if self.device == "cuda" else 0.0),
             checks={"timing_cases": len(cases), "checked_samples": dict(self.checked), "refreshes": self.refreshes,
                     "check_fraction": sampling.CHECK_FRACTION, "memory_isolation": self.sharing.isolation,
-                    "process_pairs": pairs},
+                    "process_pairs": pairs, "retaken": retaken},
             side_threads=threads,
         )
         if pair.candidate.host_bound:
@@ -335,34 +335,40 @@ class Judge:
         return result
 
     def _time_pair(self, sampler: sampling.Sampler, settings: Any, mode: str, voids: list[str],
-                   threads: dict[str, dict[str, Any]], suffix: str) -> timing.PairTiming:
+                   threads: dict[str, dict[str, Any]], suffix: str, retaken: list[str]) -> timing.PairTiming:
         """The active pair's share of the row's samples; what disturbed it goes to voids, its thread counts to
-        threads (keyed side + suffix)."""
+        threads (keyed side + suffix), a take dropped for starvation and timed again to retaken."""
         if mode == "graph":
             sampler.capture_graphs()
         # Counted before the first sample command: a side that recognises a timed call and starts a thread then
         # is seen, however early (the correctness calls and the warm-up have run every other code path).
         threads_before = {side: self.sides[side].threads() for side in SIDES}
-        schedules = {side: guard.schedule_of(self.sides[side].pid) for side in SIDES}
-        timed_from = time.monotonic()
         sampler.prime()
-        pair = sampler.run(settings)
-        timed_s = time.monotonic() - timed_from
+        pair, disturbed, dropped = guard.take_until_undisturbed(lambda: self._timed_take(sampler, settings))
+        retaken += [f"{why}: timed again" for why in dropped]
         threads_after = {side: self.sides[side].threads() for side in SIDES}
-        afterwards = {side: guard.schedule_of(self.sides[side].pid) for side in SIDES}
-        waits = {side: guard.waited_s(schedules[side], afterwards[side]) for side in SIDES}
-        disturbed = [guard.interference(side, schedules[side], afterwards[side], timed_s,
-                                        starvation=self.device == "cuda",
-                                        other_waited_s=next(waits[o] for o in SIDES if o != side))
-                     for side in SIDES]
         sampler.final_checks()
         for side in SIDES:
             threads["before"][side + suffix] = threads_before[side]
             threads["after"][side + suffix] = threads_after[side]
         voids += [f"the {side} side started {threads_after[side] - threads_before[side]} thread(s) during timing"
                   for side in SIDES if (threads_after[side] or 0) > (threads_before[side] or 0)]
-        voids += [why for why in disturbed if why]
+        voids += disturbed
         return pair
+
+    def _timed_take(self, sampler: sampling.Sampler, settings: Any) -> tuple[timing.PairTiming, list[str]]:
+        """One take of the active pair's samples, and what disturbed either side's schedule meanwhile."""
+        schedules = {side: guard.schedule_of(self.sides[side].pid) for side in SIDES}
+        timed_from = time.monotonic()
+        pair = sampler.run(settings)
+        timed_s = time.monotonic() - timed_from
+        afterwards = {side: guard.schedule_of(self.sides[side].pid) for side in SIDES}
+        waits = {side: guard.waited_s(schedules[side], afterwards[side]) for side in SIDES}
+        disturbed = [guard.interference(side, schedules[side], afterwards[side], timed_s,
+                                        starvation=self.device == "cuda",
+                                        other_waited_s=next(waits[o] for o in SIDES if o != side))
+                     for side in SIDES]
+        return pair, [why for why in disturbed if why]
 
     def _bytes_moved(self, case: Any) -> int | None:
         if case.bytes_moved:

@@ -195,7 +195,9 @@ def _context_lines(prov: dict[str, Any]) -> list[str]:
     if described:
         lines.append("- GPU state " + "; ".join(described))
     if copy.get("gbps"):
-        lines.append(f"- device-to-device copy bandwidth: {_number(copy['gbps'])} GB/s (bytes read + written)")
+        fastest = f"; its fastest copy {_number(copy['best_gbps'])} GB/s, what the floor holds rows to" \
+            if copy.get("best_gbps") else ""
+        lines.append(f"- device-to-device copy bandwidth: {_number(copy['gbps'])} GB/s (bytes read + written{fastest})")
     if source:
         commit = source.get("git_commit")
         where = f"commit {commit}{' (dirty)' if source.get('git_dirty') else ''}" if commit else "no git commit"

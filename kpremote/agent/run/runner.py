@@ -33,7 +33,7 @@ from typing import Any, Callable
 from .. import AGENT_HOME, harness, lease, nvml, sandbox
 from ..task import buildrules
 from . import report
-from ..harness import guard, timing
+from ..harness import floors, guard, timing
 from ..task.build import triton_cache_dir
 from ..task.buildrules import NOT_CHECKED
 from .children import ChildLimits, WorkerOutcome, crash_description, run_child
@@ -303,8 +303,8 @@ class Runner:
                "mode": self.options.mode, "workload": workload.id,
                "modules": {side: rec.get("module") for side, rec in self.ctx.prepared["build"]["sides"].items()},
                "gpu": self.ctx.gpu.to_json() if self.ctx.gpu else None,
-               "copy_gbps": (device_info.get("copy_bandwidth") or {}).get("gbps"),
-               "l2_copy_gbps": (device_info.get("l2_copy_bandwidth") or {}).get("gbps"),
+               "copy_gbps": floors.reachable_gbps(device_info.get("copy_bandwidth")),
+               "l2_copy_gbps": floors.reachable_gbps(device_info.get("l2_copy_bandwidth")),
                "l2_bytes": device_info.get("l2_bytes")}
         ours = ours_per_row(timing.side_pairs(self.ctx.device, self.ctx.spec.timing.mode))
         if self.ctx.watch:
