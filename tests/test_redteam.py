@@ -133,6 +133,16 @@ def test_the_not_faster_list_names_cpu_attacks() -> None:
     assert set(NOT_FASTER_ON_CPU) <= {a.id for a in CPU_ATTACKS if a.expected not in kit.FAILURES}
 
 
+def test_the_small_row_red_team_keeps_an_attack_on_its_pinned_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    by_id = {a.id: a for a in ATTACKS}
+    monkeypatch.setenv("REDTEAM_WORKLOADS", "tiny")
+    assert kit.gpu_workloads(by_id["forge_frame_local_5"]) == "large"  # a 5 % forge is the large row's question
+    assert kit.gpu_workloads(by_id["prefetch_in_head_start"]) == "tiny"
+    monkeypatch.delenv("REDTEAM_WORKLOADS")
+    assert kit.gpu_workloads(by_id["prefetch_in_head_start"]) == "mid"
+    assert kit.gpu_workloads(by_id["side_stream"]) == kit.DEFAULT_GPU_WORKLOADS
+
+
 def test_every_issue_class_has_a_fixture() -> None:
     classes = " | ".join(a.attack_class for a in ATTACKS)
     missing = [name for name in ISSUE_CLASSES if name.lower() not in classes.lower()]
