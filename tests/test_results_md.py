@@ -105,6 +105,9 @@ def test_a_run_that_counts_becomes_the_tasks_results_page(tmp_path):
     (task / "docs" / "results.md").write_text(OLD_DOCS)
     assert run("render", str(imported)).returncode == 0
     assert (task / "docs" / "results.md").read_text() == page
+    (task / "docs" / "results.md").write_text(OLD_DOCS)  # named by its results.json, as a shell glob gives it
+    assert run("render", str(imported / "results.json")).returncode == 0
+    assert (task / "docs" / "results.md").read_text() == page
     # the one hand-written part: docs/results_notes.md, under the header, said to be by hand
     (task / "docs" / "results_notes.md").write_text("qwen_s19 read FASTER in 5 more runs of the same call.\n")
     assert run("render", str(imported)).returncode == 0

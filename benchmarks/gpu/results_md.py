@@ -13,7 +13,8 @@ GPU run, not a smoke run, on an H200, holding every row of the task's bench/work
         summary goes to kernels/<task>/results/<host>/<run-id>/ (where `inv fetch-results` puts them, so `inv
         compare` and `inv history` read them), then its docs/results.md and docs/speedup.png are rendered from it.
     python benchmarks/gpu/results_md.py render RESULTS [--task-dir DIR] [--accept-failed-grid]
-        RESULTS: a results/<host>/<run-id>/ folder (or a run folder holding summary/): its task's docs again.
+        RESULTS: a results/<host>/<run-id>/ folder, its results.json, or a run folder holding summary/: its task's
+        docs again.
 The task's docs/results_notes.md, where there is one, is the only hand-written part: its text goes under the header,
 said to be written by hand (what the numbers alone do not say: other runs of the same call, what changed since).
     python benchmarks/gpu/results_md.py table STEPS_TSV
@@ -340,7 +341,8 @@ def main(argv: list[str]) -> int:
 
 
 def render_one(args: argparse.Namespace) -> int:
-    summary = args.results / "summary" if (args.results / "summary" / "results.json").is_file() else args.results
+    results = args.results.parent if args.results.name == "results.json" else args.results  # the file, or its folder
+    summary = results / "summary" if (results / "summary" / "results.json").is_file() else results
     task_dir = args.task_dir or summary.resolve().parents[2]
     if not (task_dir / "task.toml").is_file():
         raise BadInput(f"{task_dir}: no task.toml (name the task with --task-dir)")
