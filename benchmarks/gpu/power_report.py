@@ -7,7 +7,9 @@ as one set of runs.
 
 Per row size and dial level: how many row-runs read SLOWER / SAME / FASTER under the harness that ran them (its
 own verdict, from results.json), the measured extra time (candidate median - baseline median, µs and % of the
-baseline's), and the spread of the A/A rows' medians between runs (each run is a fresh process pair). Then every
+baseline's), and the spread of the A/A rows' medians between runs (each run is a fresh process pair). Then the power
+curve (issue 25): per row size, the smallest measured change read SLOWER in at least 95 % of its row-runs, every
+larger one too, with its one-sided 95 % lower bound (Clopper-Pearson) and the A/A rows' verdicts. Then every
 row-run's raw samples judged again by kpremote.agent.harness.stats.row_verdict with each process floor in --floors, so one
 call's samples show what a different floor would trade between the A/A false-verdict rate and the power.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from collections import defaultdict
@@ -72,6 +75,59 @@ def table(entries: list[dict]) -> list[str]:
     return lines
 
 
+def lower_bound(k: int, n: int, confidence: float = 0.95) -> float:
+    """The one-sided lower confidence bound of a rate seen k times in n (Clopper-Pearson): 14 of 14 -> 0.807."""
+    if k == 0:
+        return 0.0
+    low, high = 0.0, 1.0
+    for _ in range(60):  # bisect p where P(X >= k | n, p) = 1 - confidence
+        p = (low + high) / 2
+        tail = sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1))
+        low, high = (p, high) if tail < 1 - confidence else (low, p)
+    return low
+
+
+def curve(entries: list[dict], power: float = 0.95) -> list[str]:
+    """The power curve: per row size, the smallest measured change read SLOWER in at least `power` of its row-runs
+    (every larger change too), with the levels below it; and the A/A rows' verdicts."""
+    lines = ["| size | baseline median µs | smallest change SLOWER in >= 95 % of runs | its runs (95 % lower bound) | "
+             "smaller changes | A/A rows |", "|---|---:|---|---|---|---|"]
+    sizes: dict[str, list[dict]] = defaultdict(list)
+    for entry in entries:
+        sizes[entry["size"]].append(entry)
+    for size, group in sorted(sizes.items(), key=lambda item: statistics.median(
+            [e["baseline"] for e in item[1] if "baseline" in e] or [0])):
+        levels: dict[str, list[dict]] = defaultdict(list)
+        for entry in group:
+            levels[entry["level"]].append(entry)
+        aa = [e for level, runs in levels.items() if level.startswith("aa") for e in runs]
+        dials = []
+        for level, runs in levels.items():
+            timed = [e for e in runs if "baseline" in e]
+            if level.startswith("aa") or not timed:
+                continue
+            share = statistics.mean(100 * (e["candidate"] / e["baseline"] - 1) for e in timed)
+            slower = sum(1 for e in runs if e["verdict"] == "SLOWER")
+            dials.append((share, slower, len(runs)))
+        dials.sort()
+        seen = None
+        for index, (share, slower, n) in enumerate(dials):
+            if all(k >= power * m for _, k, m in dials[index:]):
+                seen = index
+                break
+        found = (f"+{dials[seen][0]:.1f} %" if seen is not None else
+                 f"none up to +{dials[-1][0]:.1f} %" if dials else "no dial rows")
+        runs = (f"{dials[seen][1]} of {dials[seen][2]} ({100 * lower_bound(dials[seen][1], dials[seen][2]):.0f} %)"
+                if seen is not None else "")
+        below = ", ".join(f"+{share:.1f} %: {k} of {n}" for share, k, n in dials[:seen if seen is not None else None])
+        same = sum(1 for e in aa if e["verdict"] == "SAME")
+        false = sum(1 for e in aa if e["verdict"] in ("FASTER", "SLOWER"))
+        base = statistics.median([e["baseline"] for e in group if "baseline" in e] or [float("nan")])
+        lines.append(f"| {size} | {base:.2f} | {found} | {runs} | {below} | {same} of {len(aa)} SAME, {false} "
+                     f"FASTER or SLOWER |")
+    return lines
+
+
 def rejudged(entries: list[dict], floors: list[float]) -> list[str]:
     lines = ["| floor µs | size | level | SLOWER | SAME | FASTER |", "|---:|---|---|---:|---:|---:|"]
     for floor in floors:
@@ -115,6 +171,8 @@ def main(argv: list[str]) -> int:
     print("\n".join(cost(folders)))
     print()
     print("\n".join(table(entries)))
+    print()
+    print("\n".join(curve(entries)))
     print()
     print("\n".join(rejudged(entries, [float(f) for f in args.floors.split(",")])))
     return 0
