@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Re-measure the six H200 tasks of kernels/ under a new harness version (issue 25 item 5, issue 28 items 1-2) on the
-# lent one-GPU H200, in as few device calls as the device allows: each task's every row (production rows and
+# Re-measure the seven H200 tasks of kernels/ under a new harness version (issue 25 item 5, issue 28 items 1-2) on a
+# lent H200 (one GPU, or several with REMEASURE_PARALLEL=1: since 2.14 two calls on a four-GPU H200 host, each
+# version's commands in benchmarks/README.md), in as few device calls as the device allows: each task's every row (production rows and
 # regression grid) with the Nsight Compute audit on, through `python -m kpremote.agent.run.runner` on that machine
 # (fresh judge and side processes per task, no SSH), and the red team's timing attacks on its ~2 us `tiny` row.
 # Run from the repository root:
