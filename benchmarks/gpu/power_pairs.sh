@@ -10,6 +10,9 @@
 #   python3 benchmarks/gpu/power_report.py DIR --tag p4 [--floors ...]
 # WITH_27=1 runs harness 2.7's runner (.gpustage/h27, carried) on the same rows before this tree's in every round, as
 # p/h27/<i>: the power curve of 2.7 and this version in one sitting (power_report.py DIR --tag h27, then --tag p4).
+# POWER_AUDIT=on keeps the Nsight Compute audit on (every dial row is a production row): power_report.py's audit table
+# then gives, per row, how far apart ncu reads the two sides' kernels (on A/A rows: ncu's own noise) and how much more
+# the candidate's window holds beyond its kernels than the baseline's.
 # POWER_WORK (default /tmp/kp-pairs) is this copy's work folder: on a host of several GPUs, copies with folders of
 # their own, one POWER_ROOT (their lease root) and each its POWER_GPU (an index: the runner's --gpu) run at once.
 set -uo pipefail
@@ -30,11 +33,11 @@ i=0
 while [ "$(date +%s)" -lt "$end" ]; do
   i=$((i + 1))
   if [ "${WITH_27:-0}" = 1 ]; then  # harness 2.7's runner on the same rows, before this tree's, every round
-    POWER_AGENT=$h27 OUT=$work/out python3 benchmarks/gpu/power.py runs --seconds 1 --tag "h27-$i"
+    POWER_AGENT=$h27 OUT=$work/out python3 benchmarks/gpu/power.py runs --seconds 1 --tag "h27-$i" --audit "${POWER_AUDIT:-off}"
   fi
   for k in ${PAIRS:-1 4}; do
     [ "$(date +%s)" -lt "$end" ] || break
-    KPREMOTE_SIDE_PAIRS=$k OUT=$work/out python3 benchmarks/gpu/power.py runs --seconds 1 --tag "p$k-$i"
+    KPREMOTE_SIDE_PAIRS=$k OUT=$work/out python3 benchmarks/gpu/power.py runs --seconds 1 --tag "p$k-$i" --audit "${POWER_AUDIT:-off}"
   done
 done
 cd "$work/out/power" && for d in p*-* h27-*; do

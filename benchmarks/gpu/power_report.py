@@ -9,7 +9,8 @@ Per row size and dial level: how many row-runs read SLOWER / SAME / FASTER under
 own verdict, from results.json), the measured extra time (candidate median - baseline median, µs and % of the
 baseline's), and the spread of the A/A rows' medians between runs (each run is a fresh process pair). Then the power
 curve (issue 25): per row size, the smallest measured change read SLOWER in at least 95 % of its row-runs, every
-larger one too, with its one-sided 95 % lower bound (Clopper-Pearson) and the A/A rows' verdicts. Then every
+larger one too, with its one-sided 95 % lower bound (Clopper-Pearson) and the A/A rows' verdicts. Where the runs
+kept the audit on (power_pairs.sh's POWER_AUDIT=on), how Nsight Compute read the two sides' kernels. Then every
 row-run's raw samples judged again by kpremote.agent.harness.stats.row_verdict with each process floor in --floors, so one
 call's samples show what a different floor would trade between the A/A false-verdict rate and the power.
 """
@@ -128,6 +129,28 @@ def curve(entries: list[dict], power: float = 0.95) -> list[str]:
     return lines
 
 
+def audit_relations(entries: list[dict]) -> list[str]:
+    """Rows audited by Nsight Compute (POWER_AUDIT=on): per size and level, the ratio of the two sides' kernel times
+    as ncu read them (baseline / candidate: on A/A rows, ncu's own noise between two processes of one kernel) and how
+    many µs more the candidate's window holds beyond its kernels than the baseline's (a forge below the seal makes it
+    negative); min, median and max over the row-runs."""
+    lines = ["| size | level | audited | ncu baseline / candidate (min, median, max) | candidate's window beyond its "
+             "kernels - baseline's, µs (min, median, max) |", "|---|---|---:|---|---|"]
+    groups: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for entry in entries:
+        sides = (entry.get("audit") or {}).get("sides") or {}
+        base, cand = sides.get("baseline") or {}, sides.get("candidate") or {}
+        if not (base.get("ncu_us") and cand.get("ncu_us") and base.get("harness_us") and cand.get("harness_us")):
+            continue
+        beyond = (cand["harness_us"] - cand["ncu_us"]) - (base["harness_us"] - base["ncu_us"])
+        groups[(entry["size"], entry["level"])].append((base["ncu_us"] / cand["ncu_us"], beyond))
+    spread = lambda v, f: f"{f.format(min(v))}, {f.format(statistics.median(v))}, {f.format(max(v))}"  # noqa: E731
+    for (size, level), found in sorted(groups.items()):
+        ratios, beyond = [r for r, _ in found], [b for _, b in found]
+        lines.append(f"| {size} | {level} | {len(found)} | {spread(ratios, '{:.3f}')} | {spread(beyond, '{:+.2f}')} |")
+    return lines if groups else []
+
+
 def rejudged(entries: list[dict], floors: list[float]) -> list[str]:
     lines = ["| floor µs | size | level | SLOWER | SAME | FASTER |", "|---:|---|---|---:|---:|---:|"]
     for floor in floors:
@@ -174,6 +197,9 @@ def main(argv: list[str]) -> int:
     print()
     print("\n".join(curve(entries)))
     print()
+    if audit_relations(entries):
+        print("\n".join(audit_relations(entries)))
+        print()
     print("\n".join(rejudged(entries, [float(f) for f in args.floors.split(",")])))
     return 0
 

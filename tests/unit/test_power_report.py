@@ -54,3 +54,22 @@ def test_the_curve_names_the_smallest_change_seen_in_95_percent_of_runs_with_eve
     assert by_size["s4"].endswith("| 13 of 14 SAME, 1 FASTER or SLOWER |")
     assert "| none up to +3.4 % |  | +1.1 %: 3 of 14, +3.4 %: 5 of 14 |" in by_size["s15"]
     assert "| +1.8 % | 14 of 14 (81 %) |  | 14 of 14 SAME, 0 FASTER or SLOWER |" in by_size["s200"]
+
+
+def audited(level: str, base: tuple[float, float], cand: tuple[float, float]) -> dict:
+    """A row-run whose audit read (harness µs, ncu µs) for each side."""
+    sides = {side: {"harness_us": h, "ncu_us": n} for side, (h, n) in (("baseline", base), ("candidate", cand))}
+    return {"run": "0", "size": "s4", "level": level, "verdict": "SAME", "baseline": base[0], "candidate": cand[0],
+            "audit": {"agree": True, "sides": sides}}
+
+
+def test_the_audit_table_gives_ncus_ratio_and_what_the_candidates_window_holds_beyond_its_kernels(report) -> None:
+    entries = [audited("aa1", (7.04, 3.936), (7.10, 4.000)),   # ncu 1.6 % apart on one kernel
+               audited("aa1", (7.00, 3.900), (7.00, 3.900)),
+               audited("aa1", (7.20, 4.000), (6.70, 3.900)),   # the candidate's window 0.4 us shorter beyond its kernels
+               audited("d5", (7.00, 3.900), (7.30, 4.150)),
+               {"run": "1", "size": "s4", "level": "d5", "verdict": "SLOWER", "baseline": 7.0, "candidate": 7.3}]
+    lines = report.audit_relations(entries)
+    assert lines[2] == "| s4 | aa1 | 3 | 0.984, 1.000, 1.026 | -0.40, -0.00, +0.00 |"
+    assert lines[3] == "| s4 | d5 | 1 | 0.940, 0.940, 0.940 | +0.05, +0.05, +0.05 |"
+    assert report.audit_relations(entries[-1:]) == []  # no audited row, no table
