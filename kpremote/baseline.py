@@ -11,7 +11,8 @@ Two kinds of pin:
   (wheels.py), the files are read out of the zip by name, and task.toml records the release, the wheel's name and
   sha256 and, in `[baseline.sha256]`, each file's sha256. Such files are not committed (baseline/.gitignore):
   `materialize` re-creates baseline/upstream/ from the pinned wheel, refusing any byte that differs, and
-  `ensure_upstream` does so before `inv run` / `inv check` / `inv sync` when files are missing.
+  `ensure_upstream`, before every `inv run` / `inv check` / `inv sync`, compares each file with the wheel's own bytes
+  and materializes the missing ones.
 
 Everything is written into a staging folder under the task's `.kpremote/` and moved into place only once all of it is
 ready (staging.py). Provenance lands in three places: `baseline/upstream/<path>` (the bytes), `docs/baseline_source.md`
@@ -182,19 +183,18 @@ def materialize(task_dir: Path) -> Materialized:
 
 
 def ensure_upstream(task_dir: Path) -> str | None:
-    """Before a run, check or sync: baseline/upstream/ as [baseline.sha256] pins it. Missing files are materialized
-    from the pinned wheel (the returned line says so); a file that differs is refused. None: nothing to do."""
+    """Before a run, check or sync: baseline/upstream/ as the pinned wheel holds it. Every file is compared with the
+    wheel's own bytes (the wheel from the cache, itself checked against task.toml's wheel_sha256), not only with
+    task.toml's [baseline.sha256], which whoever edits a file can edit too; missing files are materialized (the
+    returned line says so); a file that differs is refused. None: nothing to do. A pin with no wheel (a git commit)
+    is checked against [baseline.sha256]."""
     task_dir = Path(task_dir)
-    wheel_name, _, digests = wheel_pin(task_dir)
-    missing = []
-    for path, want in sorted(digests.items()):
-        local = task_dir / UPSTREAM / path
-        if not local.is_file() or local.is_symlink():
-            missing.append(path)
-        elif file_sha256(local) != want:
-            raise BaselineError(f"{local}: sha256 {file_sha256(local)} differs from task.toml "
-                                f"[baseline.sha256] {want} — refused; restore it with: inv baseline --task "
-                                f"{task_dir.name} --materialize")
+    wheel_name, wheel_sha256, digests = wheel_pin(task_dir)
+    missing = [path for path in sorted(digests) if not _is_plain_file(task_dir / UPSTREAM / path)]
+    if wheel_name and wheel_sha256 and digests:
+        _refuse_unlike_the_wheel(task_dir, wheel_name, wheel_sha256, digests, set(missing))
+    else:
+        _refuse_unlike_the_toml(task_dir, digests, set(missing))
     if not missing:
         return None
     if not wheel_name:
@@ -203,6 +203,34 @@ def ensure_upstream(task_dir: Path) -> str | None:
     done = materialize(task_dir)
     return (f"{task_dir}: baseline/upstream/ materialized from {done.wheel} ({done.files} file(s), sha256 as "
             f"task.toml pins them)")
+
+
+def _is_plain_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+def _refuse_unlike_the_wheel(task_dir: Path, wheel_name: str, wheel_sha256: str, digests: dict[str, str],
+                             missing: set[str]) -> None:
+    wheel = wheels.obtain(wheel_name, wheel_sha256)
+    contents = wheels.read_members(wheel, sorted(digests))
+    for path in sorted(digests):
+        got = hashlib.sha256(contents[path]).hexdigest()
+        if got != digests[path]:
+            raise BaselineError(f"{task_dir / 'task.toml'}: [baseline.sha256] {path!r} is {digests[path]}, but "
+                                f"{wheel_name} holds sha256 {got} — refused: the upstream pin is the wheel's bytes")
+        local = task_dir / UPSTREAM / path
+        if path not in missing and local.read_bytes() != contents[path]:
+            raise BaselineError(f"{local}: differs from {path} in {wheel_name} — refused; restore it with: "
+                                f"inv baseline --task {task_dir.name} --materialize")
+
+
+def _refuse_unlike_the_toml(task_dir: Path, digests: dict[str, str], missing: set[str]) -> None:
+    for path, want in sorted(digests.items()):
+        local = task_dir / UPSTREAM / path
+        if path not in missing and file_sha256(local) != want:
+            raise BaselineError(f"{local}: sha256 {file_sha256(local)} differs from task.toml "
+                                f"[baseline.sha256] {want} — refused; restore it with: inv baseline --task "
+                                f"{task_dir.name} --materialize")
 
 
 def ensure_task_upstreams(tasks: Iterable[TaskDir]) -> Iterator[str]:

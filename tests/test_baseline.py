@@ -461,9 +461,25 @@ def test_ensure_upstream_materializes_missing_files_and_refuses_changed_ones(tas
     assert line and "materialized from fakepkg-1.0-py3-none-any.whl (2 file(s)" in line
     assert local.read_bytes() == WHEEL_FILES[WHEEL_KERNEL]
     local.write_bytes(b"edited by hand\n")
-    with pytest.raises(BaselineError, match="differs from task.toml .baseline.sha256.*--materialize"):
+    with pytest.raises(BaselineError, match=f"differs from {WHEEL_KERNEL} in fakepkg-1.0-py3-none-any.whl.*--materialize"):
         baseline.ensure_upstream(task_dir)
     assert local.read_bytes() == b"edited by hand\n"  # refused, never overwritten silently
+
+
+def test_an_upstream_file_edited_with_its_sha256_in_task_toml_is_refused_by_the_wheels_bytes(
+        task_dir: Path, cache: Path, tmp_path: Path) -> None:
+    """Issue 43: an agent that edits a pinned upstream file and writes its new sha256 into task.toml is refused on
+    every run: the pin is the wheel's own bytes (the wheel itself checked against task.toml's wheel_sha256)."""
+    baseline.pin_release(task_dir, str(make_wheel(tmp_path)), [WHEEL_KERNEL, WHEEL_HELPER])
+    local = task_dir / "baseline" / "upstream" / WHEEL_KERNEL
+    edited = WHEEL_FILES[WHEEL_KERNEL] + b"\ndef faster(): pass\n"
+    local.write_bytes(edited)
+    toml = task_dir / "task.toml"
+    toml.write_text(toml.read_text().replace(sha(WHEEL_FILES[WHEEL_KERNEL]), sha(edited)))
+    with pytest.raises(BaselineError, match=rf"\[baseline.sha256\] '{WHEEL_KERNEL}' is {sha(edited)}, but "
+                                            r"fakepkg-1.0-py3-none-any.whl holds sha256"):
+        baseline.ensure_upstream(task_dir)
+    assert local.read_bytes() == edited  # refused, nothing rewritten
 
 
 def test_a_wheel_whose_file_differs_from_the_pin_is_refused(task_dir: Path, cache: Path, tmp_path: Path) -> None:
