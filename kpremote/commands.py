@@ -139,6 +139,8 @@ def trust_host(c, host, fingerprint, hosts=None):
 
 KERNELS = kernels_dir()  # the project's kernels/, wherever in the project the command runs (project.py)
 TASK_HELP = "a task folder name under kernels/"
+EDITED_TASK_HELP = ("run a task whose files outside solution/ differ from the project's HEAD commit (its results say "
+                    "TASK EDITED, never count as measured before, and are not compared with the pinned task's)")
 
 
 @command(help={"host": "host name", "task": TASK_HELP, "hosts": HOSTS_HELP, "json": "print the sync report as JSON"})
@@ -177,11 +179,12 @@ def sync(c, host, task, hosts=None, json=False):
           "json": "print the outcome as JSON",
           "json_stream": "print every event as a JSON line as it happens (phase, workload i/n, each row's verdict, "
                          "each run's end; docs/schemas/run-event.json), then the --json document on one line",
-          "again": "run even a candidate the ledger says was measured on this host already (same sha256s, harness, bench/)"},
+          "again": "run even a candidate the ledger says was measured on this host already (same sha256s, harness, bench/)",
+          "edited_task": EDITED_TASK_HELP},
     optional=["wait"],
 )
 def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, workloads=None, mode=None,
-        device="auto", no_audit=False, json=False, json_stream=False, again=False):
+        device="auto", no_audit=False, json=False, json_stream=False, again=False, edited_task=False):
     """Sync, lease an idle GPU, build both sides, gate on correctness, time, summarize, fetch the summary."""
     names = checks.task_names(task)
     _connect_early(hosts, host, len(names))  # first: the handshake passes while the rest is imported and checked
@@ -193,6 +196,7 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
     mode, ids = checks.mode(mode), checks.workload_ids(workloads)
     tasks = find_tasks(KERNELS, names)
     _ensure_upstream(tasks)
+    checks.refuse_edited_tasks(tasks, edited_task=edited_task)
     checks.check_tasks(tasks, timing_mode=mode, workloads=ids)
     run_options = RunOptions(gpu=checks.gpu(gpu), wait=checks.wait_seconds(wait),
                              workloads=",".join(ids) if ids else None, mode=mode, device=checks.device(device),
@@ -349,13 +353,15 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
 
 
 @command(help={"task": TASK_HELP, "workloads": "only these workload ids, comma-separated",
-               "json": "print the kpremote.check/1 JSON document (docs/schemas/check.json) instead of the views"})
-def check(c, task, workloads=None, json=False):
+               "json": "print the kpremote.check/1 JSON document (docs/schemas/check.json) instead of the views",
+               "edited_task": EDITED_TASK_HELP})
+def check(c, task, workloads=None, json=False, edited_task=False):
     """Local CPU smoke run of a task through Triton's interpreter (timings are not meaningful)."""
     from .check import smoke_check
 
     [task_dir] = find_tasks(KERNELS, [task])
     _ensure_upstream([task_dir])
+    checks.refuse_edited_tasks([task_dir], edited_task=edited_task)
     outcome = smoke_check(task_dir, workloads, quiet=json)
     if json:
         print_document("check", outcome)

@@ -114,7 +114,8 @@ def headline_change(base: Headline, new: Headline) -> dict[str, Any]:
 
 def run_summary(run: FetchedRun) -> dict[str, Any]:
     return {"host": run.host, "run_id": run.run_id, "started": run.started, "commit": run.commit, "dirty": run.dirty,
-            "candidate_sha256": run.candidate_sha256, "status": run.status, "smoke": run.smoke,
+            "candidate_sha256": run.candidate_sha256, "task_digest": run.task_digest, "task_state": run.task_state,
+            "status": run.status, "smoke": run.smoke,
             "headline": run.headline.geomean, "path": str(run.path)}
 
 
@@ -125,8 +126,18 @@ def same_candidate(base: FetchedRun, new: FetchedRun) -> Optional[bool]:
     return base.candidate_sha256 == new.candidate_sha256
 
 
+def other_tasks(base: FetchedRun, new: FetchedRun) -> Optional[str]:
+    """Why two runs measured different tasks (their task digests differ), so that no verdict is given between them;
+    None when they measured the same one (or a run made before tasks had a digest does not say)."""
+    if base.task_digest and new.task_digest and base.task_digest != new.task_digest:
+        return (f"the runs measured different tasks (task digest {base.task_digest[:12]} against "
+                f"{new.task_digest[:12]}): no verdict between them")
+    return None
+
+
 def compare(base: FetchedRun, new: FetchedRun) -> dict[str, Any]:
-    """The kpremote.compare/1 document's fields (docs/schemas/compare.json)."""
+    """The kpremote.compare/1 document's fields (docs/schemas/compare.json). Between runs of different tasks every
+    change is shown and no verdict given (other_tasks)."""
     base_rows, new_rows = base.rows(), new.rows()
     order = list(dict.fromkeys([*base_rows, *new_rows]))
     rows = []
@@ -138,9 +149,14 @@ def compare(base: FetchedRun, new: FetchedRun) -> dict[str, Any]:
             rows.append({"workload": workload, "base": _side(base_rows.get(workload)),
                          "new": _side(new_rows.get(workload)), "change": None, "low": None, "high": None,
                          "verdict": None, "note": f"only in the {only} run"})
+    head = headline_change(base.headline, new.headline)
+    apart = other_tasks(base, new)
+    if apart:
+        for entry in [*rows, head]:
+            entry["verdict"] = None
     return {"task": new.task, "base": run_summary(base), "new": run_summary(new), "rows": rows,
-            "headline": headline_change(base.headline, new.headline), "smoke": base.smoke or new.smoke,
-            "same_candidate": same_candidate(base, new)}
+            "headline": head, "smoke": base.smoke or new.smoke, "same_candidate": same_candidate(base, new),
+            "other_tasks": apart}
 
 
 def with_results(runs: list[FetchedRun]) -> list[FetchedRun]:
@@ -194,5 +210,5 @@ def skipped_runs(runs: list[FetchedRun], chosen: list[FetchedRun], to_the_newest
 
 def series(runs: list[FetchedRun]) -> list[dict[str, Any]]:
     """--last N: each run's headline and each row's speedup, oldest first."""
-    return [{"run_id": r.run_id, "host": r.host, "headline": r.headline.geomean,
+    return [{"run_id": r.run_id, "host": r.host, "headline": r.headline.geomean, "task_digest": r.task_digest,
              "speedups": {w: row.speedup for w, row in r.rows().items()}} for r in runs]

@@ -13,7 +13,8 @@ def history_entry(run: FetchedRun, ledger_line: Optional[dict[str, Any]] = None)
     """One fetched run; with its ledger line (kpremote/ledger.py), the command line that brought it."""
     head = run.headline
     return {"host": run.host, "run_id": run.run_id, "started": run.started, "commit": run.commit, "dirty": run.dirty,
-            "candidate_sha256": run.candidate_sha256, "status": run.status, "smoke": run.smoke,
+            "candidate_sha256": run.candidate_sha256, "task_digest": run.task_digest, "task_state": run.task_state,
+            "status": run.status, "smoke": run.smoke,
             "geomean": head.geomean, "low": head.low, "high": head.high, "n": head.n, "of": head.of,
             "note": head.note, "path": str(run.path), "command": (ledger_line or {}).get("command")}
 

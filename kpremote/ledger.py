@@ -67,6 +67,8 @@ def ledger_entry(results: RunResults, host: str, exit_code: Optional[int], comma
                          if upstream.get(key) is not None} or None,
         "harness": results.part("harness").get("version"),
         "pinned": results.provenance.get("pinned"),
+        "task_digest": results.task_digest,
+        "task_state": results.task_state,
         "status": None if "status" in results.absent else results.status,
         "exit_code": exit_code if exit_code is not None else results.exit_code,
         "smoke": bool(results.smoke),
@@ -128,13 +130,17 @@ def _row(row: RowResult) -> dict[str, Any]:
 def measured_before(task_dir: Path, host_names: list[str]) -> Optional[dict[str, Any]]:
     """The newest ledger line of a timing run that measured this very candidate against this very baseline (sha256 of
     each side's files), with this harness and these bench/ and task.toml, on one of these hosts, cleanly (exit 0, a
-    headline) and on a GPU (a smoke run measures nothing)."""
+    headline) and on a GPU (a smoke run measures nothing); only for the pinned task, measured as the pinned task (a
+    TASK EDITED or UNPINNED run never stands for another)."""
     from .agent.harness import HARNESS_VERSION, pinned_inputs  # the runner's own rules for both stamps
     from .agent.provenance import task_provenance
 
     source, pinned = task_provenance(task_dir), pinned_inputs(task_dir)
+    if source["task_pin"] is None or source["task_pin"] != source["task_digest"]:
+        return None
     for entry in reversed(read_ledger(task_dir)):
         if (entry.get("kind") == "run" and entry.get("host") in host_names and not entry.get("smoke")
+                and entry.get("task_state") == "pinned" and entry.get("task_digest") == source["task_digest"]
                 and entry.get("exit_code") == 0 and (entry.get("headline") or {}).get("geomean")
                 and entry.get("harness") == HARNESS_VERSION and entry.get("pinned") == pinned and entry.get("run_id")
                 and entry.get("candidate_sha256") == source["solution_sha256"]

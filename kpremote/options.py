@@ -113,3 +113,22 @@ def check_tasks(tasks: list[TaskDir], *, timing_mode: Optional[str], workloads: 
             taskspec.load_task(task.path, timing_mode=timing_mode, packages=False).select(workloads)
         except taskspec.TaskSpecError as exc:
             raise BadOption(f"{task.name}: {exc}") from None
+
+
+EDITED_TASK_OPTION = "--edited-task"
+
+
+def refuse_edited_tasks(tasks: list[TaskDir], *, edited_task: bool) -> None:
+    """A task must be the one its pin holds (git's HEAD: docs/trust.md, "The sealed task") before anything is built:
+    else one line naming each changed file. --edited-task runs it anyway, and the run says TASK EDITED."""
+    from .agent.provenance import committed_task, compare_to_pin, hash_task
+
+    if edited_task:
+        return
+    for task in tasks:
+        changed = compare_to_pin(hash_task(task.path), committed_task(task.path))
+        if changed:
+            raise BadOption(f"{task.name}: the task differs from its pin (the project's HEAD commit): "
+                            f"{', '.join(changed)}; commit the change for review, or pass {EDITED_TASK_OPTION} to "
+                            "run it anyway (its results then say TASK EDITED and are never compared with the "
+                            "pinned task's)")

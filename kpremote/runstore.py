@@ -40,6 +40,14 @@ class FetchedRun:
         return self.results.part("source").get("solution_sha256")
 
     @property
+    def task_digest(self) -> Optional[str]:
+        return self.results.task_digest
+
+    @property
+    def task_state(self) -> Optional[str]:
+        return self.results.task_state
+
+    @property
     def smoke(self) -> bool:
         return bool(self.results.smoke)
 

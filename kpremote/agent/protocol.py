@@ -483,6 +483,11 @@ class Headline(Record):
 RESULTS_SCHEMA = "kpremote.results/1"
 
 
+TASK_STATES = ("pinned", "edited", "unpinned")
+TASK_LABELS = {"edited": "TASK EDITED", "unpinned": "TASK UNPINNED"}
+"""How every view names a run that did not measure the pinned task (docs/trust.md, "The sealed task")."""
+
+
 @dataclass
 class RunResults(Record):
     """A run's summary/results.json (schema kpremote.results/1, docs/schemas/results.json): provenance, one row per
@@ -541,6 +546,18 @@ class RunResults(Record):
     @property
     def run_id(self) -> str | None:
         return self.provenance.get("run_id")
+
+    @property
+    def task_state(self) -> str | None:
+        """Whether the run measured the pinned task: "pinned", "edited" or "unpinned" (provenance.task_pin_record);
+        None for a run made before tasks had a pin."""
+        state = self.part("task_pin").get("state")
+        return state if state in TASK_STATES else None
+
+    @property
+    def task_digest(self) -> str | None:
+        digest = self.part("task_pin").get("digest")
+        return digest if isinstance(digest, str) else None
 
     @property
     def started(self) -> str:

@@ -13,7 +13,12 @@ and the agent computes the very same thing for a task that came without one (`py
   untracked folder is not stamped with that project's commit. `diff_sha256` hashes `git diff HEAD --binary` of the
   folder, and is None when there is no difference (a clean tree). kpremote's own output (`results/`, `.kpremote/`
   and the two docs fetch-results writes) never makes a tree dirty: fetching a run must not change the next run's
-  provenance.
+  provenance;
+- the task and its pin (docs/trust.md, "The sealed task"): `task_digest` is `manifest_digest` of every file that
+  counts but solution/ and docs/ (task.toml, baseline/ with the upstream files, bench/, ...): everything a verdict
+  is measured against. `task_pin` is the same digest of the task as the repository's HEAD commit holds it (the
+  upstream files, never committed, as HEAD's task.toml [baseline.sha256] pins them), None where no commit holds
+  the task; `task_changed` names each file where the two differ.
 """
 
 from __future__ import annotations
@@ -151,23 +156,25 @@ def side_sha256(hashes: Mapping[str, str], side: str) -> str | None:
 # ---------------------------------------------------------------- git
 
 
+def _git(folder: Path, *args: str, stdin: bytes | None = None) -> bytes | None:
+    """git's stdout in folder; None when git is missing, fails or hangs."""
+    try:
+        done = subprocess.run(["git", "--no-optional-locks", "-C", str(folder), *args], capture_output=True,
+                              input=stdin, timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
 def git_state(folder: Path) -> dict[str, Any]:
     """Commit, dirty flag and hash of the uncommitted diff of folder; all None unless a repository tracks it."""
-    def git(*args: str) -> bytes | None:
-        try:
-            done = subprocess.run(["git", "--no-optional-locks", "-C", str(folder), *args], capture_output=True,
-                                  timeout=GIT_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout if done.returncode == 0 else None
-
     unknown = {"git_commit": None, "git_dirty": None, "diff_sha256": None}
-    tracked = git("ls-files", "-z", "--", ".")
+    tracked = _git(folder, "ls-files", "-z", "--", ".")
     if not tracked:  # no repository, or one that does not track this folder (say, copied into its untracked corner)
         return unknown
     ours = [f":(exclude){path}" for path in KPREMOTE_OUTPUT]
-    status = git("status", "--porcelain=v2", "--branch", "--", ".", *ours)
-    diff = git("diff", "HEAD", "--binary", "--", ".", *ours)
+    status = _git(folder, "status", "--porcelain=v2", "--branch", "--", ".", *ours)
+    diff = _git(folder, "diff", "HEAD", "--binary", "--", ".", *ours)
     commit = _branch_oid(status) if status is not None else None
     if commit is None or diff is None:
         return unknown
@@ -184,15 +191,119 @@ def _branch_oid(status: bytes) -> str | None:
     return None
 
 
+# ---------------------------------------------------------------- the task and its pin
+
+UPSTREAM_DIR = "baseline/upstream"  # where [baseline.sha256]'s files lie (baselinedoc.UPSTREAM on the client)
+NOT_THE_TASK = ("solution/", "docs/")  # the candidate, and notes that no run reads
+
+
+def task_files(hashes: Mapping[str, str]) -> dict[str, str]:
+    """{path: sha256} of the files a verdict is measured against: every file that counts but solution/ and docs/."""
+    return {path: sha for path, sha in hashes.items() if not path.startswith(NOT_THE_TASK)}
+
+
+def task_digest(hashes: Mapping[str, str]) -> str:
+    return manifest_digest(task_files(hashes))
+
+
+def committed_task(task_dir: Path) -> dict[str, str] | None:
+    """{path: sha256} of the task as HEAD holds it, by the same rules as the folder's own files (walk_task, the
+    folder's .kpremoteignore, task_files), with the upstream files HEAD's task.toml pins; None where no commit holds
+    the task (no repository, no commit yet, a folder git does not track)."""
+    files = _head_files(Path(task_dir))
+    if not files:
+        return None
+    ignore = IgnoreRules.load(Path(task_dir) / IGNORE_FILE, [])
+    kept = {rel: hashlib.sha256(data).hexdigest() for rel, data in files.items() if _counts(rel, ignore)}
+    kept.update(_pinned_upstream(files.get("task.toml")))
+    return task_files(kept)
+
+
+def compare_to_pin(hashes: Mapping[str, str], committed: Mapping[str, str] | None) -> list[str]:
+    """Each file where the task differs from its pin, with how ("bench/workloads.toml (changed)"); [] when it is the
+    pinned one, or when there is no pin."""
+    if committed is None:
+        return []
+    ours = task_files(hashes)
+    changed = [f"{p} ({'changed' if p in committed else 'not committed'})" for p in sorted(ours)
+               if ours[p] != committed.get(p)]
+    return changed + [f"{p} (missing)" for p in sorted(set(committed) - set(ours))]
+
+
+def _counts(rel: str, ignore: "IgnoreRules") -> bool:
+    """Whether walk_task would yield this committed path: no part of it excluded or ignored."""
+    parts = rel.split("/")
+    prefixes = [("/".join(parts[:n]), n < len(parts)) for n in range(1, len(parts) + 1)]
+    return not any(excluded(rel, is_dir) or ignore.matches(rel, is_dir) for rel, is_dir in prefixes)
+
+
+def _head_files(folder: Path) -> dict[str, bytes]:
+    """{path under folder: content} of every regular file HEAD holds there (links and submodules left out, as
+    walk_task leaves them); {} where git cannot say."""
+    entries = []
+    for item in (_git(folder, "ls-tree", "-r", "-z", "HEAD", "--", ".") or b"").split(b"\0"):
+        meta, _, path = item.partition(b"\t")
+        fields = meta.split()
+        if len(fields) == 3 and fields[1] == b"blob" and fields[0] in (b"100644", b"100755"):
+            entries.append((path.decode("utf-8", "surrogateescape"), fields[2].decode()))
+    if not entries:
+        return {}
+    out = _git(folder, "cat-file", "--batch", stdin="".join(f"{oid}\n" for _, oid in entries).encode()) or b""
+    files, at = {}, 0
+    for rel, _ in entries:  # each object as "<oid> blob <size>\n<content>\n", in the order asked
+        header_end = out.find(b"\n", at)
+        if header_end < 0:
+            return {}
+        size = int(out[at:header_end].split()[2])
+        files[rel] = out[header_end + 1:header_end + 1 + size]
+        at = header_end + 1 + size + 1
+    return files
+
+
+def _pinned_upstream(task_toml: bytes | None) -> dict[str, str]:
+    """{baseline/upstream/<path>: sha256} as a task.toml's [baseline.sha256] pins them ({} where unreadable)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: tomli where it is installed
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            return {}
+    try:
+        table = tomllib.loads((task_toml or b"").decode("utf-8")).get("baseline", {}).get("sha256", {})
+    except (ValueError, AttributeError):
+        return {}
+    if not isinstance(table, dict):
+        return {}
+    return {f"{UPSTREAM_DIR}/{path}": sha for path, sha in table.items() if isinstance(sha, str)}
+
+
 # ---------------------------------------------------------------- the one provenance
 
 
 def task_provenance(task_dir: Path, hashes: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Git state and both sides' digests of a task folder. hashes: {path: sha256} of its files when the caller has
+    """Git state, both sides' digests, and the task's digest and pin, of a task folder. hashes: {path: sha256} of its files when the caller has
     them already (the client's scan, through its hash cache); else they are walked and hashed here."""
     task_dir = Path(task_dir)
     hashes = hash_task(task_dir) if hashes is None else hashes
-    return {**git_state(task_dir), **{f"{side}_sha256": side_sha256(hashes, side) for side in SIDES}}
+    committed = committed_task(task_dir)
+    return {**git_state(task_dir), **{f"{side}_sha256": side_sha256(hashes, side) for side in SIDES},
+            "task_digest": task_digest(hashes), "task_pin": manifest_digest(committed) if committed else None,
+            "task_changed": compare_to_pin(hashes, committed)}
+
+
+def task_pin_record(task_dir: Path, source: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a run measured against: the digest of its own copy of the task (task_files) and whether that is the
+    pinned task — "pinned" (the pin the client read at HEAD, or the agent where no client synced), "edited" (a pin,
+    and another task: `changed` names the files) or "unpinned" (no commit holds the task)."""
+    digest = task_digest(hash_task(Path(task_dir)))
+    source = source or {}
+    pin = source.get("task_pin") if isinstance(source.get("task_pin"), str) else None
+    state = "unpinned" if pin is None else "pinned" if pin == digest else "edited"
+    changed = [str(c) for c in source.get("task_changed") or []] if state == "edited" else []
+    if state == "edited" and not changed:
+        changed = ["the host's copy of the task is not the one its client synced"]
+    return {"digest": digest, "pin": pin, "state": state, "changed": changed}
 
 
 def baseline_upstream(baseline: Any) -> dict[str, Any]:

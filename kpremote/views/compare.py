@@ -8,6 +8,7 @@ from typing import Any, Optional
 from rich.console import Group
 from rich.text import Text
 
+from ..agent.protocol import TASK_LABELS
 from ..history import commit_label
 from .layout import Column, fitted_table
 from .results import VERDICT_STYLE, number
@@ -28,9 +29,11 @@ def _change(entry: dict[str, Any]) -> str:
 
 def _run_line(label: str, run: dict[str, Any]) -> Text:
     commit = commit_label(run)
+    edited = TASK_LABELS.get(run.get("task_state") or "")
     return Text.assemble((f"{label}: ", "bold"), (run["run_id"], "cyan"),
                          f"  {run['host']}  {run['started'] or '?'}  {commit}  {run.get('status')}",
-                         ("  smoke" if run.get("smoke") else "", "yellow"))
+                         ("  smoke" if run.get("smoke") else "", "yellow"), (f"  {edited}" if edited else "", "yellow"),
+                         (f"  task {run['task_digest'][:12]}" if run.get("task_digest") else "", "dim"))
 
 
 def _verdict(value: Optional[str]) -> Text:
@@ -63,6 +66,8 @@ def compare_view(document: dict[str, Any], width: int) -> Group:
     ]
     parts.append(fitted_table(columns, width))
     parts += [Text.assemble((f"{r['workload']}: ", "bold"), r["note"]) for r in rows if r.get("note")]
+    if document.get("other_tasks"):
+        parts.append(Text(document["other_tasks"], style="bold yellow"))
     if document.get("same_candidate"):
         parts.append(Text(f"the same candidate in both runs (sha256 {str(document['new']['candidate_sha256'])[:12]}):"
                           " a change here is run-to-run noise, not the kernel's", style="yellow"))
@@ -111,7 +116,9 @@ def history_view(document: dict[str, Any], width: int) -> Group:
         if not entry.get("geomean"):
             return "–"
         interval = f" ({entry['low']:.3f}–{entry['high']:.3f})" if entry.get("low") and entry.get("high") else ""
-        return f"{entry['geomean']:.3f}x{interval}" + (" smoke" if entry.get("smoke") else "")
+        edited = TASK_LABELS.get(entry.get("task_state") or "")
+        return f"{entry['geomean']:.3f}x{interval}" + (" smoke" if entry.get("smoke") else "") + \
+            (f" {edited}" if edited else "")
 
     columns = [
         Column("run", [e["run_id"] for e in runs], whole=True),
@@ -119,6 +126,7 @@ def history_view(document: dict[str, Any], width: int) -> Group:
         Column("started", [(e.get("started") or "?").replace("T", " ").rstrip("Z") for e in runs], whole=True, drop=1),
         Column("commit", [commit_label(e) for e in runs], whole=True, drop=3),
         Column("candidate", [(e.get("candidate_sha256") or "?")[:12] for e in runs], whole=True, drop=1),
+        Column("task", [(e.get("task_digest") or "?")[:12] for e in runs], whole=True, drop=4),
         Column("status", [str(e.get("status")) for e in runs], whole=True),
         Column("headline", [headline(e) for e in runs], whole=True),
     ]

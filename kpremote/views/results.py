@@ -10,7 +10,7 @@ from typing import Any, Optional
 from rich.console import Group
 from rich.text import Text
 
-from ..agent.protocol import Headline, RowResult, RunResults
+from ..agent.protocol import TASK_LABELS, Headline, RowResult, RunResults
 from . import terminal
 from .layout import Column, fitted_table
 
@@ -85,6 +85,11 @@ def _banner(results: RunResults) -> list[Text]:
                            f" (exit code {results.exit_code})")]
     if results.smoke:
         lines.append(Text("smoke: timings are not meaningful (CPU, Triton interpreter)", style="bold yellow"))
+    if results.task_state in TASK_LABELS:
+        changed = results.part("task_pin").get("changed") or []
+        why = f": {', '.join(map(str, changed))}" if changed else ": no commit holds it"
+        lines.append(Text(f"{TASK_LABELS[results.task_state]}{why} (not the pinned task's numbers)",
+                          style="bold yellow"))
     host = results.part("host")
     where = host.get("alias") or host.get("hostname")
     device = results.part("gpu").get("name") or results.provenance.get("device")
@@ -131,7 +136,7 @@ def _notes(rows: list[RowResult]) -> list[Text]:
 
 
 def headline_line(head: Headline) -> Text:
-    label = " (smoke: not meaningful)" if head.label else ""
+    label = f" ({head.label})" if head.label else ""
     if head.geomean is None:
         return Text(f"headline: none ({head.note or 'no rows'}){label}", style="bold")
     return Text(f"headline: {head.geomean:.3f}x geometric-mean speedup over {head.n} of {head.of} "

@@ -3,6 +3,7 @@ git state is taken only from a repository that tracks the task folder."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -135,3 +136,72 @@ def test_what_fetch_results_writes_into_a_task_never_makes_the_next_run_dirty(ke
     assert git_state(task) == {"git_commit": head, "git_dirty": False, "diff_sha256": None}
     write(task / "docs" / "notes.md", "the user's own words")  # anything else still counts
     assert git_state(task)["git_dirty"] is True
+
+
+# ---------------------------------------------------------------- the sealed task (issue 43)
+
+
+def test_a_committed_task_is_its_own_pin_and_every_edit_outside_solution_is_named(kernels):
+    from kpremote.agent.provenance import committed_task, compare_to_pin, hash_task
+
+    task = kernels / TASK
+    git(kernels.parent, "init", "-q")
+    commit_all(kernels.parent)
+    source = task_provenance(task)
+    assert source["task_pin"] == source["task_digest"] and source["task_changed"] == []
+    write(task / "solution" / "kernel.py", "# the candidate may change freely\n")
+    write(task / "docs" / "notes.md", "so may notes\n")
+    assert compare_to_pin(hash_task(task), committed_task(task)) == []
+    write(task / "bench" / "adapter.py", (task / "bench" / "adapter.py").read_text() + "# edited\n")
+    write(task / "baseline" / "extra.py", "x = 1\n")
+    (task / "task.toml").unlink()
+    assert compare_to_pin(hash_task(task), committed_task(task)) == [
+        "baseline/extra.py (not committed)", "bench/adapter.py (changed)", "task.toml (missing)"]
+    assert task_provenance(task)["task_pin"] == source["task_pin"]  # the pin is HEAD's, whatever the folder holds
+
+
+def test_the_upstream_files_are_pinned_by_heads_task_toml_and_an_ignore_rule_is_part_of_the_task(kernels):
+    from kpremote.agent.provenance import committed_task, compare_to_pin, hash_task
+
+    task = kernels / TASK
+    upstream = b"def kernel(): pass\n"
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text() + f'\n[baseline.sha256]\n"pkg/k.py" = "{hashlib.sha256(upstream).hexdigest()}"\n')
+    write(task / "baseline" / ".gitignore", "/upstream/\n")
+    git(kernels.parent, "init", "-q")
+    commit_all(kernels.parent)
+    assert compare_to_pin(hash_task(task), committed_task(task)) == ["baseline/upstream/pkg/k.py (missing)"]
+    write(task / "baseline" / "upstream" / "pkg" / "k.py", upstream)  # as materialized from the wheel
+    assert compare_to_pin(hash_task(task), committed_task(task)) == []
+    write(task / "baseline" / "upstream" / "pkg" / "k.py", upstream + b"# faster\n")
+    assert compare_to_pin(hash_task(task), committed_task(task)) == ["baseline/upstream/pkg/k.py (changed)"]
+    write(task / "baseline" / "upstream" / "pkg" / "k.py", upstream)
+    write(task / ".kpremoteignore", "bench/\n")  # hiding bench/ from the digest is itself an edit
+    assert compare_to_pin(hash_task(task), committed_task(task))[0] == ".kpremoteignore (not committed)"
+
+
+def test_a_task_no_commit_holds_has_no_pin(kernels):
+    from kpremote.agent.provenance import committed_task
+
+    assert committed_task(kernels / TASK) is None  # no repository
+    git(kernels.parent, "init", "-q")
+    assert committed_task(kernels / TASK) is None  # no commit yet
+    source = task_provenance(kernels / TASK)
+    assert source["task_pin"] is None and source["task_changed"] == [] and source["task_digest"]
+
+
+def test_the_run_records_what_it_measured_against(kernels, tmp_path):
+    from kpremote.agent.provenance import task_pin_record
+
+    task = kernels / TASK
+    git(kernels.parent, "init", "-q")
+    commit_all(kernels.parent)
+    source = task_provenance(task)
+    assert task_pin_record(task, source)["state"] == "pinned"
+    write(task / "bench" / "workloads.toml", (task / "bench" / "workloads.toml").read_text() + "# rtol edited\n")
+    edited = task_pin_record(task, task_provenance(task))
+    assert edited["state"] == "edited" and edited["changed"] == ["bench/workloads.toml (changed)"]
+    assert edited["pin"] == source["task_pin"] != edited["digest"]
+    # a host's copy changed after the client's stamp: the run still measures its own copy against the pin
+    assert task_pin_record(task, source)["changed"] == ["the host's copy of the task is not the one its client synced"]
+    assert task_pin_record(task, {})["state"] == "unpinned"

@@ -20,7 +20,7 @@ from .. import harness
 from ..harness import stats
 from ..atomicfile import write_atomically as _write
 from ..harness.correctness import ERROR, INCORRECT, NOT_CHECKED, PASSED, TIMEOUT
-from ..protocol import RESULTS_SCHEMA, Headline, RowResult, RunResults, SideStats
+from ..protocol import RESULTS_SCHEMA, TASK_LABELS, Headline, RowResult, RunResults, SideStats
 
 SCHEMA = RESULTS_SCHEMA
 SMOKE_LABEL = "smoke: timings are not meaningful"
@@ -65,7 +65,7 @@ def process_offset_share(row: RowResult) -> float:
 
 
 def headline(rows: list[RowResult], samples: dict[str, dict[str, list[float]]], *, smoke: bool,
-             unsandboxed: str | None = None) -> Headline:
+             unsandboxed: str | None = None, task_state: str | None = None) -> Headline:
     """Equal-weight geometric mean of the production rows' speedups, with a seeded bootstrap interval.
 
     The interval carries each GPU row's process floor too (stats.with_process_offset): a 4 us row whose sides'
@@ -76,7 +76,8 @@ def headline(rows: list[RowResult], samples: dict[str, dict[str, list[float]]], 
     """
     production = [r for r in rows if r.production]
     counted = [r for r in production if counts_in_headline(r)]
-    label = "; ".join(filter(None, [SMOKE_LABEL if smoke else None, UNSANDBOXED_LABEL if unsandboxed else None]))
+    label = "; ".join(filter(None, [SMOKE_LABEL if smoke else None, UNSANDBOXED_LABEL if unsandboxed else None,
+                                    TASK_LABELS.get(task_state or "")]))
     result = Headline(level=HEADLINE_LEVEL, n=len(counted), of=len(production), label=label or None,
                       unsandboxed=unsandboxed, absent=frozenset({"note", "verdicts", "method"}))
     blockers = headline_blockers(production)
@@ -120,11 +121,12 @@ def build_results(
     """The run's results record from its judged rows. ended_by: the scheduler's state when it ended the run
     (Slurm's TIMEOUT, PREEMPTED, ...), else None."""
     typed = [RowResult.from_json(row) for row in rows]
-    return RunResults(
+    results = RunResults(
         schema=SCHEMA, status=status, exit_code=int(exit_code), message=message, ended_by=ended_by, smoke=smoke,
         label=SMOKE_LABEL if smoke else None, provenance=provenance, rows=typed, unsandboxed=unsandboxed,
-        headline=headline(typed, samples, smoke=smoke, unsandboxed=unsandboxed),
     )
+    results.headline = headline(typed, samples, smoke=smoke, unsandboxed=unsandboxed, task_state=results.task_state)
+    return results
 
 
 def write_summary(run_dir: Path, results: RunResults, events: list[dict[str, Any]]) -> list[Path]:
@@ -147,6 +149,18 @@ def write_summary(run_dir: Path, results: RunResults, events: list[dict[str, Any
 # --------------------------------------------------------------------------------------------- results.md
 
 
+def task_banner(results: RunResults) -> list[str]:
+    """results.md's lines for a run that did not measure the pinned task (docs/trust.md, "The sealed task")."""
+    pin = results.part("task_pin")
+    if results.task_state == "edited":
+        return [f"> **TASK EDITED** — this run measured a task that is not its pin (the project's HEAD commit): "
+                f"{', '.join(pin.get('changed') or ['?'])}. Its numbers are not the pinned task's.", ""]
+    if results.task_state == "unpinned":
+        return ["> **TASK UNPINNED** — no commit holds this task, so nothing says what it was measured against "
+                f"but its digest ({str(pin.get('digest'))[:12]}).", ""]
+    return []
+
+
 def render_results_md(results: RunResults, plot_missing: str | None = "not drawn") -> str:
     """plot_missing: why there is no speedup.png beside results.md, or None when there is one (then it is embedded)."""
     prov = results.provenance
@@ -154,6 +168,7 @@ def render_results_md(results: RunResults, plot_missing: str | None = "not drawn
     if results.smoke:
         lines += ["> **SMOKE RUN** — CPU only (Triton interpreter): every timing below is meaningless; this run",
                   "> checks that the task builds, runs and is correct, nothing more.", ""]
+    lines += task_banner(results)
     if results.unsandboxed:
         lines += [f"> **UNSANDBOXED** — the sides ran without the whole sandbox ({results.unsandboxed}): a side "
                   "could have reached files and processes that shape the verdict.", ""]
@@ -202,6 +217,9 @@ def _context_lines(prov: dict[str, Any]) -> list[str]:
         commit = source.get("git_commit")
         where = f"commit {commit}{' (dirty)' if source.get('git_dirty') else ''}" if commit else "no git commit"
         lines.append(f"- source: {where}; solution sha256 {source.get('solution_sha256')}")
+    task_pin = results_task_pin(prov)
+    if task_pin:
+        lines.append(task_pin)
     pinned = prov.get("pinned") or {}
     if pinned:
         lines.append(f"{PINNED_LINE_PREFIX} {pinned.get('bench_sha256')}; task.toml sha256 "
@@ -222,6 +240,16 @@ def _context_lines(prov: dict[str, Any]) -> list[str]:
     if record:
         lines.append(harness_line(record))
     return lines
+
+
+def results_task_pin(prov: dict[str, Any]) -> str | None:
+    """results.md's line naming the task measured: its digest, and whether that is its pin."""
+    pin = prov.get("task_pin")
+    if not isinstance(pin, dict):
+        return None
+    state = {"pinned": "the pinned task (HEAD)", "edited": "TASK EDITED: not its pin " + str(pin.get("pin")),
+             "unpinned": "TASK UNPINNED: no commit holds it"}.get(str(pin.get("state")), str(pin.get("state")))
+    return f"- task digest {pin.get('digest')}: {state}"
 
 
 HARNESS_LINE_PREFIX = "- harness: kpremote agent"

@@ -42,7 +42,7 @@ from ..harness.correctness import ERROR, PASSED, TIMEOUT
 from .events import EventLog, read_events
 from .guards import DiskReserve, ForeignWatch, ours_per_row
 from ..protocol import RunExit
-from ..provenance import baseline_upstream, file_sha256, source_provenance
+from ..provenance import baseline_upstream, file_sha256, source_provenance, task_pin_record
 from .runoptions import Options, parse_args
 from .runstate import disk_full_message, is_disk_full, update_state
 from ..task.taskspec import TaskSpec, TaskSpecError, Workload, load_task
@@ -528,7 +528,8 @@ class Runner:
             "started": self.started_iso,
             "task": {"name": spec.task.name, "arch": spec.task.arch, "family": spec.task.family,
                      "dir": str(spec.root)} if spec else {"dir": str(self.options.task_dir)},
-            "source": source_provenance(spec.root) if spec else None,
+            "source": (source := source_provenance(spec.root) if spec else None),
+            "task_pin": task_pin_record(spec.root, source) if spec else None,
             "baseline_upstream": baseline_upstream(spec.baseline) if spec else None,
             "host": {"alias": self.options.host_alias, "hostname": socket.gethostname()},
             "device": ctx.device,
