@@ -4,6 +4,7 @@ real script in a throwaway tree of its own (a git repository with the six tasks'
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -47,7 +48,8 @@ def tree(tmp_path: Path) -> Path:
 
 
 def remeasure(root: Path, *args: str, path: str | None = None, **env: str) -> subprocess.CompletedProcess:
-    environ = {**os.environ, "OUT": str(root.parent / "out"), "REMEASURE_WORK": str(root.parent / "work"), **env}
+    environ = {**os.environ, "OUT": str(root.parent / "out"), "REMEASURE_WORK": str(root.parent / "work"),
+               "PYTHONPATH": str(REPO), **env}
     if path is not None:
         environ["PATH"] = path
     return subprocess.run(["bash", "benchmarks/gpu/remeasure.sh", *args], cwd=root, capture_output=True, text=True,
@@ -72,6 +74,9 @@ def test_pack_makes_one_carry_per_call_each_under_64_mib(tree):
     for n, wheels in ((1, []), (2, WHEELS_2), (3, WHEELS_3)):
         carry = stage / f"remeasure-{n}"
         assert sorted(p.name for p in (carry / "whl").iterdir()) == sorted(Path(w).name for w in wheels)
+        stamps = {p.stem: json.loads(p.read_text()) for p in (carry / "stamps").iterdir()}  # the pins, as a sync's
+        assert sorted(stamps) == sorted(f"h200_diffusion_{f}__multi_shape" for f in FAMILIES)
+        assert all("task_pin" in stamp and stamp["task_digest"] for stamp in stamps.values())
         with tarfile.open(carry / "upstream.tgz") as archive:  # every task's upstream files in every call
             files = [m.name for m in archive.getmembers() if m.isfile()]
         assert sorted(files) == sorted(f"kernels/h200_diffusion_{f}__multi_shape/baseline/upstream/sglang/{f}.py"

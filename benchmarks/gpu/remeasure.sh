@@ -108,8 +108,12 @@ step_pack() {  # the carries: upstream files of every task in each (calls stand 
   [ "$missing" = 0 ] || exit 2
   rm -rf .gpustage/remeasure-1 .gpustage/remeasure-2 .gpustage/remeasure-3
   for n in 1 2 3; do
-    mkdir -p ".gpustage/remeasure-$n/whl"
+    mkdir -p ".gpustage/remeasure-$n/whl" ".gpustage/remeasure-$n/stamps"
     tar czf ".gpustage/remeasure-$n/upstream.tgz" kernels/*/baseline/upstream
+    for t in kernels/*/; do  # each task's provenance with its pin (HEAD's task digest): the GPU copy has no git
+      "${PYTHON:-python3}" -c 'import json, sys; from kpremote.agent.provenance import task_provenance
+print(json.dumps(task_provenance(sys.argv[1])))' "$t" > ".gpustage/remeasure-$n/stamps/$(basename "$t").json" || exit 2
+    done
   done
   pack_wheels "$whl" 2 "${WHEELS_2[@]}" && pack_wheels "$whl" 3 "${WHEELS_3[@]}" || exit 2
   du -sh .gpustage/remeasure-*
@@ -146,6 +150,13 @@ step_install() {
   local code=$?
   say "install: exit $code, $((SECONDS - t0)) s$([ $code = 0 ] || echo ": $(tail -1 "$work/logs/install.log")")"
   [ $code = 0 ] || say "install: the wheels of both carries must be staged on this warm machine: carry .gpustage/remeasure-2 and -3 with 'stage' (a fresh machine lost them)"
+}
+
+copy_task() {  # copy_task TASK COPY: the task, stamped as a sync stamps it (its pin from 'pack'), else TASK UNPINNED
+  local stamp; stamp=$(compgen -G ".gpustage/remeasure-*/stamps/$1.json" | head -1)
+  cp -r "kernels/$1" "$2"
+  [ -n "$stamp" ] && mkdir -p "$2/.kpremote" && cp "$stamp" "$2/.kpremote/provenance.json"
+  return 0
 }
 
 site_env() { [ -d "$KP_SITE" ] && eval "$(bash benchmarks/gpu/new_tasks.sh env)"; }
@@ -190,7 +201,7 @@ run_task() {
     return
   fi
   rm -rf "$copy"; mkdir -p "$work/kernels" "$work/runs/$task"
-  cp -r "kernels/$task" "$copy"
+  copy_task "$task" "$copy"
   local args=(--task-dir "$copy" --run-dir "$run" --root "$work/root" --host-alias "$host")
   if [ "$dry" = 1 ]; then
     args+=(--device cpu --workloads "${REMEASURE_ROWS:-$(first_smoke_row "$copy")}")
@@ -232,7 +243,7 @@ step_profile() {  # step_profile NAME:ROW,...: each row's both sides under Nsigh
       say "profile $item: skipped, cannot import ${NEEDS[$name]}: stage and install the wheels on this warm machine"
       continue
     fi
-    [ -d "$copy" ] || { mkdir -p "$work/kernels"; cp -r "kernels/$task" "$copy"; }
+    [ -d "$copy" ] || { mkdir -p "$work/kernels"; copy_task "$task" "$copy"; }
     run=$work/profiles/$name-$row; rm -rf "$run"; mkdir -p "$work/profiles"
     limit=$(left)
     timeout -k 20 "$limit" "$py" -m kpremote.agent.ncu.profile --profile '{"side": "both", "section_set": "basic"}' \
