@@ -12,7 +12,7 @@
 #   GPU:  bash benchmarks/gpu/cost_27.sh runs
 set -uo pipefail
 [ -f benchmarks/gpu/cost_27.sh ] || { echo "cost_27.sh: run it from the repository root"; exit 2; }
-old_commit=6ca1e8d  # main when issue 25 measured harness 2.7
+old_commit=${COST_OLD_COMMIT:-6ca1e8d}  # main when issue 25 measured harness 2.7; COST_OLD_COMMIT=d3bce19: harness 2.16 (issue 44: cost against the harness before it)
 old=$PWD/.gpustage/h27
 fuse=kernels/h200_diffusion_fuse_scale_shift__multi_shape
 if [ -z "${COST_TASK:-}" ] && nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200; then

@@ -56,7 +56,8 @@
 # Environment: OUT (default /tmp/kp-remeasure-out); REMEASURE_WORK (/tmp/kp-remeasure: task copies, runs, logs);
 # REMEASURE_BUDGET_S (540); REMEASURE_HOST (the runs' host alias and results/<host>/ folder, default h200);
 # REMEASURE_ROWS (a --workloads list for every task, or `production`: each task's production rows; a trial, never
-# committable); REMEASURE_DRY=1 (this machine
+# committable); REMEASURE_ARCH=h100 (an H100 host: each copy's task.toml marked h100, so its runs say TASK EDITED: a
+# harness measurement on the tasks' rows, never a task's result); REMEASURE_DRY=1 (this machine
 # without a GPU: --device cpu, each task's first smoke row, no H200 check; RT on the CPU: the controls only);
 # RT_LIST, RT_S (the red team's list and its own limit); KP_WHEELS, KP_SITE as new_tasks.sh reads them; PYTHON;
 # REMEASURE_PARALLEL=1 (a host of several GPUs: `tasks LIST` starts every task at once and `redteam` runs beside
@@ -156,6 +157,8 @@ copy_task() {  # copy_task TASK COPY: the task, stamped as a sync stamps it (its
   local stamp; stamp=$(compgen -G ".gpustage/remeasure-*/stamps/$1.json" | head -1)
   cp -r "kernels/$1" "$2"
   [ -n "$stamp" ] && mkdir -p "$2/.kpremote" && cp "$stamp" "$2/.kpremote/provenance.json"
+  # REMEASURE_ARCH=h100: a copy marked for another GPU, which its run records as TASK EDITED (task.toml changed)
+  [ -n "${REMEASURE_ARCH:-}" ] && sed -i "s/^arch = \"h200\"/arch = \"$REMEASURE_ARCH\"/" "$2/task.toml"
   return 0
 }
 
@@ -335,6 +338,8 @@ if [ "$dry" != 1 ]; then
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   case $gpu in
     *H200*) ;;
+    *H100*) [ -n "${REMEASURE_ARCH:-}" ] ||
+      { say "remeasure.sh: this machine's GPU is '$gpu', not an H200: REMEASURE_ARCH=h100 measures task copies marked h100 (TASK EDITED: a harness measurement, never a task's result)"; summarize "$@"; exit 3; } ;;
     *) say "remeasure.sh: this machine's GPU is '${gpu:-none}', not an H200: the tasks' arch gate refuses it, nothing run"
        summarize "$@"; exit 3 ;;
   esac
