@@ -97,6 +97,74 @@ def test_a_sandboxed_process_cannot_signal_renice_or_repin_another(tmp_path: Pat
         victim.wait()
 
 
+LIBC_CALLS = textwrap.dedent('''
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    def syscall_errno(result):
+        return "allowed" if result >= 0 else os.strerror(ctypes.get_errno())
+    def capability_sets():
+        lines = open("/proc/self/status").read().splitlines()
+        return {line.split(":")[0]: int(line.split(":")[1], 16) for line in lines if line.startswith("Cap")}
+''')
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="what root loses: this test runs as root (CI does)")
+def test_a_sandboxed_root_process_holds_no_capability(tmp_path: Path) -> None:
+    """uid 0 stays, every capability goes: no reading another uid's private file, no chown, no setting the clock."""
+    private = tmp_path / "private"
+    private.write_text("another user's")
+    private.chmod(0o600)
+    os.chown(private, 4321, 4321)
+    code = TRY + LIBC_CALLS + textwrap.dedent('''
+        scratch = os.environ["KPREMOTE_SCRATCH"]
+        print(json.dumps({
+            "applied": applied, "uid": os.getuid(), "sets": capability_sets(),
+            "read_private": attempt(lambda: open(sys.argv[1]).read()),
+            "chown": attempt(lambda: os.chown(os.path.join(scratch, "tmp"), 4321, 4321)),
+            # settimeofday(NULL, NULL) changes nothing and still asks for CAP_SYS_TIME (glibc's wrapper needs a time)
+            "set_time": syscall_errno(libc.syscall(164 if os.uname().machine == "x86_64" else 170, None, None)),
+            "own_scratch": attempt(lambda: open(os.path.join(scratch, "tmp", "mine"), "w").write("x")),
+        }))
+    ''')
+    seen = sandboxed(code, tmp_path / "scratch", str(private))
+    assert seen["applied"].endswith("no capabilities") and seen["uid"] == 0, seen
+    assert set(seen["sets"]) == {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}
+    assert not any(seen["sets"].values()), seen["sets"]
+    assert seen["read_private"] == "Permission denied" and seen["chown"] == "Operation not permitted", seen
+    assert seen["set_time"] == "Operation not permitted" and seen["own_scratch"] == "allowed", seen
+    # the same calls outside the sandbox, as root: each is a capability's, not a mode's or the filter's
+    assert private.read_text() == "another user's"
+    from kpremote.agent.sandbox import privileges
+
+    assert privileges.holds_any(privileges.held())
+
+
+def test_a_sandboxed_process_cannot_change_the_host_but_still_works(tmp_path: Path) -> None:
+    """The seccomp filter's host calls (each below works for an ordinary user unfiltered); threads, processes and
+    the personality query still work."""
+    code = TRY + LIBC_CALLS + textwrap.dedent('''
+        import subprocess, threading
+        class Timex(ctypes.Structure):
+            _fields_ = [("modes", ctypes.c_uint), ("rest", ctypes.c_char * 204)]
+        ran = []
+        thread = threading.Thread(target=lambda: ran.append(True))
+        thread.start(); thread.join()
+        print(json.dumps({
+            "read_clock_adjustment": syscall_errno(libc.adjtimex(ctypes.byref(Timex(0)))),
+            "user_namespace": syscall_errno(libc.unshare(0x10000000)),
+            "session_keyring": syscall_errno(libc.syscall(250 if os.uname().machine == "x86_64" else 219, 0, -3, 0)),
+            "no_aslr": syscall_errno(libc.personality(0x0040000)),
+            "query_personality": syscall_errno(libc.personality(0xFFFFFFFF)),
+            "thread": ran == [True],
+            "subprocess": subprocess.run([sys.executable, "-c", "print(7)"], capture_output=True, text=True).stdout,
+        }))
+    ''')
+    seen = sandboxed(code, tmp_path / "scratch")
+    refused = ("read_clock_adjustment", "user_namespace", "session_keyring", "no_aslr")
+    assert all(seen[name] == "Operation not permitted" for name in refused), seen
+    assert seen["query_personality"] == "allowed" and seen["thread"] and seen["subprocess"] == "7\n", seen
+
+
 def test_off_says_unsandboxed_and_restricts_nothing(tmp_path: Path) -> None:
     outside = tmp_path / "outside.txt"
     code = TRY + "print(json.dumps({'applied': applied, 'write': attempt(lambda: open(sys.argv[1], 'w'))}))"

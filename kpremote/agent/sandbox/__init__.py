@@ -6,7 +6,9 @@ not write. Entering the sandbox, before that code is imported, it gives up for g
   pointed there by scratch_env) and /dev's nodes: the task tree, the run folder, the agent, the other side's
   folders and every bytecode cache another process reads are read-only to it (landlock.py);
 - signals, ptrace and memory access to any process outside its own tree, and renice, re-pinning or rescheduling
-  of any process but itself (landlock.py where the kernel scopes them, seccomp.py for the rest).
+  of any process but itself (landlock.py where the kernel scopes them, seccomp.py for the rest);
+- every capability, where it runs as root (privileges.py), and the system calls that change the host rather than
+  the process (the clock, the kernel's log, modules, mounts, namespaces, keys: seccomp.py).
 The judge and its sides share a PID namespace of their own (namespace.py): nothing a side starts outlives the
 judge, and the judge finds and kills whatever a row left behind.
 
@@ -21,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import landlock, seccomp
+from . import landlock, privileges, seccomp
 
 DISABLE_ENV = "KPREMOTE_SANDBOX"  # "off": run unsandboxed (a diagnosis, and it says so everywhere)
 SCRATCH_ENV = "KPREMOTE_SCRATCH"  # the one folder a sandboxed process may change
@@ -123,6 +125,10 @@ def enter(scratch: Path | None = None, also: list[Path] = ()) -> str:
     applied: list[str] = []
     missing: list[str] = []
     signals_scoped = False
+    try:
+        capabilities = [privileges.drop_all()]  # first: whatever else fails, no capability is left
+    except OSError as exc:
+        capabilities, missing = [], [f"capabilities: {exc}"]
     if str(folder) and folder.is_dir():
         try:
             # /proc: CUDA's initialisation writes files of its own process there (without, cudaGetDeviceCount fails
@@ -144,4 +150,5 @@ def enter(scratch: Path | None = None, also: list[Path] = ()) -> str:
             missing.append(f"seccomp: {exc}")
     if not applied:
         return "unsandboxed: " + "; ".join(missing)
+    applied += capabilities
     return ", ".join(applied) + (f" (missing: {'; '.join(missing)})" if missing else "")
