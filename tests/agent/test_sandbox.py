@@ -351,6 +351,38 @@ def test_starvation_voids_a_row_only_when_one_side_waited_more_than_the_other() 
     assert guard.interference("baseline", start, reading(0.30), 0.6, starvation=False, other_waited_s=0.0) is None
 
 
+def test_a_sides_cpu_is_read_from_outside_main_thread_included() -> None:
+    """guard.cpu_s counts every thread of another process, its main one too (the helper rule never did): a process
+    blocked reading stdin spends nothing; the same process spinning in its main thread shows what it spent."""
+    code = "import sys, time\nsys.stdin.readline()\nend = time.process_time() + 0.1\n" \
+           "while time.process_time() < end: pass\nprint('spun', flush=True)\nsys.stdin.readline()\n"
+    process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        while (open(f"/proc/{process.pid}/stat").read().rsplit(")", 1)[1].split()[0]) != "S":
+            time.sleep(0.01)  # until it is blocked on stdin: started up
+        blocked = guard.cpu_s(process.pid)
+        time.sleep(0.05)
+        assert guard.cpu_s(process.pid) == blocked  # not a nanosecond while it waits
+        process.stdin.write(b"go\n")
+        process.stdin.flush()
+        assert process.stdout.readline() == b"spun\n"
+        assert guard.cpu_s(process.pid) - blocked >= 0.1
+    finally:
+        process.kill()
+        process.wait()
+    assert guard.cpu_s(process.pid) is None  # gone
+
+
+def test_cpu_a_side_spends_while_the_other_is_timed_voids_the_row_and_is_not_timed_again() -> None:
+    assert guard.idle_interference("candidate", "baseline", 0.0, 0.4) is None
+    assert guard.idle_interference("candidate", "baseline", 0.0009, 0.004) is None  # under the floor
+    assert guard.idle_interference("candidate", "baseline", 0.015, 0.4) is None  # under 5 % of their samples
+    why = guard.idle_interference("candidate", "baseline", 0.0042, 0.0071)
+    assert why == ("the candidate side used 4.2 ms of CPU while the baseline's calls were timed (7.1 ms), when it "
+                   "waits for its next command")
+    assert guard.take_until_undisturbed(lambda: (0, [why])) == (0, [why], [])  # work on purpose: no second take
+
+
 def test_a_pair_starved_once_is_timed_again_and_one_starved_twice_is_void() -> None:
     """Neighbouring runs starve a side now and then: that take is dropped and the pair timed again, once. A side
     starved again, or disturbed any other way (reniced, a helper thread), voids the row as before."""

@@ -17,6 +17,8 @@ from kpremote.agent.task.taskspec import SIDES
 class ScriptedSide:
     """Answers 'sample' from a script, everything else with ok; keeps every command it got."""
 
+    pid = 1 << 23  # above any pid_max: no process, so no CPU to read while the other side is timed
+
     def __init__(self, samples: list[dict]) -> None:
         self.samples = list(samples)
         self.commands: list[dict] = []
