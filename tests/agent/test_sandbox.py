@@ -139,6 +139,31 @@ def test_a_sandboxed_root_process_holds_no_capability(tmp_path: Path) -> None:
     assert privileges.holds_any(privileges.held())
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="what root loses: this test runs as root (CI does)")
+def test_root_without_setpcap_still_ends_with_nothing_usable_and_says_what_it_kept() -> None:
+    """A container that withholds CAP_SETPCAP: the bounding set and securebits stay (said so in the row), nothing is
+    left permitted or effective, and under no_new_privs a root exec gains nothing back."""
+    code = textwrap.dedent('''
+        import ctypes, json, os, subprocess, sys
+        from kpremote.agent.sandbox import privileges as p
+        libc = ctypes.CDLL(None, use_errno=True)
+        header, data = p._Header(p.LINUX_CAPABILITY_VERSION_3, 0), (p._Data * 2)()
+        libc.capget(ctypes.byref(header), data)
+        data[0].effective &= ~(1 << 8); data[0].permitted &= ~(1 << 8)  # no CAP_SETPCAP
+        assert libc.capset(ctypes.byref(header), data) == 0
+        said = p.drop_all()
+        child = subprocess.run(["grep", "^Cap[EP]", "/proc/self/status"], capture_output=True, text=True).stdout
+        print(json.dumps({"said": said, "held": p.held(), "child": child}))
+    ''')
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=ENV)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["said"] == ("no capabilities (kept: securebits: Operation not permitted; bounding set: Operation not "
+                            "permitted)"), seen
+    assert seen["held"]["CapEff"] == seen["held"]["CapPrm"] == 0 and seen["held"]["CapBnd"] != 0
+    assert seen["child"].split() == ["CapPrm:", "0000000000000000", "CapEff:", "0000000000000000"], seen["child"]
+
+
 def test_a_sandboxed_process_cannot_change_the_host_but_still_works(tmp_path: Path) -> None:
     """The seccomp filter's host calls (each below works for an ordinary user unfiltered); threads, processes and
     the personality query still work."""

@@ -58,24 +58,30 @@ def holds_any(sets: dict[str, int]) -> bool:
 
 
 def drop_all() -> str:
-    """Give up every capability for good (this thread and all it starts); what now holds, in words. Raises
-    OSError where the kernel refuses a step (nothing is then claimed)."""
+    """Give up every capability for good (this thread and all it starts); what now holds, in words. The steps that
+    need CAP_SETPCAP (securebits, the bounding set) are said where refused: with no_new_privs and nothing permitted,
+    no exec gains a capability even so. Raises OSError where the kernel leaves a capability held."""
     libc = ctypes.CDLL(None, use_errno=True)
     _no_new_privs(libc)
     if not holds_any(held()):
         return DESCRIBED
+    kept: list[str] = []
     # In this order: the securebits and the bounding set need CAP_SETPCAP, which the last step gives up.
-    _prctl(libc, "PR_SET_SECUREBITS", PR_SET_SECUREBITS, LOCKED_BITS)
-    for cap in range(last_cap() + 1):
-        _prctl(libc, f"PR_CAPBSET_DROP {cap}", PR_CAPBSET_DROP, cap)
-    _prctl(libc, "PR_CAP_AMBIENT_CLEAR_ALL", PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    for what, option, arg in [("securebits", PR_SET_SECUREBITS, LOCKED_BITS),
+                              *[(f"bounding set ({cap})", PR_CAPBSET_DROP, cap) for cap in range(last_cap() + 1)],
+                              ("ambient set", PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)]:
+        try:
+            _prctl(libc, what, option, arg)
+        except OSError as exc:
+            kept.append(f"{what.split(' (')[0]}: {exc.strerror}")
     header, data = _Header(LINUX_CAPABILITY_VERSION_3, 0), (_Data * 2)()
     if libc.capset(ctypes.byref(header), data) != 0:
         raise OSError(ctypes.get_errno(), f"capset: {os.strerror(ctypes.get_errno())}")
-    left = {name: value for name, value in held().items() if value}
+    left = {name: value for name, value in held().items() if value and name != "CapBnd"}
     if left:
         raise OSError(f"capabilities left after the drop: {', '.join(f'{n} {v:#x}' for n, v in sorted(left.items()))}")
-    return DESCRIBED
+    kept = list(dict.fromkeys(kept))
+    return DESCRIBED + (f" (kept: {'; '.join(kept)})" if kept else "")
 
 
 def last_cap() -> int:
@@ -94,4 +100,5 @@ def _no_new_privs(libc: ctypes.CDLL) -> None:
 
 def _prctl(libc: ctypes.CDLL, what: str, option: int, arg: int) -> None:
     if libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
-        raise OSError(ctypes.get_errno(), f"prctl({what}): {os.strerror(ctypes.get_errno())}")
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno), f"prctl({what})")
