@@ -498,3 +498,36 @@ def test_sides_forked_by_the_judges_starter_hold_what_an_execd_side_holds(tmp_pa
     assert sorted(forked["fds"].values()) == sorted(execd["fds"].values()), seen
     assert list(forked["fds"].values()).count("socket") == 1, forked
     assert forked["cpu_s"] < execd["cpu_s"]  # the exec'd side had imported torch itself by then (~1.4 CPU-s)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="what root keeps: this test runs as root (CI does)")
+@pytest.mark.parametrize("admin_only", ["1", "0", None])
+def test_a_profiled_process_keeps_roots_capabilities_only_where_the_gpus_counters_are_roots(
+        tmp_path: Path, admin_only: str | None) -> None:
+    """Nsight Compute reads the counters in the profiled process: where the driver keeps them for CAP_SYS_ADMIN
+    (RmProfilingAdminOnly: 1) that process keeps its capabilities and says so; elsewhere, and every timed side
+    always, it holds none."""
+    params = tmp_path / "params"
+    if admin_only is not None:
+        params.write_text(f"ResmanDebugLevel: 4294967295\nRmProfilingAdminOnly: {admin_only}\n")
+    code = textwrap.dedent('''
+        import json, sys
+        from kpremote.agent import sandbox
+        from kpremote.agent.sandbox import privileges
+        privileges.NVIDIA_PARAMS = sys.argv[1]
+        applied = sandbox.enter(profiled=sys.argv[2] == "profiled")
+        print(json.dumps({"applied": applied, "effective": privileges.held()["CapEff"]}))
+    ''')
+    seen = {}
+    for how in ("profiled", "timed"):
+        done = subprocess.run([sys.executable, "-c", code, str(params), how], capture_output=True, text=True,
+                              timeout=60, env={**ENV, **sandbox.scratch_env(sandbox.make_scratch(tmp_path / how))})
+        assert done.returncode == 0, done.stderr
+        seen[how] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["timed"]["applied"].endswith(", no capabilities") and seen["timed"]["effective"] == 0
+    if admin_only == "1":
+        assert seen["profiled"]["applied"].endswith(", " + "capabilities kept (the GPU's counters are root's: "
+                                                    "RmProfilingAdminOnly)")
+        assert seen["profiled"]["effective"] != 0
+    else:
+        assert seen["profiled"] == seen["timed"]

@@ -115,10 +115,12 @@ def make_scratch(scratch: Path) -> Path:
     return Path(scratch)
 
 
-def enter(scratch: Path | None = None, also: list[Path] = ()) -> str:
+def enter(scratch: Path | None = None, also: list[Path] = (), profiled: bool = False) -> str:
     """Give up, for this process and all it starts, every right the sandbox takes away; the writable folder is
     `scratch` (default: $KPREMOTE_SCRATCH), and `also` (a side's build folder; a file there may only be
-    written). Returns what was applied, in words ("unsandboxed: why" where nothing could be)."""
+    written). `profiled`: Nsight Compute measures this process, which keeps root's capabilities where the GPU's
+    counters are root's (privileges.counters_need_root). Returns what was applied, in words ("unsandboxed: why"
+    where nothing could be)."""
     if disabled():
         return f"unsandboxed: {DISABLE_ENV}=off"
     folder = Path(scratch or os.environ.get(SCRATCH_ENV) or "")
@@ -126,7 +128,8 @@ def enter(scratch: Path | None = None, also: list[Path] = ()) -> str:
     missing: list[str] = []
     signals_scoped = False
     try:
-        capabilities = [privileges.drop_all()]  # first: whatever else fails, no capability is left
+        kept = profiled and privileges.counters_need_root()
+        capabilities = [privileges.KEPT_FOR_COUNTERS if kept else privileges.drop_all()]  # first: whatever fails next
     except OSError as exc:
         capabilities, missing = [], [f"capabilities: {exc}"]
     if str(folder) and folder.is_dir():

@@ -9,6 +9,10 @@ on a change of uid (SECBIT_NO_SETUID_FIXUP). no_new_privs is set as well (Landlo
 process keeps uid 0: files it owns, the GPU's device nodes and its folders still work as the owner's; what it loses
 is every right beyond the owner's. A process that holds no capability (an ordinary user) has nothing to drop.
 Capabilities belong to a thread: `drop_all` runs before the process starts any (sandbox.enter).
+
+One exception: the process Nsight Compute profiles (the audit's, a profile's) reads the GPU's performance counters,
+and where the driver keeps them for administrators (RmProfilingAdminOnly, NVIDIA's default) that takes
+CAP_SYS_ADMIN in that very process: there `counters_need_root` says so and the capabilities stay, in words.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import os
 
 PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS, PR_GET_NO_NEW_PRIVS = 24, 28, 38, 39
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+CAP_SYS_ADMIN = 21
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SECBIT_NOROOT, SECBIT_NOROOT_LOCKED = 1 << 0, 1 << 1
 SECBIT_NO_SETUID_FIXUP, SECBIT_NO_SETUID_FIXUP_LOCKED = 1 << 2, 1 << 3
@@ -27,6 +32,8 @@ LOCKED_BITS = (SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP | S
                SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED)
 SETS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")  # /proc/self/status's lines, as hex masks
 DESCRIBED = "no capabilities"
+KEPT_FOR_COUNTERS = "capabilities kept (the GPU's counters are root's: RmProfilingAdminOnly)"
+NVIDIA_PARAMS = "/proc/driver/nvidia/params"
 
 
 class _Header(ctypes.Structure):
@@ -82,6 +89,18 @@ def drop_all() -> str:
         raise OSError(f"capabilities left after the drop: {', '.join(f'{n} {v:#x}' for n, v in sorted(left.items()))}")
     kept = list(dict.fromkeys(kept))
     return DESCRIBED + (f" (kept: {'; '.join(kept)})" if kept else "")
+
+
+def counters_need_root(params: str | None = None) -> bool:
+    """True where the NVIDIA driver lets only CAP_SYS_ADMIN read the GPU's performance counters and this process
+    holds it: a profiled process that dropped it would get ERR_NVGPUCTRPERM."""
+    try:
+        with open(params or NVIDIA_PARAMS) as handle:
+            restricted = any(line.split(":")[0].strip() == "RmProfilingAdminOnly" and line.split(":")[1].strip() == "1"
+                             for line in handle if ":" in line)
+    except OSError:
+        return False
+    return restricted and bool(held().get("CapEff", 0) & (1 << CAP_SYS_ADMIN))
 
 
 def last_cap() -> int:
