@@ -127,11 +127,6 @@ def enter(scratch: Path | None = None, also: list[Path] = (), profiled: bool = F
     applied: list[str] = []
     missing: list[str] = []
     signals_scoped = False
-    try:
-        kept = profiled and privileges.counters_need_root()
-        capabilities = [privileges.KEPT_FOR_COUNTERS if kept else privileges.drop_all()]  # first: whatever fails next
-    except OSError as exc:
-        capabilities, missing = [], [f"capabilities: {exc}"]
     if str(folder) and folder.is_dir():
         try:
             # /proc: CUDA's initialisation writes files of its own process there (without, cudaGetDeviceCount fails
@@ -151,6 +146,12 @@ def enter(scratch: Path | None = None, also: list[Path] = (), profiled: bool = F
             applied.append("seccomp")
         except OSError as exc:
             missing.append(f"seccomp: {exc}")
+    try:  # last: Landlock opens its folders with root's rights (one under another user's 0700 folder too)
+        kept = profiled and privileges.counters_need_root()
+        capabilities = [privileges.KEPT_FOR_COUNTERS if kept else privileges.drop_all()]
+    except OSError as exc:
+        capabilities = []
+        missing.append(f"capabilities: {exc}")
     if not applied:
         return "unsandboxed: " + "; ".join(missing)
     applied += capabilities
