@@ -47,6 +47,9 @@ class Judge:
     def __init__(self, candidate_samples: list[dict]) -> None:
         self.sides = {"baseline": ScriptedSide([]), "candidate": ScriptedSide(candidate_samples)}
 
+    def pids_of(self, side: str) -> list[int]:
+        return [self.sides[side].pid]
+
 
 def sampler_for(candidate_samples: list[dict], head_start_us: float = 100.0) -> sampling.Sampler:
     return sampling.Sampler(Judge(candidate_samples), [OneCase()], "cold", head_start_us)

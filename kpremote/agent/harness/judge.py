@@ -166,6 +166,10 @@ class Judge:
     def sides(self) -> dict[str, SideProcess]:
         return self.bench.sides
 
+    def pids_of(self, side: str) -> list[int]:
+        """Every process of one side: one in each process pair."""
+        return [pair[side].pid for pair in self.bench.pairs]
+
     @property
     def adapter(self) -> Any:
         return self.bench.adapter

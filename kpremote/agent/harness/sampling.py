@@ -142,9 +142,9 @@ class Sampler:
             self.flusher.flush()
             torch.cuda.synchronize()
         idle = next(other for other in SIDES if other != side)
-        idle_from, wall_from = guard.cpu_s(self.judge.sides[idle].pid), time.perf_counter()  # this sample's alone
+        idle_from, wall_from = self._cpu_of_every_process(idle), time.perf_counter()  # this sample's alone
         reply = self.judge.sides[side].request({"op": "sample", "id": case.id, "graph": graph})
-        idle_to, wall_to = guard.cpu_s(self.judge.sides[idle].pid), time.perf_counter()
+        idle_to, wall_to = self._cpu_of_every_process(idle), time.perf_counter()
         if idle_from is not None and idle_to is not None:
             self.idle_cpu_s[idle] += idle_to - idle_from
             self.idle_s[idle] += wall_to - wall_from
@@ -163,6 +163,12 @@ class Sampler:
         host_us = reply.get("host_us")
         finite = isinstance(host_us, (int, float)) and not isinstance(host_us, bool) and math.isfinite(host_us)
         return float(value), float(host_us) if finite and host_us > 0 else 0.0
+
+    def _cpu_of_every_process(self, side: str) -> float | None:
+        """CPU time of every process of a side, in every process pair (an idle pair's spins beside the timed one
+        too); None where one cannot be read (gone: that sample is not counted)."""
+        readings = [guard.cpu_s(pid) for pid in self.judge.pids_of(side)]
+        return None if None in readings else sum(readings)
 
     def verify(self, side: str, case: SharedCase, when: str) -> None:
         """The outputs (and mutated inputs) of the sample just taken against the case's expected result."""
