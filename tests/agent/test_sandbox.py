@@ -97,6 +97,99 @@ def test_a_sandboxed_process_cannot_signal_renice_or_repin_another(tmp_path: Pat
         victim.wait()
 
 
+LIBC_CALLS = textwrap.dedent('''
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    def syscall_errno(result):
+        return "allowed" if result >= 0 else os.strerror(ctypes.get_errno())
+    def capability_sets():
+        lines = open("/proc/self/status").read().splitlines()
+        return {line.split(":")[0]: int(line.split(":")[1], 16) for line in lines if line.startswith("Cap")}
+''')
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="what root loses: this test runs as root (CI does)")
+def test_a_sandboxed_root_process_holds_no_capability(tmp_path: Path) -> None:
+    """uid 0 stays, every capability goes: no reading another uid's private file, no chown, no setting the clock."""
+    private = tmp_path / "private"
+    private.write_text("another user's")
+    private.chmod(0o600)
+    os.chown(private, 4321, 4321)
+    code = TRY + LIBC_CALLS + textwrap.dedent('''
+        scratch = os.environ["KPREMOTE_SCRATCH"]
+        print(json.dumps({
+            "applied": applied, "uid": os.getuid(), "sets": capability_sets(),
+            "read_private": attempt(lambda: open(sys.argv[1]).read()),
+            "chown": attempt(lambda: os.chown(os.path.join(scratch, "tmp"), 4321, 4321)),
+            # settimeofday(NULL, NULL) changes nothing and still asks for CAP_SYS_TIME (glibc's wrapper needs a time)
+            "set_time": syscall_errno(libc.syscall(164 if os.uname().machine == "x86_64" else 170, None, None)),
+            "own_scratch": attempt(lambda: open(os.path.join(scratch, "tmp", "mine"), "w").write("x")),
+        }))
+    ''')
+    seen = sandboxed(code, tmp_path / "scratch", str(private))
+    assert seen["applied"].endswith("no capabilities") and seen["uid"] == 0, seen
+    assert set(seen["sets"]) == {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}
+    assert not any(seen["sets"].values()), seen["sets"]
+    assert seen["read_private"] == "Permission denied" and seen["chown"] == "Operation not permitted", seen
+    assert seen["set_time"] == "Operation not permitted" and seen["own_scratch"] == "allowed", seen
+    # the same calls outside the sandbox, as root: each is a capability's, not a mode's or the filter's
+    assert private.read_text() == "another user's"
+    from kpremote.agent.sandbox import privileges
+
+    assert privileges.holds_any(privileges.held())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="what root loses: this test runs as root (CI does)")
+def test_root_without_setpcap_still_ends_with_nothing_usable_and_says_what_it_kept() -> None:
+    """A container that withholds CAP_SETPCAP: the bounding set and securebits stay (said so in the row), nothing is
+    left permitted or effective, and under no_new_privs a root exec gains nothing back."""
+    code = textwrap.dedent('''
+        import ctypes, json, os, subprocess, sys
+        from kpremote.agent.sandbox import privileges as p
+        libc = ctypes.CDLL(None, use_errno=True)
+        header, data = p._Header(p.LINUX_CAPABILITY_VERSION_3, 0), (p._Data * 2)()
+        libc.capget(ctypes.byref(header), data)
+        data[0].effective &= ~(1 << 8); data[0].permitted &= ~(1 << 8)  # no CAP_SETPCAP
+        assert libc.capset(ctypes.byref(header), data) == 0
+        said = p.drop_all()
+        child = subprocess.run(["grep", "^Cap[EP]", "/proc/self/status"], capture_output=True, text=True).stdout
+        print(json.dumps({"said": said, "held": p.held(), "child": child}))
+    ''')
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=ENV)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["said"] == ("no capabilities (kept: securebits: Operation not permitted; bounding set: Operation not "
+                            "permitted)"), seen
+    assert seen["held"]["CapEff"] == seen["held"]["CapPrm"] == 0 and seen["held"]["CapBnd"] != 0
+    assert seen["child"].split() == ["CapPrm:", "0000000000000000", "CapEff:", "0000000000000000"], seen["child"]
+
+
+def test_a_sandboxed_process_cannot_change_the_host_but_still_works(tmp_path: Path) -> None:
+    """The seccomp filter's host calls (each below works for an ordinary user unfiltered); threads, processes and
+    the personality query still work."""
+    code = TRY + LIBC_CALLS + textwrap.dedent('''
+        import subprocess, threading
+        class Timex(ctypes.Structure):
+            _fields_ = [("modes", ctypes.c_uint), ("rest", ctypes.c_char * 204)]
+        ran = []
+        thread = threading.Thread(target=lambda: ran.append(True))
+        thread.start(); thread.join()
+        print(json.dumps({
+            "read_clock_adjustment": syscall_errno(libc.adjtimex(ctypes.byref(Timex(0)))),
+            "user_namespace": syscall_errno(libc.unshare(0x10000000)),
+            "session_keyring": syscall_errno(libc.syscall(250 if os.uname().machine == "x86_64" else 219, 0, -3, 0)),
+            "no_aslr": syscall_errno(libc.personality(0x0040000)),
+            "query_personality": syscall_errno(libc.personality(0xFFFFFFFF)),
+            "thread": ran == [True],
+            "subprocess": subprocess.run([sys.executable, "-c", "print(7)"], capture_output=True, text=True).stdout,
+        }))
+    ''')
+    seen = sandboxed(code, tmp_path / "scratch")
+    refused = ("read_clock_adjustment", "user_namespace", "session_keyring", "no_aslr")
+    assert all(seen[name] == "Operation not permitted" for name in refused), seen
+    assert seen["query_personality"] == "allowed" and seen["thread"] and seen["subprocess"] == "7\n", seen
+
+
 def test_off_says_unsandboxed_and_restricts_nothing(tmp_path: Path) -> None:
     outside = tmp_path / "outside.txt"
     code = TRY + "print(json.dumps({'applied': applied, 'write': attempt(lambda: open(sys.argv[1], 'w'))}))"
@@ -283,6 +376,38 @@ def test_starvation_voids_a_row_only_when_one_side_waited_more_than_the_other() 
     assert guard.interference("baseline", start, reading(0.30), 0.6, starvation=False, other_waited_s=0.0) is None
 
 
+def test_a_sides_cpu_is_read_from_outside_main_thread_included() -> None:
+    """guard.cpu_s counts every thread of another process, its main one too (the helper rule never did): a process
+    blocked reading stdin spends nothing; the same process spinning in its main thread shows what it spent."""
+    code = "import sys, time\nsys.stdin.readline()\nend = time.process_time() + 0.1\n" \
+           "while time.process_time() < end: pass\nprint('spun', flush=True)\nsys.stdin.readline()\n"
+    process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        while (open(f"/proc/{process.pid}/stat").read().rsplit(")", 1)[1].split()[0]) != "S":
+            time.sleep(0.01)  # until it is blocked on stdin: started up
+        blocked = guard.cpu_s(process.pid)
+        time.sleep(0.05)
+        assert guard.cpu_s(process.pid) == blocked  # not a nanosecond while it waits
+        process.stdin.write(b"go\n")
+        process.stdin.flush()
+        assert process.stdout.readline() == b"spun\n"
+        assert guard.cpu_s(process.pid) - blocked >= 0.1
+    finally:
+        process.kill()
+        process.wait()
+    assert guard.cpu_s(process.pid) is None  # gone
+
+
+def test_cpu_a_side_spends_while_the_other_is_timed_voids_the_row_and_is_not_timed_again() -> None:
+    assert guard.idle_interference("candidate", "baseline", 0.0, 0.4) is None
+    assert guard.idle_interference("candidate", "baseline", 0.0009, 0.004) is None  # under the floor
+    assert guard.idle_interference("candidate", "baseline", 0.015, 0.4) is None  # under 5 % of their samples
+    why = guard.idle_interference("candidate", "baseline", 0.0042, 0.0071)
+    assert why == ("the candidate side used 4.2 ms of CPU while the baseline's calls were timed (7.1 ms), when it "
+                   "waits for its next command")
+    assert guard.take_until_undisturbed(lambda: (0, [why])) == (0, [why], [])  # work on purpose: no second take
+
+
 def test_a_pair_starved_once_is_timed_again_and_one_starved_twice_is_void() -> None:
     """Neighbouring runs starve a side now and then: that take is dropped and the pair timed again, once. A side
     starved again, or disturbed any other way (reniced, a helper thread), voids the row as before."""
@@ -373,3 +498,36 @@ def test_sides_forked_by_the_judges_starter_hold_what_an_execd_side_holds(tmp_pa
     assert sorted(forked["fds"].values()) == sorted(execd["fds"].values()), seen
     assert list(forked["fds"].values()).count("socket") == 1, forked
     assert forked["cpu_s"] < execd["cpu_s"]  # the exec'd side had imported torch itself by then (~1.4 CPU-s)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="what root keeps: this test runs as root (CI does)")
+@pytest.mark.parametrize("admin_only", ["1", "0", None])
+def test_a_profiled_process_keeps_roots_capabilities_only_where_the_gpus_counters_are_roots(
+        tmp_path: Path, admin_only: str | None) -> None:
+    """Nsight Compute reads the counters in the profiled process: where the driver keeps them for CAP_SYS_ADMIN
+    (RmProfilingAdminOnly: 1) that process keeps its capabilities and says so; elsewhere, and every timed side
+    always, it holds none."""
+    params = tmp_path / "params"
+    if admin_only is not None:
+        params.write_text(f"ResmanDebugLevel: 4294967295\nRmProfilingAdminOnly: {admin_only}\n")
+    code = textwrap.dedent('''
+        import json, sys
+        from kpremote.agent import sandbox
+        from kpremote.agent.sandbox import privileges
+        privileges.NVIDIA_PARAMS = sys.argv[1]
+        applied = sandbox.enter(profiled=sys.argv[2] == "profiled")
+        print(json.dumps({"applied": applied, "effective": privileges.held()["CapEff"]}))
+    ''')
+    seen = {}
+    for how in ("profiled", "timed"):
+        done = subprocess.run([sys.executable, "-c", code, str(params), how], capture_output=True, text=True,
+                              timeout=60, env={**ENV, **sandbox.scratch_env(sandbox.make_scratch(tmp_path / how))})
+        assert done.returncode == 0, done.stderr
+        seen[how] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["timed"]["applied"].endswith(", no capabilities") and seen["timed"]["effective"] == 0
+    if admin_only == "1":
+        assert seen["profiled"]["applied"].endswith(", " + "capabilities kept (the GPU's counters are root's: "
+                                                    "RmProfilingAdminOnly)")
+        assert seen["profiled"]["effective"] != 0
+    else:
+        assert seen["profiled"] == seen["timed"]

@@ -60,6 +60,7 @@ HARNESS_FILES = (
     "harness/timing.py",
     "ncu/audit.py", "ncu/ncu.py", "ncu/profiledcall.py", "run/children.py", "run/guards.py", "run/report.py",
     "run/runner.py", "run/runoptions.py", "sandbox/__init__.py", "sandbox/landlock.py", "sandbox/members.py",
+    "sandbox/privileges.py",
     "sandbox/namespace.py", "sandbox/seccomp.py", "task/build.py", "task/builders/__init__.py", "task/builders/base.py",
     "task/builders/compiler.py", "task/builders/cuda.py", "task/builders/imported.py", "task/builders/tvmffi.py",
     "task/buildrules.py", "task/sourceonly.py", "task/taskfiles.py", "task/taskrecords.py", "task/taskspec.py",

@@ -159,10 +159,16 @@ class Judge:
         self.checked = {side: 0 for side in SIDES}
         self.refreshes = 0
         self.largest: dict[str, float] = {}
+        self.idle_cpu_s = {side: 0.0 for side in SIDES}  # each side's CPU while the other's were timed (takes kept)
+        self.take_idle_cpu_s: dict[str, float] = {}  # the same, of the last take only
 
     @property
     def sides(self) -> dict[str, SideProcess]:
         return self.bench.sides
+
+    def pids_of(self, side: str) -> list[int]:
+        """Every process of one side: one in each process pair."""
+        return [pair[side].pid for pair in self.bench.pairs]
 
     @property
     def adapter(self) -> Any:
@@ -316,7 +322,8 @@ class Judge:
                                       process_floor_us=stats.process_floor_us(pairs) if self.device == "cuda" else 0.0),
             checks={"timing_cases": len(cases), "checked_samples": dict(self.checked), "refreshes": self.refreshes,
                     "check_fraction": sampling.CHECK_FRACTION, "memory_isolation": self.sharing.isolation,
-                    "process_pairs": pairs, "retaken": retaken},
+                    "process_pairs": pairs, "retaken": retaken,
+                    "idle_cpu_s": {side: round(used, 4) for side, used in self.idle_cpu_s.items()}},
             side_threads=threads,
         )
         if pair.candidate.host_bound:
@@ -346,6 +353,8 @@ class Judge:
         sampler.prime()
         pair, disturbed, dropped = guard.take_until_undisturbed(lambda: self._timed_take(sampler, settings))
         retaken += [f"{why}: timed again" for why in dropped]
+        for side, used in self.take_idle_cpu_s.items():
+            self.idle_cpu_s[side] += used
         threads_after = {side: self.sides[side].threads() for side in SIDES}
         sampler.final_checks()
         for side in SIDES:
@@ -359,15 +368,19 @@ class Judge:
     def _timed_take(self, sampler: sampling.Sampler, settings: Any) -> tuple[timing.PairTiming, list[str]]:
         """One take of the active pair's samples, and what disturbed either side's schedule meanwhile."""
         schedules = {side: guard.schedule_of(self.sides[side].pid) for side in SIDES}
+        idle_before, idle_s_before = dict(sampler.idle_cpu_s), dict(sampler.idle_s)
         timed_from = time.monotonic()
         pair = sampler.run(settings)
         timed_s = time.monotonic() - timed_from
         afterwards = {side: guard.schedule_of(self.sides[side].pid) for side in SIDES}
+        self.take_idle_cpu_s = {side: sampler.idle_cpu_s[side] - idle_before[side] for side in SIDES}
         waits = {side: guard.waited_s(schedules[side], afterwards[side]) for side in SIDES}
         disturbed = [guard.interference(side, schedules[side], afterwards[side], timed_s,
                                         starvation=self.device == "cuda",
                                         other_waited_s=next(waits[o] for o in SIDES if o != side))
                      for side in SIDES]
+        disturbed += [guard.idle_interference(side, next(o for o in SIDES if o != side), self.take_idle_cpu_s[side],
+                                              sampler.idle_s[side] - idle_s_before[side]) for side in SIDES]
         return pair, [why for why in disturbed if why]
 
     def _bytes_moved(self, case: Any) -> int | None:

@@ -45,7 +45,8 @@ def call_main(argv: list[str], prog: str, calls: Callable[[dict[str, Any]], dict
     args = parser.parse_args(argv)
     from .. import sandbox
 
-    print(f"profiled call: {sandbox.enter()}", file=sys.stderr, flush=True)  # before the side's code is imported
+    # before the side's code is imported; profiled: the GPU's counters may be root's (privileges.counters_need_root)
+    print(f"profiled call: {sandbox.enter(profiled=True)}", file=sys.stderr, flush=True)
     try:
         result = calls(json.loads(args.job.read_text()))
     except Exception:  # noqa: BLE001 - the traceback lands in the ncu log, which the runner quotes

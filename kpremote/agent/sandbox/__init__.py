@@ -6,7 +6,9 @@ not write. Entering the sandbox, before that code is imported, it gives up for g
   pointed there by scratch_env) and /dev's nodes: the task tree, the run folder, the agent, the other side's
   folders and every bytecode cache another process reads are read-only to it (landlock.py);
 - signals, ptrace and memory access to any process outside its own tree, and renice, re-pinning or rescheduling
-  of any process but itself (landlock.py where the kernel scopes them, seccomp.py for the rest).
+  of any process but itself (landlock.py where the kernel scopes them, seccomp.py for the rest);
+- every capability, where it runs as root (privileges.py), and the system calls that change the host rather than
+  the process (the clock, the kernel's log, modules, mounts, namespaces, keys: seccomp.py).
 The judge and its sides share a PID namespace of their own (namespace.py): nothing a side starts outlives the
 judge, and the judge finds and kills whatever a row left behind.
 
@@ -21,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import landlock, seccomp
+from . import landlock, privileges, seccomp
 
 DISABLE_ENV = "KPREMOTE_SANDBOX"  # "off": run unsandboxed (a diagnosis, and it says so everywhere)
 SCRATCH_ENV = "KPREMOTE_SCRATCH"  # the one folder a sandboxed process may change
@@ -113,10 +115,12 @@ def make_scratch(scratch: Path) -> Path:
     return Path(scratch)
 
 
-def enter(scratch: Path | None = None, also: list[Path] = ()) -> str:
+def enter(scratch: Path | None = None, also: list[Path] = (), profiled: bool = False) -> str:
     """Give up, for this process and all it starts, every right the sandbox takes away; the writable folder is
     `scratch` (default: $KPREMOTE_SCRATCH), and `also` (a side's build folder; a file there may only be
-    written). Returns what was applied, in words ("unsandboxed: why" where nothing could be)."""
+    written). `profiled`: Nsight Compute measures this process, which keeps root's capabilities where the GPU's
+    counters are root's (privileges.counters_need_root). Returns what was applied, in words ("unsandboxed: why"
+    where nothing could be)."""
     if disabled():
         return f"unsandboxed: {DISABLE_ENV}=off"
     folder = Path(scratch or os.environ.get(SCRATCH_ENV) or "")
@@ -142,6 +146,13 @@ def enter(scratch: Path | None = None, also: list[Path] = ()) -> str:
             applied.append("seccomp")
         except OSError as exc:
             missing.append(f"seccomp: {exc}")
+    try:  # last: Landlock opens its folders with root's rights (one under another user's 0700 folder too)
+        kept = profiled and privileges.counters_need_root()
+        capabilities = [privileges.KEPT_FOR_COUNTERS if kept else privileges.drop_all()]
+    except OSError as exc:
+        capabilities = []
+        missing.append(f"capabilities: {exc}")
     if not applied:
         return "unsandboxed: " + "; ".join(missing)
+    applied += capabilities
     return ", ".join(applied) + (f" (missing: {'; '.join(missing)})" if missing else "")
