@@ -120,9 +120,10 @@ def read_ledger(task_dir: Path) -> list[dict[str, Any]]:
 
 
 def lines_by_run(task_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """The ledger's newest line for each (host, run id): what inv history and inv compare add to a fetched run (the
-    command line that brought it, its kind)."""
-    return {(str(entry.get("host")), str(entry.get("run_id"))): entry for entry in read_ledger(task_dir)}
+    """The ledger's newest line that verifies for each (host, run id): what inv history and inv compare add to a
+    fetched run (the command line that brought it, its kind)."""
+    return {(str(entry.get("host")), str(entry.get("run_id"))): entry for entry in read_ledger(task_dir)
+            if line_verifies(entry)}
 
 
 def _headline(head: Headline) -> Optional[dict[str, Any]]:
