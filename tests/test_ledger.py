@@ -101,3 +101,28 @@ def test_a_ledger_line_that_does_not_verify_is_said_and_the_candidate_measured(t
     assert "already measured" not in done.stderr
     assert f"run {nowhere} on local measured this candidate, but that line is not trusted (no fetched " \
            f"results.json at {task_dir / 'results' / 'local' / nowhere / 'results.json'})" in done.stderr
+
+
+def test_an_inv_check_is_recorded_and_verified_like_a_fetched_run(tmp_path: Path) -> None:
+    """inv check appends a signed ledger line with its results.json's sha256: history shows it verified, and once its
+    results.json is edited, shows it as such and without its number."""
+    project = make_project(tmp_path / "project")
+    task_dir = project / "kernels" / TASK
+    done = kp(project, "check", "--task", TASK)
+    assert done.returncode == 0, done.stderr
+    [summary] = (task_dir / "results" / "check").glob("*/summary/results.json")
+    [line] = read_ledger(task_dir)
+    assert (line["kind"], line["host"], line["run_id"]) == ("check", "check", summary.parent.parent.name)
+    assert line["summary_sha256"] == hashlib.sha256(summary.read_bytes()).hexdigest()
+
+    def history() -> dict:
+        shown = kp(project, "history", "--task", TASK, "--json")
+        assert shown.returncode == 0, shown.stderr
+        [entry] = json.loads(shown.stdout)["runs"]
+        return entry
+
+    assert history()["record"] is None and history()["geomean"]
+    results = json.loads(summary.read_text())
+    results["headline"]["geomean"] = 2.5
+    summary.write_text(json.dumps(results))
+    assert (history()["record"], history()["geomean"]) == ("record edited: results.json is not what was fetched", None)
