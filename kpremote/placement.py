@@ -14,7 +14,7 @@ from .config import Host
 from .eventstream import EventStream
 from .errors import HostBusy, HostCannotTake, HostError, KpremoteError, StoppedByUser
 from .agent.protocol import TERMINAL
-from .fetch import SummaryReceiver, fetch_run
+from .fetch import SummaryReceiver, fetch_run, has_sealed_summary
 from .jsonout import document, print_document
 from .runs import RunOptions, RunSession, find_task_of_run, follow_run, open_session, reattach_hint, start_run
 from .views import terminal
@@ -148,9 +148,11 @@ def _one_run(hosts: list[Host], task: TaskDir, options: RunOptions, detach: bool
             if outcome.status != "passed":
                 # why it ended (e.g. "disk full on ...", "agent process died"), shown with the summary
                 outcome.error = state.get("message") or state.get("error")
-            if outcome.status != "cancelled":
+            if outcome.status != "cancelled" and (outcome.status == "passed" or has_sealed_summary(state)):
                 fetched = fetch_run(session.agent, task, state, run.host, summary.data)
                 outcome.summary_dir = str(fetched.path)
+            elif outcome.status != "cancelled":  # it ended before its runner sealed a summary: nothing to fetch
+                outcome.error = f"{outcome.error or outcome.status}; no summary: its runner sealed none"
     except HostError as exc:
         outcome.status = "connection lost"
         outcome.error = f"{exc}; {reattach_hint(run.host, task.name, run.run_id)}"
@@ -211,7 +213,9 @@ def measured_already(tasks: list[TaskDir], hosts: list[Host]) -> tuple[list[Task
 
     to_run, already = [], []
     for task in tasks:
-        entry = measured_before(task.path, [h.name for h in hosts])
+        entry, note = measured_before(task.path, [h.name for h in hosts])
+        if note:
+            terminal.errors.print(note, markup=False, soft_wrap=True)
         if entry is None:
             to_run.append(task)
             continue

@@ -16,6 +16,7 @@ Standard library only: it is shipped with the agent and the client imports it to
        ├── UnusablePython        kind "unusable_python", exit 1   no torch, or no CUDA build of it
        ├── TaskRefused           kind "task_refused",    exit 2   the synced task breaks its contract; no run record
        ├── StartCancelled        kind "cancelled",       exit 8   cancelled, or its client left, before the runner began
+       ├── SummaryUnverified     kind "summary_unverified", exit 9  a summary its runner's sealed record does not vouch for
        └── SyncError             kind "sync",            exit 1   a refused or broken sync stream; nothing applied
 
   (A workspace that is not what the client remembered is not an error: `start --sync` answers the listing with
@@ -63,6 +64,8 @@ class ExitCode(IntEnum):
     """`start --sync` found the workspace not as the client remembered: stdout lists what it holds."""
     CANCELLED_BEFORE_START = 8
     """`start` was cancelled (or its client went away) before its runner began: no run, no lease."""
+    SUMMARY_UNVERIFIED = 9
+    """`pack-summary` found a summary its runner's sealed record does not vouch for (agent/run/records.py): not sent."""
     AGENT_MISSING = 97
     """BOOT found no complete ROOT/agent/HASH: ship the agent, then call again."""
     NO_PYTHON = 127
@@ -140,6 +143,13 @@ class StartCancelled(AgentError):
 
     kind = "cancelled"
     exit_code = ExitCode.CANCELLED_BEFORE_START
+
+
+class SummaryUnverified(AgentError):
+    """A run's summary that this host's sealed record (the MAC in state.json and the index) does not vouch for."""
+
+    kind = "summary_unverified"
+    exit_code = ExitCode.SUMMARY_UNVERIFIED
 
 
 class SyncError(AgentError):

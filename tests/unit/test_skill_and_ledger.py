@@ -3,6 +3,7 @@ concurrent appends keep every line whole, that git and provenance leave it out).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from unit.helpers import FILES, write
 
-from kpremote import ledger
+from kpremote import ledger, records
 from kpremote.agent.provenance import hash_task
 from kpremote.skill import install, skill_text
 
@@ -82,6 +83,32 @@ def test_a_ledger_line_says_what_was_measured_and_what_came_out(tmp_path: Path) 
     assert line["headline"]["low"] == 1.1 and line["headline"]["high"] == 1.14 and "method" not in line["headline"]
     assert line["rows"]["w1"]["verdict"] == "FASTER" and line["rows"]["w2"]["implausible"] == "below the copy floor"
     assert (line["exit_code"], line["command"]) == (1, "inv run --task demo")
+    summary = (tmp_path / "summary" / "results.json").read_bytes()
+    assert line["summary_sha256"] == hashlib.sha256(summary).hexdigest() and records.line_verifies(line)
+
+
+def test_a_ledger_line_verifies_only_as_written_and_the_key_is_private(tmp_path: Path) -> None:
+    """Every line kpremote appends carries a MAC over all its other fields (a field added later is covered too); an
+    edit of any field, a line of an older kpremote (no mac) or one with a made-up mac does not verify."""
+    ledger.append_line(tmp_path / "ledger.jsonl", {"run_id": "r", "headline": {"geomean": 1.1}, "later_field": [1]})
+    [line] = ledger.read_ledger(tmp_path)
+    assert records.line_verifies(line)
+    for edited in ({**line, "headline": {"geomean": 2.5}}, {**line, "later_field": [2]}, {**line, "extra": 1},
+                   {k: v for k, v in line.items() if k != "mac"}, {**line, "mac": "0" * 64}):
+        assert not records.line_verifies(edited)
+    key = records.state_dir() / records.KEY_FILE
+    assert len(key.read_bytes()) == 32 and key.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_key_is_made_once_and_never_replaced(tmp_path: Path) -> None:
+    from kpremote.agent.atomicfile import read_or_create_key
+
+    key = read_or_create_key(tmp_path / "keys" / "records.key")
+    assert (tmp_path / "keys").stat().st_mode & 0o777 == 0o700
+    assert read_or_create_key(tmp_path / "keys" / "records.key") == key and len(key) == 32
+    (tmp_path / "keys" / "records.key").write_bytes(b"short")
+    with pytest.raises(ValueError, match="holds 5 bytes, not a 32-byte key: move it away"):
+        read_or_create_key(tmp_path / "keys" / "records.key")
 
 
 APPENDER = """

@@ -79,6 +79,8 @@ OUTSIDE_THE_HARNESS = {
                    "through (they carry the judge's and report.py's numbers, never compute one)",
     "provenance.py": "stamps which source was measured",
     "run/runstate.py": "writes state.json",
+    "run/records.py": "seals the summary report.py already wrote (its sha256 and MAC): no number, no verdict",
+    "run/runpaths.py": "where runs live under ROOT and the task-name rule, for the seal's index",
     "run/__init__.py": "a docstring: says what the folder holds",
     "task/__init__.py": "a docstring: says what the folder holds",
     "ncu/__init__.py": "a docstring: says what the folder holds",

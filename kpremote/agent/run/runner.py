@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from .. import AGENT_HOME, harness, lease, nvml, sandbox
 from ..task import buildrules
-from . import report
+from . import records, report
 from ..harness import floors, guard, timing
 from ..task.build import triton_cache_dir
 from ..task.buildrules import NOT_CHECKED
@@ -42,7 +42,7 @@ from ..harness.correctness import ERROR, PASSED, TIMEOUT
 from .events import EventLog, read_events
 from .guards import DiskReserve, ForeignWatch, ours_per_row
 from ..protocol import RunExit
-from ..provenance import baseline_upstream, file_sha256, source_provenance, task_pin_record
+from ..provenance import baseline_upstream, source_provenance, task_pin_record
 from .runoptions import Options, parse_args
 from .runstate import disk_full_message, is_disk_full, update_state
 from ..task.taskspec import TaskSpec, TaskSpecError, Workload, load_task
@@ -463,7 +463,7 @@ class Runner:
         """Release the GPU, write the summary, and only then say the run is over (state last). ended_by: the Slurm
         state that ended the run (TIMEOUT, PREEMPTED, ...), when Slurm did."""
         head: dict[str, Any] | None = None
-        digest: str | None = None  # of summary/results.json: the client fetches only a summary that matches it
+        sealed: dict[str, Any] = {}  # summary/results.json's sha256 and MAC (records.py): only that summary leaves
         self.reserve.give_back()  # its room is what lets a run on a full disk still record why it ended
         try:
             self._release_gpu()
@@ -473,7 +473,7 @@ class Runner:
                                            message=message, smoke=self.ctx.device != "cuda",
                                            unsandboxed=self._unsandboxed(), ended_by=ended_by)
             report.write_summary(self.run_dir, results, read_events(self.raw / "events.jsonl")[0])
-            digest = file_sha256(self.run_dir / "summary" / "results.json")
+            sealed = records.seal_summary(self.run_dir)
             head = results.headline.to_json()
             self.events.emit("headline", **head)
         except Exception as exc:  # noqa: BLE001 - the run must still end with a terminal state
@@ -485,10 +485,11 @@ class Runner:
             with suppress(OSError):
                 self.events.emit("error", message=message)
         with suppress(OSError):  # a full disk may refuse the event; the state below is what must get written
-            self.events.emit("done", status=status, exit_code=exit_code, message=message, summary_sha256=digest,
-                             ended_by=ended_by)
+            self.events.emit("done", status=status, exit_code=exit_code, message=message,
+                             **{"summary_sha256": None, **sealed}, ended_by=ended_by)
         update_state(self.run_dir, status=status, phase="done", exit_code=exit_code, headline=head, message=message,
-                     finished=_utc_now(), summary_sha256=digest, **({"ended_by": ended_by} if ended_by else {}))
+                     finished=_utc_now(), **{"summary_sha256": None, **sealed},
+                     **({"ended_by": ended_by} if ended_by else {}))
         self.events.close()
         print(json.dumps({"run_dir": str(self.run_dir), "status": status, "exit_code": exit_code, "message": message,
                           "headline": head}, default=str), flush=True)
