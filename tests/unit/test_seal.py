@@ -91,3 +91,38 @@ def test_nothing_can_be_set_on_an_immutable_type_so_none_is_recorded(entries):
     assert "builtins.int" in labels and not any(label.startswith("builtins.int.") for label in labels)
     with pytest.raises(TypeError):
         int.__add__ = None
+
+
+HOOK_PROBE = r'''
+import sys, threading
+from kpremote.agent.harness import seal
+def sample():
+    return {"us": 10.0}
+watch = seal.HookWatch((sample.__code__,))
+assert watch.set() == [], watch.set()
+for name, install in (("settrace", lambda: sys.settrace(lambda *a: None)),
+                      ("setprofile", lambda: sys.setprofile(lambda *a: None))):
+    try:
+        install()
+        print(name, "installed")
+    except seal.HookRefused:
+        print(name, "refused")
+print("trace", sys.gettrace(), "profile", sys.getprofile())
+threading.settrace(lambda *a: None)
+sys._getframe().f_trace = lambda *a: None
+print(watch.set())
+'''
+
+
+def test_a_side_refuses_trace_and_profile_hooks_and_names_each_attempt_and_each_hook_in_place() -> None:
+    """Run in a process of its own: the watch's audit hook cannot be removed once installed."""
+    import subprocess
+    import sys
+
+    probe = subprocess.run([sys.executable, "-c", HOOK_PROBE], capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    lines = probe.stdout.splitlines()
+    assert lines[:3] == ["settrace refused", "setprofile refused", "trace None profile None"]
+    named = eval(lines[3])  # noqa: S307 - the probe's own list of strings
+    assert named[:2] == ["sys.settrace (refused)", "sys.setprofile (refused)"]
+    assert "threading.settrace" in named and "a trace function on the harness's frame <module>()" in named

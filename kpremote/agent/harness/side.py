@@ -250,6 +250,10 @@ def serve(channel: Channel) -> None:
     # command's reply goes up only after the check, so a patch made during a command shows in that command's reply.
     check, check_code, entries = seal.broken, seal.broken.__code__, ()
     commands = dict(COMMANDS)
+    # Trace, profile and monitoring hooks are refused from here on (seal.HookWatch); any attempted or in place is
+    # named with the seal's names: such a hook sees sample()'s reply on its return event and could edit it.
+    hooks = seal.HookWatch(tuple(f.__code__ for f in (serve, Side.case, Side.row, *COMMANDS.values())))
+    hooks_set, hooks_code = hooks.set, seal.HookWatch.set.__code__
     while True:
         try:
             command, fds = channel.recv_command()
@@ -278,6 +282,7 @@ def serve(channel: Channel) -> None:
         if op == "start" and SEAL_KEY in reply:
             entries = reply.pop(SEAL_KEY)
         tampered = ["the seal's own check (its code)"] if check.__code__ is not check_code else check(entries)
+        tampered += ["the hook watch (its code)"] if hooks_set.__func__.__code__ is not hooks_code else hooks_set()
         if tampered:
             reply["tampered"] = tampered
         channel.send_reply(reply)
