@@ -12,11 +12,15 @@ Before it reads its first command the process enters the sandbox (sandbox/): fro
 outside its scratch folder and touch no process outside its own tree.
 The process imports once ("start") and then serves the rows the judge hands it ("row": the workload, and the
 row's log for its stdout and stderr); the judge's cases of one row are dropped before the next.
+The Nsight Compute audit starts its audited calls with the same command line (ncu/audit.py), the descriptor then
+being no socket but the audit's job: main makes those calls (audit.call_row) instead of serving a judge.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 import time
 import traceback
@@ -297,6 +301,12 @@ def main(argv: list[str]) -> int:
     from .. import sandbox
 
     SANDBOX[0] = sandbox.enter()  # before the adapter or the side's module is imported
+    if not stat.S_ISSOCK(os.fstat(args.fd).st_mode):  # no channel: the audit's calls under ncu, job on args.fd
+        from ..ncu.audit import call_row
+        from ..ncu.profiledcall import call_from_fd
+
+        print(f"side: {SANDBOX[0]}", file=sys.stderr, flush=True)
+        return call_from_fd(args.fd, call_row)
     serve(Channel.from_fd(args.fd))
     return 0
 
