@@ -218,6 +218,11 @@ def test_a_cold_floor_starts_from_this_runs_empty_window(task: Path, tmp_path: P
     assert "at least 12.88 µs" in derived["note"]
     honest = audit.audit_row({**request, "empty_window_us": 1.7, "harness_us": {"baseline": 13.4, "candidate": 13.0}})
     assert honest["agree"] is True
+    # a forge of more than (13.0 - 12.88) / 13.0 = 0.9 % of this window would fall under the floor
+    assert honest["forge_blind_spot_pct"] == 0.9 and audit.unverified_share(honest) is None
+    far = audit.audit_row({**request, "empty_window_us": 1.7, "harness_us": {"baseline": 16.0, "candidate": 15.0}})
+    assert far["forge_blind_spot_pct"] == pytest.approx(14.1) and audit.unverified_share(far) == far["forge_blind_spot_pct"]
+    assert derived["forge_blind_spot_pct"] is None  # a window under the floor is INVALID, not unverified
     # a GPU whose empty call costs less has a lower floor: 12 + 1.2 - 0.7 - 0.12 = 12.38 us
     cheaper = audit.audit_row({**request, "empty_window_us": 1.2})
     assert cheaper["agree"] is True and cheaper["tolerance"] == pytest.approx(0.38)
@@ -345,3 +350,24 @@ def test_the_runner_makes_a_row_whose_audited_calls_computed_something_else_inco
                  candidate={"ok": None, "message": "not checked"})
     assert voided["status"] == "PASSED" and voided["invalid"] == "audit: the baseline's audited calls do not match ..."
     assert row(baseline=ok, candidate={"ok": None, "message": "not checked: ..."})["status"] == "PASSED"
+
+
+def test_the_blind_spot_is_how_much_of_the_window_a_forge_could_take_and_still_pass_the_floor() -> None:
+    # a 4 us window over a 2.4 us kernel with a floor of 0.5 us above it: a forge could take (4 - 2.9) / 4 = 27.5 %
+    assert audit.forge_blind_spot_pct(4.0, 2.4, 0.5) == pytest.approx(27.5)
+    assert audit.forge_blind_spot_pct(62.0, 61.5, 0.3) == pytest.approx(0.2 / 62 * 100)
+    assert audit.forge_blind_spot_pct(2.5, 2.4, 0.5) == 0.0  # under the floor: none (that row disagrees)
+    assert audit.unverified_share({"forge_blind_spot_pct": 5.0}) is None  # 5 % exactly is within the audit's reach
+    assert audit.unverified_share({"forge_blind_spot_pct": 5.1}) == 5.1
+    assert audit.unverified_share({"forge_blind_spot_pct": None}) is None and audit.unverified_share(None) is None
+
+
+def test_the_runner_puts_a_large_blind_spot_on_the_rows_verdict() -> None:
+    from kpremote.agent.run.runner import _mark_unverified
+
+    row = {"status": "PASSED", "verdict": {"verdict": "FASTER"}, "audit": {"forge_blind_spot_pct": 12.4}}
+    _mark_unverified(row, audit.unverified_share(row["audit"]))
+    assert row["verdict"] == {"verdict": "FASTER", "forge_blind_spot_pct": 12.4}
+    small = {"status": "PASSED", "verdict": {"verdict": "FASTER"}, "audit": {"forge_blind_spot_pct": 3.0}}
+    _mark_unverified(small, audit.unverified_share(small["audit"]))
+    assert small["verdict"] == {"verdict": "FASTER"}

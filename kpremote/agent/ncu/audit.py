@@ -73,6 +73,9 @@ TOLERANCES = ((20.0, 2.5, 0.08), (math.inf, 2.5, 0.05))
 EMPTY_MARGIN_US = 0.7
 EMPTY_RELATIVE = 0.01
 WINDOW_FLOOR = (0.5, 0.005)  # (us above ncu, less this share of ncu): the fallback without an empty window
+# A forge of the candidate's window this large (%) must be visible to the audit; where the window stands further
+# above its floor than that, a FASTER verdict is unverified (forge_blind_spot_pct; issue 44).
+FORGE_VISIBLE_PCT = 5.0
 WARMUP_CALLS = 3
 AUDIT_CALLS = 5
 # The candidate's audited process runs first: while it runs, no results of the baseline's (the same cases' expected
@@ -282,7 +285,29 @@ def audit_row(request: dict[str, Any]) -> dict[str, Any]:
     return {"agree": agree, "side": side, "harness_us": deciding.harness_us, "ncu_us": deciding.ncu_us,
             "tolerance": deciding.tolerance, "tolerance_rule": deciding.tolerance_rule, "note": deciding.note,
             "status": status, "cache_control": cache_control, "sides": {k: v.to_json() for k, v in sides.items()},
-            "outputs": outputs}
+            "outputs": outputs, "forge_blind_spot_pct": _blind_spot(sides.get("candidate"), cache_control)}
+
+
+def forge_blind_spot_pct(harness_us: float, ncu_us: float, allowed_us: float) -> float:
+    """The largest share (%) a forge could take off a cold window of harness_us and still pass the audit's floor
+    (ncu's length + allowed_us, window_floor_us): (median - floor) / median, none below 0."""
+    if harness_us <= 0:
+        return 0.0
+    return max(0.0, 100.0 * (harness_us - (ncu_us + allowed_us)) / harness_us)
+
+
+def unverified_share(answer: dict[str, Any] | None) -> float | None:
+    """The row's blind spot where it is too large for the audit to vouch for a FASTER (over FORGE_VISIBLE_PCT)."""
+    share = (answer or {}).get("forge_blind_spot_pct")
+    return share if isinstance(share, (int, float)) and share > FORGE_VISIBLE_PCT else None
+
+
+def _blind_spot(candidate: RowAudit | None, cache_control: str) -> float | None:
+    """For a cold row whose candidate window passed the floor; None where there is no floor to measure from."""
+    if cache_control != "call" or candidate is None or candidate.agree is not True or not candidate.ncu_us \
+            or candidate.tolerance is None:
+        return None
+    return round(forge_blind_spot_pct(candidate.harness_us, candidate.ncu_us, candidate.tolerance), 1)
 
 
 def check_outputs(request: dict[str, Any], sides: list[str], secret: bytes) -> dict[str, dict[str, Any]]:

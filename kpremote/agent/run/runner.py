@@ -416,6 +416,7 @@ class Runner:
                     f"audit: the harness measured {found.get('harness_us')} us, Nsight Compute {found.get('ncu_us')} us "
                     f"(tolerance {found.get('tolerance')})")]))
             _judge_audited_outputs(row)
+            _mark_unverified(row, audit.unverified_share(row["audit"]))
             self.events.emit("audit", workload=row["workload"], **{k: v for k, v in row["audit"].items()
                                                                    if k in ("harness_us", "ncu_us", "agree", "tolerance")})
 
@@ -603,3 +604,9 @@ def _judge_audited_outputs(row: dict[str, Any]) -> None:
     elif candidate.get("ok") is False:
         row["status"], row["message"], row["speedup"] = INCORRECT, f"audit: {candidate.get('message')}", None
 
+
+def _mark_unverified(row: dict[str, Any], blind_spot_pct: float | None) -> None:
+    """A row whose audit could not have seen a 5 % forge of the candidate's window says how large one could be, on
+    its verdict (a FASTER there reads FASTER (unverified): protocol.RowResult.verdict_word)."""
+    if blind_spot_pct is not None and isinstance(row.get("verdict"), dict):
+        row["verdict"]["forge_blind_spot_pct"] = blind_spot_pct
