@@ -20,7 +20,7 @@ the adapter or either side's module is imported:
 - `HookWatch` (since issue 44) keeps Python's own hooks out of the side: a trace, profile or monitoring function
   sees every frame's return value, so one set on sample()'s frame could edit the reply dict on its return event
   without replacing anything. An audit hook, installed before any task code runs, refuses `sys.settrace`,
-  `sys.setprofile` (threading's hooks go through them in each new thread), their all-threads forms and
+  `sys.setprofile` (threading's hooks, and from 3.12 the all-threads forms, go through the same audit events) and
   `sys.monitoring.register_callback` (Python 3.12+), and records each attempt; its `set` names, after every
   command, each attempt and each hook found in place all the same (the trace and profile functions, threading's,
   an `f_trace` on the harness's frames, sys.monitoring's tools, events and the harness's local events).
@@ -188,14 +188,13 @@ class HookWatch:
         self.reads = (sys.gettrace, sys.getprofile, sys._getframe, vars(threading), monitoring, tuple(codes))
         self.before = (sys.gettrace(), sys.getprofile(), threading.__dict__.get("_trace_hook"),
                        threading.__dict__.get("_profile_hook"),
-                       tuple(monitoring.get_events(t) for t in MONITORING_TOOLS) if monitoring else (),
-                       tuple(monitoring.get_tool(t) for t in MONITORING_TOOLS) if monitoring else ())
+                       tuple(_monitored(monitoring, t, codes) for t in MONITORING_TOOLS) if monitoring else ())
         sys.addaudithook(refuse)
 
     def set(self) -> list[str]:
         """Each hook attempted (refused) or found set since the watch began; empty while there is none."""
         gettrace, getprofile, getframe, threading_names, monitoring, codes = self.reads
-        trace, profile, thread_trace, thread_profile, events, tools = self.before
+        trace, profile, thread_trace, thread_profile, tools = self.before
         out = [f"{event} (refused)" for event in dict.fromkeys(self.attempts)]
         if gettrace() is not trace:
             out.append("sys.settrace (a trace function is set)")
@@ -211,9 +210,16 @@ class HookWatch:
                 out.append(f"a trace function on the harness's frame {frame.f_code.co_name}()")
             frame = frame.f_back
         if monitoring is not None:
-            for tool in MONITORING_TOOLS:
-                if monitoring.get_tool(tool) != tools[tool] or monitoring.get_events(tool) != events[tool]:
-                    out.append(f"sys.monitoring tool {tool}")
-                elif any(monitoring.get_local_events(tool, code) for code in codes):
-                    out.append(f"sys.monitoring tool {tool} (local events on the harness's code)")
+            out += [f"sys.monitoring tool {tool}" for tool in MONITORING_TOOLS
+                    if _monitored(monitoring, tool, codes) != tools[tool]]
         return out
+
+
+def _monitored(monitoring: Any, tool: int, codes: tuple) -> tuple:
+    """What sys.monitoring (Python 3.12+) holds for one tool id: its name, its events, its local events on `codes`;
+    ("unreadable",) where this Python refuses to say (a change from that still shows)."""
+    try:
+        return (monitoring.get_tool(tool), monitoring.get_events(tool),
+                tuple(monitoring.get_local_events(tool, code) for code in codes))
+    except ValueError:
+        return ("unreadable",)
