@@ -16,7 +16,7 @@ sides' audited processes ended) makes the same cases again from the secret, so n
 a file, loads the results without unpickling code (torch.load(weights_only=True)) and judges each call's results
 by the harness's own rule (correctness.judge_results: the adapter's reference when it has one, the baseline must
 agree with it, else the baseline's results; the task's tolerances). The runner never imports torch; this module
-never imports a side's module.
+never imports a side's module, and its process is undumpable, as the judge's is.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..harness import correctness
+from ..harness import correctness, guard
 from ..harness.cases import derive_seed
 from ..task.taskspec import SIDES, load_task
 
@@ -145,6 +145,8 @@ def main(argv: list[str]) -> int:
     if argv not in (["make"], ["check"]):
         print("usage: python -m kpremote.agent.ncu.auditcases make|check < REQUEST.json", file=sys.stderr)
         return 2
+    guard.make_undumpable()  # as the judge: the secret and the expected results stay out of a same-user reader
+    guard.safe_sys_path()
     request = json.loads(sys.stdin.read())
     try:
         if argv == ["make"]:
