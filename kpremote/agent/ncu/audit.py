@@ -30,9 +30,10 @@ cudaProfilerStart/Stop, each on a case of its own made from a secret drawn here 
 never sees it) with its outputs poisoned before it; what each call wrote is judged after the row like a timed
 call's (auditcases.check: `outputs` in the answer; the runner makes a candidate whose audited calls computed
 something else INCORRECT). The candidate's process runs before the baseline's. Its report is read back with
-`ncu --import R --csv --page raw` (ncu.import_report), never from the profiled process's stdout, which the side controls. The region's kernels, in launch order, are cut
-into `calls` equal groups (one call each), each group summed, and the median over the groups is ncu_us; a kernel
-count that is not a multiple of the calls falls back to the mean per call and says so.
+`ncu --import R --csv --page raw` (ncu.import_report), never from the profiled process's stdout, which the side
+controls. The region's kernels, in launch order, are cut into `calls` equal groups (one call each), each group
+summed, and the median over the groups is ncu_us; a kernel count that is not a multiple of the calls falls back to
+the mean per call and says so.
 
 ncu serialises kernels, so a call of several kernels is measured without the gaps between its launches: the tolerance (TOLERANCES, by the length ncu measured) allows for that and for the launch inside the harness's
 event pair: 2.5 µs + 8 % below 20 µs, 2.5 µs + 5 % from 20 µs (measured on the H200: docs/trust.md).
