@@ -102,7 +102,8 @@ def sample():
 watch = seal.HookWatch((sample.__code__,))
 assert watch.set() == [], watch.set()
 for name, install in (("settrace", lambda: sys.settrace(lambda *a: None)),
-                      ("setprofile", lambda: sys.setprofile(lambda *a: None))):
+                      ("setprofile", lambda: sys.setprofile(lambda *a: None)),
+                      ("cProfile", lambda: __import__("cProfile").Profile().enable())):  # the C API: the same event
     try:
         install()
         print(name, "installed")
@@ -123,8 +124,8 @@ def test_a_side_refuses_trace_and_profile_hooks_and_names_each_attempt_and_each_
     probe = subprocess.run([sys.executable, "-c", HOOK_PROBE], capture_output=True, text=True, timeout=120)
     assert probe.returncode == 0, probe.stderr
     lines = probe.stdout.splitlines()
-    assert lines[:3] == ["settrace refused", "setprofile refused", "trace None profile None"]
-    named = eval(lines[3])  # noqa: S307 - the probe's own list of strings
+    assert lines[:4] == ["settrace refused", "setprofile refused", "cProfile refused", "trace None profile None"]
+    named = eval(lines[4])  # noqa: S307 - the probe's own list of strings
     assert named[:2] == ["sys.settrace (refused)", "sys.setprofile (refused)"]
     assert "threading.settrace" in named and "a trace function on the harness's frame <module>()" in named
 
