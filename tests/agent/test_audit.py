@@ -182,6 +182,8 @@ def test_the_runner_hook_audits_both_sides_and_names_the_one_that_disagrees(task
     assert (answer["agree"], answer["side"], answer["harness_us"], answer["ncu_us"]) == (False, "candidate", 5.0, 12.0)
     assert answer["sides"]["baseline"]["agree"] is True and answer["cache_control"] == "none"
     assert answer["status"] == {"baseline": "audited", "candidate": "audited"}
+    # the honest sides' audited calls (this first time really made) match the expected output
+    assert [answer["outputs"][side]["ok"] for side in ("baseline", "candidate")] == [True, True]
     report = json.loads((tmp_path / "run" / "audit" / "candidate-prod_r4_c64.ncu-rep").read_text())
     assert ("--cache-control", "none") in zip(report["argv"], report["argv"][1:])  # graph replays run warm
     honest = audit.audit_row({**request, "mode": "cold", "harness_us": {"baseline": 13.4, "candidate": 13.1}})
