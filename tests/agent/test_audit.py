@@ -334,6 +334,14 @@ def test_the_audited_results_are_judged_by_the_harness_rule(task: Path, tmp_path
     torch.save([{"other": torch.zeros(1)}] * (count - 1), tmp_path / "renamed.pt")
     renamed = check(baseline=results("baseline"), candidate=str(tmp_path / "renamed.pt"))
     assert renamed["candidate"]["ok"] is False and "output 'out' is missing" in renamed["candidate"]["message"]
+    # the cases made again must be those the audited processes got (the baseline's copy): else nothing is judged
+    given = {"baseline": results("baseline"), "candidate": results("candidate", spoil=2)}
+    same = auditcases.check({**request, "results": given, "inputs": {"baseline": str(tmp_path / "cases.pt")}})
+    assert same["candidate"]["ok"] is False
+    auditcases.make({**request, "secret": bytes(32).hex(), "inputs": {"baseline": str(tmp_path / "other.pt")}})
+    other = auditcases.check({**request, "results": given, "inputs": {"baseline": str(tmp_path / "other.pt")}})
+    assert {side: verdict["ok"] for side, verdict in other.items()} == {"baseline": None, "candidate": None}
+    assert "make_case gave other inputs for the same seed" in other["candidate"]["message"]
 
 
 def test_the_runner_makes_a_row_whose_audited_calls_computed_something_else_incorrect() -> None:

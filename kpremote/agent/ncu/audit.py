@@ -321,7 +321,8 @@ def check_outputs(request: dict[str, Any], sides: list[str], secret: bytes) -> d
         return run_cases("check", {"task_dir": request["task_dir"], "workload": request["workload"],
                                    "device": request.get("device", "cuda"), "secret": secret.hex(),
                                    "count": AUDIT_CALLS + 1,
-                                   "results": {side: str(paths["results"]) for side, paths in files.items()}},
+                                   "results": {side: str(paths["results"]) for side, paths in files.items()},
+                                   "inputs": {side: str(paths["inputs"]) for side, paths in files.items()}},
                          _target_env(request.get("env")), run_dir, ROW_LIMIT_S)
     except ncu.NcuError as exc:
         return {side: {"ok": None, "status": None, "message": f"not checked: {exc}"} for side in sides}

@@ -13,7 +13,8 @@ to this module on stdin, never to the audited process; `make` builds `count` cas
 writes each side's copy of their inputs and outputs into a file in that side's scratch folder; the audited process
 poisons its outputs before each call and writes what each call produced to its results file. `check` (after both
 sides' audited processes ended) makes the same cases again from the secret, so nothing it compares with was ever in
-a file, loads the results without unpickling code (torch.load(weights_only=True)) and judges each call's results
+a file (where the baseline's copy of the inputs is given, the remade cases must match it bit for bit, else nothing
+is judged: an adapter whose make_case is not the same for a seed), loads the results without unpickling code (torch.load(weights_only=True)) and judges each call's results
 by the harness's own rule (correctness.judge_results: the adapter's reference when it has one, the baseline must
 agree with it, else the baseline's results; the task's tolerances). The runner never imports torch; this module
 never imports a side's module, and its process is undumpable, as the judge's is.
@@ -53,6 +54,11 @@ def make(request: dict[str, Any]) -> None:
 def check(request: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each side's verdict on its results: ok, or the first call whose results are wrong and how."""
     adapter, params, device, made = _cases(request)
+    given = request.get("inputs", {}).get("baseline")  # the baseline's copy: no candidate process can write it
+    if given and not _same_cases(given, made):
+        why = ("not checked: the adapter's make_case gave other inputs for the same seed than when the audited "
+               "process's cases were made (the audit's check needs a case per seed)")
+        return {side: {"ok": None, "status": None, "message": why} for side in request["results"]}
     results = {side: _load(path, len(made) - 1) for side, path in request["results"].items()}
     verdict = {side: {"ok": None, "status": None, "message": f"not checked: {why}"}
                for side, (_, why) in results.items() if why}
@@ -133,6 +139,26 @@ def _load(path: str, calls: int) -> tuple[list[dict[str, Any]] | None, str | Non
     if not isinstance(loaded, list) or len(loaded) != calls or not all(isinstance(r, dict) for r in loaded):
         return [{}] * calls, None  # judged: every call's results are missing
     return loaded, None
+
+
+def _same_cases(path: str, made: list[tuple[Any, tuple[str, ...]]]) -> bool:
+    """Whether the cases made again here are those written for the audited processes, bit for bit."""
+    import torch
+
+    try:
+        written = torch.load(path, map_location="cpu", weights_only=True)["cases"]
+    except Exception:  # noqa: BLE001 - gone or unreadable: nothing to hold the remade cases against
+        return False
+    if len(written) != len(made):
+        return False
+    for record, (case, _) in zip(written, made):
+        for name, value in _cpu(case.inputs).items():
+            other = record["inputs"].get(name)
+            same = correctness.same_bits(value, other) if torch.is_tensor(value) and torch.is_tensor(other) \
+                else value == other
+            if not same:
+                return False
+    return True
 
 
 def _missing(got: dict[str, Any], layout: dict[str, Any]) -> str | None:
