@@ -170,6 +170,17 @@ def test_results_table_without_verdicts_has_no_verdict_column():
     assert "verdict" not in render(results(verdicts=False), 140)
 
 
+def test_a_faster_row_the_audit_cannot_vouch_for_reads_unverified_with_its_blind_spot():
+    document = results()
+    document["rows"][0]["verdict"]["forge_blind_spot_pct"] = 12.4
+    lines = render(document, 140).splitlines()
+    [row] = [line for line in lines if line.startswith(LONG_IDS[0] + " ")]
+    assert "FASTER (unverified)" in row
+    assert f"{LONG_IDS[0]}: FASTER — unverified: the audit cannot see a forge under 12 % on this row" in lines
+    [other] = [line for line in lines if line.startswith(LONG_IDS[1] + " ")]
+    assert "unverified" not in other
+
+
 def test_logs_render_events_like_the_live_view_and_take_short_ids(project):
     done = kp(project, "run", "--host", "local", "--task", TASK, "--device", "cpu", "--json")
     assert done.returncode == 0, done.stderr

@@ -429,8 +429,14 @@ class RowVerdict(Record):
     pairs_pointing: int | None = None  # process pairs that read the change on their own (a change of several pairs)
     pairs_needed: int | None = None
     held: str | None = None  # the change the pooled samples alone called, where too few pairs read it so
+    # Where the audit cannot see a forge of the candidate's window as large as 5 % (audit.FORGE_VISIBLE_PCT): the
+    # largest share (%) a forge could take off and still pass the audit's floor. A FASTER row with it is unverified.
+    forge_blind_spot_pct: float | None = None
     extra: dict[str, Any] = _kept_fields()
     absent: frozenset[str] = _absent_fields()
+
+
+UNVERIFIED_FASTER = "FASTER (unverified)"  # a FASTER row whose audit cannot see a 5 % forge (forge_blind_spot_pct)
 
 
 @dataclass
@@ -467,7 +473,17 @@ class RowResult(Record):
 
     @property
     def verdict_word(self) -> str | None:
-        return self.verdict.verdict if self.verdict else None
+        """FASTER / SAME / SLOWER, or FASTER (unverified) where the audit could not have seen a forge of 5 %."""
+        word = self.verdict.verdict if self.verdict else None
+        return UNVERIFIED_FASTER if word == "FASTER" and self.verdict.forge_blind_spot_pct else word
+
+    @property
+    def unverified(self) -> str | None:
+        """Why a FASTER row is unverified, in words (results.md and the run view say it so)."""
+        if self.verdict_word != UNVERIFIED_FASTER:
+            return None
+        return (f"FASTER — unverified: the audit cannot see a forge under {self.verdict.forge_blind_spot_pct:.0f} % "
+                f"on this row")
 
 
 @dataclass

@@ -12,11 +12,15 @@ Before it reads its first command the process enters the sandbox (sandbox/): fro
 outside its scratch folder and touch no process outside its own tree.
 The process imports once ("start") and then serves the rows the judge hands it ("row": the workload, and the
 row's log for its stdout and stderr); the judge's cases of one row are dropped before the next.
+The Nsight Compute audit starts its audited calls with the same command line (ncu/audit.py), the descriptor then
+being no socket but the audit's job: main makes those calls (audit.call_row) instead of serving a judge.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 import time
 import traceback
@@ -250,6 +254,10 @@ def serve(channel: Channel) -> None:
     # command's reply goes up only after the check, so a patch made during a command shows in that command's reply.
     check, check_code, entries = seal.broken, seal.broken.__code__, ()
     commands = dict(COMMANDS)
+    # Trace, profile and monitoring hooks are refused from here on (seal.HookWatch); any attempted or in place is
+    # named with the seal's names: such a hook sees sample()'s reply on its return event and could edit it.
+    hooks = seal.HookWatch(tuple(f.__code__ for f in (serve, Side.case, Side.row, *COMMANDS.values())))
+    hooks_set, hooks_code = hooks.set, seal.HookWatch.set.__code__
     while True:
         try:
             command, fds = channel.recv_command()
@@ -278,6 +286,7 @@ def serve(channel: Channel) -> None:
         if op == "start" and SEAL_KEY in reply:
             entries = reply.pop(SEAL_KEY)
         tampered = ["the seal's own check (its code)"] if check.__code__ is not check_code else check(entries)
+        tampered += ["the hook watch (its code)"] if hooks_set.__func__.__code__ is not hooks_code else hooks_set()
         if tampered:
             reply["tampered"] = tampered
         channel.send_reply(reply)
@@ -292,6 +301,12 @@ def main(argv: list[str]) -> int:
     from .. import sandbox
 
     SANDBOX[0] = sandbox.enter()  # before the adapter or the side's module is imported
+    if not stat.S_ISSOCK(os.fstat(args.fd).st_mode):  # no channel: the audit's calls under ncu, job on args.fd
+        from ..ncu.audit import call_row
+        from ..ncu.profiledcall import call_from_fd
+
+        print(f"side: {SANDBOX[0]}", file=sys.stderr, flush=True)
+        return call_from_fd(args.fd, call_row)
     serve(Channel.from_fd(args.fd))
     return 0
 

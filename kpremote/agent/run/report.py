@@ -350,7 +350,7 @@ def _status_cell(row: RowResult) -> str:
 def _row_note(row: RowResult) -> str | None:
     # The smoke label is the banner's business, not every row's.
     held = f"SAME: {row.verdict.held}" if row.verdict and row.verdict.held else None
-    parts = [text for text in (row.message, row.invalid, held) if text]
+    parts = [text for text in (row.message, row.invalid, held, row.unverified) if text]
     return "; ".join(dict.fromkeys(parts)) or None
 
 

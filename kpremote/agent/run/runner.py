@@ -38,7 +38,7 @@ from ..task.build import triton_cache_dir
 from ..task.buildrules import NOT_CHECKED
 from .children import ChildLimits, WorkerOutcome, crash_description, run_child
 from ..harness.judgeprocess import JudgeProcess
-from ..harness.correctness import ERROR, PASSED, TIMEOUT
+from ..harness.correctness import ERROR, INCORRECT, PASSED, TIMEOUT
 from .events import EventLog, read_events
 from .guards import DiskReserve, ForeignWatch, ours_per_row
 from ..protocol import RunExit
@@ -415,6 +415,8 @@ class Runner:
                 row["invalid"] = "; ".join(filter(None, [row.get("invalid"), (
                     f"audit: the harness measured {found.get('harness_us')} us, Nsight Compute {found.get('ncu_us')} us "
                     f"(tolerance {found.get('tolerance')})")]))
+            _judge_audited_outputs(row)
+            _mark_unverified(row, audit.unverified_share(row["audit"]))
             self.events.emit("audit", workload=row["workload"], **{k: v for k, v in row["audit"].items()
                                                                    if k in ("harness_us", "ncu_us", "agree", "tolerance")})
 
@@ -591,3 +593,22 @@ def _utc_now() -> str:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def _judge_audited_outputs(row: dict[str, Any]) -> None:
+    """What the audited calls wrote (audit.check_outputs) judged like a timed call's: a candidate whose audited
+    calls computed something else is INCORRECT (it does other work when measured by ncu); a baseline that did
+    voids the row, as a baseline that fails elsewhere does."""
+    outputs = (row.get("audit") or {}).get("outputs") or {}
+    baseline, candidate = outputs.get("baseline") or {}, outputs.get("candidate") or {}
+    if baseline.get("ok") is False:
+        row["invalid"] = "; ".join(filter(None, [row.get("invalid"), f"audit: {baseline.get('message')}"]))
+    elif candidate.get("ok") is False:
+        row["status"], row["message"], row["speedup"] = INCORRECT, f"audit: {candidate.get('message')}", None
+
+
+def _mark_unverified(row: dict[str, Any], blind_spot_pct: float | None) -> None:
+    """A row whose audit could not have seen a 5 % forge of the candidate's window says how large one could be, on
+    its verdict (a FASTER there reads FASTER (unverified): protocol.RowResult.verdict_word)."""
+    if blind_spot_pct is not None and isinstance(row.get("verdict"), dict):
+        row["verdict"]["forge_blind_spot_pct"] = blind_spot_pct
