@@ -1,4 +1,5 @@
-"""Glue shared by the Invoke tasks: one-line errors, exit codes, --json output."""
+"""Glue shared by the Invoke tasks: one-line errors (and, under --json, one kpremote.error/1 document), exit codes,
+--json output."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from invoke.exceptions import Exit
 
 from . import interrupt
 from .errors import KpremoteError, StoppedByUser
+from .jsonout import json_asked, print_error
 from .views.terminal import error_line
 
 EXIT_FAILED = 1      # the command ran and something it checked failed (a host down, a row not PASSED)
@@ -53,6 +55,8 @@ def command(help: dict[str, str] | None = None, short: dict[str, str] | None = N
                 return fn(c, *args, **kwargs)
             except KpremoteError as exc:
                 error_line(str(exc))
+                if json_asked(kwargs):  # --json promises one document: the refusal is that document
+                    print_error(fn.__name__.replace("_", "-"), str(exc), EXIT_USAGE)
                 raise Exit(code=EXIT_USAGE) from None
             except KeyboardInterrupt as exc:
                 interrupt.cancel_registered(say)

@@ -110,6 +110,10 @@ PARSE_ERRORS = [
      "error: run: unknown option --hots — did you mean --hosts? (see: {p} --help run)"),
     (["run", "--host", "local", "--task"], "error: run: --task needs a value (see: {p} --help run)"),
     (["compare", "--task", TASK, "--json", "x"], "error: compare: unexpected 'x': every value follows its option"),
+    (["run", "--host", "local", "--taks", TASK],  # a misspelt required option, then its value: the option is named
+     "error: run: unknown option --taks — did you mean --task? (see: {p} --help run)"),
+    (["run", "--taks"], "error: run: unknown option --taks — did you mean --task?"),
+    (["new-task", "--nmae", "x"], "error: new-task: unknown option --nmae — did you mean --name?"),
     (["runn"], "error: unknown command 'runn' — did you mean run? (see: {p} --list)"),
 ]
 

@@ -162,3 +162,30 @@ def test_baseline_json(project, tmp_path):
     assert result.returncode == 0, result.stderr
     pin = document_of(result, "baseline")
     assert pin["task"] == TASK and [f["path"] for f in pin["files"]] == ["k.py"]
+
+
+REFUSALS = [
+    (["run", "--host", "local", "--task", "nope", "--json"], "run", "unknown task"),
+    (["run", "--host", "mybox", "--task", TASK, "--json"], "run", "unknown host or group 'mybox'"),
+    (["run", "--host", "local", "--task", "empty", "--json-stream"], "run", "missing in kernels/empty/solution"),
+    (["logs", "--host", "local", "--run", "nope", "--json"], "logs", "nope"),
+    (["run", "--host", "local", "--taks", TASK, "--json"], "run", "unknown option --taks"),
+]
+
+
+@pytest.mark.parametrize("args, command, words", REFUSALS, ids=[" ".join(a) for a, _, _ in REFUSALS])
+def test_a_refused_json_command_still_prints_one_document(project, args, command, words):
+    empty = project / "kernels" / "empty"
+    if not empty.exists():
+        import shutil
+
+        shutil.copytree(project / "kernels" / TASK, empty)
+        toml = empty / "task.toml"
+        toml.write_text(toml.read_text().replace(f'name = "{TASK}"', 'name = "empty"', 1))
+        shutil.rmtree(empty / "solution")
+        (empty / "solution").mkdir()
+    result = kp(project, *args)
+    assert result.returncode == 2, result.stderr
+    document = document_of(result, "error")  # the whole stdout: one object, whatever the refusal
+    assert document["command"] == command and document["exit_code"] == 2
+    assert words in document["error"] and document["error"] in result.stderr, (document, result.stderr)
