@@ -21,6 +21,7 @@ from .views.terminal import error_line
 EXIT_FAILED = 1      # the command ran and something it checked failed (a host down, a row not PASSED)
 EXIT_USAGE = 2       # bad input: hosts.toml, an unknown host/task, a refused key; a host that could not be asked
 EXIT_INTERRUPTED = 130
+EXIT_READER_GONE = 141  # stdout's reader left before the command was done (`| head`): 128 + SIGPIPE, as a shell has it
 
 
 class FlagTask(Task):
@@ -58,6 +59,11 @@ def command(help: dict[str, str] | None = None, short: dict[str, str] | None = N
                 if json_asked(kwargs):  # --json promises one document: the refusal is that document
                     print_error(fn.__name__.replace("_", "-"), str(exc), EXIT_USAGE)
                 raise Exit(code=EXIT_USAGE) from None
+            except BrokenPipeError:  # `inv status | head -1`: stdout's reader left; what runs on a host goes on
+                from .program import stdout_reader_gone
+
+                stdout_reader_gone()
+                raise Exit(code=EXIT_READER_GONE) from None
             except KeyboardInterrupt as exc:
                 interrupt.cancel_registered(say)
                 if isinstance(exc, StoppedByUser):

@@ -92,6 +92,9 @@ def kpremote_parsing(step: Callable[[Any], None]) -> Callable[[Any], None]:
             self.core.unparsed = []
         try:
             step(self)
+        except BrokenPipeError:  # `inv --help run | head -1`: the reader had what it wanted
+            stdout_reader_gone()
+            raise Exit(code=0) from None
         except ParseError as exc:
             from .commandline import EXIT_USAGE
 
@@ -105,6 +108,28 @@ def kpremote_parsing(step: Callable[[Any], None]) -> Callable[[Any], None]:
     return parse
 
 
+def stdout_reader_gone() -> None:
+    """stdout's reader left (`| head`): what is still buffered, and anything printed later, goes nowhere, with no
+    BrokenPipeError traceback now nor at exit."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+
+
+def flush_at_exit() -> None:
+    """The last flush of stdout, before Python's own at exit: a reader that left is not a traceback."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        stdout_reader_gone()
+    except (OSError, ValueError):
+        pass
+
+
 def _program_name(program: Program) -> str:
     names = list(program.binary_names or [])
     return "inv" if "inv" in names or not names else names[0]
@@ -116,6 +141,9 @@ def use_kpremote_parsing(program: type = Program) -> None:
     for name in ("parse_tasks", "parse_cleanup"):
         setattr(program, name, kpremote_parsing(getattr(program, name)))
     _no_option_as_a_value()
+    import atexit
+
+    atexit.register(flush_at_exit)
 
 
 def _no_option_as_a_value() -> None:
@@ -222,7 +250,13 @@ def main() -> None:
     from .interrupt import install_early
 
     install_early()  # Ctrl-C before Invoke has loaded the commands: 130, not Invoke's silent 1
-    make_program().run(spelled_as_one_task(sys.argv))
+    try:
+        make_program().run(spelled_as_one_task(sys.argv))
+    except BrokenPipeError:  # `kpremote --print-completion-script bash | head`: the reader had what it wanted
+        stdout_reader_gone()
+        sys.exit(0)
+    finally:
+        flush_at_exit()
 
 
 def spelled_as_one_task(argv: list[str]) -> list[str]:

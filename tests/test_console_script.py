@@ -4,6 +4,7 @@ pyproject's [tool.kpremote]), its own --version, and completion of hosts, groups
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -188,3 +189,32 @@ def test_a_task_name_as_the_shell_completes_it_names_the_task(project):
     result = kpremote(project, "compare", "--task", f"{TASK}/", cwd=project / "kernels")
     assert "invalid task name" not in result.stderr and "unknown task" not in result.stderr, result.stderr
     assert "no fetched runs of demo" in result.stderr  # the task was found: it has no runs to compare yet
+
+
+def with_reader_gone(project: Path, *args: str, program: str) -> subprocess.CompletedProcess:
+    """`inv ARGS | head -0`, without the race: stdout is a pipe whose reader has already left."""
+    import os
+
+    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "PYTHONPATH": str(REPO),
+           "KPREMOTE_NVML_FIXTURE": str(project / "nvml.json")}
+    env.pop("KPREMOTE_HOSTS", None)
+    argv = ([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args] if program == "inv"
+            else [sys.executable, "-m", "kpremote.program", *args])
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(argv, cwd=project, env=env, stdout=write, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write)
+
+
+READER_GONE = [("inv", ["--help", "run"], 0), ("kpremote", ["--help"], 0), ("kpremote", ["run", "--help"], 0),
+               ("kpremote", ["--print-completion-script", "bash"], 0), ("inv", ["--list"], 0),
+               ("inv", ["hosts", "--json"], 141), ("kpremote", ["status", "--host", "local"], 141)]
+
+
+@pytest.mark.parametrize("program, args, code", READER_GONE, ids=[f"{p} {' '.join(a)}" for p, a, _ in READER_GONE])
+def test_a_reader_that_leaves_is_no_traceback(project, program, args, code):
+    result = with_reader_gone(project, *args, program=program)
+    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr, result.stderr
+    assert result.returncode == code, result.stderr

@@ -13,7 +13,18 @@ from rich.control import strip_control_codes
 from rich.segment import Segment
 from rich.text import Text
 
-console = Console()
+
+
+class StdoutConsole(Console):
+    """stdout's console: a reader that left (`inv status | head -1`) ends the command as every print to stdout does
+    (commandline.py: quietly, exit 141), not with rich's own exit 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+console = StdoutConsole()
 errors = Console(stderr=True)
 
 
@@ -92,6 +103,6 @@ def plain_output() -> None:
     """--no-color: plain text, no escape codes at all, on both consoles (NO_COLOR in the environment takes the colors
     away and keeps bold and dim, as no-color.org asks)."""
     global console, errors
-    console = Console(color_system=None)
+    console = StdoutConsole(color_system=None)
     errors = Console(stderr=True, color_system=None)
 
