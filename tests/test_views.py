@@ -391,6 +391,25 @@ def test_status_lists_the_newest_runs_with_their_age_and_a_cancelled_wait_as_ove
     assert "  and 3 older run(s) of t (inv status --all lists them)" in lines
 
 
+@pytest.mark.parametrize("width", [80, 250])
+def test_status_says_why_a_run_failed_on_a_line_of_its_own_at_any_width(monkeypatch, width):
+    import io
+
+    from kpremote.views import runlist, terminal
+
+    console = Console(width=width, color_system=None, record=True, file=io.StringIO())
+    monkeypatch.setattr(terminal, "console", console)
+    why = "1 of 2 row(s) not passed: prod_r8 INCORRECT — prod_r8: candidate output 'out' is wrong: first mismatch"
+    runs = [{"run_id": "20261120-100000-aaaaaa", "task": "t", "status": "failed", "phase": "done", "message": why,
+             "started": "2026-11-20T10:00:01Z", "gpu": {"index": 0}},
+            {"run_id": "20261120-110000-bbbbbb", "task": "t", "status": "passed", "phase": "done",
+             "started": "2026-11-20T11:00:01Z", "gpu": {"index": 0}}]
+    console.print(runlist.runs_view([{"host": "box", "ok": True, "runs": runs}]))
+    text = " ".join(console.export_text().split())
+    assert f"20261120-100000-aaaaaa: {why}" in text, text  # not a column that a narrower terminal drops
+    assert text.count("not passed") == 1
+
+
 def test_a_smoke_runs_rows_show_no_verdict_anywhere(tmp_path):
     from kpremote.agent.run.report import render_results_md
 

@@ -125,7 +125,7 @@ class Runner:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         status, exit_code, message, ended_by = "error", RunExit.INFRA, None, None
         try:
-            status, exit_code = self._run_all()
+            status, exit_code, message = self._run_all()
         except Cancelled:
             status, exit_code, message, ended_by = self._stopped_by()
         except Abort as abort:
@@ -156,7 +156,7 @@ class Runner:
             return verdict["status"], verdict["exit_code"], verdict["message"], verdict["ended_by"]
         return "cancelled", RunExit.CANCELLED, "cancelled by a signal", None
 
-    def _run_all(self) -> tuple[str, int]:
+    def _run_all(self) -> tuple[str, int, str | None]:
         self._get_ready()
         self._phase("workloads")
         self._run_rows(self.ctx.selected)
@@ -454,10 +454,11 @@ class Runner:
 
     # ---------------------------------------------------------------- ending
 
-    def _verdict(self) -> tuple[str, int]:
+    def _verdict(self) -> tuple[str, int, str | None]:
+        """passed, or failed with why (state.json's message: what `inv status` and `inv run`'s `error` show)."""
         rows = self.ctx.rows
-        good = all(r["status"] == PASSED and not r.get("invalid") for r in rows)
-        return ("passed", RunExit.PASSED) if good else ("failed", RunExit.FAILED)
+        bad = [r for r in rows if r["status"] != PASSED or r.get("invalid")]
+        return ("passed", RunExit.PASSED, None) if not bad else ("failed", RunExit.FAILED, why_failed(bad, len(rows)))
 
     def _finish(self, status: str, exit_code: int, message: str | None, ended_by: str | None = None) -> None:
         """Release the GPU, write the summary, and only then say the run is over (state last). ended_by: the Slurm
@@ -557,6 +558,19 @@ class Runner:
 
 
 # --------------------------------------------------------------------------------------------- helpers
+
+
+def why_failed(bad: list[dict[str, Any]], total: int, shown: int = 3, detail_chars: int = 200) -> str:
+    """A failed run in one line: which rows and how, then the first one's own words (shortened)."""
+    def how(row: dict[str, Any]) -> str:
+        return f"{row['workload']} {row['status'] if row['status'] != PASSED else 'invalid'}"
+
+    names = ", ".join(how(row) for row in bad[:shown]) + (f" and {len(bad) - shown} more" if len(bad) > shown else "")
+    first = bad[0]
+    detail = " ".join(str(first.get("message") or first.get("invalid") or "").split())
+    if len(detail) > detail_chars:
+        detail = detail[:detail_chars - 3] + "..."
+    return f"{len(bad)} of {total} row(s) not passed: {names}" + (f" — {first['workload']}: {detail}" if detail else "")
 
 
 def _outcome_fields(outcome: WorkerOutcome) -> dict[str, Any]:
