@@ -31,6 +31,16 @@ def test_the_shipped_skill_has_the_front_matter_agents_load() -> None:
     assert skill_text() == (REPO / "kpremote" / "skill" / "SKILL.md").read_text()
 
 
+def test_every_run_the_skill_names_by_a_word_is_of_its_task() -> None:
+    # `--run latest` without --task is the host's newest run of any task or user: an agent followed another's run
+    import re
+
+    named = [line for line in skill_text().splitlines() if re.search(r"--run (latest|ID)\b", line)]
+    assert len(named) >= 3
+    for line in named:
+        assert "--task" in line, line
+
+
 @pytest.mark.parametrize("target, where", [("claude", ".claude/skills/kpremote"), ("codex", ".agents/skills/kpremote")])
 def test_install_for_an_agent_lands_in_its_user_skill_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                               target: str, where: str) -> None:
