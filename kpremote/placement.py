@@ -24,6 +24,8 @@ from .views.start import StartView
 from .taskdir import TaskDir
 
 MEASURED = "already measured"
+GOES_ON = frozenset({"detached", "running", "connection lost"})
+"""Outcomes of a run that is not over: the client stopped looking at it (a stream's `end` says ended: false)."""
 """An outcome's status when the ledger says this candidate was measured on the host already (no run started)."""
 
 
@@ -85,7 +87,7 @@ def launch(hosts: list[Host], tasks: list[TaskDir], options: RunOptions, *, deta
 
 def _stream_end(stream: Optional[EventStream], outcome: Outcome) -> None:
     if stream is not None:
-        stream.end(outcome.host, outcome.task, outcome.run_id,
+        stream.end(outcome.host, outcome.task, outcome.run_id, ended=outcome.status not in GOES_ON,
                    **{k: v for k, v in dataclasses.asdict(outcome).items() if k not in ("host", "task", "run_id")})
 
 
@@ -265,8 +267,11 @@ def show_logs(host: Host, run_id: str, task: Optional[str], follow: bool,
         session.close()
     status = state.get("status", "?")
     if stream is not None:
-        stream.end(host.name, task, run_id, status=status, exit_code=state.get("exit_code"),
+        stream.end(host.name, task, run_id, ended=status in TERMINAL, status=status, exit_code=state.get("exit_code"),
                    headline=state.get("headline"), error=state.get("message") or state.get("error"))
-    else:
+    elif status in TERMINAL:
         terminal.say(f"run {run_id}: {status}")
+    else:
+        terminal.say(f"run {run_id}: {status}, and it goes on (follow it: inv logs --host {host.name} --task {task} "
+                     f"--run {run_id} --follow)")
     return status not in TERMINAL or status == "passed"

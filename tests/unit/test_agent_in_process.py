@@ -239,3 +239,24 @@ def test_fetch_takes_only_the_summary_its_runner_recorded(agent, kernels):
     assert not (kernels / TASK / "results" / agent.host.name / RUN_ID).exists()
     (run_dir / "summary" / "results.json").write_text('{"headline": 2.0}')
     assert fetch_results(agent, TASK, RUN_ID, kernels, agent.host.name)[0].outcome == "fetched"
+
+
+def test_logs_json_without_follow_of_a_running_run_ends_with_an_end_that_says_it_goes_on(agent, kernels, gpus,
+                                                                                        standin_runs, monkeypatch):
+    import kpremote.placement as placement
+    from kpremote.eventstream import EventStream
+
+    monkeypatch.setattr(placement, "open_session", lambda host: RunSession(agent))
+    standin_runs(events=1, hold_s=30)
+    run = start_run(RunSession(agent), find_task(kernels, TASK), RunOptions())
+    try:
+        out = io.StringIO()
+        assert placement.show_logs(agent.host, run.run_id, TASK, False, EventStream(out=out))  # not a failure: 0
+        end = json.loads(out.getvalue().splitlines()[-1])
+        assert (end["event"], end["status"], end["ended"], end["exit_code"]) == ("end", "running", False, None)
+    finally:
+        cancel_run(RunSession(agent), TASK, run.run_id)
+    out = io.StringIO()
+    assert not placement.show_logs(agent.host, run.run_id, TASK, False, EventStream(out=out))  # cancelled: not 0
+    end = json.loads(out.getvalue().splitlines()[-1])
+    assert (end["event"], end["status"], end["ended"]) == ("end", "cancelled", True)
