@@ -140,6 +140,14 @@ def test_check_json_is_one_document_and_nothing_else(project):
     assert document["status"] == "passed" and document["results"]["schema"] == "kpremote.results/1"
     written = validate_results(json.loads(Path(document["summary_dir"], "results.json").read_text()))
     assert validate_results(document["results"]) == written  # a CPU run through the runner, as the agent wrote it
+    # a smoke run's timings mean nothing: no row verdict in results.json, none counted in the headline or the ledger
+    rows = document["results"]["rows"]
+    assert rows and all(row["verdict"]["verdict"] is None and row["verdict"]["speedup"] for row in rows), rows
+    assert not document["results"]["headline"].get("verdicts"), document["results"]["headline"]
+    from kpremote.ledger import read_ledger
+
+    checked = [e for e in read_ledger(project / "kernels" / TASK) if e["kind"] == "check"][-1]
+    assert checked["rows"] and all(row["verdict"] is None for row in checked["rows"].values()), checked["rows"]
 
 
 def test_profile_outcome_matches_its_schema():
