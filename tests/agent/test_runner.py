@@ -531,3 +531,25 @@ def test_a_gpu_runs_builds_import_torch_during_the_probe_and_no_task_code_before
     assert result["device"] == {"name": "stand-in probe"}
     assert all(side["ok"] for side in result["build"]["sides"].values()), result["build"]
     assert sorted(p.name for p in run_dir.rglob("imported-*")) == ["imported-build-baseline", "imported-build-candidate"]
+
+
+def test_a_candidate_that_prints_without_end_has_its_row_log_cut_and_results_md_says_so(tmp_path: Path) -> None:
+    from kpremote.agent.harness.rowlog import LOG_CAP_BYTES
+
+    task = copy_fixture(tmp_path)
+    kernel = task / "solution" / "kernel.py"
+    kernel.write_text(kernel.read_text().replace(
+        "def rmsnorm(x, weight, out, eps):\n",
+        "def rmsnorm(x, weight, out, eps):\n    import sys\n    sys.stdout.write('x' * (3 << 20))\n"
+        "    sys.stderr.write('y' * (3 << 20))\n"))
+    run_dir = tmp_path / "run"
+    done = run_agent(task, run_dir, "--workloads", "grid_r1_c33")
+    assert done.returncode == 0, done.stderr[-2000:]
+    log = run_dir / "raw" / "workloads" / "grid_r1_c33.log"
+    assert log.stat().st_size < LOG_CAP_BYTES + 1000  # not the tens of MB the calls printed
+    last = log.read_text(errors="replace").splitlines()[-1]
+    assert last.startswith("[kpremote: at least ") and "bytes of this row's output were dropped" in last, last
+    [row] = results_of(run_dir)["rows"]
+    assert row["status"] == "PASSED" and row["log_dropped_bytes"] > LOG_CAP_BYTES
+    md = (run_dir / "summary" / "results.md").read_text()
+    assert "`grid_r1_c33`: its output was cut: raw/workloads/grid_r1_c33.log keeps the first" in md

@@ -20,6 +20,7 @@ from .. import harness
 from ..harness import stats
 from ..atomicfile import write_atomically as _write
 from ..harness.correctness import ERROR, INCORRECT, NOT_CHECKED, PASSED, TIMEOUT
+from ..harness.rowlog import LOG_CAP_BYTES
 from ..protocol import RESULTS_SCHEMA, Headline, RowResult, RunResults, SideStats
 
 SCHEMA = RESULTS_SCHEMA
@@ -322,7 +323,10 @@ def _status_cell(row: RowResult) -> str:
 def _row_note(row: RowResult) -> str | None:
     # The smoke label is the banner's business, not every row's.
     held = f"SAME: {row.verdict.held}" if row.verdict and row.verdict.held else None
-    parts = [text for text in (row.message, row.invalid, held) if text]
+    dropped = row.extra.get("log_dropped_bytes")
+    cut = (f"its output was cut: raw/workloads/{row.workload}.log keeps the first {LOG_CAP_BYTES} bytes, at least "
+           f"{dropped} more were dropped" if isinstance(dropped, int) and dropped > 0 else None)
+    parts = [text for text in (row.message, row.invalid, held, cut) if text]
     return "; ".join(dict.fromkeys(parts)) or None
 
 

@@ -314,6 +314,8 @@ class Runner:
         row = {**base, **_outcome_fields(outcome), "smoke": smoke, "label": report.SMOKE_LABEL if smoke else None,
                "seconds": round(outcome.seconds, 3), "log": f"raw/workloads/{workload.id}.log"}
         row["speedup"] = (row.get("timing") or {}).get("speedup") if row["status"] == PASSED else None
+        if outcome.log_dropped_bytes:
+            row["log_dropped_bytes"] = outcome.log_dropped_bytes  # results.md says the row's log was cut
         if foreign and row.get("timing"):
             row["invalid"] = "; ".join(filter(None, [row.get("invalid"), foreign]))
         return row
