@@ -24,6 +24,7 @@ import pytest
 from kpremote.agent import harness
 from kpremote.agent.task import build
 from kpremote.agent.run import guards, report, runner
+from kpremote.agent.harness import stats
 from kpremote.agent.harness.judge import TIMING_CASES_CPU
 from kpremote.agent.run.events import read_events
 from kpremote.agent.procfs import descendants
@@ -477,10 +478,18 @@ def test_a_row_timed_by_several_process_pairs_pools_their_samples(tmp_path: Path
     pairs = row["timing"]["process_pairs"]
     assert len(pairs) == 2 and row["checks"]["process_pairs"] == 2
     assert row["timing"]["baseline"]["n"] == sum(p["n"] for p in pairs) == 2 * SMOKE_SAMPLES
-    # the judge hands each pair's medians to the verdict: a change is one only where both pairs read it so
-    assert all(p["candidate"] > p["baseline"] + 15_000 for p in pairs), pairs
-    assert (row["verdict"]["verdict"], row["verdict"]["pairs_pointing"], row["verdict"]["pairs_needed"]) == \
-        ("SLOWER", 2, 2)
+    assert all(p["candidate"] >= 20_000 for p in pairs), pairs  # a sleep is never shorter: no quiet machine needed
+    # the judge hands each pair's medians to the verdict: the record says how many pairs read the pooled change (a
+    # smoke row says no word: its verdict is null). What the pooled samples call is read from the record's own
+    # numbers, so a loaded machine that blurs the timings changes what is expected, never whether it holds.
+    verdict = row["verdict"]
+    pooled = stats.change_verdict(verdict["speedup"], verdict["low"], verdict["high"], noise=verdict["noise"])
+    assert verdict["verdict"] is None and "held" not in verdict
+    if pooled == stats.SAME:
+        assert "pairs_pointing" not in verdict and "pairs_needed" not in verdict, verdict
+    else:
+        pointing = stats.pairs_pointing([(p["baseline"], p["candidate"]) for p in pairs], pooled)
+        assert (verdict["pairs_pointing"], verdict["pairs_needed"]) == (pointing, 2), verdict
 
 
 GATED_PROBE = """

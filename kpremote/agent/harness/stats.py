@@ -243,7 +243,8 @@ def row_verdict(baseline: Sequence[float], candidate: Sequence[float], *, seed: 
     process pairs (pair_medians: each pair's (baseline, candidate) medians) is a change only where pairs_needed of
     them read it so; otherwise SAME, and "held" says which change the pooled samples alone would have called.
     meaningful=False (a smoke run: Triton's interpreter on a CPU): the numbers stay for the record, the verdict is
-    None, so no FASTER or SLOWER of such timings reaches results.json, the headline's counts or the ledger.
+    None (and no "held"), so no FASTER or SLOWER of such timings reaches results.json, the headline's counts or the
+    ledger.
     """
     base_median, cand_median = medians or (median(baseline), median(candidate))  # the judge's, when it has them
     value = speedup(base_median, cand_median)
@@ -254,11 +255,11 @@ def row_verdict(baseline: Sequence[float], candidate: Sequence[float], *, seed: 
     noise = max(NOISE_FLOOR, apart / shortest if shortest > 0 else 0.0)
     verdict: dict[str, Any] = {"speedup": value, "low": low, "high": high, "level": VERDICT_LEVEL, "noise": noise,
                                "timer_quantum_us": round(quantum, 6), "process_floor_us": process_floor_us,
-                               "verdict": change_verdict(value, low, high, noise=noise) if meaningful else None}
-    if not meaningful:
-        return verdict
+                               "verdict": change_verdict(value, low, high, noise=noise)}
     if len(pair_medians) >= 2:
-        return {**verdict, **_pairs_agreement(verdict["verdict"], pair_medians)}
+        verdict = {**verdict, **_pairs_agreement(verdict["verdict"], pair_medians)}
+    if not meaningful:  # the numbers (and how many pairs pointed which way) stay for the record; no word is said
+        verdict = {**{k: v for k, v in verdict.items() if k != "held"}, "verdict": None}
     return verdict
 
 
