@@ -150,6 +150,23 @@ def test_check_json_is_one_document_and_nothing_else(project):
     assert checked["rows"] and all(row["verdict"] is None for row in checked["rows"].values()), checked["rows"]
 
 
+def test_check_of_a_task_checked_on_a_gpu_only_says_not_checked_and_does_not_fail(project):
+    import shutil
+
+    task = project / "kernels" / "gpuonly"
+    shutil.copytree(project / "kernels" / TASK, task, ignore=shutil.ignore_patterns("results", "ledger.jsonl"))
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace(f'name = "{TASK}"', 'name = "gpuonly"\ngpu_only = "bf16 in the interpreter"', 1))
+    result = kp(project, "check", "--task", "gpuonly", "--json")
+    assert result.returncode == 0, result.stderr  # the newcomer's first command does not fail
+    document = document_of(result, "check")
+    assert document["status"] == "not checked" and document["exit_code"] == 1  # the run itself: never a pass
+    assert document["message"].startswith("not checked on this CPU: checked on a GPU only: bf16 in the interpreter")
+    assert {row["status"] for row in document["results"]["rows"]} == {"NOT CHECKED"}
+    plain = kp(project, "check", "--task", "gpuonly")
+    assert plain.returncode == 0 and "gpuonly: not checked on this CPU: checked on a GPU only" in plain.stdout
+
+
 def test_profile_outcome_matches_its_schema():
     # inv profile needs ncu (tests/test_profile.py runs it); its document is the run outcome, validated here.
     from kpremote.jsonout import document

@@ -257,10 +257,9 @@ class Runner:
                              error=record.get("error"))
         if build.get("note"):
             self.events.emit("warning", message=build["note"])
-        if build.get("not_checked"):
-            why = build["not_checked"]
-            self.events.emit("warning", message=f"{NOT_CHECKED}: " + ("; ".join(why.values()) if isinstance(why, dict)
-                                                                         else str(why)))
+        not_checked = self._not_checked_here()  # the build's sides that cannot run here, and the task's own word
+        if not_checked:
+            self.events.emit("warning", message=f"{NOT_CHECKED}: " + "; ".join(not_checked.values()))
         if not build["ok"]:
             failed = {s: r for s, r in build["sides"].items() if not r["ok"]}
             reasons = "; ".join(f"{s}: {r['error']}" for s, r in failed.items())
@@ -321,8 +320,12 @@ class Runner:
         return row
 
     def _not_checked_here(self) -> dict[str, str]:
-        """{side: why} for the sides that cannot run on this device (buildrules decides, per build kind)."""
-        return buildrules.not_checked_here(self.ctx.spec.build, self.ctx.device)
+        """{side: why} for the sides that cannot run on this device (buildrules decides, per build kind), and the
+        task's own word where it can be checked on a GPU only (task.toml [task] gpu_only)."""
+        why = buildrules.not_checked_here(self.ctx.spec.build, self.ctx.device)
+        if self.ctx.spec.task.gpu_only and self.ctx.device != "cuda":
+            why["task"] = f"checked on a GPU only: {self.ctx.spec.task.gpu_only}"
+        return why
 
     def _judges(self) -> JudgeProcess:
         if self.judges is None:
