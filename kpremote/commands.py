@@ -134,7 +134,7 @@ def trust_host(c, host, fingerprint, hosts=None):
     from .hostkeys import trust
 
     [selected] = load_inventory(hosts).select(host)
-    terminal.console.print(trust(selected, fingerprint).describe(selected.known_hosts), markup=False)
+    terminal.say(trust(selected, fingerprint).describe(selected.known_hosts))  # the known_hosts line whole
 
 
 KERNELS = kernels_dir()  # the project's kernels/, wherever in the project the command runs (project.py)
@@ -352,7 +352,7 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
                "json": "print the kpremote.check/1 JSON document (docs/schemas/check.json) instead of the views"})
 def check(c, task, workloads=None, json=False):
     """Local CPU smoke run of a task through Triton's interpreter (timings are not meaningful)."""
-    from .check import smoke_check
+    from .check import NOT_CHECKED_HERE, smoke_check
 
     [task_dir] = find_tasks(KERNELS, [task])
     _ensure_upstream([task_dir])
@@ -360,7 +360,8 @@ def check(c, task, workloads=None, json=False):
     if json:
         print_document("check", outcome)
     refused = outcome["exit_code"] == RunExit.REFUSED  # the task itself is not one the runner takes: bad input
-    finish(outcome["exit_code"] == 0, EXIT_USAGE if refused else EXIT_FAILED)
+    # nothing of it can be checked on a CPU (the task needs a GPU): said, not a failure of the candidate
+    finish(outcome["exit_code"] == 0 or outcome["status"] == NOT_CHECKED_HERE, EXIT_USAGE if refused else EXIT_FAILED)
 
 
 @command(help={"name": "the new task's folder name under kernels/"})
@@ -467,7 +468,7 @@ def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = N
     if json:
         print_document("compare", document)
     else:
-        terminal.console.print(compare_view(document, terminal.console.width))
+        terminal.show(compare_view(document, terminal.console.width))  # its run lines whole, never cropped
 
 
 @command(help={"task": TASK_HELP, "host": "only runs fetched from this host",
@@ -489,7 +490,7 @@ def history(c, task, host=None, plot=None, json=False):
     if json:
         print_document("history", document)
     else:
-        terminal.console.print(history_view(document, terminal.console.width))
+        terminal.show(history_view(document, terminal.console.width))  # the plot's path whole, never cropped
 
 
 @command(help={"for_": "claude (~/.claude/skills/kpremote/), codex (~/.agents/skills/kpremote/) or a folder"})

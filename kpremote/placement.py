@@ -237,7 +237,7 @@ def _report(outcomes: list[Outcome], as_json: bool, detach: bool) -> None:
         if outcome.summary_dir:
             results = Path(outcome.summary_dir) / "results.md"
             if results.exists():
-                terminal.console.print(summary_markdown(results))
+                terminal.show(summary_markdown(results))
             terminal.say(f"{outcome.host}: {outcome.task}: run {outcome.run_id} {outcome.status}; "
                          f"summary: {outcome.summary_dir}")
         if outcome.error:

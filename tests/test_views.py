@@ -497,3 +497,15 @@ def test_a_change_too_few_process_pairs_read_is_shown_as_held(tmp_path):
     assert note in markdown.splitlines(), markdown
     shown = " ".join(render(document, 140).split())  # the terminal's table and its notes, rewrapped
     assert f"{row['workload']}: SAME: FASTER by the pooled samples, but 1 of 4 process pairs read it FASTER" in shown, shown
+
+
+def test_the_command_a_failed_builds_message_names_is_whole_at_80_columns():
+    import io
+
+    command = ("inv fetch-results --host box --task t --run 20261120-100000-aaaaaa --raw-file build/candidate.log")
+    document = {**results(), "status": "error", "exit_code": 3,
+                "message": f"build failed — candidate: SyntaxError in kernel.py; its log, on the host: {command}"}
+    console = Console(width=80, color_system=None, record=True, file=io.StringIO())
+    console.print(results_view(RunResults.from_json(document), 80), crop=False)
+    lines = console.export_text().splitlines()
+    assert f"  {command}" in lines, lines  # on a line of its own, whole: a command to paste
