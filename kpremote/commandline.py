@@ -81,8 +81,14 @@ def command(help: dict[str, str] | None = None, short: dict[str, str] | None = N
 
 
 def as_typed(tasks: str) -> str:
-    """--task as a shell completes it: `my_task/` (a folder's name, completed in kernels/) names my_task."""
-    return ",".join(name[:-1] if name.endswith("/") else name for name in tasks.split(","))
+    """--task as a shell completes it: `my_task/` (a folder's name, completed in kernels/) and `kernels/my_task/`
+    (completed from the project's root) name my_task."""
+    return ",".join(_folder_name(name) for name in tasks.split(","))
+
+
+def _folder_name(name: str) -> str:
+    name = name[:-1] if name.endswith("/") else name
+    return name[len("kernels/"):] if name.startswith("kernels/") and name.count("/") == 1 else name
 
 
 def say(line: str) -> None:

@@ -355,8 +355,11 @@ def check(c, task, workloads=None, json=False):
     from .check import NOT_CHECKED_HERE, smoke_check
 
     [task_dir] = find_tasks(KERNELS, [task])
+    ids = checks.workload_ids(workloads)
     _ensure_upstream([task_dir])
-    outcome = smoke_check(task_dir, workloads, quiet=json)
+    if ids:  # an id the task lacks: refused before any run starts (a task the runner refuses: its own view)
+        checks.check_tasks([task_dir], timing_mode=None, workloads=ids)
+    outcome = smoke_check(task_dir, ",".join(ids) if ids else None, quiet=json)
     if json:
         print_document("check", outcome)
     refused = outcome["exit_code"] == RunExit.REFUSED  # the task itself is not one the runner takes: bad input

@@ -211,10 +211,16 @@ def complete_value(remainder: str, names: Iterable[str]) -> Optional[list[str]]:
         flag = tokens[-2]  # `--host io<TAB>`: the shell keeps what matches
     else:
         return None
-    return values_for(flag)
+    return values_for(flag, _value_of("--host", tokens[:-1] if tokens[-1] not in VALUE_FLAGS else tokens))
 
 
-def values_for(flag: str) -> list[str]:
+def _value_of(flag: str, tokens: list[str]) -> Optional[str]:
+    """The value the command line gives flag (its last), if any."""
+    values = [tokens[i + 1] for i, token in enumerate(tokens[:-1]) if token == flag]
+    return values[-1] if values else None
+
+
+def values_for(flag: str, host: Optional[str] = None) -> list[str]:
     from .project import default_hosts_file, kernels_dir
 
     if flag == "--host":
@@ -222,7 +228,8 @@ def values_for(flag: str) -> list[str]:
     kernels = kernels_dir()
     if flag == "--task":
         return sorted(p.parent.name for p in kernels.glob("*/task.toml"))
-    fetched = {p.name for p in kernels.glob("*/results/*/*") if p.is_dir() and p.parent.name != "check"}
+    fetched = {p.name for p in kernels.glob("*/results/*/*") if p.is_dir() and p.parent.name != "check"
+               and (host is None or p.parent.name == host)}  # --host H before --run: only H's runs
     return ["latest", *sorted(fetched, reverse=True)]
 
 
@@ -263,6 +270,8 @@ def spelled_as_one_task(argv: list[str]) -> list[str]:
     """`kpremote skill install ...` is the task `skill-install` (Invoke would read two tasks)."""
     if argv[1:3] == ["skill", "install"]:
         return [argv[0], "skill-install", *argv[3:]]
+    if argv[1:2] == ["skill"] and (len(argv) == 2 or argv[2] in HELP_WORDS):  # `kpremote skill --help`
+        return [argv[0], "--help", "skill-install"]
     return argv
 
 

@@ -218,3 +218,28 @@ def test_a_reader_that_leaves_is_no_traceback(project, program, args, code):
     result = with_reader_gone(project, *args, program=program)
     assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr, result.stderr
     assert result.returncode == code, result.stderr
+
+
+def test_the_small_things_a_newcomer_hit(project, tmp_path):
+    # run ids offered after --run are those of the host named before it
+    for host, run_id in (("local", "20261124-101010-aaaaaa"), ("elsewhere", "20261125-101010-bbbbbb")):
+        (project / "kernels" / TASK / "results" / host / run_id).mkdir(parents=True)
+    offered = kpremote(project, "--complete", "--", "kpremote", "logs", "--host", "local", "--run", cwd=project)
+    assert "20261124-101010-aaaaaa" in offered.stdout.split() and "20261125-101010-bbbbbb" not in offered.stdout
+    # --task as bash completes it from the project's root
+    typed = kpremote(project, "compare", "--task", f"kernels/{TASK}/", cwd=project)
+    assert "invalid task name" not in typed.stderr and "unknown task" not in typed.stderr, typed.stderr
+    # `skill install --for` a word that is no agent: refused, not a folder made under that name
+    home = {"HOME": str(tmp_path)}
+    typo = kpremote(project, "skill", "install", "--for", "claudee", cwd=tmp_path, env=home)
+    assert typo.returncode == 2 and "did you mean claude?" in typo.stderr and not (tmp_path / "claudee").exists()
+    helped = kpremote(project, "skill", "--help", cwd=tmp_path, env=home)
+    assert helped.returncode == 0 and "skill-install" in helped.stdout, helped.stderr
+    # new-task's folder has a folder's usual mode, not mkdtemp's 0700
+    made = kpremote(project, "new-task", "moded", cwd=project)
+    assert made.returncode == 0, made.stderr
+    import os
+
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (project / "kernels" / "moded").stat().st_mode & 0o777 == 0o777 & ~umask

@@ -195,6 +195,7 @@ REFUSALS = [
     (["run", "--host", "local", "--task", "empty", "--json-stream"], "run", "missing in kernels/empty/solution"),
     (["logs", "--host", "local", "--run", "nope", "--json"], "logs", "nope"),
     (["run", "--host", "local", "--taks", TASK, "--json"], "run", "unknown option --taks"),
+    (["check", "--task", TASK, "--workloads", "nope", "--json"], "check", "no workload 'nope'"),
 ]
 
 
@@ -209,8 +210,11 @@ def test_a_refused_json_command_still_prints_one_document(project, args, command
         toml.write_text(toml.read_text().replace(f'name = "{TASK}"', 'name = "empty"', 1))
         shutil.rmtree(empty / "solution")
         (empty / "solution").mkdir()
+    checks = project / "kernels" / TASK / "results" / "check"
+    before = sorted(checks.iterdir()) if checks.is_dir() else []
     result = kp(project, *args)
     assert result.returncode == 2, result.stderr
     document = document_of(result, "error")  # the whole stdout: one object, whatever the refusal
     assert document["command"] == command and document["exit_code"] == 2
     assert words in document["error"] and document["error"] in result.stderr, (document, result.stderr)
+    assert (sorted(checks.iterdir()) if checks.is_dir() else []) == before  # refused before any check started
