@@ -94,6 +94,19 @@ def test_a_ledger_line_says_what_was_measured_and_what_came_out(tmp_path: Path) 
     assert (line["exit_code"], line["command"]) == (1, "inv run --task demo")
 
 
+@pytest.mark.parametrize("argv, typed", [
+    (["/x/lib/python3.11/site-packages/invoke/__main__.py", "--search-root", "/r", "run", "--task", "a b"],
+     "inv --search-root /r run --task 'a b'"),
+    (["/x/.venv/bin/inv", "check", "--task", "t"], "inv check --task t"),
+    (["/x/kpremote/program.py", "run", "--task", "t"], "kpremote run --task t"),
+    (["/x/.venv/bin/kpremote", "run"], "kpremote run"),
+])
+def test_the_ledger_records_the_command_as_one_types_it(tmp_path: Path, argv: list[str], typed: str) -> None:
+    write(tmp_path / "summary" / "results.json", json.dumps(RESULTS))
+    ledger.record_run(tmp_path, tmp_path / "summary", "box", 0, argv)
+    assert ledger.read_ledger(tmp_path)[-1]["command"] == typed
+
+
 APPENDER = """
 import sys
 from kpremote.ledger import append_line
