@@ -18,12 +18,12 @@ from .views import terminal
 from .views.results import summary_markdown
 from .views.run import event_line, row_pieces
 from .ledger import record_run
-from .agent.harness.correctness import NOT_CHECKED
 from .taskdir import TaskDir
 
 # The runner's own progress lines on its stderr ("[1/2] w: PASSED 1.02x"): shown from the events instead.
 RUNNER_ROW_LINE = re.compile(r"^\[\d+/\d+\] ")
 POLL_S = 0.2
+NOT_CHECKED = "NOT CHECKED"  # a row's status when it could not be checked here (the judge's word, results.json)
 NOT_CHECKED_HERE = "not checked"
 """The check's status when no row could be checked on this CPU: said, exit 0, never passed (run it on a GPU)."""
 

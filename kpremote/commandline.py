@@ -16,6 +16,7 @@ from invoke.exceptions import Exit
 from . import interrupt
 from .errors import KpremoteError, StoppedByUser
 from .jsonout import json_asked, print_error
+from .pipes import stdout_reader_gone
 from .views.terminal import error_line
 
 EXIT_FAILED = 1      # the command ran and something it checked failed (a host down, a row not PASSED)
@@ -60,8 +61,6 @@ def command(help: dict[str, str] | None = None, short: dict[str, str] | None = N
                     print_error(fn.__name__.replace("_", "-"), str(exc), EXIT_USAGE)
                 raise Exit(code=EXIT_USAGE) from None
             except BrokenPipeError:  # `inv status | head -1`: stdout's reader left; what runs on a host goes on
-                from .program import stdout_reader_gone
-
                 stdout_reader_gone()
                 raise Exit(code=EXIT_READER_GONE) from None
             except KeyboardInterrupt as exc:

@@ -23,6 +23,7 @@ from invoke.exceptions import Exit, ParseError
 
 from . import __version__
 from .jsonout import json_asked, print_error
+from .pipes import flush_at_exit, stdout_reader_gone
 
 # The flags whose values completion offers, and where they come from.
 VALUE_FLAGS = ("--host", "--task", "--run", "--base", "--new")
@@ -106,28 +107,6 @@ def kpremote_parsing(step: Callable[[Any], None]) -> Callable[[Any], None]:
 
     parse.kpremote_parsing = True  # type: ignore[attr-defined]
     return parse
-
-
-def stdout_reader_gone() -> None:
-    """stdout's reader left (`| head`): what is still buffered, and anything printed later, goes nowhere, with no
-    BrokenPipeError traceback now nor at exit."""
-    import os
-
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, sys.stdout.fileno())
-    finally:
-        os.close(devnull)
-
-
-def flush_at_exit() -> None:
-    """The last flush of stdout, before Python's own at exit: a reader that left is not a traceback."""
-    try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        stdout_reader_gone()
-    except (OSError, ValueError):
-        pass
 
 
 def _program_name(program: Program) -> str:
