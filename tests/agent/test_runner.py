@@ -164,7 +164,7 @@ def test_results_json_carries_provenance_rows_and_headline(smoke_run: tuple[Path
         assert row["status"] == "PASSED" and row["correctness"]["seeds_checked"] == 2 + TIMING_CASES_CPU
         assert len(row["seeds"]["correctness"]) == 2 and len(row["seeds"]["timing"]) == TIMING_CASES_CPU
         seeds_used |= set(row["seeds"]["correctness"] + row["seeds"]["timing"])
-        assert row["verdict"]["verdict"] in ("FASTER", "SAME", "SLOWER")
+        assert row["verdict"]["verdict"] is None  # a smoke row's timings mean nothing: no word is said on them
         assert row["verdict"]["low"] <= row["speedup"] <= row["verdict"]["high"]
         assert row["checks"]["memory_isolation"] == "memfd" and row["checks"]["timing_cases"] == TIMING_CASES_CPU
         assert row["correctness"]["max_abs_err"]["out"] < 1e-5
