@@ -428,7 +428,7 @@ def test_hosts_check_keeps_what_it_checks_at_80_columns_and_takes_a_host(project
     checked = kp(project, "hosts", "--check", columns=80)
     lines = checked.stdout.splitlines()
     [header] = [line for line in lines if line.startswith("host ")]
-    assert {"reachable", "python", "torch", "triton", "nvidia-ml-py"} <= set(header.split()), header
+    assert {"reachable", "python", "torch", "triton", "nvidia-ml-py", "sandbox"} <= set(header.split()), header
     assert all(len(line) <= 80 for line in lines), lines
     one = kp(project, "hosts", "--check", "--host", "local", "--json")
     assert one.returncode == 0, one.stderr  # only the reachable one asked

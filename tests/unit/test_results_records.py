@@ -80,3 +80,11 @@ def test_a_file_that_is_not_results_is_refused_naming_the_file(tmp_path):
     bad.write_text("[1, 2]")
     with pytest.raises(ValueError, match=rf"^{re.escape(str(bad))}: .*expected a JSON object"):
         RunResults.read(bad)
+
+
+@pytest.mark.parametrize("smoke, why", [(True, "a CPU run takes the task's smoke rows"),
+                                        (False, "no production row among the rows run")])
+def test_a_run_without_a_production_row_says_why_not_that_none_was_selected(smoke: bool, why: str) -> None:
+    # `inv check` selects every row; a CPU run then takes the smoke rows, none of them a production row
+    head = report.headline([RowResult.from_json(judged_row("grid", 1.1, production=False))], {}, smoke=smoke)
+    assert head.geomean is None and why in head.note and "selected" not in head.note

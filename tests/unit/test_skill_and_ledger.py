@@ -133,6 +133,10 @@ def test_git_and_provenance_leave_the_ledger_out(tmp_path: Path) -> None:
     assert "ledger.jsonl" not in hash_task(tmp_path) and "task.toml" in hash_task(tmp_path)
     ignored = subprocess.run(["git", "check-ignore", "-q", "kernels/some_task/ledger.jsonl"], cwd=REPO)
     assert ignored.returncode == 0
+    # nor does a quick start's fetch leave an untracked run log in a shipped task (docs/results.md stays tracked)
+    logged = subprocess.run(["git", "check-ignore", "-q", "kernels/some_task/docs/run_log.md"], cwd=REPO)
+    results = subprocess.run(["git", "check-ignore", "-q", "kernels/some_task/docs/results.md"], cwd=REPO)
+    assert logged.returncode == 0 and results.returncode == 1
 
 
 def test_a_summary_of_another_shape_still_gets_its_ledger_line() -> None:

@@ -88,7 +88,8 @@ def headline(rows: list[RowResult], samples: dict[str, dict[str, list[float]]], 
             counts = Counter(r.status for r in production)
             note = "no production row passed (" + ", ".join(f"{n} {k}" for k, n in counts.items()) + ")"
         else:
-            note = "no production row selected"
+            note = ("no production row in this run: a CPU run takes the task's smoke rows, production shapes are "
+                    "timed on a GPU" if smoke else "no production row among the rows run")
         return replace(result, note=note, absent=frozenset({"verdicts", "method"}))
     draws = []
     for number, row in enumerate(counted):
