@@ -47,7 +47,7 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return self.status in ("passed", "detached", MEASURED)
+        return self.status in ("passed", "detached", MEASURED, "not checked")  # not checked: never a pass, not 1
 
 
 def launch(hosts: list[Host], tasks: list[TaskDir], options: RunOptions, *, detach: bool = False,
@@ -83,6 +83,21 @@ def launch(hosts: list[Host], tasks: list[TaskDir], options: RunOptions, *, deta
     else:
         _report(outcomes, as_json, detach)
     return outcomes
+
+
+def _not_checked_here(outcome: Outcome, summary: Path) -> None:
+    """A run on a host without a GPU of a task no side of which can run there: every row NOT CHECKED. Not the
+    candidate's failure: status `not checked` (never passed), why, and the run's own exit code kept."""
+    from .check import NOT_CHECKED_HERE, not_checked_here
+
+    try:
+        results = json.loads((summary / "results.json").read_text())
+    except (OSError, ValueError):
+        return
+    why = not_checked_here(results) if outcome.status == "failed" else None
+    if why:
+        outcome.status = NOT_CHECKED_HERE
+        outcome.error = f"not checked on a host without a GPU: {why}; run it on a GPU host"
 
 
 def _stream_end(stream: Optional[EventStream], outcome: Outcome) -> None:
@@ -153,6 +168,7 @@ def _one_run(hosts: list[Host], task: TaskDir, options: RunOptions, detach: bool
             if outcome.status != "cancelled":
                 fetched = fetch_run(session.agent, task, state, run.host, summary.data)
                 outcome.summary_dir = str(fetched.path)
+                _not_checked_here(outcome, fetched.path)
     except HostError as exc:
         outcome.status = "connection lost"
         outcome.error = f"{exc}; {reattach_hint(run.host, task.name, run.run_id)}"

@@ -165,6 +165,11 @@ def test_check_of_a_task_checked_on_a_gpu_only_says_not_checked_and_does_not_fai
     assert {row["status"] for row in document["results"]["rows"]} == {"NOT CHECKED"}
     plain = kp(project, "check", "--task", "gpuonly")
     assert plain.returncode == 0 and "gpuonly: not checked on this CPU: checked on a GPU only" in plain.stdout
+    ran = kp(project, "run", "--host", "local", "--task", "gpuonly", "--device", "cpu", "--json")
+    assert ran.returncode == 0, ran.stderr  # a host without a GPU: not the candidate's failure either
+    [outcome] = document_of(ran, "run")["runs"]
+    assert (outcome["status"], outcome["exit_code"]) == ("not checked", 1), outcome
+    assert outcome["error"].startswith("not checked on a host without a GPU: checked on a GPU only: bf16")
 
 
 def test_profile_outcome_matches_its_schema():
