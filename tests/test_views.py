@@ -461,6 +461,23 @@ def test_a_raising_solution_is_shown_with_the_file_and_line_that_raised(project)
         result.stdout
 
 
+def test_an_error_in_a_kernels_body_points_at_its_line_not_the_launch(project):
+    import shutil
+
+    broken = project / "kernels" / "broken_body"
+    shutil.copytree(project / "kernels" / TASK, broken, ignore=shutil.ignore_patterns("results", "ledger.jsonl"))
+    toml = broken / "task.toml"
+    toml.write_text(toml.read_text().replace(f'name = "{TASK}"', 'name = "broken_body"'))
+    kernel = broken / "solution" / "kernel.py"
+    lines = kernel.read_text().splitlines()
+    [line] = [number for number, text in enumerate(lines, 1) if "tl.load(shift_ptr" in text]  # inside the @triton.jit
+    lines[line - 1] = lines[line - 1].replace("tl.load(shift_ptr", "tl.lod(shift_ptr")
+    kernel.write_text("\n".join(lines) + "\n")
+    result = kp(project, "check", "--task", "broken_body", "--workloads", "grid_r3_c100", columns=100)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"(at solution/kernel.py:{line})" in result.stdout, result.stdout  # Triton's interpreter's first cause
+
+
 def test_a_leased_gpu_names_its_run_and_who_started_it():
     from kpremote.gpustatus import GpuReport, HostReport
     from kpremote.views.gpus import gpu_view
