@@ -62,6 +62,20 @@ def kind_of(state: dict[str, Any]) -> str:
     return "profile" if str(state.get("mode") or "").startswith(PROFILE_MODE_PREFIX) else "run"
 
 
+def as_typed(argv: list[str]) -> list[str]:
+    """The command line as one would type it again: `inv ...` or `kpremote ...`, not the interpreter's path to
+    invoke's __main__.py or to a venv's bin/inv."""
+    words = [str(part) for part in argv]
+    if not words:
+        return words
+    first = words[0].replace("\\", "/")
+    if first.endswith("invoke/__main__.py") or first.rsplit("/", 1)[-1] in ("inv", "invoke"):
+        return ["inv", *words[1:]]
+    if first.endswith("kpremote/program.py") or first.rsplit("/", 1)[-1] == "kpremote":
+        return ["kpremote", *words[1:]]
+    return words
+
+
 def ledger_entry(results: RunResults, host: str, exit_code: Optional[int], command: list[str]) -> dict[str, Any]:
     """One ledger line from a run's results (kpremote.results/1); a missing part is null, never guessed. A summary
     of another shape (a stand-in's "rows": 200) reads as one without rows (RunResults.from_json)."""
@@ -87,7 +101,7 @@ def ledger_entry(results: RunResults, host: str, exit_code: Optional[int], comma
         "unsandboxed": results.unsandboxed,
         "headline": _headline(results.headline),
         "rows": {row.workload: _row(row) for row in results.rows},
-        "command": shlex.join(str(part) for part in command),
+        "command": shlex.join(as_typed(command)),
     }
 
 

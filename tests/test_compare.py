@@ -159,12 +159,21 @@ def test_history_table_and_plot(project):
     plot = Path(document["plot"])
     assert plot.read_bytes().startswith(b"\x89PNG") and plot.stat().st_size > 5000
     text = kp(project, "history", "--task", TASK, columns=80, program="kpremote").stdout
+    narrow = kp(project, "history", "--task", TASK, columns=50, program="kpremote").stdout
+    assert f"plot: {document['plot']}" in narrow.splitlines()  # a path to open: whole on its line at any width
     for run_id in ("20261120-100000-aaaaaa", "20261121-100000-bbbbbb", "20261122-100000-cccccc"):
         [line] = [line for line in text.splitlines() if run_id in line]
         assert "passed" in line
     assert "1111111111" in text and "1.060x" in text
     wide = kp(project, "history", "--task", TASK, columns=140, program="kpremote").stdout
     assert "aaaaaaaaaaaa" in wide and "bbbbbbbbbbbb" in wide  # each run's candidate, where there is room
+
+
+def test_the_compared_runs_lines_are_whole_on_a_narrow_terminal(project):
+    text = kp(project, "compare", "--task", TASK, columns=50, program="kpremote").stdout
+    for label in ("base: ", "new : "):
+        [line] = [line for line in text.splitlines() if line.startswith(label)]
+        assert re.fullmatch(label + r"\d{8}-\d{6}-[0-9a-f]{6}  \S+  .*  passed", line), line  # not wrapped into two
 
 
 def test_a_change_inside_both_runs_noise_is_same():

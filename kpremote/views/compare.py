@@ -12,6 +12,7 @@ from ..agent.protocol import TASK_LABELS
 from ..history import commit_label
 from .layout import Column, fitted_table
 from .results import VERDICT_STYLE, number
+from .terminal import Unbroken
 
 
 def _ratio(value: Optional[float]) -> str:
@@ -43,7 +44,7 @@ def _verdict(value: Optional[str]) -> Text:
 def compare_view(document: dict[str, Any], width: int) -> Group:
     rows = document["rows"]
     parts: list[Any] = [Text(f"{document['task']}: new run against base run, row by row", style="bold"),
-                        _run_line("base", document["base"]), _run_line("new ", document["new"])]
+                        Unbroken(_run_line("base", document["base"])), Unbroken(_run_line("new ", document["new"]))]
     if document.get("smoke"):
         parts.append(Text("smoke: timings are not meaningful, and neither are their changes", style="bold yellow"))
     for run in document.get("skipped") or []:
@@ -137,7 +138,7 @@ def history_view(document: dict[str, Any], width: int) -> Group:
     parts += [Text.assemble((e["run_id"], "cyan"), (f": not verified: {e['record']}", "bold red"))
               for e in runs if e.get("record")]
     if document.get("plot"):
-        parts.append(Text(f"plot: {document['plot']}"))
+        parts.append(Unbroken(f"plot: {document['plot']}"))  # a path to open: whole at any width
     elif document.get("plot_note"):
         parts.append(Text(document["plot_note"], style="yellow"))
     return Group(*parts)

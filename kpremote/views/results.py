@@ -96,8 +96,8 @@ def _banner(results: RunResults) -> list[Text]:
     if where or device:
         run = f", run {results.run_id}" if results.run_id else ""
         lines.append(Text(f"{where or '?'}, {device or '?'}{run}", style="dim"))
-    if results.message:
-        lines.append(Text(str(results.message), style="red"))
+    if results.message:  # a command it names (the failed build's log: inv fetch-results ...) on a line of its own
+        lines += terminal.error_lines(str(results.message))
     return lines
 
 

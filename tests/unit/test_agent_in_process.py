@@ -296,3 +296,24 @@ def test_follow_with_summary_sends_no_summary_its_record_does_not_vouch_for(agen
     assert state["status"] == "passed" and received == []
     with pytest.raises(FetchRefused, match=f"run {RUN_ID} of {TASK}: its summary/results.json has sha256"):
         fetch_run(agent, find_task(kernels, TASK), state, agent.host.name)
+
+
+def test_logs_json_without_follow_of_a_running_run_ends_with_an_end_that_says_it_goes_on(agent, kernels, gpus,
+                                                                                        standin_runs, monkeypatch):
+    import kpremote.placement as placement
+    from kpremote.eventstream import EventStream
+
+    monkeypatch.setattr(placement, "open_session", lambda host: RunSession(agent))
+    standin_runs(events=1, hold_s=30)
+    run = start_run(RunSession(agent), find_task(kernels, TASK), RunOptions())
+    try:
+        out = io.StringIO()
+        assert placement.show_logs(agent.host, run.run_id, TASK, False, EventStream(out=out))  # not a failure: 0
+        end = json.loads(out.getvalue().splitlines()[-1])
+        assert (end["event"], end["status"], end["ended"], end["exit_code"]) == ("end", "running", False, None)
+    finally:
+        cancel_run(RunSession(agent), TASK, run.run_id)
+    out = io.StringIO()
+    assert not placement.show_logs(agent.host, run.run_id, TASK, False, EventStream(out=out))  # cancelled: not 0
+    end = json.loads(out.getvalue().splitlines()[-1])
+    assert (end["event"], end["status"], end["ended"]) == ("end", "cancelled", True)

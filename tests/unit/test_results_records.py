@@ -104,3 +104,11 @@ def test_a_faster_row_the_audit_cannot_vouch_for_is_counted_and_shown_as_unverif
     # a SAME or SLOWER row is what it is: a forge could only have flattered the candidate
     same = RowResult.from_json({**judged_row("s", 1.0), "verdict": {"verdict": "SAME", "forge_blind_spot_pct": 9.0}})
     assert same.verdict_word == "SAME" and same.unverified is None
+
+
+@pytest.mark.parametrize("smoke, why", [(True, "a CPU run takes the task's smoke rows"),
+                                        (False, "no production row among the rows run")])
+def test_a_run_without_a_production_row_says_why_not_that_none_was_selected(smoke: bool, why: str) -> None:
+    # `inv check` selects every row; a CPU run then takes the smoke rows, none of them a production row
+    head = report.headline([RowResult.from_json(judged_row("grid", 1.1, production=False))], {}, smoke=smoke)
+    assert head.geomean is None and why in head.note and "selected" not in head.note

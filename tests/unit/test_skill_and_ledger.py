@@ -32,6 +32,16 @@ def test_the_shipped_skill_has_the_front_matter_agents_load() -> None:
     assert skill_text() == (REPO / "kpremote" / "skill" / "SKILL.md").read_text()
 
 
+def test_every_run_the_skill_names_by_a_word_is_of_its_task() -> None:
+    # `--run latest` without --task is the host's newest run of any task or user: an agent followed another's run
+    import re
+
+    named = [line for line in skill_text().splitlines() if re.search(r"--run (latest|ID)\b", line)]
+    assert len(named) >= 3
+    for line in named:
+        assert "--task" in line, line
+
+
 @pytest.mark.parametrize("target, where", [("claude", ".claude/skills/kpremote"), ("codex", ".agents/skills/kpremote")])
 def test_install_for_an_agent_lands_in_its_user_skill_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                               target: str, where: str) -> None:
@@ -111,6 +121,19 @@ def test_a_key_is_made_once_and_never_replaced(tmp_path: Path) -> None:
         read_or_create_key(tmp_path / "keys" / "records.key")
 
 
+@pytest.mark.parametrize("argv, typed", [
+    (["/x/lib/python3.11/site-packages/invoke/__main__.py", "--search-root", "/r", "run", "--task", "a b"],
+     "inv --search-root /r run --task 'a b'"),
+    (["/x/.venv/bin/inv", "check", "--task", "t"], "inv check --task t"),
+    (["/x/kpremote/program.py", "run", "--task", "t"], "kpremote run --task t"),
+    (["/x/.venv/bin/kpremote", "run"], "kpremote run"),
+])
+def test_the_ledger_records_the_command_as_one_types_it(tmp_path: Path, argv: list[str], typed: str) -> None:
+    write(tmp_path / "summary" / "results.json", json.dumps(RESULTS))
+    ledger.record_run(tmp_path, tmp_path / "summary", "box", 0, argv)
+    assert ledger.read_ledger(tmp_path)[-1]["command"] == typed
+
+
 APPENDER = """
 import sys
 from kpremote.ledger import append_line
@@ -137,6 +160,10 @@ def test_git_and_provenance_leave_the_ledger_out(tmp_path: Path) -> None:
     assert "ledger.jsonl" not in hash_task(tmp_path) and "task.toml" in hash_task(tmp_path)
     ignored = subprocess.run(["git", "check-ignore", "-q", "kernels/some_task/ledger.jsonl"], cwd=REPO)
     assert ignored.returncode == 0
+    # nor does a quick start's fetch leave an untracked run log in a shipped task (docs/results.md stays tracked)
+    logged = subprocess.run(["git", "check-ignore", "-q", "kernels/some_task/docs/run_log.md"], cwd=REPO)
+    results = subprocess.run(["git", "check-ignore", "-q", "kernels/some_task/docs/results.md"], cwd=REPO)
+    assert logged.returncode == 0 and results.returncode == 1
 
 
 def test_a_summary_of_another_shape_still_gets_its_ledger_line() -> None:

@@ -319,7 +319,8 @@ class Judge:
                                       medians=(medians["baseline"], medians["candidate"]),
                                       pair_medians=[(p["baseline"], p["candidate"]) for p in pair.process_pairs
                                                     if p["baseline"] is not None and p["candidate"] is not None],
-                                      process_floor_us=stats.process_floor_us(pairs) if self.device == "cuda" else 0.0),
+                                      process_floor_us=stats.process_floor_us(pairs) if self.device == "cuda" else 0.0,
+                                      meaningful=self.device == "cuda"),  # a smoke row has no verdict
             checks={"timing_cases": len(cases), "checked_samples": dict(self.checked), "refreshes": self.refreshes,
                     "check_fraction": sampling.CHECK_FRACTION, "memory_isolation": self.sharing.isolation,
                     "process_pairs": pairs, "retaken": retaken,

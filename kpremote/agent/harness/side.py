@@ -275,9 +275,7 @@ def serve(channel: Channel) -> None:
             else:
                 reply = commands[op](side, command)
         except Exception as exc:  # noqa: BLE001 - the judge turns it into the row's ERROR
-            lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
-            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
-                     "traceback": "\n".join("".join(lines).splitlines()[-TRACEBACK_LINES:])}
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": _traceback_tail(exc)}
         finally:
             import os
 
@@ -309,6 +307,22 @@ def main(argv: list[str]) -> int:
         return call_from_fd(args.fd, call_row)
     serve(Channel.from_fd(args.fd))
     return 0
+
+
+def _traceback_tail(exc: BaseException) -> str:
+    """The last TRACEBACK_LINES lines of exc's traceback; for an exception raised from another (Triton's interpreter
+    wraps what a kernel's body raised), the first cause's own last lines after it: the line in the task's code that
+    failed, not only the launch that reached it."""
+    outer = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, chain=False)).splitlines()
+    root, seen = exc, {id(exc)}
+    while (root.__cause__ or root.__context__) is not None and id(root.__cause__ or root.__context__) not in seen:
+        root = root.__cause__ or root.__context__  # type: ignore[assignment]
+        seen.add(id(root))
+    if root is exc:
+        return "\n".join(outer[-TRACEBACK_LINES:])
+    inner = "".join(traceback.format_exception(type(root), root, root.__traceback__, chain=False)).splitlines()
+    half = TRACEBACK_LINES // 2
+    return "\n".join([*outer[-half:], "raised from (the first cause):", *inner[-half:]])
 
 
 if __name__ == "__main__":

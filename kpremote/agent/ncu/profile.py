@@ -44,7 +44,7 @@ class ProfileRunner(Runner):
         self.ncu_path = ""
         self.profiled: list[SideProfile] = []
 
-    def _run_all(self) -> tuple[str, int]:
+    def _run_all(self) -> tuple[str, int, str | None]:
         self._get_ready()
         [workload] = self.ctx.selected
         self._run_rows([workload])  # its judge ended: ncu measures a GPU no row process holds
@@ -54,7 +54,7 @@ class ProfileRunner(Runner):
             self.profiled.append(self._profile_side(workload, side))
         self._phase("summarize")
         self._write_profile_summary(workload)
-        return "passed", RunExit.PASSED
+        return "passed", RunExit.PASSED, None
 
     def _validate(self) -> None:
         if isinstance(self.request, str):

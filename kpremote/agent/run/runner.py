@@ -125,7 +125,7 @@ class Runner:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         status, exit_code, message, ended_by = "error", RunExit.INFRA, None, None
         try:
-            status, exit_code = self._run_all()
+            status, exit_code, message = self._run_all()
         except Cancelled:
             status, exit_code, message, ended_by = self._stopped_by()
         except Abort as abort:
@@ -156,7 +156,7 @@ class Runner:
             return verdict["status"], verdict["exit_code"], verdict["message"], verdict["ended_by"]
         return "cancelled", RunExit.CANCELLED, "cancelled by a signal", None
 
-    def _run_all(self) -> tuple[str, int]:
+    def _run_all(self) -> tuple[str, int, str | None]:
         self._get_ready()
         self._phase("workloads")
         self._run_rows(self.ctx.selected)
@@ -257,10 +257,9 @@ class Runner:
                              error=record.get("error"))
         if build.get("note"):
             self.events.emit("warning", message=build["note"])
-        if build.get("not_checked"):
-            why = build["not_checked"]
-            self.events.emit("warning", message=f"{NOT_CHECKED}: " + ("; ".join(why.values()) if isinstance(why, dict)
-                                                                         else str(why)))
+        not_checked = self._not_checked_here()  # the build's sides that cannot run here, and the task's own word
+        if not_checked:
+            self.events.emit("warning", message=f"{NOT_CHECKED}: " + "; ".join(not_checked.values()))
         if not build["ok"]:
             failed = {s: r for s, r in build["sides"].items() if not r["ok"]}
             reasons = "; ".join(f"{s}: {r['error']}" for s, r in failed.items())
@@ -314,13 +313,19 @@ class Runner:
         row = {**base, **_outcome_fields(outcome), "smoke": smoke, "label": report.SMOKE_LABEL if smoke else None,
                "seconds": round(outcome.seconds, 3), "log": f"raw/workloads/{workload.id}.log"}
         row["speedup"] = (row.get("timing") or {}).get("speedup") if row["status"] == PASSED else None
+        if outcome.log_dropped_bytes:
+            row["log_dropped_bytes"] = outcome.log_dropped_bytes  # results.md says the row's log was cut
         if foreign and row.get("timing"):
             row["invalid"] = "; ".join(filter(None, [row.get("invalid"), foreign]))
         return row
 
     def _not_checked_here(self) -> dict[str, str]:
-        """{side: why} for the sides that cannot run on this device (buildrules decides, per build kind)."""
-        return buildrules.not_checked_here(self.ctx.spec.build, self.ctx.device)
+        """{side: why} for the sides that cannot run on this device (buildrules decides, per build kind), and the
+        task's own word where it can be checked on a GPU only (task.toml [task] gpu_only)."""
+        why = buildrules.not_checked_here(self.ctx.spec.build, self.ctx.device)
+        if self.ctx.spec.task.gpu_only and self.ctx.device != "cuda":
+            why["task"] = f"checked on a GPU only: {self.ctx.spec.task.gpu_only}"
+        return why
 
     def _judges(self) -> JudgeProcess:
         if self.judges is None:
@@ -456,10 +461,11 @@ class Runner:
 
     # ---------------------------------------------------------------- ending
 
-    def _verdict(self) -> tuple[str, int]:
+    def _verdict(self) -> tuple[str, int, str | None]:
+        """passed, or failed with why (state.json's message: what `inv status` and `inv run`'s `error` show)."""
         rows = self.ctx.rows
-        good = all(r["status"] == PASSED and not r.get("invalid") for r in rows)
-        return ("passed", RunExit.PASSED) if good else ("failed", RunExit.FAILED)
+        bad = [r for r in rows if r["status"] != PASSED or r.get("invalid")]
+        return ("passed", RunExit.PASSED, None) if not bad else ("failed", RunExit.FAILED, why_failed(bad, len(rows)))
 
     def _finish(self, status: str, exit_code: int, message: str | None, ended_by: str | None = None) -> None:
         """Release the GPU, write the summary, and only then say the run is over (state last). ended_by: the Slurm
@@ -561,6 +567,19 @@ class Runner:
 
 
 # --------------------------------------------------------------------------------------------- helpers
+
+
+def why_failed(bad: list[dict[str, Any]], total: int, shown: int = 3, detail_chars: int = 200) -> str:
+    """A failed run in one line: which rows and how, then the first one's own words (shortened)."""
+    def how(row: dict[str, Any]) -> str:
+        return f"{row['workload']} {row['status'] if row['status'] != PASSED else 'invalid'}"
+
+    names = ", ".join(how(row) for row in bad[:shown]) + (f" and {len(bad) - shown} more" if len(bad) > shown else "")
+    first = bad[0]
+    detail = " ".join(str(first.get("message") or first.get("invalid") or "").split())
+    if len(detail) > detail_chars:
+        detail = detail[:detail_chars - 3] + "..."
+    return f"{len(bad)} of {total} row(s) not passed: {names}" + (f" — {first['workload']}: {detail}" if detail else "")
 
 
 def _outcome_fields(outcome: WorkerOutcome) -> dict[str, Any]:
