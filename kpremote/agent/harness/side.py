@@ -248,6 +248,16 @@ COMMANDS = {
 }
 
 
+def channel_changes(channel: Channel, kind: type, fields: dict[str, Any]) -> list[str]:
+    """What task code changed of the channel a reply goes through: its class, an attribute replaced or added (a
+    wrapped socket, a send_reply of the instance's own)."""
+    if type(channel) is not kind:
+        return ["the side's channel (its class)"]
+    now, missing = vars(channel), object()
+    changed = sorted(name for name in {*fields, *now} if now.get(name, missing) is not fields.get(name, missing))
+    return [f"the side's channel ({name})" for name in changed]
+
+
 def serve(channel: Channel) -> None:
     side = Side()
     # Bound here, before any task code runs: the check, its code, and (once "start" returns it) the seal. A
@@ -258,6 +268,9 @@ def serve(channel: Channel) -> None:
     # named with the seal's names: such a hook sees sample()'s reply on its return event and could edit it.
     hooks = seal.HookWatch(tuple(f.__code__ for f in (serve, Side.case, Side.row, *COMMANDS.values())))
     hooks_set, hooks_code = hooks.set, seal.HookWatch.set.__code__
+    # The channel itself: task code can reach it through this frame and wrap its socket (or shadow send_reply on
+    # the instance), so what the reply goes through is the object bound here, checked before every reply.
+    channel_type, channel_fields = type(channel), dict(vars(channel))
     while True:
         try:
             command, fds = channel.recv_command()
@@ -285,6 +298,7 @@ def serve(channel: Channel) -> None:
             entries = reply.pop(SEAL_KEY)
         tampered = ["the seal's own check (its code)"] if check.__code__ is not check_code else check(entries)
         tampered += ["the hook watch (its code)"] if hooks_set.__func__.__code__ is not hooks_code else hooks_set()
+        tampered += channel_changes(channel, channel_type, channel_fields)
         if tampered:
             reply["tampered"] = tampered
         channel.send_reply(reply)
