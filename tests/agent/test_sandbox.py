@@ -335,7 +335,8 @@ SIDE_SEES = textwrap.dedent('''
     import json as _json, os as _os, sys as _sys, time as _time
     def _what(fd):
         try:
-            return _os.readlink(f"/proc/self/fd/{fd}").split(":")[0]
+            what = _os.readlink(f"/proc/self/fd/{fd}").split(":")[0]
+            return "/proc/self" if what == f"/proc/{_os.getpid()}" else what  # the sandbox's hold on its own
         except OSError:
             return None  # the listing's own descriptor, closed by now
     _open = {fd: _what(fd) for fd in sorted(int(name) for name in _os.listdir("/proc/self/fd"))}
