@@ -111,7 +111,7 @@ def _run_tree(top: Path) -> Path:
                    "raw/build/baseline", "raw/workloads", "summary"):
         (run / folder).mkdir(parents=True, exist_ok=True)
     for name in ("state.json", "state.lock", "raw/events.jsonl", "raw/workloads/w.log", "task/t/adapter.py",
-                 "raw/build/candidate/kernel.py", "raw/build/baseline/kernel.py"):
+                 "raw/build/candidate/kernel.py", "raw/build/baseline/kernel.py", "raw/scratch/baseline/tmp/x"):
         (run / name).write_text("x")
     for other in (top / "tasks" / "t" / "runs" / "r0", top / "keys", top / "agent"):
         other.mkdir(parents=True)
@@ -136,7 +136,7 @@ def test_readable_except_allows_everything_but_the_denied_trees_save_their_allow
 def test_a_sandboxed_process_cannot_read_its_runs_records_other_runs_or_the_keys(tmp_path: Path) -> None:
     """reads_env as the judge sets it for the candidate: its task copy, scratch and build folder readable; the run's
     state (even its lock, read-only, so no flock can stall the runner), events, workload logs, the other side's
-    folders, another run and the keys not; everything outside the root still is."""
+    folders' files, another run and the keys not; everything outside the root still is, and folders stay listable."""
     run = _run_tree(tmp_path)
     code = TRY + textwrap.dedent('''
         import fcntl
@@ -148,7 +148,8 @@ def test_a_sandboxed_process_cannot_read_its_runs_records_other_runs_or_the_keys
                                              "raw/build/candidate/kernel.py")}
         seen["flock"] = attempt(lambda: fcntl.flock(os.open(os.path.join(run, "state.lock"), os.O_RDONLY),
                                                     fcntl.LOCK_EX | fcntl.LOCK_NB))
-        seen["other_scratch"] = attempt(lambda: os.listdir(os.path.join(run, "raw", "scratch", "baseline")))
+        seen["other_scratch"] = read("raw/scratch/baseline/tmp/x")
+        seen["listing"] = attempt(lambda: os.listdir(run))  # names stay listable (a task folder holding its run)
         seen["own_scratch"] = attempt(lambda: os.listdir(os.path.join(run, "raw", "scratch", "candidate")))
         seen["other_run"] = attempt(lambda: open(os.path.join(top, "tasks", "t", "runs", "r0", "file")).read())
         seen["keys"] = attempt(lambda: open(os.path.join(top, "keys", "file")).read())
@@ -161,7 +162,7 @@ def test_a_sandboxed_process_cannot_read_its_runs_records_other_runs_or_the_keys
     refused = ("state.json", "state.lock", "raw/events.jsonl", "raw/workloads/w.log", "raw/build/baseline/kernel.py",
                "flock", "other_scratch", "other_run", "keys")
     assert {name: seen[name] for name in refused} == {name: "Permission denied" for name in refused}, seen
-    allowed = ("task/t/adapter.py", "raw/build/candidate/kernel.py", "own_scratch", "agent", "etc")
+    allowed = ("task/t/adapter.py", "raw/build/candidate/kernel.py", "own_scratch", "agent", "etc", "listing")
     assert {name: seen[name] for name in allowed} == {name: "allowed" for name in allowed}, seen
 
 

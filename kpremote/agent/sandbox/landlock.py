@@ -2,9 +2,9 @@
 but the subtrees it is denied, no signal to and no ptrace of a process outside its own domain, no TCP.
 
 What is restricted is every kind of change to the file system (write, truncate, create, remove, rename into);
-reads (and execution) where the caller names what to hide: Landlock only allows, so `readable_except` turns
-"everything but these folders, save these parts of them" into the folders and files to allow (a side must still
-import torch, its task and the agent); and, where the kernel's Landlock is new enough, signals (ABI 6: a sandboxed process can signal only processes of its own domain or one nested in it)
+reads and execution of files where the caller names what to hide: Landlock only allows, so `readable_except`
+turns "everything but these folders, save these parts of them" into the folders and files to allow (a side must
+still import torch, its task and the agent; folders stay listable); and, where the kernel's Landlock is new enough, signals (ABI 6: a sandboxed process can signal only processes of its own domain or one nested in it)
 and TCP bind/connect (ABI 4). A Landlock domain also keeps ptrace, /proc/PID/mem and process_vm_readv of any
 process outside it from its members (ABI 1). Applying it is one-way and inherited by every child.
 """
@@ -86,8 +86,9 @@ def changes_for(abi: int) -> int:
 def restrict_self(writable: list[Path], device_files: list[Path] = (), readable: list[Path] | None = None) -> Applied:
     """Turn this process into a Landlock domain: changes only beneath `writable`, plain writes (no creation) to
     `device_files` (the GPU's /dev nodes, /dev/null, this process's own /proc folder), and, where `readable` is
-    given (readable_except's answer), reads and execution only beneath those. Raises OSError where the kernel
-    refuses."""
+    given (readable_except's answer), reads and execution of files only beneath those (every folder may still
+    be listed: a task folder that holds its own run's folder, as `inv check`'s does, must be). Raises OSError where
+    the kernel refuses."""
     abi = abi_version()
     if abi < 1:
         raise OSError("Landlock is not available in this kernel")
@@ -106,6 +107,8 @@ def restrict_self(writable: list[Path], device_files: list[Path] = (), readable:
         file_write = WRITE_FILE | (TRUNCATE if abi >= 3 else 0)
         for node in device_files:
             _allow(libc, ruleset, Path(node), file_write, missing_ok=True)
+        if readable is not None:  # every folder stays listable: names are no secret, contents are
+            _allow(libc, ruleset, Path("/"), READ_DIR)
         for path in readable or ():
             _allow(libc, ruleset, Path(path), READS, missing_ok=True, follow=False)
         if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
@@ -122,8 +125,8 @@ def readable_except(denied: list[Path], allowed_inside: list[Path] = ()) -> list
     the `allowed_inside` paths' trees (parts of a denied tree its process needs: its task copy, its scratch).
 
     Landlock only allows, beneath a folder: so every sibling of every ancestor of a denied path is allowed whole,
-    and so is each allowed part. The ancestors themselves cannot be listed (they can still be walked through);
-    what appears in them after this call is not readable. A link among the siblings is left out (its target is
+    and so is each allowed part. A file that appears in an ancestor after this call is not readable (restrict_self
+    lets every folder be listed). A link among the siblings is left out (its target is
     decided where it lies); paths are compared resolved, so a denied folder reached through a link is denied."""
     marks = {Path(os.path.realpath(p)): False for p in denied if os.path.lexists(p)}
     marks.update({Path(os.path.realpath(p)): True for p in allowed_inside if os.path.lexists(p)})
