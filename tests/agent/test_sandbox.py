@@ -166,6 +166,26 @@ def test_a_sandboxed_process_cannot_read_its_runs_records_other_runs_or_the_keys
     assert {name: seen[name] for name in allowed} == {name: "allowed" for name in allowed}, seen
 
 
+def test_a_local_checks_side_reads_its_task_but_no_run_in_its_results(tmp_path: Path) -> None:
+    """`inv check` runs in the task folder's results/check/<id>: the task (its ancestor) stays readable, the runs
+    and fetched results beside it do not."""
+    task = tmp_path / "kernels" / "t"
+    run, fetched = task / "results" / "check" / "r1", task / "results" / "host" / "r0"
+    for folder in (run / "raw" / "scratch" / "candidate", fetched, task / "solution"):
+        folder.mkdir(parents=True)
+    (fetched / "results.json").write_text("{}")
+    (task / "solution" / "kernel.py").write_text("x")
+    code = TRY + textwrap.dedent('''
+        task, fetched = sys.argv[1], sys.argv[2]
+        print(json.dumps({"task": attempt(lambda: os.listdir(task)),
+                          "kernel": attempt(lambda: open(os.path.join(task, "solution", "kernel.py")).read()),
+                          "fetched": attempt(lambda: open(os.path.join(fetched, "results.json")).read())}))
+    ''')
+    seen = sandboxed(code, run / "raw" / "scratch" / "candidate", str(task), str(fetched),
+                     env={**ENV, **sandbox.side_reads(run, "candidate", task)})
+    assert seen == {"task": "allowed", "kernel": "allowed", "fetched": "Permission denied"}
+
+
 def test_a_sandboxed_process_writes_no_proc_file_but_its_own_and_no_node_but_the_gpus(tmp_path: Path) -> None:
     """Its own /proc folder (a thread's name) and /dev/null stay writable; another process's /proc files, a sysctl,
     /dev/kmsg and the host's /dev/shm do not; nor does its own child's /proc folder (it has no rule of its own).

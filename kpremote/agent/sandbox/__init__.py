@@ -121,11 +121,16 @@ def side_scratch(run_dir: Path, side: str) -> Path:
 
 def reads_env(run_dir: Path, seen: list[Path]) -> dict[str, str]:
     """What a sandboxed process of a run may not read: the run folder (its state and lock, events, workloads'
-    logs, summary, audit, the other side's scratch and build), and beside it, under the kpremote root that holds
+    logs, summary, audit, the other side's scratch and build), the other runs beside it (a host's runs/, or a
+    task folder's results/ where `inv check` runs and fetched runs lie), and under the kpremote root that holds
     it, every task's runs and workspace, the keys and the GPU locks; save `seen` (its task copy, its own scratch
     and build folder)."""
     run_dir = Path(run_dir).absolute()
     hidden = [run_dir]
+    if run_dir.parent.name == "runs":
+        hidden.append(run_dir.parent)
+    if run_dir.parent.parent.name == "results":
+        hidden.append(run_dir.parent.parent)
     root = next((a.parent for a in run_dir.parents if a.name == "tasks"), None)
     if root is not None:
         hidden += [root / "tasks", root / "keys", root / "locks"]
