@@ -197,6 +197,141 @@ def test_off_says_unsandboxed_and_restricts_nothing(tmp_path: Path) -> None:
     assert seen["applied"].startswith("unsandboxed") and seen["write"] == "allowed"
 
 
+def _run_tree(top: Path) -> Path:
+    """A kpremote root with a run in it: records, both sides' folders, another run, the keys; the run folder."""
+    run = top / "tasks" / "t" / "runs" / "r1"
+    for folder in ("task/t", "raw/scratch/candidate", "raw/scratch/baseline/tmp", "raw/build/candidate",
+                   "raw/build/baseline", "raw/workloads", "summary"):
+        (run / folder).mkdir(parents=True, exist_ok=True)
+    for name in ("state.json", "state.lock", "raw/events.jsonl", "raw/workloads/w.log", "task/t/adapter.py",
+                 "raw/build/candidate/kernel.py", "raw/build/baseline/kernel.py", "raw/scratch/baseline/tmp/x"):
+        (run / name).write_text("x")
+    for other in (top / "tasks" / "t" / "runs" / "r0", top / "keys", top / "agent"):
+        other.mkdir(parents=True)
+        (other / "file").write_text("x")
+    return run
+
+
+def test_readable_except_allows_everything_but_the_denied_trees_save_their_allowed_parts(tmp_path: Path) -> None:
+    from kpremote.agent.sandbox.landlock import readable_except
+
+    run = _run_tree(tmp_path)
+    denied, allowed = [run, tmp_path / "keys", tmp_path / "nowhere"], [run / "task" / "t", run / "raw" / "scratch" / "candidate"]
+    grants = readable_except(denied, allowed)
+    for path in [*allowed, tmp_path / "agent", tmp_path / "tasks" / "t" / "runs" / "r0", Path("/usr")]:
+        assert path in grants, path  # a sibling of an ancestor, or an allowed part, is allowed whole
+    for grant in grants:  # nothing granted is, lies in, or holds a denied tree, save the allowed parts
+        assert not any(grant == d or d in grant.parents or grant in d.parents for d in denied[:2]) or \
+            any(grant == a or a in grant.parents for a in allowed), grant
+    assert tmp_path not in grants and Path("/") not in grants  # an ancestor of a denied tree is walked, not allowed
+
+
+def test_a_sandboxed_process_cannot_read_its_runs_records_other_runs_or_the_keys(tmp_path: Path) -> None:
+    """reads_env as the judge sets it for the candidate: its task copy, scratch and build folder readable; the run's
+    state (even its lock, read-only, so no flock can stall the runner), events, workload logs, the other side's
+    folders' files, another run and the keys not; everything outside the root still is, and folders stay listable."""
+    run = _run_tree(tmp_path)
+    code = TRY + textwrap.dedent('''
+        import fcntl
+        run, top = sys.argv[1], sys.argv[2]
+        def read(path):
+            return attempt(lambda: open(os.path.join(run, path)).read())
+        seen = {name: read(name) for name in ("state.json", "state.lock", "raw/events.jsonl", "raw/workloads/w.log",
+                                             "raw/build/baseline/kernel.py", "task/t/adapter.py",
+                                             "raw/build/candidate/kernel.py")}
+        seen["flock"] = attempt(lambda: fcntl.flock(os.open(os.path.join(run, "state.lock"), os.O_RDONLY),
+                                                    fcntl.LOCK_EX | fcntl.LOCK_NB))
+        seen["other_scratch"] = read("raw/scratch/baseline/tmp/x")
+        seen["listing"] = attempt(lambda: os.listdir(run))  # names stay listable (a task folder holding its run)
+        seen["own_scratch"] = attempt(lambda: os.listdir(os.path.join(run, "raw", "scratch", "candidate")))
+        seen["other_run"] = attempt(lambda: open(os.path.join(top, "tasks", "t", "runs", "r0", "file")).read())
+        seen["keys"] = attempt(lambda: open(os.path.join(top, "keys", "file")).read())
+        seen["agent"] = attempt(lambda: open(os.path.join(top, "agent", "file")).read())
+        seen["etc"] = attempt(lambda: open("/etc/hostname").read())
+        print(json.dumps(seen))
+    ''')
+    env = {**ENV, **sandbox.side_reads(run, "candidate", run / "task" / "t")}
+    seen = sandboxed(code, run / "raw" / "scratch" / "candidate", str(run), str(tmp_path), env=env)
+    refused = ("state.json", "state.lock", "raw/events.jsonl", "raw/workloads/w.log", "raw/build/baseline/kernel.py",
+               "flock", "other_scratch", "other_run", "keys")
+    assert {name: seen[name] for name in refused} == {name: "Permission denied" for name in refused}, seen
+    allowed = ("task/t/adapter.py", "raw/build/candidate/kernel.py", "own_scratch", "agent", "etc", "listing")
+    assert {name: seen[name] for name in allowed} == {name: "allowed" for name in allowed}, seen
+
+
+def test_a_local_checks_side_reads_its_task_but_no_run_in_its_results(tmp_path: Path) -> None:
+    """`inv check` runs in the task folder's results/check/<id>: the task (its ancestor) stays readable, the runs
+    and fetched results beside it do not."""
+    task = tmp_path / "kernels" / "t"
+    run, fetched = task / "results" / "check" / "r1", task / "results" / "host" / "r0"
+    for folder in (run / "raw" / "scratch" / "candidate", fetched, task / "solution"):
+        folder.mkdir(parents=True)
+    (fetched / "results.json").write_text("{}")
+    (task / "solution" / "kernel.py").write_text("x")
+    code = TRY + textwrap.dedent('''
+        task, fetched = sys.argv[1], sys.argv[2]
+        print(json.dumps({"task": attempt(lambda: os.listdir(task)),
+                          "kernel": attempt(lambda: open(os.path.join(task, "solution", "kernel.py")).read()),
+                          "fetched": attempt(lambda: open(os.path.join(fetched, "results.json")).read())}))
+    ''')
+    seen = sandboxed(code, run / "raw" / "scratch" / "candidate", str(task), str(fetched),
+                     env={**ENV, **sandbox.side_reads(run, "candidate", task)})
+    assert seen == {"task": "allowed", "kernel": "allowed", "fetched": "Permission denied"}
+
+
+def test_a_sandboxed_process_writes_no_proc_file_but_its_own_and_no_node_but_the_gpus(tmp_path: Path) -> None:
+    """Its own /proc folder (a thread's name) and /dev/null stay writable; another process's /proc files, a sysctl,
+    /dev/kmsg and the host's /dev/shm do not; nor does its own child's /proc folder (it has no rule of its own).
+    core_pattern is opened to write its own value back: were the sandbox to fail, nothing would change."""
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    leftover = Path("/dev/shm") / f"kp-test-{os.getpid()}-{tmp_path.name}"
+    try:
+        code = TRY + textwrap.dedent('''
+            import subprocess
+            victim, leftover = sys.argv[1], sys.argv[2]
+            def write(path, text):
+                return attempt(lambda: open(path, "w").write(text))
+            core = open("/proc/sys/kernel/core_pattern").read()
+            child = subprocess.run([sys.executable, "-c", "open('/proc/self/comm', 'w').write('kp-child')"],
+                                   capture_output=True, text=True)
+            print(json.dumps({
+                "own_comm": write("/proc/self/comm", "kp-side"),
+                "thread_comm": write("/proc/thread-self/comm", "kp-side"),
+                "other_oom": write(f"/proc/{victim}/oom_score_adj", "0"),
+                "other_autogroup": write(f"/proc/{victim}/autogroup", "19"),
+                "other_clear_refs": write(f"/proc/{victim}/clear_refs", "1"),
+                "core_pattern": write("/proc/sys/kernel/core_pattern", core),
+                "kmsg": write("/dev/kmsg", "kpremote sandbox test\\n"),
+                "null": write("/dev/null", "x"),
+                "shm": write(leftover, "x"),
+                "child_comm": "Permission denied" if "PermissionError" in child.stderr else child.stderr or "allowed",
+            }))
+        ''')
+        seen = sandboxed(code, tmp_path / "scratch", str(victim.pid), str(leftover))
+        assert seen["own_comm"] == seen["thread_comm"] == seen["null"] == "allowed", seen
+        for name in ("other_oom", "other_autogroup", "other_clear_refs", "core_pattern", "kmsg", "shm", "child_comm"):
+            assert seen[name] == "Permission denied", (name, seen)
+        assert not leftover.exists()
+    finally:
+        victim.kill()
+        victim.wait()
+        leftover.unlink(missing_ok=True)
+
+
+def test_dev_shm_in_the_judges_namespace_is_its_own_and_gone_with_it(tmp_path: Path) -> None:
+    """A sandboxed side in the judge's namespace may use /dev/shm (Python's semaphores live there), but what it
+    leaves there is in the namespace's own tmpfs: the host's /dev/shm never holds it, and it ends with the run."""
+    name = f"kp-test-{os.getpid()}-{tmp_path.name}"
+    code = ("import os, sys\nfrom kpremote.agent import sandbox\nprint(sandbox.enter(sys.argv[1]))\n"
+            "open('/dev/shm/' + sys.argv[2], 'w').write('x')\nprint(os.listdir('/dev/shm'))\n")
+    scratch = sandbox.make_scratch(tmp_path / "scratch")
+    done = subprocess.run([sys.executable, "-m", "kpremote.agent.sandbox.namespace", "--", sys.executable, "-c", code,
+                           str(scratch), name], capture_output=True, text=True, timeout=60, env=ENV)
+    assert done.returncode == 0, done.stderr
+    assert "landlock" in done.stdout and name in done.stdout
+    assert not (Path("/dev/shm") / name).exists()
+
+
 LEAVE_A_DAEMON = textwrap.dedent('''
     import json, os, sys, time
     from kpremote.agent.sandbox import members
@@ -460,7 +595,8 @@ SIDE_SEES = textwrap.dedent('''
     import json as _json, os as _os, sys as _sys, time as _time
     def _what(fd):
         try:
-            return _os.readlink(f"/proc/self/fd/{fd}").split(":")[0]
+            what = _os.readlink(f"/proc/self/fd/{fd}").split(":")[0]
+            return "/proc/self" if what == f"/proc/{_os.getpid()}" else what  # the sandbox's hold on its own
         except OSError:
             return None  # the listing's own descriptor, closed by now
     _open = {fd: _what(fd) for fd in sorted(int(name) for name in _os.listdir("/proc/self/fd"))}

@@ -40,7 +40,7 @@ from typing import Any
 
 from . import floors, guard, sampling, stats, timing
 from .rowlog import open_log, write_output_to
-from ..sandbox import members, side_scratch
+from ..sandbox import members, side_reads, side_scratch
 from .cases import SharedCase, Sharing, derive_seed, make_case_guarded
 from .channel import encode_values
 from .correctness import (ERROR, INCORRECT, PASSED, CaseView, Refused, SideFailed, Verdict, check_case,
@@ -99,8 +99,9 @@ class Bench:
         self.pairs = []
         try:
             for _ in range(timing.side_pairs(self.device, self.mode)):  # they import while we do
-                self.pairs.append({side: SideProcess(side, env, self.run_dir, side_scratch(self.run_dir, side),
-                                                     self.starter) for side in SIDES})
+                self.pairs.append({side: SideProcess(side, {**env, **side_reads(self.run_dir, side, self.spec.root)},
+                                                     self.run_dir, side_scratch(self.run_dir, side), self.starter)
+                                   for side in SIDES})
         except SideFailed as exc:
             self.stop()
             return {"status": ERROR, "message": f"start: {exc.message}", "where": "import"}

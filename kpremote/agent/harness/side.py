@@ -312,8 +312,10 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from .. import sandbox
 
-    SANDBOX[0] = sandbox.enter()  # before the adapter or the side's module is imported
-    if not stat.S_ISSOCK(os.fstat(args.fd).st_mode):  # no channel: the audit's calls under ncu, job on args.fd
+    audited = not stat.S_ISSOCK(os.fstat(args.fd).st_mode)  # no channel: the audit's calls under ncu, job on args.fd
+    # before the adapter or the side's module is imported; under ncu the GPU's counters may be root's
+    SANDBOX[0] = sandbox.enter(profiled=audited)
+    if audited:
         from ..ncu.audit import call_row
         from ..ncu.profiledcall import call_from_fd
 

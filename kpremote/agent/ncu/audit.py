@@ -215,7 +215,8 @@ def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], e
         return AuditReport(side, NCU_NOT_FOUND, [_unaudited(r, "ncu not found") for r in rows],
                            cache_control=cache_control, warmup=warmup, calls=calls)
     scratch = sandbox.make_scratch(sandbox.side_scratch(Path(run_dir), side))
-    env = {**env, **sandbox.scratch_env(scratch)}  # the audited calls run sandboxed (profiledcall.py)
+    env = {**env, **sandbox.scratch_env(scratch),  # the audited calls run sandboxed (profiledcall.py)
+           **sandbox.side_reads(Path(run_dir), side, Path(task_dir))}
     report = AuditReport(side, "audited", [], found, ncu.ncu_version(found), cache_control, warmup, calls)
     folder = Path(raw_dir) if raw_dir else Path(run_dir) / "raw" / "audit"
     folder.mkdir(parents=True, exist_ok=True)

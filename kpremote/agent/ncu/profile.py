@@ -96,7 +96,8 @@ class ProfileRunner(Runner):
                                       kernel_regex=self.request.kernel, report=report, target=target)
         self.events.emit("profile", side=side, step="ncu", command=command)
         try:
-            returncode = self._run_under_ncu(command, log_path, side, sandbox.scratch_env(scratch))
+            returncode = self._run_under_ncu(command, log_path, side, {
+                **sandbox.scratch_env(scratch), **sandbox.side_reads(self.run_dir, side, self.ctx.spec.root)})
             ncu.check_profile(log_path.read_text(errors="replace"), returncode, report,
                               target_finished=done.is_file(), kernel_regex=self.request.kernel)
             csv_text = ncu.import_report(self.ncu_path, report)

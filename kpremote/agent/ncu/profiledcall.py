@@ -46,10 +46,11 @@ def call_main(argv: list[str], prog: str, calls: Callable[[dict[str, Any]], dict
     args = parser.parse_args(argv)
     from .. import sandbox
 
+    job = json.loads(args.job.read_text())  # before the sandbox hides the run folder it lies in
     # before the side's code is imported; profiled: the GPU's counters may be root's (privileges.counters_need_root)
     print(f"profiled call: {sandbox.enter(profiled=True)}", file=sys.stderr, flush=True)
     try:
-        result = calls(json.loads(args.job.read_text()))
+        result = calls(job)
     except Exception:  # noqa: BLE001 - the traceback lands in the ncu log, which the runner quotes
         traceback.print_exc()
         return 1

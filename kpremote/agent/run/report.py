@@ -78,7 +78,7 @@ def headline(rows: list[RowResult], samples: dict[str, dict[str, list[float]]], 
     production = [r for r in rows if r.production]
     counted = [r for r in production if counts_in_headline(r)]
     label = "; ".join(filter(None, [SMOKE_LABEL if smoke else None, UNSANDBOXED_LABEL if unsandboxed else None,
-                                    TASK_LABELS.get(task_state or "")]))
+                                    TASK_LABELS["edited"] if task_state == "edited" else None]))
     result = Headline(level=HEADLINE_LEVEL, n=len(counted), of=len(production), label=label or None,
                       unsandboxed=unsandboxed, absent=frozenset({"note", "verdicts", "method"}))
     blockers = headline_blockers(production)
