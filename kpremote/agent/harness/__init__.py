@@ -15,7 +15,7 @@ from typing import Any
 
 from ..provenance import file_sha256
 
-HARNESS_VERSION = "2.16"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+HARNESS_VERSION = "2.17"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
 # 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
 # 2.3: a row's noise threshold covers two timer ticks; the flush probe ramps the clocks first (no timed number moves)
@@ -49,6 +49,12 @@ HARNESS_VERSION = "2.16"  # 2.0: process boundary (judge + one process per side)
 # 2.16: a row's floor holds it to the copy probe's fastest repeat, not its median (floors.reachable_gbps): a probe
 #      whose every copy ran slow refused honest copy-speed rows in 4 of 54 four-GPU H200 runs of 2.14-2.15
 #      A process pair whose timing only starvation disturbed is timed once more (guard.take_until_undisturbed)
+# 2.17: the task sealed against its contestant and the candidate against its audit (issues 43, 44): the run records
+#      its task digest against the pin; a side's /proc and /dev writes narrowed, the run's records unreadable, /dev/shm
+#      its namespace's own, no capability as root, host-changing syscalls refused; the idle side's CPU (every thread)
+#      while the other side is timed voids the row; trace/profile/monitoring hooks and a changed channel void the
+#      reply; the audited calls run on secret cases and their outputs are judged; a FASTER the audit cannot vouch for
+#      under 5 % reads FASTER (unverified); a smoke row has no verdict; a row's log holds its first 8 MiB
 AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".
