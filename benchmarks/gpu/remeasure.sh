@@ -158,7 +158,7 @@ copy_task() {  # copy_task TASK COPY: the task, stamped as a sync stamps it (its
   cp -r "kernels/$1" "$2"
   [ -n "$stamp" ] && mkdir -p "$2/.kpremote" && cp "$stamp" "$2/.kpremote/provenance.json"
   # REMEASURE_ARCH=h100: a copy marked for another GPU, which its run records as TASK EDITED (task.toml changed)
-  [ -n "${REMEASURE_ARCH:-}" ] && sed -i "s/^arch = \"h200\"/arch = \"$REMEASURE_ARCH\"/" "$2/task.toml"
+  [ -n "${REMEASURE_ARCH:-}" ] && sed -i "s/^arch = .*/arch = \"$REMEASURE_ARCH\"/" "$2/task.toml"
   return 0
 }
 

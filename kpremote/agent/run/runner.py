@@ -610,9 +610,6 @@ def _utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
-
 
 def _judge_audited_outputs(row: dict[str, Any]) -> None:
     """What the audited calls wrote (audit.check_outputs) judged like a timed call's: a candidate whose audited
@@ -631,3 +628,7 @@ def _mark_unverified(row: dict[str, Any], blind_spot_pct: float | None) -> None:
     its verdict (a FASTER there reads FASTER (unverified): protocol.RowResult.verdict_word)."""
     if blind_spot_pct is not None and isinstance(row.get("verdict"), dict):
         row["verdict"]["forge_blind_spot_pct"] = blind_spot_pct
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
