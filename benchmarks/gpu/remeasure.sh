@@ -339,7 +339,7 @@ if [ "$dry" != 1 ]; then
   case $gpu in
     *H200*) ;;
     *H100*) [ -n "${REMEASURE_ARCH:-}" ] ||
-      { say "remeasure.sh: this machine's GPU is '$gpu', not an H200: REMEASURE_ARCH=h100 measures task copies marked h100 (TASK EDITED: a harness measurement, never a task's result)"; summarize "$@"; exit 3; } ;;
+      { say "remeasure.sh: this machine's GPU is '$gpu', not an H200: the tasks' arch gate refuses it, nothing run (REMEASURE_ARCH=h100 measures task copies marked h100: TASK EDITED, a harness measurement, never a task's result)"; summarize "$@"; exit 3; } ;;
     *) say "remeasure.sh: this machine's GPU is '${gpu:-none}', not an H200: the tasks' arch gate refuses it, nothing run"
        summarize "$@"; exit 3 ;;
   esac
