@@ -36,13 +36,16 @@ def row(workload: str, baseline_us: float, candidate_us: float, rse: float = 0.0
 
 def write_run(project: Path, host: str, run_id: str, started: str, rows: list[dict], commit: str,
               geomean: float, smoke: bool = False, status: str = "passed", candidate: str | None = None,
-              command: str | None = "inv fetch-results --host box --task t") -> None:
+              command: str | None = "inv fetch-results --host box --task t", task_digest: str | None = None) -> None:
     """A run as inv fetch-results leaves it: its results.json, and (unless command is None) its signed ledger line."""
     folder = project / "kernels" / TASK / "results" / host / run_id
     folder.mkdir(parents=True)
     source = {"git_commit": commit, "git_dirty": False, "solution_sha256": candidate}
     results = {"schema": "kpremote.results/1", "status": status, "exit_code": 0, "smoke": smoke,
-               "provenance": {"run_id": run_id, "started": started, "source": source},
+               "provenance": {"run_id": run_id, "started": started, "source": source,
+                              **({"task_pin": {"digest": task_digest, "pin": "p" * 64, "changed": [],
+                                               "state": "pinned" if task_digest == "p" * 64 else "edited"}}
+                                 if task_digest else {})},
                "rows": rows, "headline": {"geomean": geomean, "low": geomean * 0.99, "high": geomean * 1.01, "n": 3,
                                           "of": 3, "level": 0.95} if geomean else {}}
     (folder / "results.json").write_text(json.dumps(results))
@@ -300,3 +303,32 @@ def test_compare_gives_no_verdict_on_a_run_whose_record_does_not_verify(rewritte
         assert "does not verify" in line and "no verdict on it" in line and named[-1] in line
     last = json.loads(kp(rewritten, "compare", "--task", TASK, "--last", "5", "--json", program="kpremote").stdout)
     assert [s["run_id"] for s in last["series"]] == list(HONEST)
+
+
+def test_no_verdict_between_runs_of_different_tasks_and_the_usual_ones_within_one(tmp_path):
+    """Issue 43: a run of an edited task (another task digest) is compared change by change but gets no verdict
+    against the pinned task's runs, however clear its change; two runs of one task get theirs."""
+    root = tmp_path / "proj"
+    (root / "kernels" / TASK).mkdir(parents=True)
+    (root / "hosts.toml").write_text('[hosts.box]\ntransport = "local"\n')
+    (root / "kernels" / TASK / "task.toml").write_text("")
+    pinned, edited = "p" * 64, "e" * 64
+    write_run(root, "box", "20261120-100000-aaaaaa", "2026-11-20T10:00:00Z", [row("r", 100, 100)], "1" * 40, 1.0,
+              task_digest=pinned)
+    write_run(root, "box", "20261121-100000-bbbbbb", "2026-11-21T10:00:00Z", [row("r", 100, 50)], "1" * 40, 2.0,
+              task_digest=pinned)
+    write_run(root, "box", "20261122-100000-cccccc", "2026-11-22T10:00:00Z", [row("r", 100, 25)], "1" * 40, 4.0,
+              task_digest=edited)
+
+    def document(*args: str) -> dict:
+        done = kp(root, "compare", "--task", TASK, "--json", *args, program="kpremote")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    same_task = document("--new", "bbbbbb", "--base", "aaaaaa")
+    assert same_task["other_tasks"] is None and same_task["rows"][0]["verdict"] == "FASTER"
+    assert same_task["headline"]["verdict"] == "FASTER"
+    across = document("--new", "cccccc", "--base", "bbbbbb")
+    assert across["rows"][0]["change"] == pytest.approx(2.0) and across["rows"][0]["verdict"] is None
+    assert across["headline"]["verdict"] is None and "different tasks" in across["other_tasks"]
+    assert (across["base"]["task_state"], across["new"]["task_state"]) == ("pinned", "edited")
