@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
+from .agent.atomicfile import read_json_lines
 from .agent.protocol import PROFILE_MODE_PREFIX, Headline, RowResult, RunResults
 from .errors import KpremoteError
 from .records import line_verifies, record_problem, results_json, signed
@@ -121,18 +122,7 @@ def append_line(path: Path, value: dict[str, Any]) -> None:
 
 def read_ledger(task_dir: Path) -> list[dict[str, Any]]:
     """Every whole line of the task's ledger, oldest first; a line that does not parse is skipped."""
-    path = ledger_path(task_dir)
-    if not path.is_file():
-        return []
-    entries = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            entries.append(value)
-    return entries
+    return read_json_lines(ledger_path(task_dir))
 
 
 def lines_by_run(task_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:

@@ -1,5 +1,6 @@
-"""One way to replace a file so that no reader ever sees it half-written: write a hidden sibling, then rename; and
-one way to make a secret key file once (read_or_create_key), never replaced.
+"""One way to replace a file so that no reader ever sees it half-written: write a hidden sibling, then rename; one way
+to make a secret key file once (read_or_create_key), never replaced; and one way to read back a file of JSON lines
+appended whole (read_json_lines: a ledger, an index).
 
 Standard library only; the client uses it too. The temporary file lies in the same folder (a rename is atomic only
 within one filesystem) and never outlives a failed write.
@@ -64,3 +65,21 @@ def read_or_create_key(path: str | Path) -> bytes:
         raise ValueError(f"{path} holds {len(data)} bytes, not a {KEY_BYTES}-byte key: move it away to make a new one "
                          "(what was signed with it will no longer verify)")
     return data
+
+
+def read_json_lines(path: str | Path) -> list[dict[str, Any]]:
+    """Every line of path that is a JSON object, in order; a line that does not parse (cut short, or not an object) is
+    skipped, and a file that cannot be read has none."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    objects = []
+    for line in text.splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            objects.append(value)
+    return objects

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..atomicfile import read_or_create_key
+from ..atomicfile import read_json_lines, read_or_create_key
 from ..lease import utc_now_iso
 from ..protocol import SummaryUnverified
 from .runpaths import validate_task_name
@@ -104,7 +104,7 @@ def verified_results(run_dir: Path, state: dict[str, Any]) -> bytes:
         raise refuse(f"this host's key cannot be read: {exc}") from None
     if not hmac.compare_digest(summary_mac(key, task, run_dir.name, str(want)), str(mac)):
         raise refuse("the summary MAC in its state.json does not verify with this host's key")
-    sealed = [line for line in _index_lines(index_path(root, task)) if line.get("run_id") == run_dir.name]
+    sealed = [line for line in read_json_lines(index_path(root, task)) if line.get("run_id") == run_dir.name]
     if not sealed:
         raise refuse(f"this host's index ({index_path(root, task)}) has no line for it")
     if any((line.get("summary_sha256"), line.get("summary_mac")) != (want, mac) for line in sealed):
@@ -117,19 +117,3 @@ def verified_results(run_dir: Path, state: dict[str, Any]) -> bytes:
     if got != want:
         raise refuse(f"its summary/results.json has sha256 {got}, but its runner sealed {want}")
     return data
-
-
-def _index_lines(path: Path) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
-    lines = []
-    for line in text.splitlines():
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            lines.append(value)
-    return lines
