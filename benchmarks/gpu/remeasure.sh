@@ -63,6 +63,8 @@
 # REMEASURE_PARALLEL=1 (a host of several GPUs: `tasks LIST` starts every task at once and `redteam` runs beside
 # them, each runner leasing an idle GPU of its own through one lease root; at most one job per GPU: the lease
 # refuses the rest, NoIdleGpu). Since harness 2.14 the H200 re-measure runs this way on a lent four-GPU H200 host.
+# REMEASURE_PARALLEL=chain: the tasks of LIST one after another in one job (one GPU at a time), the red team beside
+# them (another GPU): a two-GPU host (benchmarks/gpu/x2_44.sh).
 set -uo pipefail
 [ -f benchmarks/gpu/remeasure.sh ] && [ -d kernels ] || { echo "remeasure.sh: run it from the repository root"; exit 2; }
 out=${OUT:-/tmp/kp-remeasure-out}
@@ -171,6 +173,10 @@ step_tasks() {  # step_tasks LIST
   [ "$list" = all ] && list=$(tasks_left)
   if [ "$parallel" = 1 ]; then  # every task at once, each runner leasing an idle GPU of its own (one root)
     for name in ${list//,/ }; do run_task "$name" & sleep 2; done
+    return
+  fi
+  if [ "$parallel" = chain ]; then  # one after another on one GPU, beside the red team (or another job) on another
+    ( for name in ${list//,/ }; do run_task "$name"; done ) &
     return
   fi
   for name in ${list//,/ }; do run_task "$name"; pack; done
@@ -350,7 +356,7 @@ for step in "${steps[@]}"; do
   case $step in
     stage) step_stage ;;
     install) step_install; site_env ;;
-    redteam) if [ "$parallel" = 1 ]; then step_redteam & else step_redteam; fi ;;
+    redteam) if [ "$parallel" != 0 ]; then step_redteam & else step_redteam; fi ;;
     tasks\ *) step_tasks "${step#tasks }" ;;
     profile\ *) step_profile "${step#profile }" ;;
   esac
