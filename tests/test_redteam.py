@@ -215,6 +215,10 @@ def test_classify_and_judge_read_a_run_as_the_manifest_means_it() -> None:
     assert kit.classify(_results(implausible, exit_code=1), 1).verdict == "implausible"
     invalid = {**passed, "invalid": "ncu 20.1 us, harness 10.0 us"}
     assert kit.classify(_results(invalid, exit_code=1), 1).verdict == "INVALID"
+    # the H200 under 2.17: honest_only_when_audited's audited outputs wrong and its audit disagreeing, one row
+    both = {"workload": "mid", "status": "INCORRECT", "message": "audit: the candidate's audited calls do not match",
+            "invalid": "audit: the harness measured 9.08 us, Nsight Compute 8.288 us"}
+    assert kit.classify(_results(both, exit_code=1), 1).verdict == "INCORRECT"
     assert kit.classify(_results(exit_code=2), 2).verdict == "refused"
 
     faster = kit.classify(_results({**passed, "verdict": "FASTER"}, exit_code=0, geomean=1.6), 0)
