@@ -144,3 +144,32 @@ exec python3 "$@"
     assert log.read_text().split("\n").count("saw 3") == 3, log.read_text()
     steps = (tmp_path / "out" / "steps.txt").read_text()
     assert all(f"{name}: exit 0" in steps for name in ("fuse", "rotary", "norm_infer")), steps
+
+
+def test_chain_runs_the_tasks_one_at_a_time_beside_the_red_team(tree, tmp_path):
+    # REMEASURE_PARALLEL=chain (a two-GPU host): the tasks one after another on one GPU, the red team at once on the
+    # other. The stand-in runner waits (up to 30 s) for the red team to start and notes any runner still running.
+    log = tmp_path / "runners.log"
+    fake = tmp_path / "python"
+    fake.write_text(f"""#!/bin/sh
+if [ "$1" = -m ] && [ "$2" = kpremote.agent.run.runner ]; then
+  [ -e {tmp_path}/running ] && echo overlap >> {log}
+  touch {tmp_path}/running; echo start >> {log}
+  for i in $(seq 300); do grep -q redteam {log} && break; sleep 0.1; done
+  grep -q redteam {log} && echo "beside the red team" >> {log}
+  rm -f {tmp_path}/running
+  exit 0
+fi
+exec python3 "$@"
+""")
+    fake.chmod(0o755)
+    stub = tree / "benchmarks" / "gpu" / "redteam.sh"
+    stub.write_text(f"echo redteam >> {log}\nsleep 1\n")
+    done = remeasure(tree, "tasks", "fuse,rotary", "redteam", REMEASURE_DRY="1", REMEASURE_PARALLEL="chain",
+                     REMEASURE_ROWS="r1", PYTHON=str(fake))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = log.read_text().split("\n")
+    assert lines.count("start") == 2 and "overlap" not in lines, lines
+    assert lines.count("beside the red team") == 2, lines
+    steps = (tmp_path / "out" / "steps.txt").read_text()
+    assert "fuse: exit 0" in steps and "rotary: exit 0" in steps and "redteam: exit 0" in steps, steps
