@@ -21,7 +21,7 @@ from .config import load_inventory
 from .errors import KpremoteError, StoppedByUser
 from .jsonout import print_document
 from .project import kernels_dir
-from .taskdir import TaskDir, find_task, find_tasks
+from .task.taskdir import TaskDir, find_task, find_tasks
 
 HOSTS_HELP = ("hosts file (default: $KPREMOTE_HOSTS, else the project's hosts.toml with ~/.config/kpremote/hosts.toml "
               "layered over it, else that file alone)")
@@ -377,7 +377,7 @@ def check(c, task, workloads=None, json=False, edited_task=False):
 def new_task(c, name):
     """Scaffold kernels/NAME: a complete small Triton task that passes `inv check` at once."""
     from .project import find_root
-    from .scaffold import new_task as scaffold
+    from .task.scaffold import new_task as scaffold
 
     if find_root() is None:
         raise KpremoteError(f"{Path.cwd()} is not inside a project (no hosts.toml, nor a pyproject.toml with "
@@ -401,8 +401,8 @@ def new_task(c, name):
 def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False, source=None, pypi=None,
              materialize=False):
     """Pin the upstream baseline (a commit, or a release wheel with --pypi) and copy FILES into baseline/upstream/."""
-    from . import baseline as pins
-    from .upstreamlines import write_digest
+    from .task import baseline as pins
+    from .task.upstreamlines import write_digest
 
     task_dir = find_task(KERNELS, task).path
     if materialize:
@@ -438,7 +438,7 @@ def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False
 
 def _ensure_upstream(tasks: list[TaskDir]) -> None:
     """Pinned upstream files a task lacks are materialized from their wheel before it is synced or run."""
-    from .baseline import ensure_task_upstreams
+    from .task.baseline import ensure_task_upstreams
 
     for line in ensure_task_upstreams(tasks):
         terminal.errors.print(line, markup=False, soft_wrap=True)  # on stderr: stdout may be a --json document

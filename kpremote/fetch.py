@@ -25,7 +25,7 @@ from .errors import FetchRefused, HostError, RemoteCommandError
 from .ledger import kind_of, record_run
 from .runstore import is_profile_run
 from .safetar import Member, read_members, read_tree, write_members
-from .taskdir import TaskDir, find_task
+from .task.taskdir import TaskDir, find_task
 
 NEVER_FETCHED = ("raw",)
 MIB = 1024 * 1024

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from .agent.protocol import TIMING_MODES
 from .errors import BadOption, KpremoteError
-from .taskdir import TaskDir
+from .task.taskdir import TaskDir
 
 WAIT_FOREVER_S = 24 * 3600.0
 MIN_WATCH_S = 0.5

@@ -21,7 +21,7 @@ from .views import terminal
 from .views.results import summary_markdown
 from .views.run import BatchedPrinter, RunView, print_events
 from .views.start import StartView
-from .taskdir import TaskDir
+from .task.taskdir import TaskDir
 
 MEASURED = "already measured"
 GOES_ON = frozenset({"detached", "running", "connection lost"})

@@ -25,7 +25,7 @@ from .errors import FetchRefused, HostError, KpremoteError, RemoteCommandError
 from .fetch import MIB, SummaryReceiver, checked_name, fetch_run, real_folder, select_runs
 from .placement import Outcome
 from .runs import RunOptions, RunSession, follow_run, open_session, reattach_hint, start_run
-from .taskdir import TaskDir, find_task
+from .task.taskdir import TaskDir, find_task
 from .views import terminal
 from .views.results import summary_markdown
 from .views.run import RunView

@@ -21,8 +21,8 @@ from .runids import check_run_word, is_full_id, resolve_run_id
 from .slurm import submit_run  # a Slurm cluster's start: sync, then sbatch (issue 15)
 from .started import StartedRun, raise_unless_started
 from .sync import exchange, over_sync_apply
-from .taskdir import TaskDir
-from .taskscan import scan_task
+from .task.taskdir import TaskDir
+from .task.taskscan import scan_task
 from .transport import Completed
 
 NO_IDLE_GPU = ExitCode.NO_IDLE_GPU

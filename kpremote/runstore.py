@@ -96,7 +96,7 @@ def _read(task: str, host: str, run_id: str, path: Path, lines: list[dict]) -> O
 
 def fetched_runs(kernels_dir: Path, task: str, host: Optional[str] = None) -> list[FetchedRun]:
     """Every readable run of the task (on host, if given), oldest first (by start time, then id)."""
-    from .taskdir import find_task
+    from .task.taskdir import find_task
 
     task_dir = find_task(kernels_dir, task)
     results, lines = task_dir.results, read_ledger(task_dir.path)

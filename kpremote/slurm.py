@@ -19,12 +19,12 @@ from .errors import KpremoteError
 from .interrupt import REGISTRY
 from .started import StartedRun, raise_unless_started
 from .sync import exchange, over_sync_apply
-from .taskscan import scan_task
+from .task.taskscan import scan_task
 
 if TYPE_CHECKING:
     from .gpustatus import HostReport
     from .runs import RunOptions, RunSession
-    from .taskdir import TaskDir
+    from .task.taskdir import TaskDir
     from .transport import Completed
 
 BAD_REQUEST = ExitCode.BAD_REQUEST

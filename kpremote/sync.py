@@ -5,7 +5,7 @@ line (the diff against that tree) and an uncompressed tar of just the changed fi
 the client remembers, the agent says so without touching anything, lists what it has, and the client sends the
 exact diff against that. `exchange` is that whole conversation, over whichever channel carries it: `sync-apply`
 (`inv sync`), or `start --sync` and `slurm-submit --sync`, which carry the first request in the channel of the run.
-kpremote/taskscan.py reads the task folder; kpremote/agent/sync.py is the other end.
+kpremote/task/taskscan.py reads the task folder; kpremote/agent/sync.py is the other end.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from .agent.protocol import SYNC_VERSION, manifest_digest
 from .agentclient import Agent, error_message
 from .config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
-from .taskdir import TaskDir
-from .taskscan import LocalTree, cache_dir, read_json, read_no_follow, scan_task
+from .task.taskdir import TaskDir
+from .task.taskscan import LocalTree, cache_dir, read_json, read_no_follow, scan_task
 
 Send = Callable[[bytes], dict[str, Any]]
 """Carries one sync request to the agent and returns its answer: what it applied, or {"need_full", "have"}."""

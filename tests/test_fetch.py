@@ -17,7 +17,7 @@ from kpremote.connect import open_transport
 from kpremote.errors import HostError
 from kpremote.errors import FetchRefused, UnsafeArchive
 from kpremote.fetch import fetch_results, fetch_run
-from kpremote.taskdir import find_task
+from kpremote.task.taskdir import find_task
 from kpremote.transport import LocalTransport
 
 TASK = "demo"

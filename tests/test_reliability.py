@@ -30,8 +30,8 @@ from kpremote.agentclient import Agent
 from kpremote.config import parse_inventory
 from kpremote.runs import HEARTBEAT_GRACE_S
 from kpremote.sync import build_sync_request, plan_sync, sync_task
-from kpremote.taskdir import find_task
-from kpremote.taskscan import scan_task
+from kpremote.task.taskdir import find_task
+from kpremote.task.taskscan import scan_task
 from kpremote.transport import LocalTransport
 from rig import REPO, SSHD, SshHost, idle_gpu
 from waiting import alive, processes_mentioning, state_of, wait_for

@@ -16,8 +16,8 @@ from kpremote.config import Host, load_inventory, parse_inventory
 from kpremote.connect import open_transport
 from kpremote.errors import ConfigError
 from kpremote.sync import build_sync_request, plan_sync, sync_task
-from kpremote.taskdir import find_task
-from kpremote.taskscan import HashCache, scan_task
+from kpremote.task.taskdir import find_task
+from kpremote.task.taskscan import HashCache, scan_task
 from kpremote.transport import LocalTransport
 
 TASK = "demo"

@@ -30,7 +30,7 @@ from kpremote.runs import (
     start_run,
 )
 from kpremote.sync import sync_task
-from kpremote.taskdir import find_task
+from kpremote.task.taskdir import find_task
 
 RUN_ID = "20260101-120000-abcdef"
 
@@ -138,7 +138,7 @@ def test_the_need_full_answer_is_exit_7_with_a_listing_and_starts_nothing(agent,
     (workspace(agent) / ".kpremote" / "manifest.json").unlink()
     (workspace(agent) / "task.toml").write_text("changed")
     from kpremote.sync import build_sync_request, plan_sync
-    from kpremote.taskscan import scan_task
+    from kpremote.task.taskscan import scan_task
 
     request = build_sync_request(plan_sync(agent.host, scan_task(find_task(kernels, TASK))))
     result = agent.call("start", "--task", TASK, "--sync", stdin=request)

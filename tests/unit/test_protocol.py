@@ -25,7 +25,8 @@ NOT_NAMES = ["", ".", "..", "-x", "_x", ".hidden", "a/b", "../demo", "de mo", "a
 
 def accepted_by_every_side(name: str, tmp_path: Path) -> dict[str, bool]:
     """Whether each place that checks a task name accepts name (True) or refuses it (False)."""
-    from kpremote import config, fetch, scaffold, taskdir
+    from kpremote import config, fetch
+    from kpremote.task import scaffold, taskdir
     from kpremote.agent import sync as agent_sync
     from kpremote.agent.run import runpaths
     from kpremote.errors import KpremoteError

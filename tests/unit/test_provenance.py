@@ -18,8 +18,8 @@ from kpremote.agent.run.runoptions import Options
 from kpremote.fetch import FetchReport, refresh_docs
 from kpremote.agent.task.taskspec import load_task
 from kpremote.sync import sync_task
-from kpremote.taskdir import find_task
-from kpremote.taskscan import scan_task
+from kpremote.task.taskdir import find_task
+from kpremote.task.taskscan import scan_task
 
 DIGESTS = ("solution_sha256", "baseline_sha256")
 

@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 # (connect_early, the checks of its tasks, the ledger, placement) and the hosts file read through config.
 RUN_START = """
 import kpremote.commands
-from kpremote import connect, ledger, options, placement, runs, eventstream, baseline
+from kpremote import connect, ledger, options, placement, runs, eventstream
+from kpremote.task import baseline
 from kpremote.agent.task import taskspec
 from kpremote.transport import openssh
 from kpremote.config import load_inventory

@@ -17,7 +17,7 @@ from kpremote.agentclient import Agent
 from kpremote.runs import RunOptions, RunSession, follow_run, start_run
 from kpremote.views.start import StartView, phase_text, size_text
 from kpremote.sync import sync_task
-from kpremote.taskdir import find_task
+from kpremote.task.taskdir import find_task
 
 
 def started_with_progress(agent: Agent, kernels: Path) -> list[dict]:

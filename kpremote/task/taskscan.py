@@ -17,9 +17,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from .agent.atomicfile import write_json_atomically
-from .agent.provenance import IgnoreFileError, file_sha256, task_provenance, walk_task
-from .errors import ConfigError
+from ..agent.atomicfile import write_json_atomically
+from ..agent.provenance import IgnoreFileError, file_sha256, task_provenance, walk_task
+from ..errors import ConfigError
 from .taskdir import TaskDir
 
 CACHE_ENV = "KPREMOTE_CACHE"

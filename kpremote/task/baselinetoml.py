@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .errors import BaselineError
+from ..errors import BaselineError
 
 try:
     import tomllib

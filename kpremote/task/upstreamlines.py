@@ -17,7 +17,7 @@ import hashlib
 from pathlib import Path
 
 from . import wheels
-from .agent.atomicfile import write_atomically
+from ..agent.atomicfile import write_atomically
 from .baseline import wheel_pin
 
 WINDOW = 6          # more than 5 consecutive lines in common is a copy

@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from . import wheels
-from .agent.provenance import file_sha256
+from ..agent.provenance import file_sha256
 from .baselinedoc import (GITIGNORE, SOURCE_DOC, UPSTREAM, render_release_block, render_source_block,
                           with_source_block, with_upstream_ignored)
 from .baselinetoml import edit_baseline_table, edit_sha256_table, parse_toml, read_task_toml
-from .errors import BaselineError
+from ..errors import BaselineError
 from .staging import move_into_place, staging_folder
 from .taskdir import TaskDir
 from .upstreamgit import FULL_SHA, commit_date, fetch_files, git, last_line

@@ -21,8 +21,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .agent.provenance import file_sha256
-from .errors import WheelError
+from ..agent.provenance import file_sha256
+from ..errors import WheelError
 
 CACHE_ENV = "KPREMOTE_CACHE"
 PIP_TIMEOUT_S = 900.0

@@ -10,10 +10,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .agent.protocol import is_name
-from .errors import ScaffoldError
+from ..agent.protocol import is_name
+from ..errors import ScaffoldError
 
-TEMPLATE = Path(__file__).resolve().parent / "templates" / "new_task"
+TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "new_task"
 NAME_MAX = 100
 ARCH_PREFIXES = ("b200", "h200", "h100")
 TEXT_SUFFIXES = {".py", ".toml", ".md", ".txt", ".cu", ".cuh", ".cpp", ".h"}

@@ -10,8 +10,8 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .agent.protocol import NAME_RULE, is_name
-from .errors import ConfigError, KpremoteError
+from ..agent.protocol import NAME_RULE, is_name
+from ..errors import ConfigError, KpremoteError
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from .errors import BaselineError
+from ..errors import BaselineError
 
 FULL_SHA = re.compile(r"[0-9a-fA-F]{40}")
 LS_REMOTE_TIMEOUT_S = 60.0
