@@ -17,7 +17,7 @@ from . import options as checks  # noqa: E402
 from .views import terminal  # noqa: E402
 from .commandline import EXIT_FAILED, EXIT_USAGE, command, finish, finish_asking  # noqa: E402
 from .agent.protocol import RunExit
-from .config import load_inventory
+from .hosts.config import load_inventory
 from .errors import KpremoteError, StoppedByUser
 from .jsonout import print_document
 from .project import kernels_dir
@@ -30,7 +30,7 @@ HOSTS_HELP = ("hosts file (default: $KPREMOTE_HOSTS, else the project's hosts.to
 def _connect_early(hosts_file: Optional[str], host: Optional[str], tasks: int) -> None:
     """The handshake with the hosts a run will start on begins now, beside its imports and task checks
     (connect.connect_early); a bad hosts file or host name is said later, in its turn."""
-    from .connect import connect_early
+    from .hosts.connect import connect_early
 
     try:
         connect_early(load_inventory(hosts_file).select(host)[:tasks])
@@ -43,7 +43,7 @@ def _connect_early(hosts_file: Optional[str], host: Optional[str], tasks: int) -
                "hosts": HOSTS_HELP, "json": "print JSON instead of a table"})
 def hosts(c, check=False, host=None, hosts=None, json=False):
     """List the hosts of hosts.toml (name, address, arch, container, groups); --check reaches each one."""
-    from . import gpustatus  # imported here: `inv run` and the others never need it
+    from .hosts import gpustatus  # imported here: `inv run` and the others never need it
     from .views.hosts import hosts_view
 
     inventory = load_inventory(hosts)
@@ -76,7 +76,7 @@ def hosts(c, check=False, host=None, hosts=None, json=False):
 def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = None, pids=False, uuid=False,
                show_all=False, no_color=False):
     """Every GPU of every host, queried in parallel through NVML: one line per GPU, like gpustat."""
-    from . import gpustatus
+    from .hosts import gpustatus
     from .views.gpus import GpuViewOptions
 
     watch = checks.watch_seconds(watch)
@@ -103,7 +103,7 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
 def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
     """Refresh every SECONDS until Ctrl-C (exit 130, as for every Ctrl-C, with a calm line: it is how a watch
     stops): the view, or one JSON document per line."""
-    from . import gpustatus
+    from .hosts import gpustatus
     from .views.gpus import gpu_view, show_every, watch_header
 
     try:
@@ -131,7 +131,7 @@ def _finish_asking(inventory, host: Optional[str], answered: list[bool], ok: lis
                "hosts": HOSTS_HELP})
 def trust_host(c, host, fingerprint, hosts=None):
     """Add a host's key to known_hosts, only if it has the fingerprint you verified out of band."""
-    from .hostkeys import trust
+    from .hosts.hostkeys import trust
 
     [selected] = load_inventory(hosts).select(host)
     terminal.say(trust(selected, fingerprint).describe(selected.known_hosts))  # the known_hosts line whole
@@ -213,7 +213,7 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
                "task": "only this task's runs", "all": "list every run (default: the newest 10 of each task)"})
 def status(c, host=None, hosts=None, json=False, task=None, all=False):
     """Runs on the hosts: id, task, GPU, status and phase, age, headline."""
-    from . import gpustatus
+    from .hosts import gpustatus
     from .runs import runs_or_error
     from .views.runlist import SHOWN, runs_view
 

@@ -19,8 +19,8 @@ from typing import Any, Optional
 
 from .agent.atomicfile import write_atomically
 from .agent.protocol import NAME_RULE, TERMINAL, ExitCode, RunResults, is_name
-from .agentclient import Agent, error_message
-from .config import Host
+from .hosts.agentclient import Agent, error_message
+from .hosts.config import Host
 from .errors import FetchRefused, HostError, RemoteCommandError
 from .ledger import kind_of, record_run
 from .runstore import is_profile_run

@@ -10,7 +10,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from .config import Host
+from .hosts.config import Host
 from .eventstream import EventStream
 from .errors import HostBusy, HostCannotTake, HostError, KpremoteError, StoppedByUser
 from .agent.protocol import TERMINAL

@@ -19,8 +19,8 @@ from typing import Any, Callable, Optional
 
 from .agent.protocol import ProfileRequest
 from .agent.provenance import file_sha256
-from .agentclient import Agent, error_message
-from .config import Host
+from .hosts.agentclient import Agent, error_message
+from .hosts.config import Host
 from .errors import FetchRefused, HostError, KpremoteError, RemoteCommandError
 from .fetch import MIB, SummaryReceiver, checked_name, fetch_run, real_folder, select_runs
 from .placement import Outcome

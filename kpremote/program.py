@@ -213,7 +213,7 @@ def values_for(flag: str, host: Optional[str] = None) -> list[str]:
 
 
 def host_names(path: Path) -> list[str]:
-    from .config import load_inventory
+    from .hosts.config import load_inventory
     from .errors import KpremoteError
 
     try:

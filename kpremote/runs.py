@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from .agent.protocol import TERMINAL, ExitCode, new_run_id
-from .agentclient import Agent, agent_subcommand, error_message
-from .config import Host
-from .connect import open_transport
+from .hosts.agentclient import Agent, agent_subcommand, error_message
+from .hosts.config import Host
+from .hosts.connect import open_transport
 from .errors import HostBusy, HostCannotTake, HostError, KpremoteError, RemoteCommandError, StartStopped, TaskRefusedByHost
 from .interrupt import REGISTRY
 from .runids import check_run_word, is_full_id, resolve_run_id

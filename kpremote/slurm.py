@@ -13,8 +13,8 @@ import json
 from typing import Callable, TYPE_CHECKING, Any, Optional
 
 from .agent.protocol import ExitCode
-from .agentclient import error_message
-from .config import Host
+from .hosts.agentclient import error_message
+from .hosts.config import Host
 from .errors import KpremoteError
 from .interrupt import REGISTRY
 from .started import StartedRun, raise_unless_started
@@ -22,7 +22,7 @@ from .sync import exchange, over_sync_apply
 from .task.taskscan import scan_task
 
 if TYPE_CHECKING:
-    from .gpustatus import HostReport
+    from .hosts.gpustatus import HostReport
     from .runs import RunOptions, RunSession
     from .task.taskdir import TaskDir
     from .transport import Completed

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .agent.protocol import ExitCode
-from .agentclient import error_message
-from .config import Host
+from .hosts.agentclient import error_message
+from .hosts.config import Host
 from .errors import RemoteCommandError, StartStopped
 from .transport import Completed
 

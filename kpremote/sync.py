@@ -21,8 +21,8 @@ from typing import Any, Callable, Optional
 
 from .agent.atomicfile import write_json_atomically
 from .agent.protocol import SYNC_VERSION, manifest_digest
-from .agentclient import Agent, error_message
-from .config import Host
+from .hosts.agentclient import Agent, error_message
+from .hosts.config import Host
 from .errors import HostError, KpremoteError, RemoteCommandError
 from .task.taskdir import TaskDir
 from .task.taskscan import LocalTree, cache_dir, read_json, read_no_follow, scan_task

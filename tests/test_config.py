@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kpremote.config import load_inventory, parse_inventory
+from kpremote.hosts.config import load_inventory, parse_inventory
 from kpremote.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -26,8 +26,8 @@ import pytest
 from kpremote.agent.lease import holders
 from kpremote.agent.procfs import descendants
 from kpremote.agent.run.runstate import TERMINAL
-from kpremote.agentclient import Agent
-from kpremote.config import parse_inventory
+from kpremote.hosts.agentclient import Agent
+from kpremote.hosts.config import parse_inventory
 from kpremote.runs import HEARTBEAT_GRACE_S
 from kpremote.sync import build_sync_request, plan_sync, sync_task
 from kpremote.task.taskdir import find_task

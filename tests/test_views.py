@@ -490,7 +490,7 @@ def test_an_error_in_a_kernels_body_points_at_its_line_not_the_launch(project):
 
 
 def test_a_leased_gpu_names_its_run_and_who_started_it():
-    from kpremote.gpustatus import GpuReport, HostReport
+    from kpremote.hosts.gpustatus import GpuReport, HostReport
     from kpremote.views.gpus import gpu_view
 
     gpu = GpuReport.model_validate({"index": 0, "uuid": "GPU-0", "name": "NVIDIA H200", "cc": [9, 0],

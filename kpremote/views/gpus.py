@@ -15,7 +15,7 @@ from . import terminal
 from .terminal import error_lines
 
 if TYPE_CHECKING:  # annotations only: `inv run` need not import the gpu-status models
-    from ..gpustatus import GpuReport, HostReport
+    from ..hosts.gpustatus import GpuReport, HostReport
 
 
 @dataclass

@@ -15,11 +15,11 @@ from unit.helpers import TASK, TASK_TOML, gpu, write
 
 from kpremote.agent.protocol import TERMINAL, ExitCode
 from kpremote.agent.run.records import seal_summary
-from kpremote.agentclient import Agent
+from kpremote.hosts.agentclient import Agent
 from kpremote.errors import KpremoteError
 from kpremote.errors import FetchRefused, HostBusy, UnsafeArchive
 from kpremote.fetch import fetch_results, fetch_run
-from kpremote.inprocessagent import InProcessTransport
+from kpremote.hosts.inprocessagent import InProcessTransport
 from kpremote.runs import (
     RunOptions,
     RunSession,

@@ -30,7 +30,7 @@ NOT_CLIENT_FOLDERS = {
 }
 NOT_CLIENT = {
     # The in-process transport *is* an agent, answered in the test process: it runs agent/__main__.py by design.
-    "inprocessagent.py",
+    "hosts/inprocessagent.py",
 }
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kpremote.config import parse_inventory
+from kpremote.hosts.config import parse_inventory
 from kpremote.errors import ConfigError
-from kpremote.hostrules import HOST_FIELDS, IDLE_FIELDS, plain_tables
-from kpremote.hostsschema import validated_tables
+from kpremote.hosts.hostrules import HOST_FIELDS, IDLE_FIELDS, plain_tables
+from kpremote.hosts.hostsschema import validated_tables
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -15,7 +15,7 @@ from rich.console import Console
 from unit.helpers import gpu
 
 from kpremote.agent.protocol import GpuState
-from kpremote.gpustatus import GpuReport, gpu_status_body, probe_host
+from kpremote.hosts.gpustatus import GpuReport, gpu_status_body, probe_host
 from kpremote.views.gpus import GpuViewOptions, gpu_view
 
 AGENT_ONLY = {"l2_bytes"}  # sent, but gpu-status does not show it

@@ -25,7 +25,8 @@ NOT_NAMES = ["", ".", "..", "-x", "_x", ".hidden", "a/b", "../demo", "de mo", "a
 
 def accepted_by_every_side(name: str, tmp_path: Path) -> dict[str, bool]:
     """Whether each place that checks a task name accepts name (True) or refuses it (False)."""
-    from kpremote import config, fetch
+    from kpremote.hosts import config
+    from kpremote import fetch
     from kpremote.task import scaffold, taskdir
     from kpremote.agent import sync as agent_sync
     from kpremote.agent.run import runpaths
@@ -93,7 +94,7 @@ def test_each_error_kind_is_distinct():
 
 
 def test_the_clients_idle_defaults_are_the_agents():
-    from kpremote.hostsschema import IdlePolicy as HostsTomlIdle
+    from kpremote.hosts.hostsschema import IdlePolicy as HostsTomlIdle
 
     assert HostsTomlIdle().model_dump() == dataclasses.asdict(IdlePolicy())
     assert IdlePolicy.from_json(HostsTomlIdle().model_dump_json()) == IdlePolicy()

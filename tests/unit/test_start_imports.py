@@ -15,15 +15,16 @@ REPO = Path(__file__).resolve().parents[2]
 # (connect_early, the checks of its tasks, the ledger, placement) and the hosts file read through config.
 RUN_START = """
 import kpremote.commands
-from kpremote import connect, ledger, options, placement, runs, eventstream
+from kpremote import ledger, options, placement, runs, eventstream
+from kpremote.hosts import connect
 from kpremote.task import baseline
 from kpremote.agent.task import taskspec
 from kpremote.transport import openssh
-from kpremote.config import load_inventory
+from kpremote.hosts.config import load_inventory
 load_inventory({hosts!r}).select(None)
 """
 HEAVY = {"pydantic", "paramiko", "matplotlib", "numpy", "torch", "triton", "jsonschema",
-         "kpremote.hostsschema", "kpremote.transport.ssh", "kpremote.gpustatus"}
+         "kpremote.hosts.hostsschema", "kpremote.transport.ssh", "kpremote.hosts.gpustatus"}
 
 
 def imported_by(code: str) -> set[str]:
@@ -35,11 +36,11 @@ def imported_by(code: str) -> set[str]:
 
 def test_inv_runs_start_imports_none_of_the_heavy_modules():
     imported = imported_by(RUN_START.format(hosts=str(REPO / "hosts.toml")))
-    assert "kpremote.placement" in imported and "kpremote.config" in imported
+    assert "kpremote.placement" in imported and "kpremote.hosts.config" in imported
     assert imported & HEAVY == set()
 
 
-@pytest.mark.parametrize("creeping", ["import pydantic", "from kpremote import gpustatus"])
+@pytest.mark.parametrize("creeping", ["import pydantic", "from kpremote.hosts import gpustatus"])
 def test_the_check_sees_a_heavy_import_creep_back(creeping):
     imported = imported_by(RUN_START.format(hosts=str(REPO / "hosts.toml")) + creeping + "\n")
     assert imported & HEAVY
@@ -50,4 +51,4 @@ def test_a_hosts_file_with_a_value_to_coerce_still_reads_through_the_schema(tmp_
     hosts = tmp_path / "hosts.toml"
     hosts.write_text('[hosts.a]\nssh = "a"\nconnect_timeout = "10"\n')
     imported = imported_by(RUN_START.format(hosts=str(hosts)))
-    assert {"pydantic", "kpremote.hostsschema"} <= imported
+    assert {"pydantic", "kpremote.hosts.hostsschema"} <= imported

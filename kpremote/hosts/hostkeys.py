@@ -17,9 +17,9 @@ from fabric import Connection
 
 from .config import Host
 from .connect import ssh_transport
-from .errors import HostError, HostKeyError
-from .transport import known_hosts as known
-from .transport.ssh import hops
+from ..errors import HostError, HostKeyError
+from ..transport import known_hosts as known
+from ..transport.ssh import hops
 
 
 @dataclass

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from .agent import protocol
-from .errors import ConfigError
+from ..agent import protocol
+from ..errors import ConfigError
 from .hostrules import NAME_PATTERN, SLURM_KEYS, plain_tables, suggestion as _suggestion
 
 if sys.version_info >= (3, 11):
@@ -86,7 +86,7 @@ OWN_HOSTS_HINT = "; list your own hosts in ~/.config/kpremote/hosts.toml: it lay
 
 def find_hosts_file(explicit: Optional[str] = None) -> Path:
     """--hosts FILE, else $KPREMOTE_HOSTS, else the project's hosts.toml (project.py), else the user's."""
-    from .project import default_hosts_file
+    from ..project import default_hosts_file
 
     if explicit:
         return Path(explicit)
@@ -99,7 +99,7 @@ def load_inventory(path: Optional[str | Path] = None) -> Inventory:
     """The hosts of --hosts FILE or $KPREMOTE_HOSTS alone; else the project's, with the user's own file
     (~/.config/kpremote/hosts.toml) layered over them: its hosts added, a host of the same name replaced whole, each
     file's [defaults] applying to its own hosts."""
-    from .project import user_hosts_file
+    from ..project import user_hosts_file
 
     file = find_hosts_file(str(path) if path else None)
     inventory = read_inventory(file)
@@ -153,7 +153,7 @@ LOCAL_ROOT = Path(".kpremote") / "local"
 def local_remote_root() -> str:
     """The `local` host's default remote root: .kpremote/local in this checkout (the project root that holds
     hosts.toml, found from the working folder; the working folder itself outside any project)."""
-    from .project import find_root
+    from ..project import find_root
 
     return str((find_root() or Path.cwd()).resolve() / LOCAL_ROOT)
 

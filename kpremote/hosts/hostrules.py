@@ -13,7 +13,7 @@ import math
 import re
 from typing import Any, Callable, Iterable, Optional
 
-from .agent import protocol
+from ..agent import protocol
 
 NAME_PATTERN = f"^{protocol.NAME_PATTERN}$"
 ARCHES = ("b200", "h200", "h100", "auto", "any")

@@ -19,9 +19,9 @@ import threading
 import traceback
 from typing import Callable, Sequence
 
-from .agent.protocol import ExitCode
-from .transport.base import ChannelCounter, Command, Completed, Transport
-from .transport.streams import Output, stdin_chunks
+from ..agent.protocol import ExitCode
+from ..transport.base import ChannelCounter, Command, Completed, Transport
+from ..transport.streams import Output, stdin_chunks
 
 _ONE_AT_A_TIME = threading.Lock()
 
@@ -62,7 +62,7 @@ def _boot_arguments(argv: Sequence[str]) -> tuple[str, list[str]]:
 
 def call_agent(argv: list[str], stdin: bytes, root: str) -> tuple[int, bytes, bytes]:
     """(exit code, stdout, stderr) of the agent's main(argv), as BOOT would run it in a process of its own."""
-    from .agent.__main__ import main
+    from ..agent.__main__ import main
 
     stdout, stderr = io.BytesIO(), io.BytesIO()
     with _ONE_AT_A_TIME:

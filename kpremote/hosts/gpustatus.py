@@ -12,8 +12,8 @@ from pydantic import BaseModel, Field
 from .agentclient import Agent
 from .config import Host
 from .connect import open_transport
-from .errors import KpremoteError
-from .slurm import check_cluster
+from ..errors import KpremoteError
+from ..slurm import check_cluster
 
 # Where a host's GPU readings came from (README, gpu-status): NVML, the test fixture, or none at all (`error` says why:
 # no NVML there, or the host could not be asked).

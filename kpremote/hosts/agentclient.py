@@ -10,17 +10,18 @@ import tarfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .agent.protocol import ExitCode
+from ..agent.protocol import ExitCode
 from .config import Host
-from .errors import HostError, RemoteCommandError
-from .transport import Command, Completed, Transport
+from ..errors import HostError, RemoteCommandError
+from ..transport import Command, Completed, Transport
 
 AGENT_MISSING = ExitCode.AGENT_MISSING
 """BOOT's exit code when ROOT/agent/HASH is not there (yet): ship, then call again."""
 SLURM_SUBCOMMANDS = {"follow": "slurm-follow", "status": "slurm-status", "cancel": "slurm-cancel"}
 """A Slurm cluster's twins of the usual subcommands: same arguments, same answers, read from Slurm (docs/slurm.md)."""
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+"""kpremote/ (this module is kpremote/hosts/agentclient.py): the agent ships as its __init__.py and agent/."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -42,7 +43,7 @@ def agent_bundle() -> tuple[str, bytes]:
 
 
 def boot_source() -> str:
-    from .agent.boot import BOOT
+    from ..agent.boot import BOOT
 
     return BOOT
 

@@ -10,8 +10,8 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import hostrules as rules
-from .agent import protocol
-from .errors import ConfigError
+from ..agent import protocol
+from ..errors import ConfigError
 
 
 class _Strict(BaseModel):

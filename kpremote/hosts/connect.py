@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .config import Host
-from .transport import ContainerTransport, LocalTransport, Transport
-from .transport.errors import HostError
+from ..transport import ContainerTransport, LocalTransport, Transport
+from ..transport.errors import HostError
 
 if TYPE_CHECKING:
-    from .transport.openssh import OpenSSHTransport
-    from .transport.ssh import SSHTransport
+    from ..transport.openssh import OpenSSHTransport
+    from ..transport.ssh import SSHTransport
 
 
 _EARLY: dict[str, Transport] = {}  # transports already connecting (connect_early), each for the first open_transport
@@ -55,7 +55,7 @@ def open_transport(host: Host) -> Transport:
 
 def ssh_client_of(host: Host) -> str:
     """Which SSH client a host's commands go through: "openssh" or "paramiko"."""
-    from .transport.openssh import ssh_client
+    from ..transport.openssh import ssh_client
 
     if host.transport in ("openssh", "paramiko"):
         return host.transport
@@ -64,7 +64,7 @@ def ssh_client_of(host: Host) -> str:
 
 def openssh_transport(host: Host) -> OpenSSHTransport:
     """The host over the system's ssh client (not connected)."""
-    from .transport.openssh import OpenSSHTransport, ssh_client
+    from ..transport.openssh import OpenSSHTransport, ssh_client
 
     if not ssh_client():
         raise HostError(host.name, 'transport = "openssh", but there is no ssh client on PATH (install '
@@ -82,7 +82,7 @@ def openssh_transport(host: Host) -> OpenSSHTransport:
 def ssh_transport(host: Host) -> SSHTransport:
     """The host over paramiko, with the target, timeout, known_hosts and keys its entry names (not connected);
     `inv trust-host` walks a host's hops with it, whichever client runs the commands."""
-    from .transport.ssh import SSHTransport  # paramiko is slow to import; local-only commands skip it
+    from ..transport.ssh import SSHTransport  # paramiko is slow to import; local-only commands skip it
 
     return SSHTransport(
         host.name,
