@@ -13,7 +13,7 @@ from typing import Any, Callable
 from invoke import Task, task
 from invoke.exceptions import Exit
 
-from . import interrupt
+from .runs import interrupt
 from .errors import KpremoteError, StoppedByUser
 from .jsonout import json_asked, print_error
 from .pipes import stdout_reader_gone

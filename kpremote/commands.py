@@ -9,7 +9,7 @@ from typing import Optional
 
 from invoke import Collection
 
-from . import interrupt
+from .runs import interrupt
 
 interrupt.install_early()  # before the slower imports below: Ctrl-C from the first moment kpremote is loaded
 
@@ -93,7 +93,7 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
     if json:
         print_document("gpu-status", gpustatus.gpu_status_body(reports))
     else:
-        from .slurm import gpu_tables  # GPU hosts in the usual view, Slurm clusters per node
+        from .runs.slurm import gpu_tables  # GPU hosts in the usual view, Slurm clusters per node
 
         for table in gpu_tables(reports, options):
             terminal.show(table)
@@ -146,8 +146,8 @@ EDITED_TASK_HELP = ("run a task whose files outside solution/ differ from the pr
 @command(help={"host": "host name", "task": TASK_HELP, "hosts": HOSTS_HELP, "json": "print the sync report as JSON"})
 def sync(c, host, task, hosts=None, json=False):
     """Sync kernels/TASK to the host's task workspace: only changed files travel; deletions follow."""
-    from .runs import open_session
-    from .sync import sync_task
+    from .runs.remote import open_session
+    from .runs.sync import sync_task
 
     [selected] = load_inventory(hosts).select(host)
     task_dir = find_task(KERNELS, task)
@@ -188,9 +188,9 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
     """Sync, lease an idle GPU, build both sides, gate on correctness, time, summarize, fetch the summary."""
     names = checks.task_names(task)
     _connect_early(hosts, host, len(names))  # first: the handshake passes while the rest is imported and checked
-    from .eventstream import EventStream
-    from .placement import launch, measured_already
-    from .runs import RunOptions
+    from .runs.eventstream import EventStream
+    from .runs.placement import launch, measured_already
+    from .runs.remote import RunOptions
 
     plain = not (again or workloads or mode or gpu or no_audit or device != "auto")  # a run as measured before
     mode, ids = checks.mode(mode), checks.workload_ids(workloads)
@@ -214,7 +214,7 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
 def status(c, host=None, hosts=None, json=False, task=None, all=False):
     """Runs on the hosts: id, task, GPU, status and phase, age, headline."""
     from .hosts import gpustatus
-    from .runs import runs_or_error
+    from .runs.remote import runs_or_error
     from .views.runlist import SHOWN, runs_view
 
     inventory = load_inventory(hosts)
@@ -237,9 +237,9 @@ RUN_HELP = "a run id, a unique part of one (its last 6 characters will do), or l
                "json": "print each event as a JSON line (docs/schemas/run-event.json), the last one the run's end"})
 def logs(c, host, run, task=None, follow=False, hosts=None, json=False):
     """The run's event stream, rendered as the live view shows it; re-attachable at any time."""
-    from .eventstream import EventStream
-    from .placement import show_logs
-    from .runs import named_run
+    from .runs.eventstream import EventStream
+    from .runs.placement import show_logs
+    from .runs.remote import named_run
 
     [selected] = load_inventory(hosts).select(host)
     run, task = named_run(selected, run, task)
@@ -250,7 +250,7 @@ def logs(c, host, run, task=None, follow=False, hosts=None, json=False):
                "hosts": HOSTS_HELP})
 def cancel(c, host, run, task=None, hosts=None):
     """Cancel a run: its whole process group is killed and its GPU lease released."""
-    from .runs import cancel_run, find_task_of_run, named_run, open_session
+    from .runs.remote import cancel_run, find_task_of_run, named_run, open_session
 
     [selected] = load_inventory(hosts).select(host)
     run, task = named_run(selected, run, task)
@@ -271,8 +271,8 @@ def cancel(c, host, run, task=None, hosts=None):
                "force": "with --raw-file: fetch even when the file is larger than the host's max_summary_mb"})
 def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=None, force=False):
     """Bring back a run's summary/ (never raw/) into kernels/TASK/results/HOST/RUN-ID/; --raw-file NAME: one raw file."""
-    from .fetch import fetch_results as fetch
-    from .runs import named_run, open_session
+    from .runs.fetch import fetch_results as fetch
+    from .runs.remote import named_run, open_session
 
     [selected] = load_inventory(hosts).select(host)
     if run not in ("latest", "all"):
@@ -295,7 +295,7 @@ def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=
 
 
 def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
-    from .profile import fetch_raw_file
+    from .runs.profile import fetch_raw_file
 
     def announce(info: dict) -> None:
         if not as_json:
@@ -324,8 +324,8 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
             calls=None, detach=False, wait=None, json=False):
     """Nsight Compute on the host: gate the workload, profile each side under ncu, bring back profile.md/.csv."""
     from .agent.protocol import ProfileRequest
-    from .profile import profile as run_profile
-    from .profile import show_profile
+    from .runs.profile import profile as run_profile
+    from .runs.profile import show_profile
 
     selected = load_inventory(hosts).select(host)
     if len(selected) != 1:
@@ -357,7 +357,7 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
                "edited_task": EDITED_TASK_HELP})
 def check(c, task, workloads=None, json=False, edited_task=False):
     """Local CPU smoke run of a task through Triton's interpreter (timings are not meaningful)."""
-    from .check import NOT_CHECKED_HERE, smoke_check
+    from .runs.check import NOT_CHECKED_HERE, smoke_check
 
     [task_dir] = find_tasks(KERNELS, [task])
     ids = checks.workload_ids(workloads)

@@ -3,7 +3,7 @@
 Every document is an object whose first key names its shape; docs/schemas/<command>.json describes it (validated in
 tests/test_json_schemas.py). A document printed once is indented; under --watch each refresh is one line (JSON lines),
 so `inv gpu-status --watch 2 --json | jq -c ...` reads one document per refresh. A run's events stream the same way,
-one kpremote.run-event/1 line each (`inv run --json-stream`, `inv logs --json`: kpremote/eventstream.py).
+one kpremote.run-event/1 line each (`inv run --json-stream`, `inv logs --json`: kpremote/runs/eventstream.py).
 
 A command asked for JSON that refuses its input (a bad option, an unknown task or host, a task it will not run) still
 prints one document: kpremote.error/1, {"command", "error", "exit_code"} (print_error), on one line, so a script
@@ -21,7 +21,7 @@ VERSIONS = {
     "hosts": 1, "gpu-status": 1, "sync": 1, "run": 1, "status": 1, "fetch-results": 1, "profile": 1, "check": 1,
     "baseline": 1, "compare": 1, "history": 1, "run-event": 1, "error": 1,
 }
-# Commands whose --json is a stream of lines, one object of this schema a line (kpremote/eventstream.py).
+# Commands whose --json is a stream of lines, one object of this schema a line (kpremote/runs/eventstream.py).
 STREAMS = {"logs": "run-event"}
 
 

@@ -233,7 +233,7 @@ def make_program() -> KpremoteProgram:
 
 
 def main() -> None:
-    from .interrupt import install_early
+    from .runs.interrupt import install_early
 
     install_early()  # Ctrl-C before Invoke has loaded the commands: 130, not Invoke's silent 1
     try:

@@ -12,7 +12,7 @@ from .agent.protocol import PROFILE, RUNNERS, Headline, RowResult, RunResults
 from .errors import KpremoteError
 from .ledger import read_ledger
 from .records import record_problem, results_json
-from .runids import resolve_run_id
+from .runs.runids import resolve_run_id
 
 
 @dataclass

@@ -16,7 +16,7 @@ from kpremote.hosts.config import load_inventory, parse_inventory
 from kpremote.hosts.connect import open_transport
 from kpremote.errors import HostError
 from kpremote.errors import FetchRefused, UnsafeArchive
-from kpremote.fetch import fetch_results, fetch_run
+from kpremote.runs.fetch import fetch_results, fetch_run
 from kpremote.task.taskdir import find_task
 from kpremote.transport import LocalTransport
 

@@ -13,7 +13,7 @@ import pytest
 
 from kpremote.agent.protocol import RESULTS_SCHEMA, RunResults
 from kpremote.jsonout import STREAMS, VERSIONS
-from kpremote.placement import Outcome
+from kpremote.runs.placement import Outcome
 from localproject import TASK, kp, make_project, watch_for
 from rig import REPO
 

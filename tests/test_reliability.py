@@ -28,8 +28,8 @@ from kpremote.agent.procfs import descendants
 from kpremote.agent.run.runstate import TERMINAL
 from kpremote.hosts.agentclient import Agent
 from kpremote.hosts.config import parse_inventory
-from kpremote.runs import HEARTBEAT_GRACE_S
-from kpremote.sync import build_sync_request, plan_sync, sync_task
+from kpremote.runs.remote import HEARTBEAT_GRACE_S
+from kpremote.runs.sync import build_sync_request, plan_sync, sync_task
 from kpremote.task.taskdir import find_task
 from kpremote.task.taskscan import scan_task
 from kpremote.transport import LocalTransport

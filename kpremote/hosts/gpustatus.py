@@ -13,7 +13,7 @@ from .agentclient import Agent
 from .config import Host
 from .connect import open_transport
 from ..errors import KpremoteError
-from ..slurm import check_cluster
+from ..runs.slurm import check_cluster
 
 # Where a host's GPU readings came from (README, gpu-status): NVML, the test fixture, or none at all (`error` says why:
 # no NVML there, or the host could not be asked).
@@ -170,7 +170,7 @@ def info_host(host: Host, agent: Agent) -> HostInfo:
         return HostInfo(host=host.name, ok=False, error=str(exc), seconds=time.monotonic() - started, answered=False)
     fields = {k: answer.get(k) for k in ("hostname", "python", "torch", "triton", "pynvml", "tvm_ffi", "cutlass_dsl", "cuda",
                                          "sandbox")}
-    if host.is_cluster:  # reachable is not enough: what a run needs of Slurm, asked of Slurm (kpremote/slurm.py)
+    if host.is_cluster:  # reachable is not enough: what a run needs of Slurm, asked of Slurm (kpremote/runs/slurm.py)
         slurm, error = check_cluster(host, agent)
         return HostInfo(host=host.name, ok=error is None, error=error, slurm=slurm,
                         seconds=time.monotonic() - started, **fields)

@@ -1,6 +1,6 @@
 """What a task folder holds, as the sync sees it: every file's sha256 (through a hash cache) and its provenance.
 
-kpremote/sync.py sends the difference between this and what the host holds; agent/provenance.py decides which files
+kpremote/runs/sync.py sends the difference between this and what the host holds; agent/provenance.py decides which files
 count and how the tree is stamped, for this scan and for the agent's runner alike.
 """
 

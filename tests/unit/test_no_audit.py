@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kpremote.agent.run.start import StartRequest, _runner_command
-from kpremote.runs import RunOptions, _start_args
+from kpremote.runs.remote import RunOptions, _start_args
 
 
 def test_the_client_asks_for_no_audit_only_when_told(host) -> None:

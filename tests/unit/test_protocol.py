@@ -26,7 +26,7 @@ NOT_NAMES = ["", ".", "..", "-x", "_x", ".hidden", "a/b", "../demo", "de mo", "a
 def accepted_by_every_side(name: str, tmp_path: Path) -> dict[str, bool]:
     """Whether each place that checks a task name accepts name (True) or refuses it (False)."""
     from kpremote.hosts import config
-    from kpremote import fetch
+    from kpremote.runs import fetch
     from kpremote.task import scaffold, taskdir
     from kpremote.agent import sync as agent_sync
     from kpremote.agent.run import runpaths

@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 # (connect_early, the checks of its tasks, the ledger, placement) and the hosts file read through config.
 RUN_START = """
 import kpremote.commands
-from kpremote import ledger, options, placement, runs, eventstream
+from kpremote import ledger, options
+from kpremote.runs import eventstream, placement, remote
 from kpremote.hosts import connect
 from kpremote.task import baseline
 from kpremote.agent.task import taskspec
@@ -36,7 +37,7 @@ def imported_by(code: str) -> set[str]:
 
 def test_inv_runs_start_imports_none_of_the_heavy_modules():
     imported = imported_by(RUN_START.format(hosts=str(REPO / "hosts.toml")))
-    assert "kpremote.placement" in imported and "kpremote.hosts.config" in imported
+    assert "kpremote.runs.placement" in imported and "kpremote.hosts.config" in imported
     assert imported & HEAVY == set()
 
 

@@ -14,9 +14,9 @@ from unit.helpers import FILES, TASK, gpu
 from kpremote.views import terminal
 from kpremote.views.run import RunView
 from kpremote.hosts.agentclient import Agent
-from kpremote.runs import RunOptions, RunSession, follow_run, start_run
+from kpremote.runs.remote import RunOptions, RunSession, follow_run, start_run
 from kpremote.views.start import StartView, phase_text, size_text
-from kpremote.sync import sync_task
+from kpremote.runs.sync import sync_task
 from kpremote.task.taskdir import find_task
 
 

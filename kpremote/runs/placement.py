@@ -10,18 +10,18 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from .hosts.config import Host
+from ..hosts.config import Host
 from .eventstream import EventStream
-from .errors import HostBusy, HostCannotTake, HostError, KpremoteError, StoppedByUser
-from .agent.protocol import TERMINAL
+from ..errors import HostBusy, HostCannotTake, HostError, KpremoteError, StoppedByUser
+from ..agent.protocol import TERMINAL
 from .fetch import SummaryReceiver, fetch_run, has_sealed_summary
-from .jsonout import document, print_document
-from .runs import RunOptions, RunSession, find_task_of_run, follow_run, open_session, reattach_hint, start_run
-from .views import terminal
-from .views.results import summary_markdown
-from .views.run import BatchedPrinter, RunView, print_events
-from .views.start import StartView
-from .task.taskdir import TaskDir
+from ..jsonout import document, print_document
+from .remote import RunOptions, RunSession, find_task_of_run, follow_run, open_session, reattach_hint, start_run
+from ..views import terminal
+from ..views.results import summary_markdown
+from ..views.run import BatchedPrinter, RunView, print_events
+from ..views.start import StartView
+from ..task.taskdir import TaskDir
 
 MEASURED = "already measured"
 GOES_ON = frozenset({"detached", "running", "connection lost"})
@@ -227,7 +227,7 @@ def _one_line(text: str) -> str:
 def measured_already(tasks: list[TaskDir], hosts: list[Host]) -> tuple[list[TaskDir], list[Outcome]]:
     """The tasks still to run, and an outcome for each whose candidate the ledger says was measured on one of these
     hosts already (kpremote/ledger.py): said on stderr, no GPU spent; `inv run --again` skips this."""
-    from .ledger import measured_before, measured_line
+    from ..ledger import measured_before, measured_line
 
     to_run, already = [], []
     for task in tasks:

@@ -11,19 +11,19 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .agent.protocol import TERMINAL, ExitCode, new_run_id
-from .hosts.agentclient import Agent, agent_subcommand, error_message
-from .hosts.config import Host
-from .hosts.connect import open_transport
-from .errors import HostBusy, HostCannotTake, HostError, KpremoteError, RemoteCommandError, StartStopped, TaskRefusedByHost
+from ..agent.protocol import TERMINAL, ExitCode, new_run_id
+from ..hosts.agentclient import Agent, agent_subcommand, error_message
+from ..hosts.config import Host
+from ..hosts.connect import open_transport
+from ..errors import HostBusy, HostCannotTake, HostError, KpremoteError, RemoteCommandError, StartStopped, TaskRefusedByHost
 from .interrupt import REGISTRY
 from .runids import check_run_word, is_full_id, resolve_run_id
 from .slurm import submit_run  # a Slurm cluster's start: sync, then sbatch (issue 15)
 from .started import StartedRun, raise_unless_started
 from .sync import exchange, over_sync_apply
-from .task.taskdir import TaskDir
-from .task.taskscan import scan_task
-from .transport import Completed
+from ..task.taskdir import TaskDir
+from ..task.taskscan import scan_task
+from ..transport import Completed
 
 NO_IDLE_GPU = ExitCode.NO_IDLE_GPU
 ARCH_MISMATCH = ExitCode.ARCH_MISMATCH
@@ -77,7 +77,7 @@ def start_run(session: RunSession, task: TaskDir, options: RunOptions, run_id: O
     `connecting`, `syncing` (files, bytes), then the agent's `created` and, with --wait, `waiting` (what for).
     """
     run_id = run_id or new_run_id()
-    if session.host.is_cluster:  # Slurm: the same sync, then sbatch instead of a lease (kpremote/slurm.py)
+    if session.host.is_cluster:  # Slurm: the same sync, then sbatch instead of a lease (kpremote/runs/slurm.py)
         return submit_run(session, task, options, run_id, on_progress)
     args = [*_start_args(session.host, task.name, options), "--run-id", run_id, "--progress"]
     on_progress({"event": "connecting"})

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .agent.atomicfile import write_json_atomically
-from .agent.protocol import SYNC_VERSION, manifest_digest
-from .hosts.agentclient import Agent, error_message
-from .hosts.config import Host
-from .errors import HostError, KpremoteError, RemoteCommandError
-from .task.taskdir import TaskDir
-from .task.taskscan import LocalTree, cache_dir, read_json, read_no_follow, scan_task
+from ..agent.atomicfile import write_json_atomically
+from ..agent.protocol import SYNC_VERSION, manifest_digest
+from ..hosts.agentclient import Agent, error_message
+from ..hosts.config import Host
+from ..errors import HostError, KpremoteError, RemoteCommandError
+from ..task.taskdir import TaskDir
+from ..task.taskscan import LocalTree, cache_dir, read_json, read_no_follow, scan_task
 
 Send = Callable[[bytes], dict[str, Any]]
 """Carries one sync request to the agent and returns its answer: what it applied, or {"need_full", "have"}."""

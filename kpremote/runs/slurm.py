@@ -12,20 +12,20 @@ import dataclasses
 import json
 from typing import Callable, TYPE_CHECKING, Any, Optional
 
-from .agent.protocol import ExitCode
-from .hosts.agentclient import error_message
-from .hosts.config import Host
-from .errors import KpremoteError
+from ..agent.protocol import ExitCode
+from ..hosts.agentclient import error_message
+from ..hosts.config import Host
+from ..errors import KpremoteError
 from .interrupt import REGISTRY
 from .started import StartedRun, raise_unless_started
 from .sync import exchange, over_sync_apply
-from .task.taskscan import scan_task
+from ..task.taskscan import scan_task
 
 if TYPE_CHECKING:
-    from .hosts.gpustatus import HostReport
-    from .runs import RunOptions, RunSession
-    from .task.taskdir import TaskDir
-    from .transport import Completed
+    from ..hosts.gpustatus import HostReport
+    from .remote import RunOptions, RunSession
+    from ..task.taskdir import TaskDir
+    from ..transport import Completed
 
 BAD_REQUEST = ExitCode.BAD_REQUEST
 NEED_FULL_SYNC = ExitCode.NEED_FULL_SYNC
@@ -108,7 +108,7 @@ def check_cluster(host: Host, agent: Any) -> tuple[Optional[dict[str, Any]], Opt
 
 def gpu_tables(reports: list["HostReport"], options: Any = None) -> list[Any]:
     """The usual GPU view for GPU hosts, and one row per node for each cluster."""
-    from .views.gpus import gpu_view
+    from ..views.gpus import gpu_view
 
     hosts = [r for r in reports if r.source != "slurm"]
     clusters = [r for r in reports if r.source == "slurm"]
@@ -125,7 +125,7 @@ def nodes_table(reports: list["HostReport"]) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    from .views.terminal import error_lines
+    from ..views.terminal import error_lines
 
     table = Table(title="gpu-status (Slurm)", title_justify="left")
     for column in ("cluster", "node", "partitions", "state", "gpus", "kpremote runs", "other jobs"):

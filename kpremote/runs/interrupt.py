@@ -22,10 +22,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from .errors import KpremoteError, Stopping
+from ..errors import KpremoteError, Stopping
 
 if TYPE_CHECKING:
-    from .hosts.config import Host
+    from ..hosts.config import Host
 
 CANCEL_BUDGET_S = 1.4
 """How long the cancels may take, all together: connect, cancel on the host, answer."""
@@ -170,8 +170,8 @@ def _cancel_one(entry: Registered, results: dict, budget_s: float, sent: Optiona
     """On a new channel of the run's own connection if it still stands (no handshake: the 2 s hold under load),
     else on a fresh connection."""
     # Imported here, not at the top: interrupt.py loads first, so that Ctrl-C is handled before the heavier modules.
-    from .hosts.agentclient import Agent, agent_subcommand
-    from .hosts.connect import open_transport
+    from ..hosts.agentclient import Agent, agent_subcommand
+    from ..hosts.connect import open_transport
 
     cancel = agent_subcommand(entry.host, "cancel")  # a Slurm cluster's run: slurm-cancel, i.e. scancel
     args = ["--task", entry.task, "--run", entry.run_id, "--pending", "--grace", str(HOST_GRACE_S)]

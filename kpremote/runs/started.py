@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .agent.protocol import ExitCode
-from .hosts.agentclient import error_message
-from .hosts.config import Host
-from .errors import RemoteCommandError, StartStopped
-from .transport import Completed
+from ..agent.protocol import ExitCode
+from ..hosts.agentclient import error_message
+from ..hosts.config import Host
+from ..errors import RemoteCommandError, StartStopped
+from ..transport import Completed
 
 
 @dataclass

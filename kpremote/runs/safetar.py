@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .errors import UnsafeArchive
+from ..errors import UnsafeArchive
 
 
 @dataclass(frozen=True)

@@ -17,19 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .agent.protocol import ProfileRequest
-from .agent.provenance import file_sha256
-from .hosts.agentclient import Agent, error_message
-from .hosts.config import Host
-from .errors import FetchRefused, HostError, KpremoteError, RemoteCommandError
+from ..agent.protocol import ProfileRequest
+from ..agent.provenance import file_sha256
+from ..hosts.agentclient import Agent, error_message
+from ..hosts.config import Host
+from ..errors import FetchRefused, HostError, KpremoteError, RemoteCommandError
 from .fetch import MIB, SummaryReceiver, checked_name, fetch_run, real_folder, select_runs
 from .placement import Outcome
-from .runs import RunOptions, RunSession, follow_run, open_session, reattach_hint, start_run
-from .task.taskdir import TaskDir, find_task
-from .views import terminal
-from .views.results import summary_markdown
-from .views.run import RunView
-from .views.start import StartView
+from .remote import RunOptions, RunSession, follow_run, open_session, reattach_hint, start_run
+from ..task.taskdir import TaskDir, find_task
+from ..views import terminal
+from ..views.results import summary_markdown
+from ..views.run import RunView
+from ..views.start import StartView
 
 RAW_FOLDER = ".raw"
 

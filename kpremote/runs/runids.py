@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from .errors import KpremoteError
+from ..errors import KpremoteError
 
 FULL_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
 PART_OF_ID = re.compile(r"^[0-9a-f-]{1,40}$")

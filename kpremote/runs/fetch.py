@@ -17,15 +17,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from .agent.atomicfile import write_atomically
-from .agent.protocol import NAME_RULE, TERMINAL, ExitCode, RunResults, is_name
-from .hosts.agentclient import Agent, error_message
-from .hosts.config import Host
-from .errors import FetchRefused, HostError, RemoteCommandError
-from .ledger import kind_of, record_run
-from .runstore import is_profile_run
+from ..agent.atomicfile import write_atomically
+from ..agent.protocol import NAME_RULE, TERMINAL, ExitCode, RunResults, is_name
+from ..hosts.agentclient import Agent, error_message
+from ..hosts.config import Host
+from ..errors import FetchRefused, HostError, RemoteCommandError
+from ..ledger import kind_of, record_run
+from ..runstore import is_profile_run
 from .safetar import Member, read_members, read_tree, write_members
-from .task.taskdir import TaskDir, find_task
+from ..task.taskdir import TaskDir, find_task
 
 NEVER_FETCHED = ("raw",)
 MIB = 1024 * 1024
@@ -270,7 +270,7 @@ def append_run_log(path: Path, fetched: list[FetchReport], now: str) -> None:
 def run_log_line(report: FetchReport, now: str) -> str:
     """A sentence a person reads: `- results/h/ID/ · passed · headline 1.024x (0.99–1.06) over 3 of 3 production rows
     · fetched ...`."""
-    from .views.run import headline_text
+    from ..views.run import headline_text
 
     headline = report.headline if isinstance(report.headline, str) or report.headline is None \
         else f"headline {headline_text(report.headline)}" if isinstance(report.headline, dict) else str(report.headline)
