@@ -452,9 +452,9 @@ def _ensure_upstream(tasks: list[TaskDir]) -> None:
                "json": "print the kpremote.compare/1 JSON document (docs/schemas/compare.json)"})
 def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = None, json=False):
     """Did it help? Two fetched runs row by row: medians, speedup change with its interval, FASTER / SAME / SLOWER."""
-    from .compare import compare as compare_runs
-    from .compare import MAX_LAST, last_runs, runs_to_compare, series, skipped_runs
-    from .runstore import fetched_runs
+    from .results.compare import compare as compare_runs
+    from .results.compare import MAX_LAST, last_runs, runs_to_compare, series, skipped_runs
+    from .results.runstore import fetched_runs
     from .views.compare import compare_view
 
     if last is not None:
@@ -469,7 +469,7 @@ def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = N
         chosen = list(runs_to_compare(runs, new, base, where))
         document = compare_runs(*chosen)
     document["skipped"] = skipped_runs(runs, chosen, to_the_newest=last is not None or new == "latest")
-    from .ledger import lines_by_run
+    from .results.ledger import lines_by_run
 
     recorded = lines_by_run(KERNELS / task)  # the ledger adds the command line that brought each run
     for side in ("base", "new"):
@@ -486,10 +486,10 @@ def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = N
 def history(c, task, host=None, plot=None, json=False):
     """Every fetched run of a task, oldest first: commit, status, headline; and a plot of the headline over time."""
     from .views.compare import history_view
-    from .history import draw_history_plot, history_entry
-    from .runstore import fetched_runs
+    from .results.history import draw_history_plot, history_entry
+    from .results.runstore import fetched_runs
 
-    from .ledger import lines_by_run
+    from .results.ledger import lines_by_run
 
     recorded = lines_by_run(KERNELS / task)  # the ledger adds the command line that brought each run
     entries = [history_entry(run, recorded.get((run.host, run.run_id))) for run in fetched_runs(KERNELS, task, host)]

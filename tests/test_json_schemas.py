@@ -144,7 +144,7 @@ def test_check_json_is_one_document_and_nothing_else(project):
     rows = document["results"]["rows"]
     assert rows and all(row["verdict"]["verdict"] is None and row["verdict"]["speedup"] for row in rows), rows
     assert not document["results"]["headline"].get("verdicts"), document["results"]["headline"]
-    from kpremote.ledger import read_ledger
+    from kpremote.results.ledger import read_ledger
 
     checked = [e for e in read_ledger(project / "kernels" / TASK) if e["kind"] == "check"][-1]
     assert checked["rows"] and all(row["verdict"] is None for row in checked["rows"].values()), checked["rows"]

@@ -17,7 +17,7 @@ from rich.text import Text
 from ..views import terminal
 from ..views.results import summary_markdown
 from ..views.run import event_line, row_pieces
-from ..ledger import record_run
+from ..results.ledger import record_run
 from ..task.taskdir import TaskDir
 
 # The runner's own progress lines on its stderr ("[1/2] w: PASSED 1.02x"): shown from the events instead.

@@ -22,8 +22,8 @@ from ..agent.protocol import NAME_RULE, TERMINAL, ExitCode, RunResults, is_name
 from ..hosts.agentclient import Agent, error_message
 from ..hosts.config import Host
 from ..errors import FetchRefused, HostError, RemoteCommandError
-from ..ledger import kind_of, record_run
-from ..runstore import is_profile_run
+from ..results.ledger import kind_of, record_run
+from ..results.runstore import is_profile_run
 from .safetar import Member, read_members, read_tree, write_members
 from ..task.taskdir import TaskDir, find_task
 

@@ -226,8 +226,8 @@ def _one_line(text: str) -> str:
 
 def measured_already(tasks: list[TaskDir], hosts: list[Host]) -> tuple[list[TaskDir], list[Outcome]]:
     """The tasks still to run, and an outcome for each whose candidate the ledger says was measured on one of these
-    hosts already (kpremote/ledger.py): said on stderr, no GPU spent; `inv run --again` skips this."""
-    from ..ledger import measured_before, measured_line
+    hosts already (kpremote/results/ledger.py): said on stderr, no GPU spent; `inv run --again` skips this."""
+    from ..results.ledger import measured_before, measured_line
 
     to_run, already = [], []
     for task in tasks:

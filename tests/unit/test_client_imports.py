@@ -19,7 +19,7 @@ ALLOWED_ELSEWHERE = {
     ("options.py", "kpremote.agent.task.taskspec"),
     # An earlier measurement stands for a new one only with the same harness version and pinned bench/ and task.toml,
     # computed by the runner's own rule (harness.py: standard library only, meant for the client too).
-    ("ledger.py", "kpremote.agent.harness"),
+    ("results/ledger.py", "kpremote.agent.harness"),
 }
 if "class ProfileRequest" in (PACKAGE / "agent" / "ncu" / "ncu.py").read_text():
     # ProfileRequest moves into protocol.py (issue 12, profile as a kind of start); until then it lives in ncu.py.

@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from .agent.atomicfile import read_or_create_key
-from .errors import KpremoteError
+from ..agent.atomicfile import read_or_create_key
+from ..errors import KpremoteError
 
 STATE_DIR_ENV = "KPREMOTE_STATE_DIR"
 KEY_FILE = "records.key"

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .agent.protocol import PROFILE, RUNNERS, Headline, RowResult, RunResults
-from .errors import KpremoteError
+from ..agent.protocol import PROFILE, RUNNERS, Headline, RowResult, RunResults
+from ..errors import KpremoteError
 from .ledger import read_ledger
 from .records import record_problem, results_json
-from .runs.runids import resolve_run_id
+from ..runs.runids import resolve_run_id
 
 
 @dataclass
@@ -96,7 +96,7 @@ def _read(task: str, host: str, run_id: str, path: Path, lines: list[dict]) -> O
 
 def fetched_runs(kernels_dir: Path, task: str, host: Optional[str] = None) -> list[FetchedRun]:
     """Every readable run of the task (on host, if given), oldest first (by start time, then id)."""
-    from .task.taskdir import find_task
+    from ..task.taskdir import find_task
 
     task_dir = find_task(kernels_dir, task)
     results, lines = task_dir.results, read_ledger(task_dir.path)

@@ -23,9 +23,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from .agent.atomicfile import read_json_lines
-from .agent.protocol import PROFILE_MODE_PREFIX, Headline, RowResult, RunResults
-from .errors import KpremoteError
+from ..agent.atomicfile import read_json_lines
+from ..agent.protocol import PROFILE_MODE_PREFIX, Headline, RowResult, RunResults
+from ..errors import KpremoteError
 from .records import line_verifies, record_problem, results_json, signed
 
 LEDGER_NAME = "ledger.jsonl"
@@ -152,8 +152,8 @@ def measured_before(task_dir: Path, host_names: list[str]) -> tuple[Optional[dic
     the pinned task (a TASK EDITED or UNPINNED run never stands for another), or None; and a line to say when a newer
     line that claims as much is not trusted (its MAC does not verify, or it points to no fetched run whose
     results.json it recorded), else None."""
-    from .agent.harness import HARNESS_VERSION, pinned_inputs  # the runner's own rules for both stamps
-    from .agent.provenance import task_provenance
+    from ..agent.harness import HARNESS_VERSION, pinned_inputs  # the runner's own rules for both stamps
+    from ..agent.provenance import task_provenance
 
     source, pinned = task_provenance(task_dir), pinned_inputs(task_dir)
     if source["task_pin"] is None or source["task_pin"] != source["task_digest"]:
@@ -179,7 +179,7 @@ def measured_before(task_dir: Path, host_names: list[str]) -> tuple[Optional[dic
 
 def measured_line(task: str, entry: dict[str, Any]) -> str:
     """`T: this candidate (sha 681fe9d53185) was already measured on H (GPU): 1.120x (...), run ID; ...`."""
-    from .views.run import headline_text
+    from ..views.run import headline_text
 
     gpu = f" ({entry['gpu']})" if entry.get("gpu") else ""
     return (f"{task}: this candidate (sha {str(entry.get('candidate_sha256'))[:12]}) was already measured on "

@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from .agent.protocol import Headline, RowResult, SideStats
-from .errors import KpremoteError
+from ..agent.protocol import Headline, RowResult, SideStats
+from ..errors import KpremoteError
 from .runstore import FetchedRun, find_run
 
 Z95 = 1.959964

@@ -10,7 +10,7 @@ from .runstore import FetchedRun
 
 
 def history_entry(run: FetchedRun, ledger_line: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """One fetched run; with its ledger line (kpremote/ledger.py), the command line that brought it. A run whose record
+    """One fetched run; with its ledger line (kpremote/results/ledger.py), the command line that brought it. A run whose record
     does not verify shows no number: "record" says why, and its headline is null."""
     head = run.headline
     numbers = {"geomean": head.geomean, "low": head.low, "high": head.high, "n": head.n, "of": head.of,
