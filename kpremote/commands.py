@@ -13,13 +13,13 @@ from .runs import interrupt
 
 interrupt.install_early()  # before the slower imports below: Ctrl-C from the first moment kpremote is loaded
 
-from . import options as checks  # noqa: E402
+from .cli import options as checks  # noqa: E402
 from .views import terminal  # noqa: E402
-from .commandline import EXIT_FAILED, EXIT_USAGE, command, finish, finish_asking  # noqa: E402
+from .cli.commandline import EXIT_FAILED, EXIT_USAGE, command, finish, finish_asking  # noqa: E402
 from .agent.protocol import RunExit
 from .hosts.config import load_inventory
 from .errors import KpremoteError, StoppedByUser
-from .jsonout import print_document
+from .cli.jsonout import print_document
 from .project import kernels_dir
 from .task.taskdir import TaskDir, find_task, find_tasks
 

@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 from kpremote.agent.protocol import RESULTS_SCHEMA, RunResults
-from kpremote.jsonout import STREAMS, VERSIONS
+from kpremote.cli.jsonout import STREAMS, VERSIONS
 from kpremote.runs.placement import Outcome
 from localproject import TASK, kp, make_project, watch_for
 from rig import REPO
@@ -174,7 +174,7 @@ def test_check_of_a_task_checked_on_a_gpu_only_says_not_checked_and_does_not_fai
 
 def test_profile_outcome_matches_its_schema():
     # inv profile needs ncu (tests/test_profile.py runs it); its document is the run outcome, validated here.
-    from kpremote.jsonout import document
+    from kpremote.cli.jsonout import document
 
     validate(document("profile", dataclasses.asdict(Outcome(host="h", task="t", run_id="r", status="passed"))), "profile")
     with pytest.raises(jsonschema.ValidationError):

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Optional, TextIO
 
-from ..jsonout import schema_name
+from ..cli.jsonout import schema_name
 
 EVENT_SCHEMA = "run-event"
 OWN_KEYS = ("schema", "event", "host", "task", "run_id", "t")  # the envelope's; an event's own are kept beside them

@@ -15,7 +15,7 @@ from .eventstream import EventStream
 from ..errors import HostBusy, HostCannotTake, HostError, KpremoteError, StoppedByUser
 from ..agent.protocol import TERMINAL
 from .fetch import SummaryReceiver, fetch_run, has_sealed_summary
-from ..jsonout import document, print_document
+from ..cli.jsonout import document, print_document
 from .remote import RunOptions, RunSession, find_task_of_run, follow_run, open_session, reattach_hint, start_run
 from ..views import terminal
 from ..views.results import summary_markdown

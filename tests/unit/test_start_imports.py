@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 # (connect_early, the checks of its tasks, the ledger, placement) and the hosts file read through config.
 RUN_START = """
 import kpremote.commands
-from kpremote import options
+from kpremote.cli import options
 from kpremote.results import ledger
 from kpremote.runs import eventstream, placement, remote
 from kpremote.hosts import connect

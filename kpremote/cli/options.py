@@ -12,9 +12,9 @@ import math
 import re
 from typing import Any, Optional
 
-from .agent.protocol import TIMING_MODES
-from .errors import BadOption, KpremoteError
-from .task.taskdir import TaskDir
+from ..agent.protocol import TIMING_MODES
+from ..errors import BadOption, KpremoteError
+from ..task.taskdir import TaskDir
 
 WAIT_FOREVER_S = 24 * 3600.0
 MIN_WATCH_S = 0.5
@@ -104,7 +104,7 @@ def workload_ids(value: Optional[str]) -> Optional[list[str]]:
 
 def check_tasks(tasks: list[TaskDir], *, timing_mode: Optional[str], workloads: Optional[list[str]]) -> None:
     """Each task's task.toml and workloads.toml hold, and every --workloads id is one of its rows."""
-    from .agent.task import taskspec  # the host's own validator, so the client refuses exactly what the host would
+    from ..agent.task import taskspec  # the host's own validator, so the client refuses exactly what the host would
 
     if taskspec.tomllib is None:  # Python 3.10 without tomli: the host checks the task instead
         return
@@ -121,7 +121,7 @@ EDITED_TASK_OPTION = "--edited-task"
 def refuse_edited_tasks(tasks: list[TaskDir], *, edited_task: bool) -> None:
     """A task must be the one its pin holds (git's HEAD: docs/trust.md, "The sealed task") before anything is built:
     else one line naming each changed file. --edited-task runs it anyway, and the run says TASK EDITED."""
-    from .agent.provenance import committed_task, compare_to_pin, hash_task
+    from ..agent.provenance import committed_task, compare_to_pin, hash_task
 
     if edited_task:
         return

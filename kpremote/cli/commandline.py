@@ -13,11 +13,11 @@ from typing import Any, Callable
 from invoke import Task, task
 from invoke.exceptions import Exit
 
-from .runs import interrupt
-from .errors import KpremoteError, StoppedByUser
+from ..runs import interrupt
+from ..errors import KpremoteError, StoppedByUser
 from .jsonout import json_asked, print_error
 from .pipes import stdout_reader_gone
-from .views.terminal import error_line
+from ..views.terminal import error_line
 
 EXIT_FAILED = 1      # the command ran and something it checked failed (a host down, a row not PASSED)
 EXIT_USAGE = 2       # bad input: hosts.toml, an unknown host/task, a refused key; a host that could not be asked
