@@ -259,7 +259,8 @@ def _probe(args: argparse.Namespace) -> int:
 
 def _start(args: argparse.Namespace) -> int:
     from .lease import IdlePolicy
-    from .run.start import StartRequest, start
+    from .run.start import start
+    from .run.startchecks import StartRequest
     from .sync import sync_answer
 
     request = StartRequest(

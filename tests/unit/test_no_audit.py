@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kpremote.agent.run.start import StartRequest, _runner_command
+from kpremote.agent.run.start import _runner_command
+from kpremote.agent.run.startchecks import StartRequest
 from kpremote.runs.remote import RunOptions, _start_args
 
 
