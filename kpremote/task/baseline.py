@@ -36,27 +36,10 @@ from .baselinedoc import (GITIGNORE, SOURCE_DOC, UPSTREAM, render_release_block,
                           with_source_block, with_upstream_ignored)
 from .baselinetoml import edit_baseline_table, edit_sha256_table, parse_toml, read_task_toml
 from ..errors import BaselineError
+from .pins import BaselineFile, BaselinePin, ReleasePin
 from .staging import move_into_place, staging_folder
 from .taskdir import TaskDir
 from .upstreamgit import FULL_SHA, commit_date, fetch_files, git, last_line
-
-
-@dataclass
-class BaselineFile:
-    path: str
-    sha256: str
-    size: int
-
-
-@dataclass
-class BaselinePin:
-    repo: str
-    ref: str
-    commit: str
-    resolved_at: str  # UTC, ISO 8601
-    files: list[BaselineFile]
-    source: str | None = None  # the local git snapshot the files were read from, when not the repo itself
-    committed_at: str | None = None  # the commit's committer date, as git reports it
 
 
 def pin_baseline(task_dir: Path, repo: str, ref: str, files: list[str], force: bool = False,
@@ -96,17 +79,6 @@ def split_file_list(text: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ release wheels
-
-@dataclass(kw_only=True)
-class ReleasePin:
-    repo: str
-    ref: str = "release"  # what task.toml [baseline] ref says for a release pin
-    release: str          # "<distribution> <version>", e.g. "sglang 0.5.23"
-    wheel: str            # the wheel's file name; its tags say which platform build pip chose
-    wheel_sha256: str
-    resolved_at: str      # UTC, ISO 8601: when pip resolved the release
-    files: list[BaselineFile]
-
 
 @dataclass
 class Materialized:

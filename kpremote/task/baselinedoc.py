@@ -5,12 +5,9 @@ survives) and the /upstream/ line of baseline/.gitignore for files re-created fr
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import wheels
-
-if TYPE_CHECKING:  # annotations only: the pins import this module
-    from .baseline import BaselineFile, BaselinePin, ReleasePin
+from .pins import BaselineFile, BaselinePin, ReleasePin
 
 UPSTREAM = Path("baseline") / "upstream"
 SOURCE_DOC = Path("docs") / "baseline_source.md"
