@@ -93,7 +93,7 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
     if json:
         print_document("gpu-status", gpustatus.gpu_status_body(reports))
     else:
-        from .runs.slurm import gpu_tables  # GPU hosts in the usual view, Slurm clusters per node
+        from .views.nodes import gpu_tables  # GPU hosts in the usual view, Slurm clusters per node
 
         for table in gpu_tables(reports, options):
             terminal.show(table)
@@ -146,7 +146,7 @@ EDITED_TASK_HELP = ("run a task whose files outside solution/ differ from the pr
 @command(help={"host": "host name", "task": TASK_HELP, "hosts": HOSTS_HELP, "json": "print the sync report as JSON"})
 def sync(c, host, task, hosts=None, json=False):
     """Sync kernels/TASK to the host's task workspace: only changed files travel; deletions follow."""
-    from .runs.remote import open_session
+    from .runs.session import open_session
     from .runs.sync import sync_task
 
     [selected] = load_inventory(hosts).select(host)
@@ -190,7 +190,7 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
     _connect_early(hosts, host, len(names))  # first: the handshake passes while the rest is imported and checked
     from .runs.eventstream import EventStream
     from .runs.placement import launch, measured_already
-    from .runs.remote import RunOptions
+    from .runs.session import RunOptions
 
     plain = not (again or workloads or mode or gpu or no_audit or device != "auto")  # a run as measured before
     mode, ids = checks.mode(mode), checks.workload_ids(workloads)
@@ -250,7 +250,8 @@ def logs(c, host, run, task=None, follow=False, hosts=None, json=False):
                "hosts": HOSTS_HELP})
 def cancel(c, host, run, task=None, hosts=None):
     """Cancel a run: its whole process group is killed and its GPU lease released."""
-    from .runs.remote import cancel_run, find_task_of_run, named_run, open_session
+    from .runs.remote import cancel_run, find_task_of_run, named_run
+    from .runs.session import open_session
 
     [selected] = load_inventory(hosts).select(host)
     run, task = named_run(selected, run, task)
@@ -272,7 +273,8 @@ def cancel(c, host, run, task=None, hosts=None):
 def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=None, force=False):
     """Bring back a run's summary/ (never raw/) into kernels/TASK/results/HOST/RUN-ID/; --raw-file NAME: one raw file."""
     from .runs.fetch import fetch_results as fetch
-    from .runs.remote import named_run, open_session
+    from .runs.remote import named_run
+    from .runs.session import open_session
 
     [selected] = load_inventory(hosts).select(host)
     if run not in ("latest", "all"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +14,6 @@ from .agentclient import Agent
 from .config import Host
 from .connect import open_transport
 from ..errors import KpremoteError
-from ..runs.slurm import check_cluster
 
 # Where a host's GPU readings came from (README, gpu-status): NVML, the test fixture, or none at all (`error` says why:
 # no NVML there, or the host could not be asked).
@@ -170,11 +170,25 @@ def info_host(host: Host, agent: Agent) -> HostInfo:
         return HostInfo(host=host.name, ok=False, error=str(exc), seconds=time.monotonic() - started, answered=False)
     fields = {k: answer.get(k) for k in ("hostname", "python", "torch", "triton", "pynvml", "tvm_ffi", "cutlass_dsl", "cuda",
                                          "sandbox")}
-    if host.is_cluster:  # reachable is not enough: what a run needs of Slurm, asked of Slurm (kpremote/runs/slurm.py)
+    if host.is_cluster:  # reachable is not enough: what a run needs of Slurm, asked of Slurm (check_cluster)
         slurm, error = check_cluster(host, agent)
         return HostInfo(host=host.name, ok=error is None, error=error, slurm=slurm,
                         seconds=time.monotonic() - started, **fields)
     return HostInfo(host=host.name, ok=True, seconds=time.monotonic() - started, **fields)
+
+
+def check_cluster(host: Host, agent: Agent) -> tuple[Optional[dict[str, Any]], Optional[str]]:
+    """(slurm-check's answer, the error naming the first check that failed, or None): sinfo answers from the login
+    node's non-interactive session, the partition exists, sbatch --test-only takes the host's settings."""
+    settings = {key: value for key, value in (host.slurm or {}).items() if value is not None}
+    try:
+        answer = agent.call_json("slurm-check", "--settings", json.dumps(settings))
+    except KpremoteError as exc:
+        return None, f"{host.name}: Slurm check: {exc}"
+    failed = [c for c in answer.get("checks", []) if not c.get("ok")]
+    if failed:
+        return answer, f"{host.name}: Slurm: {failed[0]['check']}: {failed[0]['detail']}"
+    return answer, None
 
 
 def gpu_status(hosts: list[Host], waiting_for: Optional[Callable[[list[str]], None]] = None) -> list[HostReport]:

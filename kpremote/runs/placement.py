@@ -16,7 +16,8 @@ from ..errors import HostBusy, HostCannotTake, HostError, KpremoteError, Stopped
 from ..agent.protocol import TERMINAL
 from .fetch import SummaryReceiver, fetch_run, has_sealed_summary
 from ..cli.jsonout import document, print_document
-from .remote import RunOptions, RunSession, find_task_of_run, follow_run, open_session, reattach_hint, start_run
+from .remote import find_task_of_run, follow_run, reattach_hint, start_run
+from .session import RunOptions, RunSession, open_session
 from ..views import terminal
 from ..views.results import summary_markdown
 from ..views.run import BatchedPrinter, RunView, print_events

@@ -24,7 +24,8 @@ from ..hosts.config import Host
 from ..errors import FetchRefused, HostError, KpremoteError, RemoteCommandError
 from .fetch import MIB, SummaryReceiver, checked_name, fetch_run, real_folder, select_runs
 from .placement import Outcome
-from .remote import RunOptions, RunSession, follow_run, open_session, reattach_hint, start_run
+from .remote import follow_run, reattach_hint, start_run
+from .session import RunOptions, RunSession, open_session
 from ..task.taskdir import TaskDir, find_task
 from ..views import terminal
 from ..views.results import summary_markdown

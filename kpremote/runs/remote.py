@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from ..agent.protocol import TERMINAL, ExitCode, new_run_id
 from ..hosts.agentclient import Agent, agent_subcommand, error_message
 from ..hosts.config import Host
-from ..hosts.connect import open_transport
 from ..errors import HostBusy, HostCannotTake, HostError, KpremoteError, RemoteCommandError, StartStopped, TaskRefusedByHost
 from .interrupt import REGISTRY
 from .runids import check_run_word, is_full_id, resolve_run_id
 from .slurm import submit_run  # a Slurm cluster's start: sync, then sbatch (issue 15)
-from .started import StartedRun, raise_unless_started
+from .session import RunOptions, RunSession, StartedRun, open_session, raise_unless_started
 from .sync import exchange, over_sync_apply
 from ..task.taskdir import TaskDir
 from ..task.taskscan import scan_task
@@ -31,41 +29,6 @@ TASK_REFUSED = ExitCode.BAD_REQUEST
 NEED_FULL_SYNC = ExitCode.NEED_FULL_SYNC
 REFUSALS = {"task_refused", "bad_request", "usage"}  # the request itself is wrong: no other host would take it
 HEARTBEAT_GRACE_S = 5.0
-
-
-@dataclass
-class RunOptions:
-    gpu: Optional[str] = None
-    wait: Optional[float] = None
-    workloads: Optional[str] = None
-    mode: Optional[str] = None
-    profile: Optional[str] = None  # a profile run: its protocol.ProfileRequest as JSON (start --profile)
-    device: str = "auto"
-    audit: bool = True  # False: --no-audit, the run is labelled "unaudited: --no-audit"
-
-
-@dataclass
-class RunSession:
-    """One host's connection, reused by every step of a run: the agent it talks through, given when it is made
-    (open_session makes the host's real one; tests give theirs)."""
-
-    agent: Agent
-
-    @property
-    def host(self) -> Host:
-        return self.agent.host
-
-    @property
-    def channels(self) -> int:
-        return self.agent.transport.channels.opened
-
-    def close(self) -> None:
-        self.agent.transport.close()
-
-
-def open_session(host: Host) -> RunSession:
-    """A session over the host's own transport (SSH, local or a container; connect.open_transport)."""
-    return RunSession(Agent(host, open_transport(host)))
 
 
 def start_run(session: RunSession, task: TaskDir, options: RunOptions, run_id: Optional[str] = None,

@@ -20,15 +20,8 @@ from kpremote.errors import KpremoteError
 from kpremote.errors import FetchRefused, HostBusy, UnsafeArchive
 from kpremote.runs.fetch import fetch_results, fetch_run
 from kpremote.hosts.inprocessagent import InProcessTransport
-from kpremote.runs.remote import (
-           RunOptions,
-           RunSession,
-           cancel_run,
-           follow_run,
-           list_runs,
-           open_session,
-           start_run,
-       )
+from kpremote.runs.remote import cancel_run, follow_run, list_runs, start_run
+from kpremote.runs.session import RunOptions, RunSession, open_session
 from kpremote.runs.sync import sync_task
 from kpremote.task.taskdir import find_task
 

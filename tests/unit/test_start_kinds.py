@@ -12,7 +12,8 @@ from unit.helpers import TASK
 from kpremote.agent import protocol
 from kpremote.agent.protocol import ExitCode, ProfileRequest
 from kpremote.agent.run.runoptions import parse_profile_args
-from kpremote.runs.remote import RunOptions, RunSession, follow_run, start_run
+from kpremote.runs.remote import follow_run, start_run
+from kpremote.runs.session import RunOptions, RunSession
 from kpremote.runs.sync import sync_task
 from kpremote.task.taskdir import find_task
 

@@ -14,7 +14,8 @@ from unit.helpers import FILES, TASK, gpu
 from kpremote.views import terminal
 from kpremote.views.run import RunView
 from kpremote.hosts.agentclient import Agent
-from kpremote.runs.remote import RunOptions, RunSession, follow_run, start_run
+from kpremote.runs.remote import follow_run, start_run
+from kpremote.runs.session import RunOptions, RunSession
 from kpremote.views.start import StartView, phase_text, size_text
 from kpremote.runs.sync import sync_task
 from kpremote.task.taskdir import find_task
