@@ -108,8 +108,8 @@ def test_connecting_in_the_background_is_one_attempt_whose_outcome_run_gets(rig,
     host = inventory_for(rig, tmp_path, [plain], **overrides).hosts["plain"]
     transport = open_transport(host)
     attempts = []
-    real_open = transport._open
-    transport._open = lambda: (attempts.append(time.monotonic()), real_open())
+    real_open = transport.open_connection
+    transport.open_connection = lambda: (attempts.append(time.monotonic()), real_open())
     transport.connect_soon()
     time.sleep(0.3)  # the scan the caller does meanwhile
     if reachable:
