@@ -13,7 +13,6 @@ readable; they simply do not verify.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..agent.atomicfile import read_json_lines
+from ..agent.filelock import held
 from ..agent.protocol import PROFILE_MODE_PREFIX, Headline, RowResult, RunResults
 from ..errors import KpremoteError
 from .records import line_verifies, record_problem, results_json, signed
@@ -110,14 +110,10 @@ def append_line(path: Path, value: dict[str, Any]) -> None:
     """value, signed (its "mac", records.py), as one JSON line at the end of path, whole: one write, O_APPEND, under
     an exclusive flock."""
     data = (json.dumps(signed(value), separators=(",", ":")) + "\n").encode()
-    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
+    with held(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as descriptor:
         written = os.write(descriptor, data)
         if written != len(data):  # a full disk: say so rather than leave half a line unnoticed
             raise OSError(f"{path}: wrote {written} of {len(data)} bytes")
-    finally:
-        os.close(descriptor)  # closing releases the lock
 
 
 def read_ledger(task_dir: Path) -> list[dict[str, Any]]:

@@ -9,7 +9,6 @@ argv: one `ssh` argument list, the remote command one quoted string (command_lin
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import math
 import os
@@ -24,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
+from ..agent.filelock import held  # standard library only, shared by both halves (test_transport_seam.py)
 from .base import ChannelCounter, Command, Completed, ConnectsInBackground, command_line
 from .errors import HostError, HostKeyError, changed_host_key, no_greeting, not_ssh, unknown_host_key
 from .streams import Output, feed_in_background
@@ -211,8 +211,7 @@ class OpenSSHTransport(ConnectsInBackground):
     def _creating(self) -> Iterator[None]:
         config, _ = self._prepare()
         name = hashlib.sha256(f"{config}\0{self.target}".encode()).hexdigest()[:16]
-        with open(config.parent / f"{name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with held(config.parent / f"{name}.lock"):
             yield
 
     def _start_master(self) -> None:
