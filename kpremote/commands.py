@@ -44,6 +44,7 @@ def _connect_early(hosts_file: Optional[str], host: Optional[str], tasks: int) -
 def hosts(c, check=False, host=None, hosts=None, json=False):
     """List the hosts of hosts.toml (name, address, arch, container, groups); --check reaches each one."""
     from .hosts import gpustatus  # imported here: `inv run` and the others never need it
+    from .hosts.fanout import on_every_host
     from .views.hosts import hosts_view
 
     inventory = load_inventory(hosts)
@@ -51,7 +52,7 @@ def hosts(c, check=False, host=None, hosts=None, json=False):
     infos = None
     if check:
         with terminal.Waiting("hosts --check") as waiting:
-            answers = gpustatus.on_every_host(selected, gpustatus.info_host, waiting.hosts(len(selected)))
+            answers = on_every_host(selected, gpustatus.info_host, waiting.hosts(len(selected)))
         infos = {info.host: info for info in answers}
     if json:
         print_document("hosts", {"hosts": [
@@ -213,14 +214,14 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
                "task": "only this task's runs", "all": "list every run (default: the newest 10 of each task)"})
 def status(c, host=None, hosts=None, json=False, task=None, all=False):
     """Runs on the hosts: id, task, GPU, status and phase, age, headline."""
-    from .hosts import gpustatus
+    from .hosts.fanout import on_every_host
     from .runs.remote import runs_or_error
     from .views.runlist import SHOWN, runs_view
 
     inventory = load_inventory(hosts)
     selected = inventory.select(host)
     with terminal.Waiting("status") as waiting:
-        answers = gpustatus.on_every_host(selected, lambda h, agent: runs_or_error(h, agent, task),
+        answers = on_every_host(selected, lambda h, agent: runs_or_error(h, agent, task),
                                           waiting.hosts(len(selected)))
     if json:
         print_document("status", {"hosts": answers})

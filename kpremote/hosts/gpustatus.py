@@ -1,24 +1,22 @@
-"""`inv gpu-status` and `inv hosts --check`: ask every host at once, one channel each, and keep going past failures."""
+"""`inv gpu-status` and `inv hosts --check`: ask every host at once (fanout.py), one channel each, and keep going past
+failures."""
 
 from __future__ import annotations
 
 import json
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional
 
 from pydantic import BaseModel, Field
 
 from .agentclient import Agent
 from .config import Host
-from .connect import open_transport
+from .fanout import on_every_host
 from ..errors import KpremoteError
 
 # Where a host's GPU readings came from (README, gpu-status): NVML, the test fixture, or none at all (`error` says why:
 # no NVML there, or the host could not be asked).
 SOURCES = ("nvml", "fixture", "none")
-T = TypeVar("T")
 
 
 class Process(BaseModel):
@@ -91,34 +89,6 @@ class HostInfo(HostAnswer):
     def reachable(self) -> bool:
         """The host answered (a cluster whose Slurm failed its check did, yet is not ok): HostAnswer.answered."""
         return self.answered
-
-
-def on_every_host(hosts: list[Host], ask: Callable[[Host, Agent], T],
-                  waiting_for: Optional[Callable[[list[str]], None]] = None) -> list[T]:
-    """Run ask(host, agent) on all hosts in parallel, one connection each; results in host order.
-    waiting_for(names) hears which hosts have not answered yet, at the start and after each answer."""
-    pending = [h.name for h in hosts]
-    lock = threading.Lock()
-
-    def one(host: Host) -> T:
-        try:
-            transport = open_transport(host)
-            try:
-                return ask(host, Agent(host, transport))
-            finally:
-                transport.close()
-        finally:
-            if waiting_for is not None:
-                with lock:
-                    pending.remove(host.name)
-                    waiting_for(list(pending))
-
-    if not hosts:
-        return []
-    if waiting_for is not None:
-        waiting_for(list(pending))
-    with ThreadPoolExecutor(max_workers=min(32, len(hosts))) as pool:
-        return list(pool.map(one, hosts))
 
 
 NO_NVIDIA_DRIVER = "NVML Shared Library Not Found"

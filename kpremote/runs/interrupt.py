@@ -19,10 +19,12 @@ import signal
 import sys
 import threading
 import time
+from concurrent.futures import wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..errors import KpremoteError, Stopping
+from ..hosts.fanout import in_daemon_thread
 
 if TYPE_CHECKING:
     from ..hosts.config import Host
@@ -122,14 +124,11 @@ class Cancels:
         self.deadline = time.monotonic() + budget_s
         self.results: dict[Registered, str] = {}
         self.sent: set[Registered] = set()  # the runs whose cancel request went out
-        self.threads = [threading.Thread(target=_cancel_one, args=(entry, self.results, budget_s, self.sent),
-                                         daemon=True, name="kpremote-cancel") for entry in self.entries]
-        for thread in self.threads:
-            thread.start()
+        self.cancels = [in_daemon_thread(_cancel_one, entry, self.results, budget_s, self.sent, name="kpremote-cancel")
+                        for entry in self.entries]
 
     def finish(self, say: Callable[[str], None]) -> list[str]:
-        for thread in self.threads:
-            thread.join(max(0.0, self.deadline - time.monotonic()))
+        wait(self.cancels, timeout=max(0.0, self.deadline - time.monotonic()))
         lines = []
         for entry in self.entries:
             line = self.results.get(entry) or self._unanswered(entry)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from ..hosts.config import Host
+from ..hosts.fanout import in_daemon_thread
 from .eventstream import EventStream
 from ..errors import HostBusy, HostCannotTake, HostError, KpremoteError, StoppedByUser
 from ..agent.protocol import TERMINAL
@@ -70,7 +70,8 @@ def launch(hosts: list[Host], tasks: list[TaskDir], options: RunOptions, *, deta
             order = hosts[index % len(hosts):] + hosts[: index % len(hosts)]
             shown = StartView(live, f"{index}/{task.name}", task.name, silent=as_json or stream is not None,
                               stream=stream)
-            futures[_in_daemon_thread(_one_run, order, task, options, detach, shown, stream)] = task.name
+            run = in_daemon_thread(_one_run, order, task, options, detach, shown, stream, name="kpremote-run")
+            futures[run] = task.name
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
@@ -105,21 +106,6 @@ def _stream_end(stream: Optional[EventStream], outcome: Outcome) -> None:
     if stream is not None:
         stream.end(outcome.host, outcome.task, outcome.run_id, ended=outcome.status not in GOES_ON,
                    **{k: v for k, v in dataclasses.asdict(outcome).items() if k not in ("host", "task", "run_id")})
-
-
-def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Future:
-    future: Future = Future()
-
-    def body() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(fn(*args))
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread through the future
-            future.set_exception(exc)
-
-    threading.Thread(target=body, daemon=True, name="kpremote-run").start()
-    return future
 
 
 def _outcome_of(future: Future, task: str, hosts: list[Host]) -> Outcome:
