@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 
 from pydantic import BaseModel, Field
 
+from ..agent.protocol import ProbedGpu
 from .agentclient import Agent
 from .config import Host
 from .fanout import on_every_host
@@ -17,33 +18,6 @@ from ..errors import KpremoteError
 # Where a host's GPU readings came from (README, gpu-status): NVML, the test fixture, or none at all (`error` says why:
 # no NVML there, or the host could not be asked).
 SOURCES = ("nvml", "fixture", "none")
-
-
-class Process(BaseModel):
-    pid: int
-    name: Optional[str] = None
-    used_mib: Optional[int] = None
-
-
-class GpuReport(BaseModel):
-    index: int
-    uuid: str
-    name: str
-    cc: tuple[int, int]
-    memory_used_mib: int
-    memory_total_mib: int
-    util_pct: Optional[int]  # None: NVML could not read it (the GPU then counts as busy)
-    temperature_c: Optional[int] = None
-    power_w: Optional[float] = None
-    sm_clock_mhz: Optional[int] = None
-    sm_clock_max_mhz: Optional[int] = None
-    clock_event_reasons: list[str] = []
-    processes: Optional[list[Process]] = []  # None: NVML could not read the list (the GPU then counts as busy)
-    lease: Optional[dict[str, Any]] = None
-    idle: bool
-    reason: Optional[str] = None
-    arch_ok: bool = True
-    arch_reason: Optional[str] = None  # why the host's arch does not run on this GPU
 
 
 class HostAnswer(BaseModel):
@@ -61,7 +35,7 @@ class HostAnswer(BaseModel):
 class HostReport(HostAnswer):
     driver: Optional[str] = None
     source: Optional[str] = None
-    gpus: list[GpuReport] = []
+    gpus: list[ProbedGpu] = []  # the agent's own record of each GPU (protocol.py)
     seconds: float = 0.0
 
 
@@ -114,7 +88,7 @@ def probe_host(host: Host, agent: Agent) -> HostReport:
         hostname=answer.get("hostname"),
         driver=answer.get("driver"),
         source=answer.get("source") if answer.get("source") in SOURCES else "none",
-        gpus=[GpuReport.model_validate(gpu) for gpu in answer.get("gpus", [])],
+        gpus=[ProbedGpu.from_json(gpu) for gpu in answer.get("gpus", [])],
         seconds=time.monotonic() - started,
     )
 
@@ -167,4 +141,5 @@ def gpu_status(hosts: list[Host], waiting_for: Optional[Callable[[list[str]], No
 
 def gpu_status_body(reports: list[HostReport]) -> dict[str, Any]:
     """The documented, stable --json fields (README: gpu-status; docs/schemas/gpu-status.json)."""
-    return {"hosts": [r.model_dump(exclude={"seconds"}) for r in reports]}
+    # l2_bytes is a run's reading (the device probe's), never a probe's: not in the document
+    return {"hosts": [r.model_dump(exclude={"seconds": True, "gpus": {"__all__": {"l2_bytes"}}}) for r in reports]}
