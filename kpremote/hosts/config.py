@@ -1,8 +1,8 @@
 """hosts.toml: the host inventory, with errors that name file, table and field.
 
-A file is read by hostrules.plain_tables (no pydantic: it is on every command's start) when every value is written
-as its field takes it; anything else goes to the pydantic schema (hostsschema.py), which coerces or words the errors
-as it always has. Either way the same tables come out, and the rules are hostrules.py's."""
+The file's tables are read by hostrules.read_tables (each field's rules, in one place); this module makes the Host
+records from them: [defaults] applied, the rules that span fields (ssh for a remote host, Slurm settings only with
+scheduler = "slurm", a group named like no host), and the user's own file layered over the project's."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from ..agent import protocol
 from ..errors import ConfigError
-from .hostrules import NAME_PATTERN, SLURM_KEYS, plain_tables, suggestion as _suggestion
+from .hostrules import NAME_PATTERN, SLURM_KEYS, read_tables, suggestion as _suggestion
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -123,11 +123,7 @@ def read_inventory(file: Path) -> Inventory:
 
 
 def parse_inventory(data: dict[str, Any], file: Path) -> Inventory:
-    tables = plain_tables(data)
-    if tables is None:  # a value as pydantic would coerce it, or an error for it to word
-        from .hostsschema import validated_tables
-
-        tables = validated_tables(data, file)
+    tables = read_tables(data, file)
     hosts = {}
     for name, spec in tables["hosts"].items():
         if not re.fullmatch(NAME_PATTERN, name):

@@ -1,9 +1,9 @@
-"""What each hosts.toml field may hold, in one place: the rules that config.py's plain reader (on every command's
-start, without pydantic) and hostsschema.py's pydantic models (the authority on coercions and error wording) share.
+"""hosts.toml's one reader: what each field may hold, and the file's tables read by those rules (read_tables).
 
-plain_tables(data) takes a file only as it is written, each value of exactly its field's type and within its rules,
-and returns the tables the pydantic schema would return for it (every field, defaults filled in); anything else (a
-value pydantic would coerce, an unknown field, a wrong value) is None: the schema decides, and says why.
+A value is taken as TOML writes it, of exactly its field's type ("10" is not a number, 1 is not true) and within its
+rules; read_tables returns every table with every field (defaults filled in) or refuses the file with one line per
+thing wrong, each naming the file, the table and the field, and saying what the field takes. config.py makes the
+Host records from the tables. Standard library only: the file is read on every command's start.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from ..agent import protocol
+from ..errors import ConfigError
 
 NAME_PATTERN = f"^{protocol.NAME_PATTERN}$"
 ARCHES = ("b200", "h200", "h100", "auto", "any")
@@ -126,102 +128,154 @@ def check_group_names(value: list[str]) -> list[str]:
     return value
 
 
-# ------------------------------------------------------------------------------------ the plain reader
+# ------------------------------------------------------------------------------------ the reader
 
-def _text(check: Optional[Callable[[Any], Any]] = None) -> Callable[[Any], bool]:
-    return lambda value: type(value) is str and _passes(check, value)
+Read = Callable[[Any], Any]
+"""A field's reader: the value as the tables hold it, or ValueError saying what the field takes."""
 
 
-def _number(low: float, high: float = math.inf) -> Callable[[Any], bool]:
-    """An int or a float (never a bool), finite, above low and at most high."""
-    def takes(value: Any) -> bool:
+def text(check: Optional[Callable[[str], Any]] = None) -> Read:
+    """A string; check(value) raises ValueError for one outside the field's rules."""
+    def read(value: Any) -> str:
+        if type(value) is not str:
+            raise ValueError("expected a string (in quotes)")
+        if check is not None:
+            check(value)
+        return value
+
+    return read
+
+
+def number(low: float, high: float = math.inf) -> Read:
+    """An int or a float (never a bool), finite, above low and at most high; read as a float."""
+    def read(value: Any) -> float:
+        if type(value) not in (int, float):
+            raise ValueError("expected a number (without quotes)")
         try:
-            return type(value) in (int, float) and math.isfinite(value) and low < value <= high
+            finite = math.isfinite(value)
         except OverflowError:  # an int too large for a float
-            return False
+            finite = False
+        if not finite or not low < value <= high:
+            raise ValueError(f"must be above {low:g}" + (f" and at most {high:g}" if math.isfinite(high) else "")
+                             + ("" if finite else " (and finite)"))
+        return float(value)
 
-    return takes
-
-
-def _whole(low: int, high: float = math.inf) -> Callable[[Any], bool]:
-    return lambda value: type(value) is int and low <= value <= high
-
-
-def _one_of(choices: tuple[str, ...]) -> Callable[[Any], bool]:
-    return lambda value: type(value) is str and value in choices
+    return read
 
 
-def _texts(check: Callable[[Any], Any]) -> Callable[[Any], bool]:
-    return lambda value: type(value) is list and all(type(v) is str for v in value) and _passes(check, value)
+def whole(low: int, high: float = math.inf) -> Read:
+    def read(value: Any) -> int:
+        if type(value) is not int:
+            raise ValueError("expected a whole number (without quotes)")
+        if not low <= value <= high:
+            raise ValueError(f"must be at least {low}" + (f" and at most {high:g}" if math.isfinite(high) else ""))
+        return value
+
+    return read
 
 
-def _passes(check: Optional[Callable[[Any], Any]], value: Any) -> bool:
-    """check(value) neither raises ValueError nor answers None (a check returns the value, or a match)."""
-    try:
-        return check is None or check(value) is not None
-    except ValueError:
-        return False
+def one_of(choices: tuple[str, ...]) -> Read:
+    names = [repr(choice) for choice in choices]
+    allowed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+    def read(value: Any) -> str:
+        if type(value) is not str or value not in choices:
+            raise ValueError(f"allowed: {allowed}")
+        return value
+
+    return read
 
 
-IDLE_FIELDS: dict[str, tuple[Callable[[Any], bool], Any]] = {
-    "max_memory_mib": (_whole(0), protocol.IdlePolicy.max_memory_mib),
-    "max_util_pct": (_whole(0, UTIL_PCT_MAX), protocol.IdlePolicy.max_util_pct),
-    "allow_processes": (lambda value: type(value) is bool, protocol.IdlePolicy.allow_processes),
+def boolean(value: Any) -> bool:
+    if type(value) is not bool:
+        raise ValueError("expected true or false (without quotes)")
+    return value
+
+
+def texts(check: Callable[[list[str]], Any]) -> Read:
+    def read(value: Any) -> list[str]:
+        if type(value) is not list or not all(type(v) is str for v in value):
+            raise ValueError('expected a list of strings, e.g. ["a", "b"]')
+        check(value)
+        return list(value)
+
+    return read
+
+
+def check_name(value: str) -> str:
+    if not re.fullmatch(NAME_PATTERN, value):
+        raise ValueError(protocol.NAME_RULE)
+    return value
+
+
+Fields = dict[str, tuple[Any, Any]]
+"""A table's fields: name -> (its reader, or the Fields of a table inside it; its default)."""
+IDLE_FIELDS: Fields = {
+    "max_memory_mib": (whole(0), protocol.IdlePolicy.max_memory_mib),
+    "max_util_pct": (whole(0, UTIL_PCT_MAX), protocol.IdlePolicy.max_util_pct),
+    "allow_processes": (boolean, protocol.IdlePolicy.allow_processes),
 }
-COMMON_FIELDS: dict[str, tuple[Callable[[Any], bool], Any]] = {  # field: (what it takes as written, its default)
-    "remote_root": (_text(check_remote_root), None),
-    "python": (_text(), None),
-    "connect_timeout": (_number(0, CONNECT_TIMEOUT_MAX_S), None),
-    "idle": (lambda value: _plain_idle(value) is not None, None),
-    "identity_file": (_text(), None),
-    "known_hosts": (_text(), None),
-    "ssh_config": (_text(), None),
-    "max_summary_mb": (_number(0), None),
+COMMON_FIELDS: Fields = {  # what [defaults] and each host may set: (its reader, its default)
+    "remote_root": (text(check_remote_root), None),
+    "python": (text(), None),
+    "connect_timeout": (number(0, CONNECT_TIMEOUT_MAX_S), None),
+    "idle": (IDLE_FIELDS, None),  # [hosts.NAME.idle], or an inline table
+    "identity_file": (text(), None),
+    "known_hosts": (text(), None),
+    "ssh_config": (text(), None),
+    "max_summary_mb": (number(0), None),
 }
-HOST_FIELDS: dict[str, tuple[Callable[[Any], bool], Any]] = {
+HOST_FIELDS: Fields = {
     **COMMON_FIELDS,
-    "ssh": (_text(check_ssh_target), None),
-    "transport": (_one_of(TRANSPORTS), "ssh"),
-    "arch": (_one_of(ARCHES), "auto"),
-    "container": (_text(lambda value: re.fullmatch(NAME_PATTERN, value)), None),
-    "groups": (_texts(check_group_names), []),
-    "scheduler": (_one_of(SCHEDULERS), None),
-    **{key: (_text(lambda value, key=key: check_slurm_value(key, value)), None) for key in SLURM_KEYS[:-1]},
-    "sbatch_args": (_texts(check_sbatch_args), None),
+    "ssh": (text(check_ssh_target), None),
+    "transport": (one_of(TRANSPORTS), "ssh"),
+    "arch": (one_of(ARCHES), "auto"),
+    "container": (text(check_name), None),
+    "groups": (texts(check_group_names), []),
+    "scheduler": (one_of(SCHEDULERS), None),
+    **{key: (text(lambda value, key=key: check_slurm_value(key, value)), None) for key in SLURM_KEYS[:-1]},
+    "sbatch_args": (texts(check_sbatch_args), None),
 }
-FLOAT_FIELDS = ("connect_timeout", "max_summary_mb")
+TOP_FIELDS = ("defaults", "hosts")
 
 
-def plain_tables(data: Any) -> Optional[dict[str, Any]]:
-    """{"defaults": {...}, "hosts": {name: {...}}} with every field, when data is a hosts file taken as written;
-    else None (the pydantic schema decides)."""
-    if type(data) is not dict or not set(data) <= {"defaults", "hosts"} or type(data.get("hosts")) is not dict:
-        return None
-    if not all(type(name) is str for name in data["hosts"]):
-        return None
-    defaults = _plain_table(data.get("defaults", {}), COMMON_FIELDS)
-    hosts = {name: _plain_table(table, HOST_FIELDS) for name, table in data["hosts"].items()}
-    if defaults is None or any(table is None for table in hosts.values()):
-        return None
+def read_tables(data: Any, file: Path) -> dict[str, Any]:
+    """{"defaults": {...}, "hosts": {name: {...}}}, every field there with its default where the file has none; or
+    ConfigError with a line for each thing wrong, naming the file, the table and the field."""
+    problems: list[str] = []
+    if type(data) is not dict:
+        raise ConfigError(f"{file}: [(top level)] expected tables of hosts")
+    for key in data:
+        if key not in TOP_FIELDS:
+            problems.append(f"[(top level)] unknown field {key!r}{suggestion(str(key), TOP_FIELDS)}")
+    defaults = read_table("defaults", data.get("defaults", {}), COMMON_FIELDS, problems)
+    hosts: dict[str, Any] = {}
+    if "hosts" not in data:
+        problems.append("[(top level)] hosts is required: a [hosts.NAME] table for each host")
+    elif type(data["hosts"]) is not dict:
+        problems.append(f"[(top level)] hosts = {data['hosts']!r}: expected a [hosts.NAME] table for each host")
+    else:
+        hosts = {name: read_table(f"hosts.{name}", table, HOST_FIELDS, problems)
+                 for name, table in data["hosts"].items()}
+    if problems:
+        raise ConfigError("\n".join(f"{file}: {problem}" for problem in problems))
     return {"defaults": defaults, "hosts": hosts}
 
 
-def _plain_table(table: Any, fields: dict[str, tuple[Callable[[Any], bool], Any]]) -> Optional[dict[str, Any]]:
-    if type(table) is not dict or not set(table) <= set(fields):
-        return None
-    if not all(fields[key][0](value) for key, value in table.items()):
-        return None
-    plain = {key: table.get(key, default) for key, (_, default) in fields.items()}
-    plain.update({key: float(plain[key]) for key in FLOAT_FIELDS if plain[key] is not None})
-    plain["idle"] = _plain_idle(plain["idle"]) if plain["idle"] is not None else None
-    if "groups" in plain:
-        plain["groups"] = list(plain["groups"])
-    return plain
-
-
-def _plain_idle(table: Any) -> Optional[dict[str, Any]]:
-    if type(table) is not dict or not set(table) <= set(IDLE_FIELDS):
-        return None
-    if not all(IDLE_FIELDS[key][0](value) for key, value in table.items()):
-        return None
-    return {key: table.get(key, default) for key, (_, default) in IDLE_FIELDS.items()}
+def read_table(where: str, table: Any, fields: Fields, problems: list[str]) -> dict[str, Any]:
+    """The table with every field (read, or its default); what is wrong goes to problems, a line each."""
+    if type(table) is not dict:
+        problems.append(f"[{where}] = {table!r}: expected a table")
+        return {}
+    read = {key: default for key, (_, default) in fields.items()}
+    for key, value in table.items():
+        if key not in fields:
+            problems.append(f"[{where}] unknown field {key!r}{suggestion(str(key), fields)}")
+        elif isinstance(fields[key][0], dict):
+            read[key] = read_table(f"{where}.{key}", value, fields[key][0], problems)
+        else:
+            try:
+                read[key] = fields[key][0](value)
+            except ValueError as exc:
+                problems.append(f"[{where}] {key} = {value!r}: {exc}")
+    return read

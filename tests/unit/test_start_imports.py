@@ -26,7 +26,7 @@ from kpremote.hosts.config import load_inventory
 load_inventory({hosts!r}).select(None)
 """
 HEAVY = {"pydantic", "paramiko", "matplotlib", "numpy", "torch", "triton", "jsonschema",
-         "kpremote.hosts.hostsschema", "kpremote.transport.ssh", "kpremote.hosts.gpustatus"}
+         "kpremote.transport.ssh", "kpremote.hosts.gpustatus"}
 
 
 def imported_by(code: str) -> set[str]:
@@ -48,9 +48,12 @@ def test_the_check_sees_a_heavy_import_creep_back(creeping):
     assert imported & HEAVY
 
 
-def test_a_hosts_file_with_a_value_to_coerce_still_reads_through_the_schema(tmp_path):
-    """The plain reader leaves what it does not take as written to pydantic: then, and only then, it is imported."""
+def test_a_hosts_file_with_a_mistake_is_refused_without_pydantic_too(tmp_path):
+    """hosts.toml has one reader, standard library only: a value it refuses is worded without pydantic as well."""
     hosts = tmp_path / "hosts.toml"
     hosts.write_text('[hosts.a]\nssh = "a"\nconnect_timeout = "10"\n')
-    imported = imported_by(RUN_START.format(hosts=str(hosts)))
-    assert {"pydantic", "kpremote.hosts.hostsschema"} <= imported
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", RUN_START.format(hosts=str(hosts))], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert "connect_timeout = '10': expected a number" in done.stderr
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "kpremote.hosts.config" in imported and imported & HEAVY == set()
