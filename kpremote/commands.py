@@ -15,7 +15,7 @@ interrupt.install_early()  # before the slower imports below: Ctrl-C from the fi
 
 from .cli import options as checks  # noqa: E402
 from .views import terminal  # noqa: E402
-from .cli.commandline import EXIT_FAILED, EXIT_USAGE, command, finish, finish_asking  # noqa: E402
+from .cli.commandline import EXIT_FAILED, EXIT_USAGE, command, finish, finish_asking_hosts  # noqa: E402
 from .agent.protocol import RunExit
 from .hosts.config import load_inventory
 from .errors import KpremoteError, StoppedByUser
@@ -25,17 +25,6 @@ from .task.taskdir import TaskDir, find_task, find_tasks
 
 HOSTS_HELP = ("hosts file (default: $KPREMOTE_HOSTS, else the project's hosts.toml with ~/.config/kpremote/hosts.toml "
               "layered over it, else that file alone)")
-
-
-def _connect_early(hosts_file: Optional[str], host: Optional[str], tasks: int) -> None:
-    """The handshake with the hosts a run will start on begins now, beside its imports and task checks
-    (connect.connect_early); a bad hosts file or host name is said later, in its turn."""
-    from .hosts.connect import connect_early
-
-    try:
-        connect_early(load_inventory(hosts_file).select(host)[:tasks])
-    except KpremoteError:
-        pass
 
 
 @command(help={"check": "also connect to each host (in parallel): hostname, python, torch, triton, nvidia-ml-py",
@@ -63,7 +52,7 @@ def hosts(c, check=False, host=None, hosts=None, json=False):
     else:
         terminal.show(hosts_view(selected, infos))
     answers = list((infos or {}).values())
-    _finish_asking(inventory, host, [info.answered for info in answers], [info.ok for info in answers])
+    finish_asking_hosts(inventory, host, [info.answered for info in answers], [info.ok for info in answers])
 
 
 @command(help={"host": "a host name or a group (default: every host)", "hosts": HOSTS_HELP,
@@ -98,7 +87,7 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
 
         for table in gpu_tables(reports, options):
             terminal.show(table)
-    _finish_asking(inventory, host, [r.answered for r in reports], [r.ok for r in reports])
+    finish_asking_hosts(inventory, host, [r.answered for r in reports], [r.ok for r in reports])
 
 
 def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
@@ -115,17 +104,6 @@ def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
         show_every(seconds, lambda: gpu_view(gpustatus.gpu_status(selected), options, header=watch_header(seconds)))
     except KeyboardInterrupt:
         raise StoppedByUser("stopped watching") from None
-
-
-def _finish_asking(inventory, host: Optional[str], answered: list[bool], ok: list[bool]) -> None:
-    """finish_asking, and when hosts picked by default (no --host, no --hosts FILE, no $KPREMOTE_HOSTS) could not be
-    asked, where they came from and what to do."""
-    if not (host or inventory.chosen) and not all(answered):
-        own = "" if inventory.layers else (", or list your own in ~/.config/kpremote/hosts.toml (it layers over "
-                                           "the project's)")
-        terminal.say(f"hint: {answered.count(False)} of {len(answered)} hosts could not be asked; they are those of "
-                     f"{inventory.files}: pick one with --host NAME{own}", stderr=True)
-    finish_asking(answered, ok)
 
 
 @command(help={"host": "the host whose key to accept", "fingerprint": "the SHA256:... fingerprint you verified",
@@ -187,8 +165,10 @@ def sync(c, host, task, hosts=None, json=False):
 def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, workloads=None, mode=None,
         device="auto", no_audit=False, json=False, json_stream=False, again=False, edited_task=False):
     """Sync, lease an idle GPU, build both sides, gate on correctness, time, summarize, fetch the summary."""
+    from .hosts.connect import connect_early_to
+
     names = checks.task_names(task)
-    _connect_early(hosts, host, len(names))  # first: the handshake passes while the rest is imported and checked
+    connect_early_to(hosts, host, len(names))  # first: the handshake passes while the rest is imported and checked
     from .runs.eventstream import EventStream
     from .runs.placement import launch, measured_already
     from .runs.session import RunOptions
@@ -227,7 +207,7 @@ def status(c, host=None, hosts=None, json=False, task=None, all=False):
         print_document("status", {"hosts": answers})
     else:
         terminal.show(runs_view(answers, shown=None if all else SHOWN))
-    _finish_asking(inventory, host, [a["ok"] for a in answers], [a["ok"] for a in answers])  # not ok: not asked
+    finish_asking_hosts(inventory, host, [a["ok"] for a in answers], [a["ok"] for a in answers])  # not ok: not asked
 
 
 RUN_HELP = "a run id, a unique part of one (its last 6 characters will do), or latest"
@@ -274,6 +254,7 @@ def cancel(c, host, run, task=None, hosts=None):
 def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=None, force=False):
     """Bring back a run's summary/ (never raw/) into kernels/TASK/results/HOST/RUN-ID/; --raw-file NAME: one raw file."""
     from .runs.fetch import fetch_results as fetch
+    from .runs.profile import show_raw_file
     from .runs.remote import named_run
     from .runs.session import open_session
 
@@ -283,7 +264,7 @@ def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=
     session = open_session(selected)
     try:
         if raw_file:
-            _fetch_raw_file(session, task, run, raw_file, force, json)
+            show_raw_file(session, task, run, raw_file, KERNELS, force=force, as_json=json)
             return
         reports = fetch(session.agent, task, run, KERNELS, selected.name)
     finally:
@@ -295,22 +276,6 @@ def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=
         for report in reports:
             terminal.say(f"{selected.name}: {task} run {report.run_id} ({report.run_status}): "
                          f"{report.outcome} → {report.path}")
-
-
-def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
-    from .runs.profile import fetch_raw_file
-
-    def announce(info: dict) -> None:
-        if not as_json:
-            terminal.say(f"{session.host.name}: raw/{info['name']}: {info['bytes']} bytes "
-                         f"({info['bytes'] / 1048576:.2f} MiB), sha256 {info['sha256']}")
-
-    fetched = fetch_raw_file(session.agent, task, run, name, KERNELS, session.host.name, force=force, on_stat=announce)
-    if as_json:
-        print_document("fetch-results", {"host": session.host.name, "task": task, "fetched": [],
-                                         "raw_file": dataclasses.asdict(fetched)})
-    else:
-        terminal.say(f"{fetched.outcome} → {fetched.path}")
 
 
 @command(
@@ -404,37 +369,12 @@ def new_task(c, name):
 def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False, source=None, pypi=None,
              materialize=False):
     """Pin the upstream baseline (a commit, or a release wheel with --pypi) and copy FILES into baseline/upstream/."""
-    from .task import baseline as pins
-    from .task.upstreamlines import write_digest
+    from .task.pinning import pin_as_asked
 
-    task_dir = find_task(KERNELS, task).path
-    if materialize:
-        if repo or files or pypi or source:
-            raise pins.BaselineError("--materialize takes only --task: it re-creates what task.toml already pins")
-        done = pins.materialize(task_dir)
-        digest = write_digest(task_dir)
-        terminal.console.print(f"{task}: {done.files} file(s) from {done.wheel} in kernels/{task}/baseline/upstream/, "
-                               f"sha256 as task.toml pins them; their line windows in {digest.relative_to(task_dir)}",
-                               markup=False)
-        return
-    if not files:
-        raise pins.BaselineError("--files is required: the upstream files to copy, comma-separated")
-    if pypi:
-        if source:
-            raise pins.BaselineError("--pypi and --source are two different pins: give one")
-        pin = pins.pin_release(task_dir, pypi, pins.split_file_list(files), force=force, repo=repo)
-        write_digest(task_dir)  # what tests/test_upstream_lines.py checks committed files against
-        line = (f"{task}: {pin.release} → {pin.wheel} (sha256 {pin.wheel_sha256}); {len(pin.files)} file(s) in "
-                f"kernels/{task}/baseline/upstream/ (git-ignored); docs/baseline_source.md and task.toml [baseline] "
-                "updated")
-    else:
-        if not repo:
-            raise pins.BaselineError("--repo is required (or --pypi for a release, --materialize for an existing pin)")
-        pin = pins.pin_baseline(task_dir, repo, ref, pins.split_file_list(files), force=force, source=source)
-        line = (f"{task}: {pin.repo} {pin.ref} → {pin.commit} ({len(pin.files)} file(s) in "
-                f"kernels/{task}/baseline/upstream/; docs/baseline_source.md and task.toml [baseline] updated)")
-    if json:
-        print_document("baseline", {"task": task, **dataclasses.asdict(pin)})
+    document, line = pin_as_asked(task, find_task(KERNELS, task).path, repo=repo, files=files, ref=ref, force=force,
+                                  source=source, pypi=pypi, materialize=materialize)
+    if json and document is not None:
+        print_document("baseline", document)
     else:
         terminal.console.print(line, markup=False)
 
@@ -455,28 +395,12 @@ def _ensure_upstream(tasks: list[TaskDir]) -> None:
                "json": "print the kpremote.compare/1 JSON document (docs/schemas/compare.json)"})
 def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = None, json=False):
     """Did it help? Two fetched runs row by row: medians, speedup change with its interval, FASTER / SAME / SLOWER."""
-    from .results.compare import compare as compare_runs
-    from .results.compare import MAX_LAST, last_runs, runs_to_compare, series, skipped_runs
-    from .results.runstore import fetched_runs
+    from .results.compare import MAX_LAST, compare_document
     from .views.compare import compare_view
 
     if last is not None:
         last = checks.whole_number("--last", last, minimum=2, maximum=MAX_LAST)
-    runs = fetched_runs(KERNELS, task, host)
-    where = f"of {task}" + (f" on {host}" if host else "")
-    if last is not None:
-        chosen = last_runs(runs, last, where)
-        document = compare_runs(chosen[0], chosen[-1])
-        document["series"] = series(chosen)
-    else:
-        chosen = list(runs_to_compare(runs, new, base, where))
-        document = compare_runs(*chosen)
-    document["skipped"] = skipped_runs(runs, chosen, to_the_newest=last is not None or new == "latest")
-    from .results.ledger import lines_by_run
-
-    recorded = lines_by_run(KERNELS / task)  # the ledger adds the command line that brought each run
-    for side in ("base", "new"):
-        document[side]["command"] = (recorded.get((document[side]["host"], document[side]["run_id"])) or {}).get("command")
+    document = compare_document(KERNELS, task, host, new, base, last)
     if json:
         print_document("compare", document)
     else:
@@ -488,17 +412,10 @@ def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = N
                "json": "print the kpremote.history/1 JSON document (docs/schemas/history.json)"})
 def history(c, task, host=None, plot=None, json=False):
     """Every fetched run of a task, oldest first: commit, status, headline; and a plot of the headline over time."""
+    from .results.history import history_document
     from .views.compare import history_view
-    from .results.history import draw_history_plot, history_entry
-    from .results.runstore import fetched_runs
 
-    from .results.ledger import lines_by_run
-
-    recorded = lines_by_run(KERNELS / task)  # the ledger adds the command line that brought each run
-    entries = [history_entry(run, recorded.get((run.host, run.run_id))) for run in fetched_runs(KERNELS, task, host)]
-    path = Path(plot) if plot else KERNELS / task / "results" / "history.png"
-    note = draw_history_plot(entries, path, task) if entries else "no plot: no fetched runs"
-    document = {"task": task, "host": host, "runs": entries, "plot": None if note else str(path), "plot_note": note}
+    document = history_document(KERNELS, task, host, Path(plot) if plot else None)
     if json:
         print_document("history", document)
     else:

@@ -8,7 +8,7 @@ import json
 import shlex
 import sys
 import threading
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from invoke import Task, task
 from invoke.exceptions import Exit
@@ -17,7 +17,11 @@ from ..runs import interrupt
 from ..errors import KpremoteError, StoppedByUser
 from .jsonout import json_asked, print_error
 from .pipes import stdout_reader_gone
+from ..views import terminal
 from ..views.terminal import error_line
+
+if TYPE_CHECKING:  # annotations only
+    from ..hosts.config import Inventory
 
 EXIT_FAILED = 1      # the command ran and something it checked failed (a host down, a row not PASSED)
 EXIT_USAGE = 2       # bad input: hosts.toml, an unknown host/task, a refused key; a host that could not be asked
@@ -130,3 +134,14 @@ def finish_asking(answered: list[bool], ok: list[bool]) -> None:
     a failure (NVML missing, say), else 0."""
     finish(all(answered), EXIT_USAGE)
     finish(all(ok))
+
+
+def finish_asking_hosts(inventory: "Inventory", host: str | None, answered: list[bool], ok: list[bool]) -> None:
+    """finish_asking, and when hosts picked by default (no --host, no --hosts FILE, no $KPREMOTE_HOSTS) could not be
+    asked, where they came from and what to do."""
+    if not (host or inventory.chosen) and not all(answered):
+        own = "" if inventory.layers else (", or list your own in ~/.config/kpremote/hosts.toml (it layers over "
+                                           "the project's)")
+        terminal.say(f"hint: {answered.count(False)} of {len(answered)} hosts could not be asked; they are those of "
+                     f"{inventory.files}: pick one with --host NAME{own}", stderr=True)
+    finish_asking(answered, ok)

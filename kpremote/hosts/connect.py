@@ -7,10 +7,11 @@ one master connection reused by every command), else through paramiko (SSHTransp
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
-from .config import Host
+from .config import Host, load_inventory
 from ..transport import ContainerTransport, LocalTransport, Transport
+from ..errors import KpremoteError
 from ..transport.errors import HostError
 
 if TYPE_CHECKING:
@@ -19,6 +20,15 @@ if TYPE_CHECKING:
 
 
 _EARLY: dict[str, Transport] = {}  # transports already connecting (connect_early), each for the first open_transport
+
+
+def connect_early_to(hosts_file: Optional[str], host: Optional[str], tasks: int) -> None:
+    """connect_early to the hosts a run of `tasks` tasks will start on (the first `tasks` of --host), beside the
+    run's imports and task checks; a bad hosts file or host name is said later, in its turn."""
+    try:
+        connect_early(load_inventory(hosts_file).select(host)[:tasks])
+    except KpremoteError:
+        pass
 
 
 def connect_early(hosts: list[Host]) -> None:

@@ -15,11 +15,13 @@ gets no verdict: skipped by default, refused when named.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Optional
 
 from ..agent.protocol import Headline, RowResult, SideStats
 from ..errors import KpremoteError
-from .runstore import FetchedRun, find_run
+from .ledger import lines_by_run
+from .runstore import FetchedRun, fetched_runs, find_run
 
 Z95 = 1.959964
 MIN_CHANGE = 0.01  # a change under 1 % is SAME however tight its interval: run-to-run drift is about that size
@@ -210,6 +212,27 @@ def skipped_runs(runs: list[FetchedRun], chosen: list[FetchedRun], to_the_newest
     end = len(runs) if to_the_newest else max(places)
     return [{"run_id": r.run_id, "host": r.host, "why": why, **({"record": r.record} if r.record else {})}
             for r in runs[min(places):end] if (why := r.nothing_to_compare())]
+
+
+def compare_document(kernels: Path, task: str, host: Optional[str], new: str, base: Optional[str],
+                     last: Optional[int]) -> dict[str, Any]:
+    """inv compare's document (docs/schemas/compare.json): the new run against the base, or the newest of the last
+    N against the oldest with each row's speedup in each; the runs skipped, and the command line that brought each
+    run (the ledger's)."""
+    runs = fetched_runs(kernels, task, host)
+    where = f"of {task}" + (f" on {host}" if host else "")
+    if last is not None:
+        chosen = last_runs(runs, last, where)
+        document = compare(chosen[0], chosen[-1])
+        document["series"] = series(chosen)
+    else:
+        chosen = list(runs_to_compare(runs, new, base, where))
+        document = compare(*chosen)
+    document["skipped"] = skipped_runs(runs, chosen, to_the_newest=last is not None or new == "latest")
+    recorded = lines_by_run(kernels / task)
+    for side in ("base", "new"):
+        document[side]["command"] = (recorded.get((document[side]["host"], document[side]["run_id"])) or {}).get("command")
+    return document
 
 
 def series(runs: list[FetchedRun]) -> list[dict[str, Any]]:

@@ -6,12 +6,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from .runstore import FetchedRun
+from .ledger import lines_by_run
+from .runstore import FetchedRun, fetched_runs
+
+
+def history_document(kernels: Path, task: str, host: Optional[str], plot: Optional[Path]) -> dict[str, Any]:
+    """inv history's document (docs/schemas/history.json): every fetched run of the task (on host, if given) with
+    the command line its ledger line recorded, and the plot drawn at plot (default: kernels/TASK/results/history.png)
+    or why it was not."""
+    recorded = lines_by_run(kernels / task)
+    entries = [history_entry(run, recorded.get((run.host, run.run_id))) for run in fetched_runs(kernels, task, host)]
+    path = plot or kernels / task / "results" / "history.png"
+    note = draw_history_plot(entries, path, task) if entries else "no plot: no fetched runs"
+    return {"task": task, "host": host, "runs": entries, "plot": None if note else str(path), "plot_note": note}
 
 
 def history_entry(run: FetchedRun, ledger_line: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """One fetched run; with its ledger line (kpremote/results/ledger.py), the command line that brought it. A run whose record
-    does not verify shows no number: "record" says why, and its headline is null."""
+    """One fetched run; with its ledger line (ledger.py), the command line that brought it. A run whose record does
+    not verify shows no number: "record" says why, and its headline is null."""
     head = run.headline
     numbers = {"geomean": head.geomean, "low": head.low, "high": head.high, "n": head.n, "of": head.of,
                "note": head.note}

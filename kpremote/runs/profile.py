@@ -13,7 +13,7 @@ import hashlib
 import os
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -21,6 +21,7 @@ from ..agent.protocol import ProfileRequest
 from ..agent.provenance import file_sha256
 from ..hosts.agentclient import Agent, error_message
 from ..hosts.config import Host
+from ..cli.jsonout import print_document
 from ..errors import FetchRefused, HostError, KpremoteError, RemoteCommandError
 from .fetch import MIB, SummaryReceiver, checked_name, fetch_run, real_folder, select_runs
 from .placement import Outcome
@@ -119,6 +120,23 @@ class RawFile:
     host_path: str
     path: Path
     outcome: str  # "fetched" | "unchanged"
+
+
+def show_raw_file(session: RunSession, task: str, run: str, name: str, kernels_dir: Path, *, force: bool,
+                  as_json: bool) -> None:
+    """`inv fetch-results --raw-file NAME`: the file fetched, its size said first; or the --json document."""
+    def announce(info: dict) -> None:
+        if not as_json:
+            terminal.say(f"{session.host.name}: raw/{info['name']}: {info['bytes']} bytes "
+                         f"({info['bytes'] / 1048576:.2f} MiB), sha256 {info['sha256']}")
+
+    fetched = fetch_raw_file(session.agent, task, run, name, kernels_dir, session.host.name, force=force,
+                             on_stat=announce)
+    if as_json:
+        print_document("fetch-results", {"host": session.host.name, "task": task, "fetched": [],
+                                         "raw_file": asdict(fetched)})
+    else:
+        terminal.say(f"{fetched.outcome} → {fetched.path}")
 
 
 def fetch_raw_file(agent: Agent, task: str, run: str, name: str, kernels_dir: Path, host_name: str, *,
