@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from kpremote.agent.protocol import RowResult
+from kpremote.agent.results import RowResult
 from kpremote.results.compare import compare_rows, verdict
 from kpremote.results.ledger import append_line, record_run
 from localproject import kp

@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from kpremote.agent.protocol import RESULTS_SCHEMA, RunResults
+from kpremote.agent.results import RESULTS_SCHEMA, RunResults
 from kpremote.cli.jsonout import STREAMS, VERSIONS
 from kpremote.runs.placement import Outcome
 from localproject import TASK, kp, make_project, watch_for

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from kpremote.agent.run.plot import copy_share, draw_speedup_plot
-from kpremote.agent.protocol import RowResult, RunResults, row_interval
+from kpremote.agent.results import RowResult, RunResults, row_interval
 from rig import REPO
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -48,7 +48,7 @@ def test_no_plot_says_why(tmp_path):
     # a host without matplotlib: the agent runs on, and the reason names what is missing
     code = ("import sys; sys.modules['matplotlib'] = None\n"
             "from kpremote.agent.run.plot import draw_speedup_plot\n"
-            "from kpremote.agent.protocol import RunResults\n"
+            "from kpremote.agent.results import RunResults\n"
             "rows = [{'workload': 'a', 'status': 'PASSED', 'speedup': 1.1}]\n"
             "print(draw_speedup_plot(RunResults.from_json({'rows': rows}), 'x.png'))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(REPO)},

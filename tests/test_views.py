@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from kpremote.agent.protocol import RunResults
+from kpremote.agent.results import RunResults
 from kpremote.views.results import results_view
 from localproject import TASK, kp, make_project, watch_for
 

@@ -39,7 +39,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from kpremote.agent.protocol import RunResults, is_name  # noqa: E402  (after the repository is on the path)
+from kpremote.agent.protocol import is_name  # noqa: E402  (after the repository is on the path)
+from kpremote.agent.results import RunResults  # noqa: E402
 from kpremote.agent.run import report  # noqa: E402
 from kpremote.agent.task.taskspec import TaskSpecError, load_workloads  # noqa: E402
 

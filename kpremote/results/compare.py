@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-from ..agent.protocol import Headline, RowResult, SideStats
+from ..agent.results import Headline, RowResult, SideStats
 from ..errors import KpremoteError
 from .ledger import lines_by_run
 from .runstore import FetchedRun, fetched_runs, find_run

@@ -24,7 +24,8 @@ from typing import Any, Optional
 
 from ..agent.atomicfile import read_json_lines
 from ..agent.filelock import held
-from ..agent.protocol import PROFILE_MODE_PREFIX, Headline, RowResult, RunResults
+from ..agent.protocol import PROFILE_MODE_PREFIX
+from ..agent.results import Headline, RowResult, RunResults
 from ..errors import KpremoteError
 from .records import line_verifies, record_problem, results_json, signed
 

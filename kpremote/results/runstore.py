@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..agent.protocol import PROFILE, RUNNERS, Headline, RowResult, RunResults
+from ..agent.protocol import PROFILE, RUNNERS
+from ..agent.results import Headline, RowResult, RunResults
 from ..errors import KpremoteError
 from .ledger import read_ledger
 from .records import record_problem, results_json

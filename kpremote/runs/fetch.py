@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..agent.atomicfile import write_atomically
-from ..agent.protocol import NAME_RULE, TERMINAL, ExitCode, RunResults, is_name
+from ..agent.protocol import NAME_RULE, TERMINAL, ExitCode, is_name
+from ..agent.results import RunResults
 from ..hosts.agentclient import Agent, error_message
 from ..hosts.config import Host
 from ..errors import FetchRefused, HostError, RemoteCommandError

@@ -8,7 +8,7 @@ from typing import Any, Optional
 from rich.console import Group
 from rich.text import Text
 
-from ..agent.protocol import TASK_LABELS
+from ..agent.results import TASK_LABELS
 from ..results.history import commit_label
 from .layout import Column, fitted_table
 from .results import VERDICT_STYLE, number

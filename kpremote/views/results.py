@@ -10,7 +10,7 @@ from typing import Any, Optional
 from rich.console import Group
 from rich.text import Text
 
-from ..agent.protocol import TASK_LABELS, UNVERIFIED_FASTER, Headline, RowResult, RunResults
+from ..agent.results import TASK_LABELS, UNVERIFIED_FASTER, Headline, RowResult, RunResults
 from . import terminal
 from .layout import Column, fitted_table
 

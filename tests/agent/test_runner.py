@@ -28,7 +28,7 @@ from kpremote.agent.harness import stats
 from kpremote.agent.harness.judge import TIMING_CASES_CPU
 from kpremote.agent.run.events import read_events
 from kpremote.agent.procfs import descendants
-from kpremote.agent.protocol import RowResult, RowVerdict, RunResults
+from kpremote.agent.results import RowResult, RowVerdict, RunResults
 from kpremote.agent.run.runstate import read_state
 from kpremote.agent.harness.timing import SMOKE_SAMPLES
 from waiting import wait_for

@@ -1,4 +1,4 @@
-"""The records that cross the seam as results.json (protocol.RunResults and its parts): the agent builds them, the
+"""The records that cross the seam as results.json (results.RunResults and its parts): the agent builds them, the
 client reads them back, and what one side writes the other reads as it was written."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kpremote.agent.run import report
-from kpremote.agent.protocol import Headline, RowResult, RunResults, SideStats, row_interval
+from kpremote.agent.results import Headline, RowResult, RunResults, SideStats, row_interval
 
 KEPT = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "results").glob("*.json"))
 

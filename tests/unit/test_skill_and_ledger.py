@@ -171,7 +171,7 @@ def test_a_summary_of_another_shape_still_gets_its_ledger_line() -> None:
     is written with what could be read (the follow benchmark's stand-in summary says "rows": 200)."""
     from kpremote.results.ledger import ledger_entry
 
-    from kpremote.agent.protocol import RunResults
+    from kpremote.agent.results import RunResults
 
     foreign = RunResults.from_json({"smoke": True, "rows": 200, "headline": "x", "provenance": []})
     entry = ledger_entry(foreign, "h", 0, ["inv", "run"])

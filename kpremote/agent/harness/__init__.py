@@ -83,8 +83,9 @@ OUTSIDE_THE_HARNESS = {
     "nvml.py": "reads GPU state for the record",
     "run/plot.py": "draws the numbers report.py wrote",
     "procfs.py": "reads /proc, kills process trees",
-    "protocol.py": "the client-agent seam: exit codes, names, request kinds, the records results.json is written "
-                   "through (they carry the judge's and report.py's numbers, never compute one)",
+    "protocol.py": "the client-agent seam: exit codes, names, request kinds, a GPU's state",
+    "results.py": "the records results.json is written through (they carry the judge's and report.py's numbers, "
+                  "never compute one)",
     "provenance.py": "stamps which source was measured",
     "run/runstate.py": "writes state.json",
     "run/records.py": "seals the summary report.py already wrote (its sha256 and MAC): no number, no verdict",

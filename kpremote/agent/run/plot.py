@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from ..protocol import UNVERIFIED_FASTER, RowResult, RunResults
+from ..results import UNVERIFIED_FASTER, RowResult, RunResults
 
 PASSED = "PASSED"
 

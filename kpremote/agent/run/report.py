@@ -2,7 +2,7 @@
 
 results.json is the record a result is judged by: provenance first (what ran, where, built how, timed how,
 the GPU before and after, which harness judged it), then one row per workload, then the headline: one
-protocol.RunResults (build_results), which results.md, run_log.md and the plot are drawn from. The
+results.RunResults (build_results), which results.md, run_log.md and the plot are drawn from. The
 headline is withheld, with the reason, when any production row failed or is in doubt. results.md carries the
 harness digest on a line of its own, so a task's docs/results.md measured by an older harness says so
 (harness_staleness). Standard library only (matplotlib, when importable, draws the plot).
@@ -21,7 +21,7 @@ from ..harness import stats
 from ..atomicfile import write_atomically as _write
 from ..harness.correctness import ERROR, INCORRECT, NOT_CHECKED, PASSED, TIMEOUT
 from ..harness.rowlog import LOG_CAP_BYTES
-from ..protocol import RESULTS_SCHEMA, TASK_LABELS, Headline, RowResult, RunResults, SideStats
+from ..results import RESULTS_SCHEMA, TASK_LABELS, Headline, RowResult, RunResults, SideStats
 
 SCHEMA = RESULTS_SCHEMA
 SMOKE_LABEL = "smoke: timings are not meaningful"

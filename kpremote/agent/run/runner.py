@@ -625,7 +625,7 @@ def _judge_audited_outputs(row: dict[str, Any]) -> None:
 
 def _mark_unverified(row: dict[str, Any], blind_spot_pct: float | None) -> None:
     """A row whose audit could not have seen a 5 % forge of the candidate's window says how large one could be, on
-    its verdict (a FASTER there reads FASTER (unverified): protocol.RowResult.verdict_word)."""
+    its verdict (a FASTER there reads FASTER (unverified): results.RowResult.verdict_word)."""
     if blind_spot_pct is not None and isinstance(row.get("verdict"), dict):
         row["verdict"]["forge_blind_spot_pct"] = blind_spot_pct
 
