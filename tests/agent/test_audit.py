@@ -345,7 +345,7 @@ def test_the_audited_results_are_judged_by_the_harness_rule(task: Path, tmp_path
 
 
 def test_the_runner_makes_a_row_whose_audited_calls_computed_something_else_incorrect() -> None:
-    from kpremote.agent.run.runner import _judge_audited_outputs
+    from kpremote.agent.run.auditstep import _judge_audited_outputs
 
     def row(**outputs: dict) -> dict:
         judged = {"status": "PASSED", "speedup": 1.3, "invalid": None, "audit": {"agree": True, "outputs": outputs}}
@@ -374,7 +374,7 @@ def test_the_blind_spot_is_how_much_of_the_window_a_forge_could_take_and_still_p
 
 
 def test_the_runner_puts_a_large_blind_spot_on_the_rows_verdict() -> None:
-    from kpremote.agent.run.runner import _mark_unverified
+    from kpremote.agent.run.auditstep import _mark_unverified
 
     row = {"status": "PASSED", "verdict": {"verdict": "FASTER"}, "audit": {"forge_blind_spot_pct": 12.4}}
     _mark_unverified(row, audit.unverified_share(row["audit"]))

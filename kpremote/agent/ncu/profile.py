@@ -28,7 +28,8 @@ from .profiledcall import call_main, call_side
 from .profilereport import SideProfile, render_profile_csv, render_profile_json, render_profile_md
 from ..protocol import ProfileRequest, RunExit
 from ..provenance import file_sha256
-from ..run.runner import Abort, Runner
+from ..run.runner import Runner
+from ..run.stopping import Abort
 from ..run.runoptions import Options, parse_profile_args
 from ..task.taskspec import Workload
 

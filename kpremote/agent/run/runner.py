@@ -17,7 +17,6 @@ anything ran; 3 the run could not proceed (no GPU, build failed, ...); 130 cance
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import secrets
@@ -25,46 +24,32 @@ import signal
 import socket
 import sys
 from contextlib import suppress
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import AGENT_HOME, harness, lease, nvml, sandbox
+from .. import harness, sandbox
 from ..task import buildrules
 from . import records, report
 from ..harness import floors, guard, timing
-from ..task.build import triton_cache_dir
 from ..task.buildrules import NOT_CHECKED
-from .children import ChildLimits, WorkerOutcome, crash_description, run_child
+from .auditstep import AuditStep
+from .children import WorkerOutcome
 from ..harness.judgeprocess import JudgeProcess
-from ..harness.correctness import ERROR, INCORRECT, PASSED, TIMEOUT
+from ..harness.correctness import ERROR, PASSED, TIMEOUT
 from .events import EventLog, read_events
 from .guards import DiskReserve, ForeignWatch, ours_per_row
+from .leasestep import LeaseStep
 from ..protocol import RunExit
 from ..provenance import baseline_upstream, source_provenance, task_pin_record
+from .runchildren import RunChildren
 from .runoptions import Options, parse_args
 from .runstate import disk_full_message, is_disk_full, update_state
+from .stopping import Abort, Cancelled, StopVerdict
 from ..task.taskspec import TaskSpec, TaskSpecError, Workload, load_task
 
 PREPARE_LIMIT_S = 3600.0  # both builds (a CUDA build can take many minutes) and the device probe
-# The folder holding the `kpremote` package: workers import the very same agent copy.
-
-
-class Cancelled(Exception):
-    """SIGTERM or SIGINT arrived: stop the current worker, record the run as cancelled."""
-
-
-class Abort(Exception):
-    """The run cannot go on; carries the exit code and the state status."""
-
-    def __init__(self, message: str, exit_code: int = RunExit.INFRA, status: str = "error") -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-        self.status = status
-
-
-StopVerdict = dict  # {status, exit_code, message, ended_by}: how a run a signal stopped ended, when not cancelled
 
 
 def main(argv: list[str], stopped_by: Callable[[Path], StopVerdict | None] | None = None) -> int:
@@ -97,7 +82,10 @@ class RunContext:
     sandbox: Any = None  # sandbox.Support: what this host lets the sides' sandbox hold
 
 
-class Runner:
+class Runner(LeaseStep, RunChildren, AuditStep):
+    """One run's steps in order (run); the lease step, the child processes and the audit step are its mixins'
+    (leasestep.py, runchildren.py, auditstep.py), which share its ctx."""
+
     def __init__(self, options: Options, command: list[str],
                  stopped_by: Callable[[Path], StopVerdict | None] | None = None) -> None:
         self.options = options
@@ -194,51 +182,6 @@ class Runner:
         self.ctx.spec = spec
         update_state(self.run_dir, task=spec.task.name)
 
-    def _take_gpu(self) -> None:
-        self.ctx.device = nvml.resolve_device(self.options.device)
-        update_state(self.run_dir, device=self.ctx.device)
-        if self.ctx.device != "cuda":
-            if not self.options.workloads:
-                self.ctx.selected = self.ctx.spec.smoke_rows()
-            return
-        root = self._lease_root()
-        self.ctx.lease_root = root
-        try:
-            policy = lease.IdlePolicy.from_json(os.environ.get("KPREMOTE_IDLE"))
-            if self.options.lease_fd is not None:
-                self.ctx.lease = self._adopt_lease(root)
-            else:
-                self.ctx.lease = lease.acquire(root, policy=policy, arch=self.ctx.spec.task.arch,
-                                               run_id=self.run_dir.name, task=self.ctx.spec.task.name,
-                                               gpu=self.options.gpu)
-        except lease.AgentError as exc:
-            raise Abort(str(exc)) from None
-        snap = nvml.snapshot()
-        self.ctx.gpu_readings = snap.source
-        gpu = snap.find(self.ctx.lease.gpu.uuid) or self.ctx.lease.gpu
-        self.ctx.gpu, self.ctx.driver, self.ctx.gpu_before = gpu, snap.driver, gpu.to_json()
-        update_state(self.run_dir, gpu=gpu.to_json())
-        self.ctx.watch = ForeignWatch(gpu.uuid, {p.get("pid") for p in gpu.processes or []}, gpu.memory_used_mib,
-                                      policy.max_memory_mib)
-
-    def _lease_root(self) -> Path:
-        if self.options.root:
-            return self.options.root
-        if os.environ.get("KPREMOTE_ROOT"):
-            return Path(os.environ["KPREMOTE_ROOT"]).expanduser()
-        for ancestor in self.run_dir.parents:  # ROOT/tasks/<task>/runs/<id>
-            if ancestor.name == "tasks":
-                return ancestor.parent
-        return Path.home() / "kpremote"
-
-    def _adopt_lease(self, root: Path) -> Any:
-        fd = self.options.lease_fd
-        uuid = self.options.gpu or json.loads(os.pread(fd, 1 << 16, 0) or b"{}").get("uuid")
-        gpu = nvml.snapshot().find(uuid) if uuid else None
-        if gpu is None:
-            raise Abort(f"inherited lease names GPU {uuid!r}, which NVML does not show")
-        return lease.adopt(fd, gpu, lease.lock_path(root, gpu.uuid))
-
     def _prepare(self) -> None:
         spec = self.ctx.spec
         job = {"task_dir": str(spec.root), "run_dir": str(self.run_dir), "device": self.ctx.device,
@@ -327,137 +270,11 @@ class Runner:
             why["task"] = f"checked on a GPU only: {self.ctx.spec.task.gpu_only}"
         return why
 
-    def _judges(self) -> JudgeProcess:
-        if self.judges is None:
-            self.judges = JudgeProcess(self._worker_env(), self.run_dir, self.run_dir, self.secret,
-                                       namespace=bool(self.ctx.sandbox and self.ctx.sandbox.pid_namespace))
-        return self.judges
-
-    def _judge_row(self, job: dict[str, Any], stem: Path) -> WorkerOutcome:
-        """One row through the run's judge (started for the first row, and again after a row that did not pass)."""
-        stem.parent.mkdir(parents=True, exist_ok=True)
-        out, job_path, log_path = stem.with_suffix(".json"), stem.with_suffix(".job.json"), stem.with_suffix(".log")
-        ready_path = stem.with_suffix(".ready")  # touched by the runner when the pipe says so: a marker for people
-        for stale in (out, ready_path):
-            stale.unlink(missing_ok=True)
-        job_path.write_text(json.dumps(job, indent=1))  # for the record: the judge gets its job on stdin
-        outcome = self._judges().row(job, log_path, self.ctx.spec.timing.timeout_s, ready_path)
-        if outcome.result is not None:
-            out.write_text(json.dumps(outcome.result, indent=1, default=str))  # the record, written by the runner
-        return outcome
-
-    def _run_worker(self, what: str, job: dict[str, Any], stem: Path, limit_s: float) -> WorkerOutcome:
-        """Start a worker (the "prepare" step), hold it to its time limit, and collect its result.
-
-        It gets a pipe for its trusted output (the device probe) that no process it starts inherits.
-        """
-        stem.parent.mkdir(parents=True, exist_ok=True)
-        out, job_path, log_path = stem.with_suffix(".json"), stem.with_suffix(".job.json"), stem.with_suffix(".log")
-        out.unlink(missing_ok=True)
-        job_path.write_text(json.dumps(job, indent=1))
-
-        def command(result_fd: int) -> list[str]:
-            return [sys.executable, "-m", "kpremote.agent.task.worker", what, "--job", str(job_path), "--out", str(out),
-                    "--result-fd", str(result_fd)]
-
-        outcome = run_child(command, ChildLimits(self._worker_env(), self.run_dir, log_path, limit_s))
-        if outcome.timed_out:
-            return outcome
-        if out.exists():
-            return replace(outcome, result=json.loads(out.read_text()))
-        if outcome.returncode == RunExit.DISK_FULL:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out))
-        return replace(outcome, crashed=crash_description(outcome.returncode, log_path))
-
-    def _worker_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(AGENT_HOME), env.get("PYTHONPATH")]))
-        env["PYTHONUNBUFFERED"] = "1"
-        env["PYTHONSAFEPATH"] = "1"  # Python >= 3.11: the working directory never shadows torch or the agent
-        env["TRITON_CACHE_DIR"] = str(triton_cache_dir(self.run_dir))
-        # An autotuned kernel keeps the configuration it chose in the run's cache: the Nsight Compute audit then runs
-        # the configuration that was timed (choosing afresh under ncu picked one 1.3-1.9x slower for SGLang's rotary).
-        env["TRITON_CACHE_AUTOTUNING"] = "1"
-        if self.ctx.device == "cuda":
-            env["CUDA_VISIBLE_DEVICES"] = self.ctx.gpu.uuid
-        else:
-            env["CUDA_VISIBLE_DEVICES"] = ""  # an unleased run must not touch any GPU
-            if buildrules.needs_triton_interpreter(self.ctx.spec.build, self.ctx.device):
-                env["TRITON_INTERPRET"] = "1"
-        return env
-
     def _append_samples(self, workload_id: str, mode: str | None, samples: dict[str, list[float]]) -> None:
         with open(self.raw / "samples.jsonl", "a") as f:
             for side, times in samples.items():
                 f.write(json.dumps({"workload": workload_id, "side": side, "mode": mode, "unit": "us",
                                     "times": times}) + "\n")
-
-    # ---------------------------------------------------------------- audit
-
-    def _audit(self) -> None:
-        """The outside cross-check: each timed production row re-measured by Nsight Compute (audit.py).
-
-        The hook: audit.audit_row(request) -> {"harness_us", "ncu_us", "agree", "tolerance", ...}; a row whose
-        numbers disagree is invalid (left out of the headline, the run fails) and shows both numbers.
-        """
-        self.ctx.audit = self._audit_status()
-        if self.ctx.audit != "on":
-            return
-        from ..ncu import audit
-
-        rows = [r for r in self.ctx.rows if r.get("production") and r["status"] == PASSED and r.get("timing")]
-        if rows:
-            self._phase("audit")
-        for row in rows:
-            try:
-                row["audit"] = audit.audit_row(self._audit_request(row))
-            except Exception as exc:  # noqa: BLE001 - an audit that cannot run leaves the row unconfirmed
-                row["audit"] = {"agree": None, "error": f"{type(exc).__name__}: {exc}"}
-                row["invalid"] = "; ".join(filter(None, [row.get("invalid"), f"audit failed: {exc}"]))
-                continue
-            if row["audit"].get("agree") is False:
-                found = row["audit"]
-                row["invalid"] = "; ".join(filter(None, [row.get("invalid"), (
-                    f"audit: the harness measured {found.get('harness_us')} us, Nsight Compute {found.get('ncu_us')} us "
-                    f"(tolerance {found.get('tolerance')})")]))
-            _judge_audited_outputs(row)
-            _mark_unverified(row, audit.unverified_share(row["audit"]))
-            self.events.emit("audit", workload=row["workload"], **{k: v for k, v in row["audit"].items()
-                                                                   if k in ("harness_us", "ncu_us", "agree", "tolerance")})
-
-    def _audit_status(self) -> str:
-        if self.ctx.device != "cuda":
-            return "unaudited: CPU run"
-        if self.options.audit == "off":
-            return "unaudited: --no-audit"
-        import importlib.util
-
-        if importlib.util.find_spec("kpremote.agent.ncu.audit") is None:
-            return "unaudited: audit module missing"
-        from ..ncu import ncu
-
-        if ncu.find_ncu(dict(os.environ)) is None:
-            return "unaudited: ncu not found"
-        return "on"
-
-    def _audit_request(self, row: dict[str, Any]) -> dict[str, Any]:
-        timing = row.get("timing") or {}
-        return {
-            "task_dir": str(self.ctx.spec.root), "run_dir": str(self.run_dir), "raw_dir": str(self.raw / "audit"),
-            "workload": row["workload"], "params": row.get("params"), "mode": timing.get("mode"),
-            "calls_per_sample": timing.get("calls_per_sample"),
-            "harness_us": {side: (timing.get(side) or {}).get("median") for side in ("baseline", "candidate")},
-            "modules": {side: rec.get("module") for side, rec in self.ctx.prepared["build"]["sides"].items()},
-            "gpu": self.ctx.gpu.to_json() if self.ctx.gpu else None, "env": self._worker_env(),
-            "device": self.ctx.device, "empty_window_us": self._empty_window_us(),
-        }
-
-    def _empty_window_us(self) -> float | None:
-        """The least an empty call's event pair read in this run's device probe (before any task code ran), or None:
-        a stalled host only lengthens such a window (timing.empty_window)."""
-        probe = (self.ctx.prepared or {}).get("device") or {}
-        value = (probe.get("empty_window") or {}).get("min_us")
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
     # ---------------------------------------------------------------- ending
 
@@ -502,6 +319,10 @@ class Runner:
         print(json.dumps({"run_dir": str(self.run_dir), "status": status, "exit_code": exit_code, "message": message,
                           "headline": head}, default=str), flush=True)
 
+    def _phase(self, phase: str, **fields: Any) -> None:
+        self.events.emit("phase", phase=phase, **fields)
+        update_state(self.run_dir, phase=phase)
+
     def _unsandboxed(self) -> str | None:
         """Why this run's numbers came from sides that were not (wholly) sandboxed; None when they all were."""
         support = self.ctx.sandbox
@@ -513,18 +334,6 @@ class Runner:
         loose = sorted({f"{side}: {how}" for row in self.ctx.rows for side, how in (row.get("sandbox") or {}).items()
                         if how.startswith("unsandboxed") or "missing" in how})
         return "; ".join(loose) or None
-
-    def _release_gpu(self) -> None:
-        if self.ctx.lease is None:
-            return
-        gpu = nvml.snapshot().find(self.ctx.gpu.uuid) if self.ctx.gpu else None
-        self.ctx.gpu_after = gpu.to_json() if gpu else None
-        self.ctx.lease.release()
-        self.ctx.lease = None
-
-    def _phase(self, phase: str, **fields: Any) -> None:
-        self.events.emit("phase", phase=phase, **fields)
-        update_state(self.run_dir, phase=phase)
 
     def _provenance(self) -> dict[str, Any]:
         spec, ctx = self.ctx.spec, self.ctx
@@ -609,25 +418,6 @@ def _row_event(row: dict[str, Any], number: int, total: int) -> dict[str, Any]:
 def _utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-
-
-def _judge_audited_outputs(row: dict[str, Any]) -> None:
-    """What the audited calls wrote (audit.check_outputs) judged like a timed call's: a candidate whose audited
-    calls computed something else is INCORRECT (it does other work when measured by ncu); a baseline that did
-    voids the row, as a baseline that fails elsewhere does."""
-    outputs = (row.get("audit") or {}).get("outputs") or {}
-    baseline, candidate = outputs.get("baseline") or {}, outputs.get("candidate") or {}
-    if baseline.get("ok") is False:
-        row["invalid"] = "; ".join(filter(None, [row.get("invalid"), f"audit: {baseline.get('message')}"]))
-    elif candidate.get("ok") is False:
-        row["status"], row["message"], row["speedup"] = INCORRECT, f"audit: {candidate.get('message')}", None
-
-
-def _mark_unverified(row: dict[str, Any], blind_spot_pct: float | None) -> None:
-    """A row whose audit could not have seen a 5 % forge of the candidate's window says how large one could be, on
-    its verdict (a FASTER there reads FASTER (unverified): results.RowResult.verdict_word)."""
-    if blind_spot_pct is not None and isinstance(row.get("verdict"), dict):
-        row["verdict"]["forge_blind_spot_pct"] = blind_spot_pct
 
 
 if __name__ == "__main__":
