@@ -9,18 +9,16 @@ L2 flush before every sample runs here in the judge's process.
 from __future__ import annotations
 
 import math
+import random
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import floors, guard, stats, timing
 from .cases import SharedCase, derive_seed, make_case_guarded
-from .correctness import (ERROR, INCORRECT, Refused, SideFailed, Verdict, compare_output, describe, poison_outputs,
-                          reference_inputs)
-from .sideprocess import request_guarded
-from ..task.taskspec import SIDES
-
-if TYPE_CHECKING:
-    from .judge import Judge
+from .correctness import (ERROR, INCORRECT, CaseView, Refused, SideFailed, Verdict, compare_output, describe,
+                          poison_outputs, reference_inputs)
+from .sideprocess import SideProcess, request_guarded
+from ..task.taskspec import SIDES, Workload
 
 CHECK_FRACTION = 0.25  # samples whose outputs are compared afterwards (plus each side's last one)
 MAX_REFRESHES = 2  # times a case's inputs are rewritten in place (same addresses) before a checked sample
@@ -30,10 +28,33 @@ HEAD_START_GROWTH = 1.5  # after a late sample, both sides' head start grows by 
 MAX_TAKES = 24  # one sample's takes at most: the head start reaches its cap from 20 us in 12 growths
 
 
+class RowJudge(Protocol):
+    """What a Sampler reads and keeps of the judge of its row (judge.Judge, which drives it and imports this module):
+    the row's job, device and sides, the run's secret, the checks and refreshes counted so far."""
+
+    job: dict[str, Any]
+    secret: bytes
+    workload: Workload
+    params: dict[str, Any]
+    device: str
+    adapter: Any
+    seeds: dict[str, list[int]]
+    rng: random.Random
+    checked: dict[str, int]
+    refreshes: int
+
+    @property
+    def sides(self) -> dict[str, SideProcess]: ...
+
+    def pids_of(self, side: str) -> list[int]: ...
+
+    def view(self, shared: SharedCase) -> CaseView: ...
+
+
 class Sampler:
     """The timed loop: ABBA over the sides, rotating over the timing cases, poisoning and checking outputs."""
 
-    def __init__(self, judge: Judge, cases: list[SharedCase], mode: str, head_start_us: float = 0.0) -> None:
+    def __init__(self, judge: RowJudge, cases: list[SharedCase], mode: str, head_start_us: float = 0.0) -> None:
         self.judge = judge
         self.cases = cases
         self.mode = mode
