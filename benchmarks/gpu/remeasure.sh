@@ -15,7 +15,7 @@
 #                   norm_infer, rotary, norm_tanh) once, every row, audit on. `all`: every task with no finished run (exit 0
 #                   or 1) on this warm machine yet, in that order. A task whose estimate (below) no longer fits the
 #                   call's budget is skipped and says so; the one that starts gets all the time left
-#   profile T:R,... GPU: each task T's row R, both sides under Nsight Compute (`python -m kpremote.agent.ncu.profile`,
+#   profile T:R,... GPU: each task T's row R, both sides under Nsight Compute (`python -m kpremote.agent.run.profile`,
 #                   what `inv profile` runs on a host: build, gate, ncu; summary/profile.md with bytes, bandwidth and
 #                   the bound, as issue 28 asks of a no-go), e.g. profile qknorm_rope:flux_img_t4096_h24_d128
 #   redteam         GPU: RT_LIST (default RT_DEFAULT: eight attacks) on the `tiny` row, audit on, via redteam.sh;
@@ -255,7 +255,7 @@ step_profile() {  # step_profile NAME:ROW,...: each row's both sides under Nsigh
     [ -d "$copy" ] || { mkdir -p "$work/kernels"; copy_task "$task" "$copy"; }
     run=$work/profiles/$name-$row; rm -rf "$run"; mkdir -p "$work/profiles"
     limit=$(left)
-    timeout -k 20 "$limit" "$py" -m kpremote.agent.ncu.profile --profile '{"side": "both", "section_set": "basic"}' \
+    timeout -k 20 "$limit" "$py" -m kpremote.agent.run.profile --profile '{"side": "both", "section_set": "basic"}' \
       --task-dir "$copy" --run-dir "$run" --root "$work/root" --host-alias "$host" --device cuda --workloads "$row" \
       > "$work/logs/profile-$name-$row.log" 2>&1
     code=$?

@@ -2,8 +2,9 @@
 
 Imports only the standard library, torch, triton and pynvml, so it can be shipped as plain files
 (content-hashed) and run by the host's own python without installing anything. Its parts are its folders
-(docs/architecture.md): harness/ (the judge), run/ (a run and its record), task/ (the task contract and builds),
-ncu/ (Nsight Compute), slurm/ (Slurm clusters), sandbox/; what both halves or all parts share stays here.
+(docs/architecture.md), in layers: sandbox/ < task/ (the task contract and builds) < harness/ (the judge) < ncu/
+(Nsight Compute) < run/ (a run and its record) < slurm/ (Slurm clusters); a folder imports only those before it
+(tests/unit/test_import_cycles.py). What both halves or all parts share stays here.
 """
 
 from pathlib import Path

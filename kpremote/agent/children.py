@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..procfs import kill_strays, kill_tree
+from .procfs import kill_strays, kill_tree
 
 STARTUP_LIMIT_S = 300.0  # interpreter + torch + task import, before a workload's own timeout starts
 POLL_S = 0.05

@@ -256,7 +256,7 @@ def _strict_bool(value: Any) -> bool:
 # ------------------------------------------------------------------------------------------ start requests
 
 TIMING, PROFILE = "timing", "profile"
-RUNNERS = {TIMING: "kpremote.agent.run.runner", PROFILE: "kpremote.agent.ncu.profile"}
+RUNNERS = {TIMING: "kpremote.agent.run.runner", PROFILE: "kpremote.agent.run.profile"}
 """The module `start` spawns for each kind of run (a test may put a stand-in in its place)."""
 PROFILE_MODE_PREFIX = "profile:"
 """A profile run's record (state.json) names its mode "profile:" + its request as JSON."""

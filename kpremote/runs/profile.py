@@ -1,7 +1,7 @@
 """`inv profile` and `inv fetch-results --raw-file`: Nsight Compute on a host, the summary home, the reports left there.
 
 A profile is a run like any other (start with the sync in one channel, follow, fetch the summary: only a passed
-one's, a failed profile stays on the host), except that `start --profile JSON` asks for a profile run: the agent spawns its profile runner (kpremote/agent/ncu/profile.py). Its
+one's, a failed profile stays on the host), except that `start --profile JSON` asks for a profile run: the agent spawns its profile runner (kpremote/agent/run/profile.py). Its
 heavy .ncu-rep files stay in the run's raw/ on the host; one of them comes home only when asked for by name, into
 kernels/<task>/results/<host>/.raw/<run-id>/ (a hidden folder: it is not a fetched summary, and re-fetching the
 summary never compares against it).

@@ -58,7 +58,7 @@ def test_missing_ncu_is_one_line_saying_what_to_do(tmp_path: Path):
 
 def test_profile_command_never_changes_clocks_and_profiles_only_the_marked_region(tmp_path: Path):
     report = tmp_path / "raw" / "ncu" / "baseline-w.ncu-rep"
-    target = ["python", "-m", "kpremote.agent.ncu.profile", "call", "--job", "j.json"]
+    target = ["python", "-m", "kpremote.agent.run.profile", "call", "--job", "j.json"]
     command = ncu.profile_command("/x/ncu", section_set="basic", kernel_regex="^_k(ernel)?$", report=report,
                                   target=target)
     pairs = list(zip(command, command[1:]))

@@ -236,7 +236,7 @@ def test_a_cpu_runs_prepare_step_records_torch_and_a_copy_bandwidth_without_impo
     job = tmp_path / "prepare.job.json"
     job.write_text(json.dumps({"task_dir": str(task), "run_dir": str(run_dir), "device": "cpu", "mode": None}))
     out = tmp_path / "prepare.json"
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "kpremote.agent.task.worker", "prepare",
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "kpremote.agent.run.worker", "prepare",
                            "--job", str(job), "--out", str(out)], env=agent_env(), capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -266,7 +266,7 @@ def test_both_sides_build_at_once_each_in_its_own_sandbox(tmp_path: Path) -> Non
     """Each side's build process waits, at import, until the other's has begun: built one after the other, the
     first would wait for ever (here: fail after 30 s); side by side, both builds pass."""
     _, job, out = prepare_job(tmp_path, "cpu", RENDEZVOUS)
-    done = subprocess.run([sys.executable, "-m", "kpremote.agent.task.worker", "prepare", "--job", str(job),
+    done = subprocess.run([sys.executable, "-m", "kpremote.agent.run.worker", "prepare", "--job", str(job),
                            "--out", str(out)], env=agent_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     sides = json.loads(out.read_text())["build"]["sides"]
@@ -496,7 +496,7 @@ GATED_PROBE = """
 import json, os, sys, time
 from pathlib import Path
 from kpremote.agent.procfs import descendants
-from kpremote.agent.task import worker
+from kpremote.agent.run import worker
 
 run_dir, job, out, seen_path = sys.argv[1:5]
 

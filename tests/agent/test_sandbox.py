@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kpremote.agent import sandbox
+from kpremote.agent.task import build
 from kpremote.agent.run import report
 from kpremote.agent.harness import guard
 from kpremote.agent.task.taskspec import TaskSpecError, load_task
@@ -250,7 +251,7 @@ def test_a_sandboxed_process_cannot_read_its_runs_records_other_runs_or_the_keys
         seen["etc"] = attempt(lambda: open("/etc/hostname").read())
         print(json.dumps(seen))
     ''')
-    env = {**ENV, **sandbox.side_reads(run, "candidate", run / "task" / "t")}
+    env = {**ENV, **build.side_reads(run, "candidate", run / "task" / "t")}
     seen = sandboxed(code, run / "raw" / "scratch" / "candidate", str(run), str(tmp_path), env=env)
     refused = ("state.json", "state.lock", "raw/events.jsonl", "raw/workloads/w.log", "raw/build/baseline/kernel.py",
                "flock", "other_scratch", "other_run", "keys")
@@ -275,7 +276,7 @@ def test_a_local_checks_side_reads_its_task_but_no_run_in_its_results(tmp_path: 
                           "fetched": attempt(lambda: open(os.path.join(fetched, "results.json")).read())}))
     ''')
     seen = sandboxed(code, run / "raw" / "scratch" / "candidate", str(task), str(fetched),
-                     env={**ENV, **sandbox.side_reads(run, "candidate", task)})
+                     env={**ENV, **build.side_reads(run, "candidate", task)})
     assert seen == {"task": "allowed", "kernel": "allowed", "fetched": "Permission denied"}
 
 

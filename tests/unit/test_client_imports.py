@@ -1,10 +1,10 @@
 """The client reaches into the agent only through the seam: protocol.py, the BOOT stub and the stdlib-only helpers
-meant for both sides (CONTRIBUTING.md). Read from the source (AST), so an import inside a function counts too."""
+meant for both sides (CONTRIBUTING.md). Read from the source (AST), so an import inside a function counts too.
+(No import circle anywhere: test_import_cycles.py.)"""
 
 from __future__ import annotations
 
 import ast
-import functools
 from pathlib import Path
 
 import pytest
@@ -93,71 +93,3 @@ def test_the_exceptions_still_name_real_imports():
     for rel, module in ALLOWED_ELSEWHERE:
         path = PACKAGE / rel
         assert path.is_file() and module in imported_modules(path), (rel, module)
-
-
-def runtime_imports(path: Path, source: str | None = None) -> set[str]:
-    """The kpremote modules path imports when it runs, at its top or inside a function (an `if TYPE_CHECKING:`
-    block only names types for annotations, and imports nothing)."""
-    tree = ast.parse(path.read_text() if source is None else source, str(path))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            node.body = [ast.Pass()]
-    return {m for m in imported_modules(path, ast.unparse(tree)) if m in package_modules()}
-
-
-@functools.lru_cache(maxsize=1)
-def package_modules() -> frozenset[str]:
-    """Every module of kpremote, a package named as itself and as its __init__."""
-    return frozenset({module_of(p) for p in PACKAGE.rglob("*.py")} |
-                     {module_of(p).removesuffix(".__init__") for p in PACKAGE.rglob("__init__.py")})
-
-
-def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Every cycle's modules (a strongly connected group of more than one), each sorted."""
-    order: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    cycles: list[list[str]] = []
-
-    def visit(module: str) -> None:
-        order[module] = low[module] = len(order)
-        stack.append(module)
-        for other in graph.get(module, ()):
-            if other not in order:
-                visit(other)
-                low[module] = min(low[module], low[other])
-            elif other in stack:
-                low[module] = min(low[module], order[other])
-        if low[module] == order[module]:
-            group = stack[stack.index(module):]
-            del stack[stack.index(module):]
-            if len(group) > 1:
-                cycles.append(sorted(group))
-
-    for module in sorted(graph):
-        if module not in order:
-            visit(module)
-    return cycles
-
-
-def test_no_client_module_imports_itself_back_even_from_inside_a_function():
-    """A cycle closed by a function-level import is still a cycle: the shared piece belongs in one module."""
-    graph = {module_of(path): runtime_imports(path) for path in client_files()}
-    assert import_cycles(graph) == []
-
-
-def test_no_agent_module_imports_itself_back_even_from_inside_a_function():
-    """The agent's folders (harness/, run/, slurm/, task/, ncu/, ...) hold no cycle either, a package counting as its
-    __init__.py."""
-    agent = [path for path in (PACKAGE / "agent").rglob("*.py")]
-    graph = {module_of(path).removesuffix(".__init__"): runtime_imports(path) for path in agent}
-    assert len(graph) > 50 and any(graph.values())
-    assert import_cycles(graph) == []
-
-
-def test_the_cycle_check_can_fail():
-    inside = runtime_imports(PACKAGE / "x.py", "def f():\n    from .runs import RunSession\n")
-    annotations_only = runtime_imports(PACKAGE / "x.py", "if TYPE_CHECKING:\n    from .runs import RunSession\n")
-    assert inside == {"kpremote.runs"} and annotations_only == set()
-    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}
-    assert import_cycles(graph) == [["a", "b", "c"]]

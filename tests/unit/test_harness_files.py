@@ -11,7 +11,7 @@ from kpremote.agent import harness
 
 AGENT = harness.AGENT_DIR
 # the processes of one run
-ENTRY_POINTS = ("run/runner.py", "harness/judge.py", "harness/side.py", "task/worker.py", "ncu/audit.py",
+ENTRY_POINTS = ("run/runner.py", "harness/judge.py", "harness/side.py", "run/worker.py", "ncu/audit.py",
                 "ncu/auditcases.py")
 
 
@@ -72,7 +72,7 @@ def test_the_digest_changes_with_any_harness_file(tmp_path):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(f"# {name}\n")
     before = harness.harness_digest(tmp_path)
-    (tmp_path / "run/children.py").write_text("# changed\n")
+    (tmp_path / "children.py").write_text("# changed\n")
     assert harness.harness_digest(tmp_path) != before
 
 

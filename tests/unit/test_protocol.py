@@ -113,7 +113,7 @@ def test_a_bad_idle_policy_is_a_bad_request(value, message):
 
 def test_a_start_with_a_profile_request_is_a_profile_run_and_any_other_a_timing_run():
     request = protocol.ProfileRequest(side="candidate").to_json()
-    assert protocol.RUNNERS[protocol.run_kind(request)] == "kpremote.agent.ncu.profile"
+    assert protocol.RUNNERS[protocol.run_kind(request)] == "kpremote.agent.run.profile"
     assert protocol.RUNNERS[protocol.run_kind(None)] == "kpremote.agent.run.runner"
 
 

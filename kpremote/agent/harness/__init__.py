@@ -59,19 +59,17 @@ AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".
 HARNESS_FILES = (
-    "contract.py", "harness/__init__.py", "harness/cases.py", "harness/channel.py", "harness/correctness.py",
-    "harness/floors.py", "harness/guard.py", "harness/judge.py", "harness/judgeprocess.py", "harness/rowlog.py",
-    "harness/sampling.py", "harness/seal.py", "harness/side.py", "harness/sideprocess.py", "harness/sidestarter.py",
-    "harness/stats.py",
-    "harness/timing.py",
-    "ncu/audit.py", "ncu/auditcases.py", "ncu/ncu.py", "ncu/profiledcall.py", "run/auditstep.py", "run/children.py",
-    "run/guards.py", "run/leasestep.py", "run/report.py", "run/runchildren.py",
-    "run/runner.py", "run/runoptions.py", "run/stopping.py", "sandbox/__init__.py", "sandbox/landlock.py", "sandbox/members.py",
-    "sandbox/privileges.py",
-    "sandbox/namespace.py", "sandbox/seccomp.py", "task/build.py", "task/builders/__init__.py", "task/builders/base.py",
-    "task/builders/compiler.py", "task/builders/cuda.py", "task/builders/imported.py", "task/builders/tvmffi.py",
-    "task/buildrules.py", "task/sourceonly.py", "task/taskfiles.py", "task/taskrecords.py", "task/taskspec.py",
-    "task/worker.py",
+    "children.py", "contract.py", "harness/__init__.py", "harness/cases.py", "harness/channel.py",
+    "harness/correctness.py", "harness/floors.py", "harness/guard.py", "harness/judge.py", "harness/judgeprocess.py",
+    "harness/profiledcall.py", "harness/rowlog.py", "harness/sampling.py", "harness/seal.py", "harness/side.py",
+    "harness/sideprocess.py", "harness/sidestarter.py", "harness/stats.py", "harness/timing.py", "ncu/audit.py",
+    "ncu/auditcases.py", "ncu/ncu.py", "run/auditstep.py", "run/guards.py", "run/leasestep.py", "run/report.py",
+    "run/runchildren.py", "run/runner.py", "run/runoptions.py", "run/stopping.py", "run/worker.py",
+    "sandbox/__init__.py", "sandbox/landlock.py", "sandbox/members.py", "sandbox/namespace.py",
+    "sandbox/privileges.py", "sandbox/seccomp.py", "task/build.py", "task/builders/__init__.py",
+    "task/builders/base.py", "task/builders/compiler.py", "task/builders/cuda.py", "task/builders/imported.py",
+    "task/builders/tvmffi.py", "task/buildrules.py", "task/sourceonly.py", "task/taskfiles.py", "task/taskrecords.py",
+    "task/taskspec.py",
 )
 # The other agent modules a run imports, and why none of them decides a verdict or a number
 # (tests/unit/test_harness_files.py: every module a run imports is in one of the two lists).

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..run.children import (EXIT_GRACE_S, POLL_S, STARTUP_LIMIT_S, PipeReader, WorkerOutcome, crash_description,
-                       kill_strays_noted, wait_or_kill)
+from ..children import (EXIT_GRACE_S, POLL_S, STARTUP_LIMIT_S, PipeReader, WorkerOutcome, crash_description,
+                   kill_strays_noted, wait_or_kill)
 from .correctness import PASSED
 from .rowlog import CappedLog
 from ..procfs import kill_tree, namespace_pids

@@ -1,7 +1,7 @@
 """The process Nsight Compute measures: one side's calls of one workload, only the marked ones profiled.
 
-    python -m kpremote.agent.ncu.profile call --job JOB.json --out DONE.json   (a profile run's target: call_side)
-    python -m kpremote.agent.harness.side --fd 0 --side S --run-dir R < JOB.json  (the timing audit's: audit.call_row,
+    python -m kpremote.agent.run.profile call --job JOB.json --out DONE.json   (a profile run's target: call_side)
+    python -m kpremote.agent.harness.side --fd 0 --side S --run-dir R < JOB.json  (the timing audit's: call_row,
         started as a timed side is, with its job on standard input instead of a channel: call_from_fd)
 
 Both import only the measured side into the task's adapter, make the warm-up calls outside the profiler's region,
@@ -76,6 +76,53 @@ def call_from_fd(fd: int, calls: Callable[[dict[str, Any]], dict[str, Any]]) -> 
         return 1
     write_atomically(Path(job["done"]), json.dumps(result))
     return 0
+
+
+# --------------------------------------------------------------------------------------------- the audit's calls
+
+
+def call_row(job: dict[str, Any]) -> dict[str, Any]:
+    """Warm up, then make the audited calls of one side for one row, each inside the profiler's region, each on a
+    case of its own that auditcases.make wrote from the runner's secret (case 0: the warm-up's), its outputs (and
+    mutated inputs, restored first) poisoned before it; what each call produced goes to the job's results file,
+    which auditcases.check judges once the process has ended."""
+    import torch
+
+    from . import correctness
+
+    spec, workload, device = job_task(job)
+    params, side = workload.params, job["side"]
+    made = torch.load(job["inputs"], map_location=device, weights_only=True)
+    mutates = tuple(made["mutates"])
+    cases = [(case["inputs"], case["outputs"], correctness.clone_tensors(case["inputs"])) for case in made["cases"]]
+    adapter = bound_adapter(spec, side, (job.get("modules") or {}).get(side))
+    function = getattr(adapter, f"call_{side}")
+    warm_inputs, warm_outputs, _ = cases[0]
+    warm_up(lambda: function(params, warm_inputs, warm_outputs), job["warmup"], device)
+    flush = _cold_l2(device) if job.get("flush_per_call") else None
+    results = []
+    for inputs, outputs, pristine in cases[1:1 + job["calls"]]:
+        correctness.restore_mutated(pristine, inputs, mutates)
+        correctness.poison_outputs(outputs)
+        if flush is not None:  # cold at the call's start, as in the harness's samples (outside the profiled range)
+            flush()
+        synchronize(device)
+        with profiled(device):
+            function(params, inputs, outputs)
+            synchronize(device)
+        results.append({name: value.detach().cpu().clone()
+                        for name, value in correctness.results_of(outputs, inputs, mutates).items()})
+    torch.save(results, job["results"])
+    return {"side": side, "workload": workload.id, "warmup": job["warmup"], "calls": job["calls"]}
+
+
+def _cold_l2(device: str) -> Any:
+    """A read of 2 x L2 (the harness's flush): the L2 holds none of the call's data afterwards."""
+    if device != "cuda":
+        return None
+    from .timing import L2Flusher
+
+    return L2Flusher(None).flush_buffer.max
 
 
 # --------------------------------------------------------------------------------------------- the pieces

@@ -13,7 +13,7 @@ outside its scratch folder and touch no process outside its own tree.
 The process imports once ("start") and then serves the rows the judge hands it ("row": the workload, and the
 row's log for its stdout and stderr); the judge's cases of one row are dropped before the next.
 The Nsight Compute audit starts its audited calls with the same command line (ncu/audit.py), the descriptor then
-being no socket but the audit's job: main makes those calls (audit.call_row) instead of serving a judge.
+being no socket but the audit's job: main makes those calls (profiledcall.call_row) instead of serving a judge.
 """
 
 from __future__ import annotations
@@ -316,8 +316,7 @@ def main(argv: list[str]) -> int:
     # before the adapter or the side's module is imported; under ncu the GPU's counters may be root's
     SANDBOX[0] = sandbox.enter(profiled=audited)
     if audited:
-        from ..ncu.audit import call_row
-        from ..ncu.profiledcall import call_from_fd
+        from .profiledcall import call_from_fd, call_row
 
         print(f"side: {SANDBOX[0]}", file=sys.stderr, flush=True)
         return call_from_fd(args.fd, call_row)

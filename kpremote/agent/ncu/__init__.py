@@ -1,4 +1,4 @@
 """Nsight Compute: running ncu and reading its report (ncu.py), the audit that re-measures each production row
-under ncu (audit.py), a profile run (profile.py, profilereport.py), and the process ncu measures for both
-(profiledcall.py).
+under ncu (audit.py, with its secret-seeded cases: auditcases.py), and a profile's summary (profilereport.py). The
+process ncu measures is the judge's (harness/profiledcall.py); the profile run itself is a run's (run/profile.py).
 """

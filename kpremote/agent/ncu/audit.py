@@ -55,8 +55,8 @@ from typing import Any
 from .. import AGENT_HOME, sandbox
 from . import ncu
 from ..procfs import kill_tree
-from .profiledcall import bound_adapter, job_task, profiled, synchronize, warm_up
 from ..protocol import PROFILE_SIDES
+from ..task.build import side_reads
 
 # (below this length in µs, absolute µs, relative): the first band the ncu length falls in gives the tolerance.
 # The absolute part is the launch the harness's event pair holds and ncu's gpu__time_duration does not: on the H200
@@ -216,7 +216,7 @@ def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], e
                            cache_control=cache_control, warmup=warmup, calls=calls)
     scratch = sandbox.make_scratch(sandbox.side_scratch(Path(run_dir), side))
     env = {**env, **sandbox.scratch_env(scratch),  # the audited calls run sandboxed (profiledcall.py)
-           **sandbox.side_reads(Path(run_dir), side, Path(task_dir))}
+           **side_reads(Path(run_dir), side, Path(task_dir))}
     report = AuditReport(side, "audited", [], found, ncu.ncu_version(found), cache_control, warmup, calls)
     folder = Path(raw_dir) if raw_dir else Path(run_dir) / "raw" / "audit"
     folder.mkdir(parents=True, exist_ok=True)
@@ -454,52 +454,3 @@ def _built_modules(run_dir: Path) -> dict[str, str | None]:
         return {side: (record or {}).get("module") for side, record in sides.items()}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
-
-
-# --------------------------------------------------------------------------------------------- the audited process
-
-
-def call_row(job: dict[str, Any]) -> dict[str, Any]:
-    """Warm up, then make the audited calls of one side for one row, each inside the profiler's region, each on a
-    case of its own that auditcases.make wrote from the runner's secret (case 0: the warm-up's), its outputs (and
-    mutated inputs, restored first) poisoned before it; what each call produced goes to the job's results file,
-    which auditcases.check judges once the process has ended."""
-    import torch
-
-    from ..harness import correctness
-
-    spec, workload, device = job_task(job)
-    params, side = workload.params, job["side"]
-    made = torch.load(job["inputs"], map_location=device, weights_only=True)
-    mutates = tuple(made["mutates"])
-    cases = [(case["inputs"], case["outputs"], correctness.clone_tensors(case["inputs"])) for case in made["cases"]]
-    adapter = bound_adapter(spec, side, (job.get("modules") or {}).get(side))
-    function = getattr(adapter, f"call_{side}")
-    warm_inputs, warm_outputs, _ = cases[0]
-    warm_up(lambda: function(params, warm_inputs, warm_outputs), job["warmup"], device)
-    flush = _cold_l2(device) if job.get("flush_per_call") else None
-    results = []
-    for inputs, outputs, pristine in cases[1:1 + job["calls"]]:
-        correctness.restore_mutated(pristine, inputs, mutates)
-        correctness.poison_outputs(outputs)
-        if flush is not None:  # cold at the call's start, as in the harness's samples (outside the profiled range)
-            flush()
-        synchronize(device)
-        with profiled(device):
-            function(params, inputs, outputs)
-            synchronize(device)
-        results.append({name: value.detach().cpu().clone()
-                        for name, value in correctness.results_of(outputs, inputs, mutates).items()})
-    torch.save(results, job["results"])
-    return {"side": side, "workload": workload.id, "warmup": job["warmup"], "calls": job["calls"]}
-
-
-def _cold_l2(device: str) -> Any:
-    """A read of 2 x L2 (the harness's flush): the L2 holds none of the call's data afterwards."""
-    if device != "cuda":
-        return None
-    from ..harness.timing import L2Flusher
-
-    return L2Flusher(None).flush_buffer.max
-
-

@@ -1,7 +1,7 @@
 """A profile run: the timing runner's steps up to the correctness gate of one workload, then Nsight Compute.
 
-    python -m kpremote.agent.ncu.profile --profile JSON [runner options]     (what `start --profile JSON` spawns)
-    python -m kpremote.agent.ncu.profile call --job JOB.json --out DONE.json (the process ncu profiles: profiledcall.py)
+    python -m kpremote.agent.run.profile --profile JSON [runner options]     (what `start --profile JSON` spawns)
+    python -m kpremote.agent.run.profile call --job JOB.json --out DONE.json (the process ncu profiles: profiledcall.py)
 
 Both sides are built and the workload gated exactly as in `inv run` (the same Runner steps, the same workload
 worker, so this row is also timed once); a row that is not PASSED is never profiled. Then each chosen side runs
@@ -20,17 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from .. import sandbox
-from . import ncu
+from ..ncu import ncu
 from ..atomicfile import write_atomically
 from ..harness.correctness import PASSED, SKIPPED
 from ..procfs import kill_tree
-from .profiledcall import call_main, call_side
-from .profilereport import SideProfile, render_profile_csv, render_profile_json, render_profile_md
+from ..harness.profiledcall import call_main, call_side
+from ..ncu.profilereport import SideProfile, render_profile_csv, render_profile_json, render_profile_md
 from ..protocol import ProfileRequest, RunExit
 from ..provenance import file_sha256
-from ..run.runner import Runner
-from ..run.stopping import Abort
-from ..run.runoptions import Options, parse_profile_args
+from .runner import Runner
+from .stopping import Abort
+from .runoptions import Options, parse_profile_args
+from ..task.build import side_reads
 from ..task.taskspec import Workload
 
 PROFILE_LIMIT_S = 3600.0  # one side under ncu: a full set replays every kernel dozens of times
@@ -91,14 +92,14 @@ class ProfileRunner(Runner):
         for stale in (report, done):
             stale.unlink(missing_ok=True)
         job_path.write_text(json.dumps(self._call_job(workload, side), indent=1))
-        target = [sys.executable, "-m", "kpremote.agent.ncu.profile", "call", "--job", str(job_path),
+        target = [sys.executable, "-m", "kpremote.agent.run.profile", "call", "--job", str(job_path),
                   "--out", str(done)]
         command = ncu.profile_command(self.ncu_path, section_set=self.request.section_set,
                                       kernel_regex=self.request.kernel, report=report, target=target)
         self.events.emit("profile", side=side, step="ncu", command=command)
         try:
             returncode = self._run_under_ncu(command, log_path, side, {
-                **sandbox.scratch_env(scratch), **sandbox.side_reads(self.run_dir, side, self.ctx.spec.root)})
+                **sandbox.scratch_env(scratch), **side_reads(self.run_dir, side, self.ctx.spec.root)})
             ncu.check_profile(log_path.read_text(errors="replace"), returncode, report,
                               target_finished=done.is_file(), kernel_regex=self.request.kernel)
             csv_text = ncu.import_report(self.ncu_path, report)
@@ -174,9 +175,9 @@ class ProfileRunner(Runner):
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["call"]:
-        return call_main(argv[1:], "python -m kpremote.agent.ncu.profile call", call_side)
+        return call_main(argv[1:], "python -m kpremote.agent.run.profile call", call_side)
     request, options = parse_profile_args(argv)
-    return ProfileRunner(options, [sys.executable, "-m", "kpremote.agent.ncu.profile", *argv], request).run()
+    return ProfileRunner(options, [sys.executable, "-m", "kpremote.agent.run.profile", *argv], request).run()
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from ..harness.judgeprocess import JudgeProcess
 from ..protocol import RunExit
 from ..task import buildrules
 from ..task.build import triton_cache_dir
-from .children import ChildLimits, WorkerOutcome, crash_description, run_child
+from ..children import ChildLimits, WorkerOutcome, crash_description, run_child
 
 
 class RunChildren:
@@ -53,7 +53,7 @@ class RunChildren:
         job_path.write_text(json.dumps(job, indent=1))
 
         def command(result_fd: int) -> list[str]:
-            return [sys.executable, "-m", "kpremote.agent.task.worker", what, "--job", str(job_path), "--out", str(out),
+            return [sys.executable, "-m", "kpremote.agent.run.worker", what, "--job", str(job_path), "--out", str(out),
                     "--result-fd", str(result_fd)]
 
         outcome = run_child(command, ChildLimits(self._worker_env(), self.run_dir, log_path, limit_s))

@@ -35,7 +35,7 @@ from . import records, report
 from ..harness import floors, guard, timing
 from ..task.buildrules import NOT_CHECKED
 from .auditstep import AuditStep
-from .children import WorkerOutcome
+from ..children import WorkerOutcome
 from ..harness.judgeprocess import JudgeProcess
 from ..harness.correctness import ERROR, PASSED, TIMEOUT
 from .events import EventLog, read_events

@@ -2,7 +2,7 @@
 
     python -m kpremote.agent.run.runner --task-dir W --run-dir R --device cuda|cpu|auto [--gpu UUID] [--lease-fd N]
         [--workloads a,b] [--mode cold|graph] [--host-alias NAME] [--root ROOT] [--audit on|off]
-    python -m kpremote.agent.ncu.profile --profile JSON [the same options]
+    python -m kpremote.agent.run.profile --profile JSON [the same options]
         (what `start --profile JSON` spawns; JSON is a protocol.ProfileRequest)
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from ..protocol import ProfileRequest
 
 TIMING_PROG = "python -m kpremote.agent.run.runner"
-PROFILE_PROG = "python -m kpremote.agent.ncu.profile"
+PROFILE_PROG = "python -m kpremote.agent.run.profile"
 DESCRIPTION = "One run, start to end: validate → lease → build → (correctness → timing) per workload → report."
 
 

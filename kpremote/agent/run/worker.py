@@ -1,6 +1,6 @@
 """The prepare step of a run in its own process: device probe first, then both builds.
 
-    python -m kpremote.agent.task.worker prepare --job JOB.json --out RESULT.json [--result-fd N]
+    python -m kpremote.agent.run.worker prepare --job JOB.json --out RESULT.json [--result-fd N]
 
 The probe (device, copy bandwidth, the L2 flush probe) runs BEFORE any task code is imported and goes to the
 runner through the inherited pipe N, which is closed before the builds start: whatever a side's code does
@@ -26,16 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from .. import sandbox
-from . import build
+from ..task import build
 from ..harness import floors, timing
 from ..atomicfile import write_json_atomically
 from ..harness.correctness import ERROR
-from ..run.runstate import DISK_FULL_EXIT, is_disk_full
-from .taskspec import SIDES, TaskSpec, load_task
+from .runstate import DISK_FULL_EXIT, is_disk_full
+from ..task.taskspec import SIDES, TaskSpec, load_task
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kpremote.agent.task.worker")
+    parser = argparse.ArgumentParser(prog="python -m kpremote.agent.run.worker")
     parser.add_argument("what", choices=("prepare", "build-side"))
     parser.add_argument("--job", required=True, type=Path)
     parser.add_argument("--out", type=Path)
@@ -141,7 +141,7 @@ def build_in_sandbox(spec: TaskSpec, run_dir: Path, side: str, builder: Any, *,
     read_end, write_end = os.pipe()
     try:
         launcher = [sys.executable, "-m", "kpremote.agent.sandbox.namespace", "--"] if _namespaces() else []
-        child = subprocess.Popen(launcher + [sys.executable, "-m", "kpremote.agent.task.worker", "build-side", "--job",
+        child = subprocess.Popen(launcher + [sys.executable, "-m", "kpremote.agent.run.worker", "build-side", "--job",
                                              str(job_path), "--result-fd", str(write_end)],
                                  pass_fds=(write_end,) if gate_fd is None else (write_end, gate_fd),
                                  stdin=subprocess.DEVNULL,
@@ -176,7 +176,7 @@ def build_side_main(job: dict[str, Any], result_fd: int) -> int:
     """`worker build-side`: enter the sandbox, build one side, send its record up the pipe."""
     from dataclasses import asdict
 
-    from .builders import builder_for
+    from ..task.builders import builder_for
 
     if job.get("gate_fd") is not None:
         _wait_at_the_gate(int(job["gate_fd"]))

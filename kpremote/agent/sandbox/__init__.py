@@ -139,14 +139,6 @@ def reads_env(run_dir: Path, seen: list[Path]) -> dict[str, str]:
     return {HIDDEN_ENV: os.pathsep.join(map(str, hidden)), SEEN_ENV: os.pathsep.join(str(p) for p in seen)}
 
 
-def side_reads(run_dir: Path, side: str, task_dir: Path) -> dict[str, str]:
-    """reads_env for one side's timing process, or its calls under the audit's or a profile's ncu: it reads its
-    task copy and its own build folder (its scratch folder it always may)."""
-    from ..task.build import build_dir
-
-    return reads_env(run_dir, [Path(task_dir), build_dir(run_dir, side)])
-
-
 def writable_nodes() -> list[Path]:
     """The device nodes of WRITABLE_NODES on this host, and this process's own /proc folder."""
     return [*(Path(p) for pattern in WRITABLE_NODES for p in sorted(glob.glob(pattern))), own_proc()]

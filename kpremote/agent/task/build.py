@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from .. import sandbox
 from . import buildrules, sourceonly
 from .builders import builder_for
 from .builders.base import Builder, Built, import_file
@@ -79,6 +80,12 @@ class BuildRecord:
 def build_dir(run_dir: Path, side: str | None = None) -> Path:
     base = Path(run_dir) / "raw" / "build"
     return base / side if side else base
+
+
+def side_reads(run_dir: Path, side: str, task_dir: Path) -> dict[str, str]:
+    """reads_env for one side's timing process, or its calls under the audit's or a profile's ncu: it reads its
+    task copy and its own build folder (its scratch folder it always may)."""
+    return sandbox.reads_env(run_dir, [Path(task_dir), build_dir(run_dir, side)])
 
 
 def triton_cache_dir(run_dir: Path) -> Path:
