@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from kpremote.agent.contract import Case
-from kpremote.agent.harness.correctness import ERROR, INCORRECT, PASSED, check_workload
+from kpremote.agent.harness.correctness import ERROR, INCORRECT, PASSED
+from kpremote.agent.harness.gateinprocess import check_workload
 from agent.test_runner import FIXTURES, copy_fixture, events_of, results_of, rows_by_id, run_agent
 
 HANG_TIMEOUT_S = 6  # the adversarial task's [timing] timeout_s: a hung row costs this much

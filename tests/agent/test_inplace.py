@@ -14,7 +14,8 @@ import torch
 
 from agent.test_runner import copy_fixture, rows_by_id, run_agent
 from kpremote.agent.contract import Case
-from kpremote.agent.harness.correctness import ERROR, INCORRECT, PASSED, check_workload
+from kpremote.agent.harness.correctness import ERROR, INCORRECT, PASSED
+from kpremote.agent.harness.gateinprocess import check_workload
 from kpremote.agent.task.taskspec import TaskSpecError, load_workloads
 
 

@@ -106,8 +106,9 @@ def test_the_thread_count_is_read_from_outside() -> None:
 
 def run_one_row(job: dict, announce_ready) -> dict:
     from kpremote.agent.harness import judge
+    from kpremote.agent.harness.bench import Bench
 
-    bench = judge.Bench(job)
+    bench = Bench(job)
     try:
         return judge.run_row(bench, job, os.urandom(32), announce_ready)
     finally:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agent.harness import timing
+from kpremote.agent.harness import streamcheck, timing
+from kpremote.agent.harness.smclock import ClockGuard
 from kpremote.agent.task.taskspec import TimingSettings
 
 
@@ -62,7 +63,7 @@ def test_minimum_time_per_side_is_honoured_then_the_time_cap_stops_it() -> None:
 def test_samples_taken_while_the_sm_clock_sagged_are_dropped_and_counted() -> None:
     # Two readings per sample (before, after); every third sample sees 1000 MHz of a 1980 MHz maximum.
     readings = itertools.cycle([1980, 1980, 1980, 1980, 1000, 1980])
-    guard = timing.ClockGuard(lambda: next(readings), max_mhz=1980)
+    guard = ClockGuard(lambda: next(readings), max_mhz=1980)
     values = itertools.count(1)
     pair = sides()
     settings = TimingSettings(min_samples=12, min_time_s=0.0, target_rse=10.0)
@@ -75,17 +76,17 @@ def test_samples_taken_while_the_sm_clock_sagged_are_dropped_and_counted() -> No
 
 
 def test_clock_guard_uses_the_nvml_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert timing.ClockGuard.for_gpu(None, None) == (None, "unavailable: GPU UUID unknown")
+    assert ClockGuard.for_gpu(None, None) == (None, "unavailable: GPU UUID unknown")
     fixture = tmp_path / "nvml.json"
     gpu = {"index": 0, "uuid": "GPU-x", "name": "H200", "cc": [9, 0], "memory_used_mib": 0, "memory_total_mib": 1,
            "sm_clock_mhz": 1400, "sm_clock_max_mhz": 1980}
     fixture.write_text(json.dumps({"gpus": [gpu]}))
     monkeypatch.setenv("KPREMOTE_NVML_FIXTURE", str(fixture))
-    guard, note = timing.ClockGuard.for_gpu("GPU-x", None)
+    guard, note = ClockGuard.for_gpu("GPU-x", None)
     assert guard is not None and guard.max_mhz == 1980 and note.startswith("on:")
     assert guard.read() == 1400 and guard.sagged(1400) is True and guard.sagged(1500, 1980) is False
     fixture.write_text(json.dumps({"gpus": [{**gpu, "sm_clock_mhz": None}]}))
-    guard, note = timing.ClockGuard.for_gpu("GPU-x", 1980)
+    guard, note = ClockGuard.for_gpu("GPU-x", 1980)
     assert guard is None and "no SM clock" in note
 
 
@@ -129,10 +130,10 @@ def test_each_pair_gets_its_share_and_the_pooled_row_keeps_each_pairs_medians() 
 
 def test_the_stream_check_fails_only_when_every_measurement_says_elsewhere() -> None:
     readings = iter([(80.5, 113.0), (80.0, 82.0)])  # one busy-host blip, then the stream and device agree
-    assert timing.off_stream_by_latency(lambda: next(readings)) is None
-    always = timing.off_stream_by_latency(lambda: (10.0, 2010.0))  # the work really runs on another stream
-    assert always and always.startswith(timing.OFF_STREAM) and always.count("10.0 / 2010.0 us") == timing.STREAM_CHECK_TRIES
-    assert timing.off_stream_by_latency(lambda: (100.0, 110.0)) is None
+    assert streamcheck.off_stream_by_latency(lambda: next(readings)) is None
+    always = streamcheck.off_stream_by_latency(lambda: (10.0, 2010.0))  # the work really runs on another stream
+    assert always and always.startswith(streamcheck.OFF_STREAM) and always.count("10.0 / 2010.0 us") == streamcheck.STREAM_CHECK_TRIES
+    assert streamcheck.off_stream_by_latency(lambda: (100.0, 110.0)) is None
 
 
 def test_a_sides_statistics_are_computed_once_and_read_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:

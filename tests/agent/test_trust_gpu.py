@@ -67,8 +67,8 @@ def gpu_run(task: Path, run_dir: Path, *args: str) -> subprocess.CompletedProces
 
 def test_flush_probe_and_persisting_reset() -> None:
     # In a process of its own: a CUDA context held by pytest would make the GPU look busy to the runs below.
-    script = ("import json\nfrom kpremote.agent.harness import timing\nassert timing.reset_persisting_l2() is None\n"
-              "print(json.dumps(timing.flush_probe()))")
+    script = ("import json\nfrom kpremote.agent.harness import deviceprobe, timing\n"
+              "assert timing.reset_persisting_l2() is None\nprint(json.dumps(deviceprobe.flush_probe()))")
     done = subprocess.run([sys.executable, "-c", script], env=agent_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     probe = json.loads(done.stdout.strip().splitlines()[-1])

@@ -59,11 +59,12 @@ AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".
 HARNESS_FILES = (
-    "children.py", "contract.py", "harness/__init__.py", "harness/cases.py", "harness/channel.py",
-    "harness/correctness.py", "harness/floors.py", "harness/guard.py", "harness/judge.py", "harness/judgeprocess.py",
-    "harness/profiledcall.py", "harness/rowlog.py", "harness/sampling.py", "harness/seal.py", "harness/side.py",
-    "harness/sideprocess.py", "harness/sidestarter.py", "harness/stats.py", "harness/timing.py", "ncu/audit.py",
-    "ncu/auditcases.py", "ncu/ncu.py", "run/auditstep.py", "run/guards.py", "run/leasestep.py", "run/report.py",
+    "children.py", "contract.py", "harness/__init__.py", "harness/bench.py", "harness/cases.py", "harness/channel.py",
+    "harness/correctness.py", "harness/deviceprobe.py", "harness/floors.py", "harness/guard.py", "harness/judge.py",
+    "harness/judgeprocess.py", "harness/profiledcall.py", "harness/rowlog.py", "harness/sampling.py",
+    "harness/seal.py", "harness/side.py", "harness/sideprocess.py", "harness/sidestarter.py", "harness/smclock.py",
+    "harness/stats.py", "harness/streamcheck.py", "harness/timing.py", "ncu/audit.py", "ncu/auditcases.py",
+    "ncu/auditprocesses.py", "ncu/ncu.py", "run/auditstep.py", "run/guards.py", "run/leasestep.py", "run/report.py",
     "run/runchildren.py", "run/runner.py", "run/runoptions.py", "run/stopping.py", "run/worker.py",
     "sandbox/__init__.py", "sandbox/landlock.py", "sandbox/members.py", "sandbox/namespace.py",
     "sandbox/privileges.py", "sandbox/seccomp.py", "task/build.py", "task/builders/__init__.py",

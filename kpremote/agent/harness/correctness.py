@@ -41,7 +41,8 @@ class Verdict:
 
 
 class Refused(Exception):
-    """Stops the gate with a verdict: raised from deep inside the checks, caught once in check_workload."""
+    """Stops the gate with a verdict: raised from deep inside the checks, caught once by whoever drives the gate
+    (the judge; gateinprocess.check_workload in tests)."""
 
     def __init__(self, verdict: Verdict) -> None:
         super().__init__(verdict.message)
@@ -90,7 +91,7 @@ class CaseView:
     """One case as the gate sees it: each side's inputs and outputs, the pristine inputs, and how to call a side.
 
     In the judge each side's tensors are shared with that side's process and `call` is a round trip to it;
-    in-process (unit tests, the profiler) both sides share the case and `call` is the adapter's function.
+    in-process (gateinprocess.py, for tests) both sides share the case and `call` is the adapter's function.
     `call(side)` runs one call and returns the problem the call itself reported (an output it replaced,
     reshaped or retyped), or None.
     """
@@ -133,49 +134,6 @@ def restore_mutated(pristine: dict[str, Any], inputs: dict[str, Any], mutates: t
     """Fresh copies of the mutated inputs, written into the side's own tensors (same addresses)."""
     for name in mutates:
         inputs[name].copy_(pristine[name])
-
-
-def check_workload(
-    adapter: Any,
-    workload: dict[str, Any],
-    *,
-    device: str,
-    seeds: int,
-    atol: float | None = None,
-    rtol: float | None = None,
-) -> Verdict:
-    """In one process: run both sides on `seeds` fresh cases and compare (the judge uses check_case directly)."""
-    base_seed = int(workload.get("seed", 0))
-    mutates = workload.get("mutates")
-    largest: dict[str, float] = {}
-    for k in range(seeds):
-        seed = base_seed + k
-        try:
-            case = guarded(f"seed {seed}, make_case", lambda: adapter.make_case(workload, device=device, seed=seed))
-            view = in_process_view(adapter, workload, case, f"seed {seed}", atol, rtol,
-                                   mutated_inputs(mutates, case, f"seed {seed}"))
-            check_case(adapter, workload, view, device=device, largest=largest)
-        except Refused as refused:
-            refused.verdict.seeds_checked = k
-            return refused.verdict
-    return Verdict(PASSED, seeds_checked=seeds, max_abs_err=largest)
-
-
-def in_process_view(adapter: Any, workload: dict[str, Any], case: Any, label: str, atol: float | None,
-                    rtol: float | None, mutates: tuple[str, ...] = ()) -> CaseView:
-    """Both sides share the case's inputs, except the mutated ones: each side has its own copy of those."""
-    outputs = {"baseline": case.outputs_baseline, "candidate": case.outputs_candidate}
-    functions = {"baseline": adapter.call_baseline, "candidate": adapter.call_candidate}
-    inputs = {side: {**case.inputs, **{name: case.inputs[name].clone() for name in mutates}} for side in outputs}
-
-    def call(side: str) -> dict[str, Any] | None:
-        before = {name: layout_of(t) for name, t in outputs[side].items()}
-        held = dict(outputs[side])
-        functions[side](workload, dict(inputs[side]), outputs[side])  # a rebound input is not what gets judged
-        return changed_output(before, held, outputs[side])
-
-    return CaseView(label, inputs, outputs, clone_tensors(case.inputs), call,
-                    float(case.atol if atol is None else atol), float(case.rtol if rtol is None else rtol), mutates)
 
 
 def check_case(adapter: Any, workload: dict[str, Any], view: CaseView, *, device: str,

@@ -11,8 +11,8 @@ and its own outputs. The judge poisons outputs before every call and every timed
 copies of the inputs a call mutates in place, which it then judges like outputs), compares them itself, recomputes every statistic, verdict and speedup from the raw sample times, and checks them against
 physical floors. A side sends back only JSON: acknowledgements and raw times.
 
-One judge and its two sides serve the rows of a run one after another (a Bench: the task, the adapter, the
-sides); each row starts from nothing of the last one but those processes: its own secret-seeded cases, its own
+One judge and its two sides serve the rows of a run one after another (a Bench, bench.py: the task, the adapter,
+the sides); each row starts from nothing of the last one but those processes: its own secret-seeded cases, its own
 log (the judge and both sides write to raw/workloads/<row>.log while it runs). The runner (judgeprocess.py)
 keeps them only after a row that PASSED with nothing invalid; any other row ends them and the next row gets fresh
 ones.
@@ -35,112 +35,25 @@ import secrets
 import sys
 import time
 import traceback
-from pathlib import Path
 from typing import Any
 
 from . import floors, guard, sampling, stats, timing
+from .bench import Bench
 from .rowlog import open_log, write_output_to
-from ..sandbox import members, side_scratch
+from ..sandbox import members
 from .cases import SharedCase, Sharing, derive_seed, make_case_guarded
 from .channel import encode_values
 from .correctness import (ERROR, INCORRECT, PASSED, CaseView, Refused, SideFailed, Verdict, check_case,
                           mutated_inputs, require_inputs_untouched)
 from .sideprocess import SideProcess, request_guarded
 from .sidestarter import SideStarter
-from ..task.taskspec import SIDES, TaskSpec, Workload, load_task
+from ..task.taskspec import SIDES, Workload
 
 TIMING_CASES_GPU = 4  # fresh cases at distinct addresses the timed samples rotate over
 TIMING_CASES_CPU = 2  # the interpreter is slow: fewer on a smoke run, the same boundary
 
 
 # --------------------------------------------------------------------------------------------- the row
-
-
-class Bench:
-    """What the rows of a run share: the task, its adapter, the memory each side may see, and the side processes."""
-
-    def __init__(self, job: dict[str, Any], starter: SideStarter | None = None) -> None:
-        self.starter = starter  # forks the side processes (sidestarter.py); None: each by exec
-        self.spec: TaskSpec = load_task(Path(job["task_dir"]), timing_mode=job.get("mode"))
-        self.device = "cuda" if job["device"].startswith("cuda") else "cpu"
-        self.run_dir = Path(job.get("run_dir") or ".")
-        self.modules = job.get("modules") or {}
-        self.mode = self.spec.timing.mode if self.device == "cuda" else "smoke"
-        self.pairs: list[dict[str, SideProcess]] = []  # one process per side, timing.side_pairs(...) times over
-        self.active = 0  # the pair the row's commands go to now (pair 0: correctness and everything but timing)
-        self.adapter: Any = None
-        self.sharing: Sharing | None = None
-        self.rows_started = 0  # rows these side processes have begun (1 for the first row they serve)
-        self.sandbox: dict[str, str] = {}  # what each side process entered, in its own words
-
-    @property
-    def sides(self) -> dict[str, SideProcess]:
-        """The active pair's side processes (empty before start and after stop)."""
-        return self.pairs[self.active] if self.pairs else {}
-
-    def every_process(self) -> list[SideProcess]:
-        return [process for pair in self.pairs for process in pair.values()]
-
-    def processes(self) -> dict[str, Any]:
-        """Which processes ran the row, for the record: a pid shared by two rows is one process serving both.
-        The first pair is named by side, the others by side and number (candidate_2, ...)."""
-        named = {(side if k == 0 else f"{side}_{k + 1}"): process.pid
-                 for k, pair in enumerate(self.pairs) for side, process in pair.items()}
-        return {"judge": os.getpid(), **named, "row_of_these": self.rows_started}
-
-    def start(self) -> dict[str, Any] | None:
-        """Every pair's side processes up with their modules imported; None, or the row's ERROR."""
-        if self.pairs:
-            self.rows_started += 1
-            return None
-        self.rows_started = 1
-        from ..task.build import side_reads  # task/build.py is first imported here, as when sandbox/ held it
-
-        env = dict(os.environ)
-        self.active = 0
-        self.pairs = []
-        try:
-            for _ in range(timing.side_pairs(self.device, self.mode)):  # they import while we do
-                self.pairs.append({side: SideProcess(side, {**env, **side_reads(self.run_dir, side, self.spec.root)},
-                                                     self.run_dir, side_scratch(self.run_dir, side), self.starter)
-                                   for side in SIDES})
-        except SideFailed as exc:
-            self.stop()
-            return {"status": ERROR, "message": f"start: {exc.message}", "where": "import"}
-        from ..task import build
-
-        failed = self._import_all(build)
-        if failed:
-            self.stop()  # the next row tries afresh
-        return failed
-
-    def _import_all(self, build: Any) -> dict[str, Any] | None:
-        try:
-            self.adapter = build.import_adapter(self.spec)
-        except Exception as exc:  # noqa: BLE001 - a task that does not import is this row's ERROR
-            return {"status": ERROR, "message": f"import: bench/adapter.py: {type(exc).__name__}: {exc}",
-                    "where": "import", "traceback": traceback.format_exc()}
-        self.sharing = self.sharing or Sharing(self.device)
-        sent = []
-        try:  # every side imports its module at once: the start command to all, then the replies
-            for process in self.every_process():
-                process.send({"op": "start", "side": process.side, "task_dir": str(self.spec.root),
-                              "device": self.device, "module_file": self.modules.get(process.side)})
-                sent.append(process)
-            for process in sent:
-                reply = process.reply()
-                self.sandbox[process.side] = str(reply.get("sandbox") or "unsandboxed: the side did not say")
-        except SideFailed as exc:
-            side = process.side
-            return {"status": ERROR, "message": f"import: {side}: {exc.message}", "where": "import",
-                    "traceback": exc.traceback_text}
-        return None
-
-    def stop(self) -> None:
-        for process in self.every_process():
-            process.stop()
-        self.pairs = []
-        self.active = 0
 
 
 class Judge:

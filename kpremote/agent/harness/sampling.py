@@ -18,6 +18,7 @@ from .cases import SharedCase, derive_seed, make_case_guarded
 from .correctness import (ERROR, INCORRECT, CaseView, Refused, SideFailed, Verdict, compare_output, describe,
                           poison_outputs, reference_inputs)
 from .sideprocess import SideProcess, request_guarded
+from .smclock import ClockGuard
 from ..task.taskspec import SIDES, Workload
 
 CHECK_FRACTION = 0.25  # samples whose outputs are compared afterwards (plus each side's last one)
@@ -86,7 +87,7 @@ class Sampler:
         gpu = self.judge.job.get("gpu") or {}
         clock, clock_check = (None, "off: CPU smoke run")
         if self.judge.device == "cuda":
-            clock, clock_check = timing.ClockGuard.for_gpu(gpu.get("uuid"), gpu.get("sm_clock_max_mhz"))
+            clock, clock_check = ClockGuard.for_gpu(gpu.get("uuid"), gpu.get("sm_clock_max_mhz"))
         sides = (timing.SideSamples("baseline"), timing.SideSamples("candidate"))
         if self.mode == "smoke":
             settings = type(settings)(min_samples=timing.SMOKE_SAMPLES, min_time_s=0.0,

@@ -68,7 +68,7 @@ class Side:
 
         from ..task import build
         from ..task.taskspec import SIDES, load_task
-        from . import correctness, rowlog, timing  # noqa: F401 - every harness module this side runs, under the seal
+        from . import correctness, rowlog, streamcheck, timing  # noqa: F401 - every harness module this side runs, under the seal
 
         self.side, self.device = command["side"], command["device"]
         if self.device == "cuda":
@@ -133,13 +133,13 @@ class Side:
         return {"ok": True, "problem": changed_output(before, held, outputs)}
 
     def stream_check(self, command: dict[str, Any]) -> dict[str, Any]:
-        from . import correctness, timing
+        from . import correctness, streamcheck
 
         inputs, outputs = self.cases[command["id"]]
         # The mutated inputs are watched like outputs (a late in-place write shows) but not poisoned: they are inputs.
         written = correctness.results_of(outputs, inputs, self.mutates.get(command["id"], ()))
-        reason = timing.stream_check(lambda: self._call(inputs, outputs), written,
-                                     lambda _: correctness.poison_outputs(outputs))
+        reason = streamcheck.stream_check(lambda: self._call(inputs, outputs), written,
+                                          lambda _: correctness.poison_outputs(outputs))
         return {"ok": True, "reason": reason}
 
     def warm_up(self, command: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,8 @@ was under 75 % of its maximum are dropped and counted. "graph" mode captures N b
 graph (one replay >= ~1 ms) and reports replay / N; an empty capture is an error. On the CPU (smoke runs
 through Triton's interpreter) a few perf_counter samples are taken and labelled as meaningless.
 
+The SM clock is watched by smclock.py's ClockGuard, a side's work checked to be on its stream by streamcheck.py; the
+device probe a run takes before any task code runs (the L2 flush's, an empty call's window) is deviceprobe.py's.
 Whether a measured time is physically possible at all is floors.py's question.
 """
 
@@ -22,23 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import stats
+from .smclock import ClockGuard
 from ..task.taskspec import TimingSettings
 
-OFF_STREAM = "implausible: work not on the current stream"
-CLOCK_SAG_FRACTION = 0.75
 FALLBACK_L2_BYTES = 60 * 1024 * 1024
 GRAPH_TARGET_US = 1000.0
 GRAPH_MAX_CALLS = 4096
 SMOKE_SAMPLES = 4  # two ABBA rounds: enough to exercise the path on a slow interpreter
 HEAD_START_MAX_US = 2000.0
-STREAM_CHECK_REPEATS = 11
-STREAM_CHECK_TRIES = 2  # measurements of the sync latencies; all must say "elsewhere" for the check to fail
-STREAM_CHECK_DELAY_US = 2000.0
-PROBE_REPEATS = 5
-FLUSH_PROBE_MIN_RATIO = 1.1  # a flushed copy must be this much slower than a warm one (H200: 1.16-1.31, docs/trust.md)
-PROBE_RAMP_S = 0.1  # copies before the probe: on the H200 one run's probe read 17.5 us warm (8 us as a rule)
-EMPTY_WINDOW_SAMPLES = 200  # event pairs with nothing between them: what an empty call costs (empty_window)
-PROBE_HEAD_START_US = 20.0  # the sleep queued before each probe copy, so its launch stays out of the window
 TRANSLATION_STRIDE = 64 * 1024  # a side reads one byte per 64 KiB of its case's memory before each sample
 # Process pairs per side that time a cold GPU row (harness 2.9). Each process reads one kernel with an offset of its
 # own, constant for its life and alike on 5, 16 and 227 us rows (the dial's A/A rows on the H200: -160 to +224 ns
@@ -152,40 +145,6 @@ def pooled(pairs: list[PairTiming]) -> PairTiming:
     return PairTiming(first.mode, first.calls_per_sample, merged("baseline"), merged("candidate"),
                       "; ".join(dict.fromkeys(p.stop_reason for p in pairs)), first.clock_check,
                       max(p.head_start_us for p in pairs), medians)
-
-
-# --------------------------------------------------------------------------------------------- SM clock
-
-
-class ClockGuard:
-    """Reads the SM clock around samples through NVML; a sample taken while it sagged is not kept."""
-
-    def __init__(self, read: Callable[[], int | None], max_mhz: int) -> None:
-        self._read = read
-        self.max_mhz = max_mhz
-
-    @classmethod
-    def for_gpu(cls, uuid: str | None, max_mhz: int | None) -> tuple["ClockGuard | None", str]:
-        """The guard, or None and why the clock cannot be watched."""
-        if not uuid:
-            return None, "unavailable: GPU UUID unknown"
-        try:
-            from .. import nvml
-        except ImportError as exc:
-            return None, f"unavailable: {exc}"
-        if not max_mhz:
-            gpu = nvml.snapshot().find(uuid)
-            max_mhz = gpu.sm_clock_max_mhz if gpu else None
-        if not max_mhz or nvml.sm_clock_mhz(uuid) is None:
-            return None, "unavailable: NVML gives no SM clock for this GPU"
-        return cls(lambda: nvml.sm_clock_mhz(uuid), int(max_mhz)), f"on: samples under {CLOCK_SAG_FRACTION:.0%} of {max_mhz} MHz dropped"
-
-    def read(self) -> int | None:
-        return self._read()
-
-    def sagged(self, *readings: int | None) -> bool:
-        floor = CLOCK_SAG_FRACTION * self.max_mhz
-        return any(r is not None and r < floor for r in readings)
 
 
 # --------------------------------------------------------------------------------------------- the loop
@@ -388,132 +347,7 @@ def persisting_l2_limit() -> int | None:
     return int(size.value)
 
 
-def flush_probe(l2_bytes: int | None = None) -> dict[str, Any]:
-    """Shows the flush really evicts: one copy of a quarter-L2 buffer, warm (just copied) vs after the flush.
-
-    A copy is bound by memory alone, so where its source sits (L2 or HBM) sets its time; a reduction (the first
-    probe, `max`) was bound by its own arithmetic and read the same either way. Each copy is timed behind a sleep
-    kernel, so the window holds the copy and not its launch.
-    """
-    import torch
-
-    l2 = l2_bytes or l2_bytes_of_device()
-    source = torch.ones(max(1, l2 // 4), dtype=torch.uint8, device="cuda")
-    target = torch.empty_like(source)
-    flusher = L2Flusher(l2)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    head_start = int(PROBE_HEAD_START_US * _cycles_per_us(torch))
-
-    def copy_time() -> float:
-        torch.cuda._sleep(head_start)
-        start.record()
-        target.copy_(source)
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) * 1000.0
-
-    ramp_until = time.perf_counter() + PROBE_RAMP_S  # an idle GPU's clocks come up before anything is timed
-    while time.perf_counter() < ramp_until:
-        for _ in range(20):
-            target.copy_(source)
-        torch.cuda.synchronize()
-    warm, cold = [], []
-    for _ in range(PROBE_REPEATS):
-        target.copy_(source)
-        torch.cuda.synchronize()
-        warm.append(copy_time())
-        flusher.flush()
-        torch.cuda.synchronize()
-        cold.append(copy_time())
-    warm_us, cold_us = stats.median(warm), stats.median(cold)
-    return {"warm_us": round(warm_us, 2), "flushed_us": round(cold_us, 2), "buffer_bytes": source.numel(),
-            "ratio": round(cold_us / warm_us, 2) if warm_us > 0 else None, "method": "copy",
-            "evicts": cold_us > FLUSH_PROBE_MIN_RATIO * warm_us, "persisting_reset": reset_persisting_l2() or "ok"}
-
-
-def empty_window(samples: int = EMPTY_WINDOW_SAMPLES) -> dict[str, Any]:
-    """What an empty call costs on this GPU now: the event pair of a timed sample, behind the same kind of head
-    start, with nothing between its events (min, median, p10, p90 in us). The audit's floor for a cold row
-    (audit.py) starts from its minimum: a window holds its kernels and about this much more, and a host that stalls
-    between the two records for longer than the head start lengthens a window, never shortens one (on the H200 one
-    run's probe read a median of 1.92 us, p10 1.44, p90 2.85, where the others read 1.28-1.34). Taken by the device
-    probe, before any task code is imported in that process, so no side can shape it."""
-    import torch
-
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    head_start = int(PROBE_HEAD_START_US * _cycles_per_us(torch))
-    windows = []
-    for _ in range(samples):
-        torch.cuda._sleep(head_start)
-        start.record()
-        end.record()
-        torch.cuda.synchronize()
-        windows.append(start.elapsed_time(end) * 1000.0)
-    ordered = sorted(windows)
-    return {"min_us": round(ordered[0], 4), "median_us": round(stats.median(windows), 4),
-            "p10_us": round(ordered[len(ordered) // 10], 4), "p90_us": round(ordered[(9 * len(ordered)) // 10], 4),
-            "samples": samples}
-
-
-# --------------------------------------------------------------------------------------------- honesty checks
-
-
-def stream_check(call: Call, outputs: dict[str, Any], poison: Callable[[dict[str, Any]], None]) -> str | None:
-    """Why the call's work is evidently not ordered on the current stream, or None.
-
-    1. With the current stream held back by a 2 ms sleep, the outputs are copied on the current stream right
-       after the call: work the call left on another stream is not finished then, so the copy differs from the
-       outputs read after a device-wide sync.
-    2. The host waits for the current stream, then for the whole device: if the device still has far more to
-       do than the current stream had, the call's work runs elsewhere and its event time would be a fiction.
-    """
-    import torch
-
-    from .correctness import same_bits
-
-    poison(outputs)
-    torch.cuda.synchronize()
-    cycles = _cycles_per_us(torch) * STREAM_CHECK_DELAY_US
-    if cycles:
-        torch.cuda._sleep(int(cycles))
-    call()
-    snapshot = {name: t.clone() for name, t in outputs.items() if torch.is_tensor(t)}
-    torch.cuda.synchronize()
-    late = [name for name, copy in snapshot.items() if not same_bits(copy, outputs[name])]
-    if late:
-        return (
-            f"{OFF_STREAM}: output {late[0]!r} was still being written after the current stream's work "
-            f"had finished (complete only after a device-wide sync)"
-        )
-    return off_stream_by_latency(lambda: _sync_latencies(call, torch))
-
-
-def off_stream_by_latency(measure: Callable[[], tuple[float, float]]) -> str | None:
-    """Why the sync latencies say the call's work runs elsewhere, or None. Work left on another stream is there every
-    time; a host busy during one measurement (a row's nine processes share its cores) is not: every one of
-    STREAM_CHECK_TRIES measurements must say so (harness 2.9; 2.8 took one: on the H200 one of 80 checks, five runs of
-    two rows by four pairs, failed an honest baseline)."""
-    readings = []
-    for _ in range(STREAM_CHECK_TRIES):
-        stream_us, device_us = measure()
-        if device_us - stream_us <= max(20.0, 0.25 * device_us):
-            return None
-        readings.append(f"{stream_us:.1f} / {device_us:.1f} us")
-    return (f"{OFF_STREAM}: the current stream was done sooner after the launch than the device, "
-            f"{STREAM_CHECK_TRIES} times in a row (stream / device: {'; '.join(readings)})")
-
-
-def _sync_latencies(call: Call, torch: Any) -> tuple[float, float]:
-    stream_wait, device_wait = [], []
-    for _ in range(STREAM_CHECK_REPEATS):
-        for waits, wait in ((stream_wait, torch.cuda.current_stream().synchronize), (device_wait, torch.cuda.synchronize)):
-            torch.cuda.synchronize()
-            started = time.perf_counter()
-            call()
-            wait()
-            waits.append((time.perf_counter() - started) * 1e6)
-    torch.cuda.synchronize()
-    return stats.median(stream_wait), stats.median(device_wait)
+# --------------------------------------------------------------------------------------------- host and launch
 
 
 _sleep_rate: float | None = None

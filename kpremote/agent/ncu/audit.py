@@ -43,18 +43,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import secrets
 import statistics
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import AGENT_HOME, sandbox
+from .. import sandbox
 from . import ncu
-from ..procfs import kill_tree
+from .auditprocesses import built_modules, call_files, run_cases, run_logged, target_env
 from ..protocol import PROFILE_SIDES
 from ..task.build import side_reads
 
@@ -63,7 +61,7 @@ from ..task.build import side_reads
 # honest rows read 1.2-2.2 µs above ncu at every length (docs/trust.md, "Audit tolerance").
 TOLERANCES = ((20.0, 2.5, 0.08), (math.inf, 2.5, 0.05))
 # Cold rows: a timed window holds its kernels and the event pair's own cost, which the device probe measures in
-# each run before any task code runs (timing.empty_window: what an empty call's event pair reads on this GPU now;
+# each run before any task code runs (deviceprobe.empty_window: what an empty call's event pair reads on this GPU now;
 # 1.22-1.31 us on the H100 and H200). Since harness 2.11 a cold window must be at least ncu's length + that empty
 # window - EMPTY_MARGIN_US - EMPTY_RELATIVE x ncu; less, and the window lost work (forged event times, work on
 # another stream or before the start event). The margin is what honest kernels showed: a window around a kernel
@@ -209,7 +207,7 @@ def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], e
     auditcases.check (audit_row runs it)."""
     if side not in PROFILE_SIDES:
         raise ValueError(f"side {side!r}: allowed: {', '.join(PROFILE_SIDES)}")
-    env = _target_env(env)
+    env = target_env(env)
     found = ncu.find_ncu(env)
     if found is None:
         return AuditReport(side, NCU_NOT_FOUND, [_unaudited(r, "ncu not found") for r in rows],
@@ -220,7 +218,7 @@ def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], e
     report = AuditReport(side, "audited", [], found, ncu.ncu_version(found), cache_control, warmup, calls)
     folder = Path(raw_dir) if raw_dir else Path(run_dir) / "raw" / "audit"
     folder.mkdir(parents=True, exist_ok=True)
-    modules = modules if modules is not None else _built_modules(Path(run_dir))
+    modules = modules if modules is not None else built_modules(Path(run_dir))
     whole_side: str | None = None
     for row in rows:
         if whole_side:
@@ -324,7 +322,7 @@ def check_outputs(request: dict[str, Any], sides: list[str], secret: bytes) -> d
                                    "count": AUDIT_CALLS + 1,
                                    "results": {side: str(paths["results"]) for side, paths in files.items()},
                                    "inputs": {side: str(paths["inputs"]) for side, paths in files.items()}},
-                         _target_env(request.get("env")), run_dir, ROW_LIMIT_S)
+                         target_env(request.get("env")), run_dir, ROW_LIMIT_S)
     except ncu.NcuError as exc:
         return {side: {"ok": None, "status": None, "message": f"not checked: {exc}"} for side in sides}
     finally:
@@ -374,7 +372,7 @@ def _audit_one(found: str, folder: Path, row: AuditRow, job: dict[str, Any], env
               "--run-dir", str(run_dir or Path(job["task_dir"]))]
     command = ncu.audit_command(found, report=report, target=target,
                                 cache_control="none" if cache_control == "call" else cache_control)
-    returncode = _run(command, log_path, env, run_dir or Path(job["task_dir"]), limit_s, job_path)
+    returncode = run_logged(command, log_path, env, run_dir or Path(job["task_dir"]), limit_s, job_path)
     try:
         ncu.check_profile(log_path.read_text(errors="replace"), returncode, report, target_finished=done.is_file(),
                           kernel_regex=None)
@@ -392,65 +390,3 @@ def _audit_one(found: str, folder: Path, row: AuditRow, job: dict[str, Any], env
         raise ncu.NcuError("ncu_failed", f"ncu's report {report.name} lacks {ncu.AUDIT_METRIC} for some kernels")
     return judge_row(row, *per_call_us([value * 1e6 for value in seconds], job["calls"]), str(report),
                      one_sided=cache_control == "call", empty_us=empty_us)
-
-
-def _run(command: list[str], log_path: Path, env: dict[str, str], cwd: Path, limit_s: float,
-         stdin: Path | None = None) -> int:
-    with open(log_path, "wb") as log, open(stdin or os.devnull, "rb") as given:
-        child = subprocess.Popen(command, stdin=given, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
-    try:
-        return child.wait(timeout=limit_s)
-    except subprocess.TimeoutExpired:
-        kill_tree(child)
-        raise ncu.NcuError("target_failed", f"ncu and the audited calls took longer than {limit_s:g} s") from None
-    except BaseException:  # a cancelled run takes ncu and the audited process with it
-        if child.poll() is None:
-            kill_tree(child)
-        raise
-
-
-def call_files(run_dir: Path | str, side: str, workload: str) -> dict[str, Path]:
-    """Where a side's audited process finds its cases and leaves its results and record: its scratch folder, the
-    one place it may write, under names that say nothing of the audit."""
-    scratch = sandbox.side_scratch(Path(run_dir), side)
-    return {"inputs": scratch / f"cases-{workload}.pt", "results": scratch / f"results-{workload}.pt",
-            "done": scratch / f"done-{workload}.json"}
-
-
-def run_cases(command: str, request: dict[str, Any], env: dict[str, str], cwd: Path, limit_s: float) -> dict:
-    """auditcases.py's make or check, in a process of its own (it imports torch and the adapter, which the runner
-    never does); the request, with the row's secret, goes on its standard input. Its one JSON line, or NcuError."""
-    try:
-        done = subprocess.run([sys.executable, "-m", "kpremote.agent.ncu.auditcases", command],
-                              input=json.dumps(request), capture_output=True, text=True, env=env, cwd=cwd,
-                              timeout=limit_s)
-    except subprocess.TimeoutExpired:
-        raise ncu.NcuError("target_failed", f"the audit's cases ({command}) took longer than {limit_s:g} s") from None
-    lines = done.stdout.strip().splitlines()
-    try:
-        answer = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        answer = None
-    if done.returncode != 0 or not isinstance(answer, dict):
-        why = (answer or {}).get("error") if isinstance(answer, dict) else None
-        tail = " ".join(done.stderr.strip().splitlines()[-3:])
-        raise ncu.NcuError("target_failed", f"the audit's cases ({command}) failed: {why or tail or done.returncode}")
-    return answer
-
-
-def _target_env(env: dict[str, str] | None) -> dict[str, str]:
-    """The caller's worker environment, with this agent importable in the audited process."""
-    env = dict(os.environ if env is None else env)
-    paths = env.get("PYTHONPATH", "").split(os.pathsep)
-    if str(AGENT_HOME) not in paths:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(AGENT_HOME), *paths]))
-    return env
-
-
-def _built_modules(run_dir: Path) -> dict[str, str | None]:
-    """The built extensions of a CUDA task, as the prepare step recorded them (none for Triton)."""
-    try:
-        sides = json.loads((run_dir / "raw" / "prepare.json").read_text())["build"]["sides"]
-        return {side: (record or {}).get("module") for side, record in sides.items()}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}

@@ -72,7 +72,7 @@ class AuditStep:
 
     def _empty_window_us(self) -> float | None:
         """The least an empty call's event pair read in this run's device probe (before any task code ran), or None:
-        a stalled host only lengthens such a window (timing.empty_window)."""
+        a stalled host only lengthens such a window (deviceprobe.empty_window)."""
         probe = (self.ctx.prepared or {}).get("device") or {}
         value = (probe.get("empty_window") or {}).get("min_us")
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None

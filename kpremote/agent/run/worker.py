@@ -27,7 +27,7 @@ from typing import Any
 
 from .. import sandbox
 from ..task import build
-from ..harness import floors, timing
+from ..harness import deviceprobe, floors, timing
 from ..atomicfile import write_json_atomically
 from ..harness.correctness import ERROR
 from .runstate import DISK_FULL_EXIT, is_disk_full
@@ -228,8 +228,8 @@ def probe_device(device: str) -> dict[str, Any]:
         # Back-to-back copies of a working set a quarter of the L2: the floor for graph-mode rows that fit there.
         info["l2_copy_bandwidth"] = floors.measure_copy_bandwidth(device, max_bytes=max(1, info["l2_bytes"] // 8),
                                                                   copies=20)
-        info["l2_flush_probe"] = timing.flush_probe(info["l2_bytes"])
-        info["empty_window"] = timing.empty_window()
+        info["l2_flush_probe"] = deviceprobe.flush_probe(info["l2_bytes"])
+        info["empty_window"] = deviceprobe.empty_window()
     return info
 
 
