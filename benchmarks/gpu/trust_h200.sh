@@ -10,7 +10,7 @@
 #          COST_OLD=DIR compares against another harness tree instead (DIR/kpremote, e.g. an earlier commit's:
 #          `mkdir .h23 && git archive 86b04c7 kpremote | tar -x -C .h23`, .h23 in .git/info/exclude, carried)
 # redteam  the red team: every attack (REDTEAM_SET=all, the default) or a list, through benchmarks/gpu/redteam.sh
-# probe    the L2 flush probe (timing.flush_probe) five times
+# probe    the L2 flush probe (deviceprobe.flush_probe) five times
 # tvmffi   install the carried .whl/apache_tvm_ffi-*.whl (for the tvm-ffi task; REFRESH_TASKS names it)
 # Upstream baseline files are git-ignored: .gpustage/upstream.tgz holds them (made by `inv baseline --materialize`
 # on the client). Everything lands in $OUT/trust.tgz (the device tool brings back at most 8 files).
@@ -72,8 +72,8 @@ step_tvmffi() {  # the tvm-ffi wheel carried in .whl/ (a GPU host brings its own
 
 step_probe() {  # the L2 flush probe as the prepare worker takes it, five times
   timed probe 60 python3 -c 'import json
-from kpremote.agent.harness import timing
-for _ in range(5): print(json.dumps(timing.flush_probe()))'
+from kpremote.agent.harness import deviceprobe
+for _ in range(5): print(json.dumps(deviceprobe.flush_probe()))'
   cat "$out/probe.txt"
 }
 

@@ -2,3 +2,5 @@
 host's key trusted on purpose (hostkeys.py), the transport that reaches it (connect.py), its agent called and shipped
 (agentclient.py; inprocessagent.py answers as one inside this process, for tests), several hosts at once (fanout.py),
 and what each says of its GPUs or itself (gpustatus.py)."""
+
+__all__ = ["agentclient", "config", "connect", "fanout", "gpustatus", "hostkeys", "inprocessagent"]

@@ -4,3 +4,6 @@ ids as people type them; slurm.py: a cluster's submit), the sync conversation (s
 hosts and followed live (placement.py), a profile run (profile.py), the summary fetched home (fetch.py, checked by
 safetar.py), `inv check` here on the CPU (check.py), every event as a JSON line (eventstream.py), and one Ctrl-C that
 cancels all of it (interrupt.py)."""
+
+__all__ = ["check", "eventstream", "fetch", "interrupt", "placement", "profile", "remote", "runids", "session",
+           "sync"]

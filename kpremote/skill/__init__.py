@@ -1,5 +1,5 @@
-"""The agent skill shipped with kpremote: SKILL.md (Agent Skills format: YAML front matter, then instructions) and
-where `kpremote skill install --for claude|codex|FOLDER` puts it.
+"""The agent skill shipped with kpremote: SKILL.md (Agent Skills format: YAML front matter, then instructions; its text:
+skill_text) and where `kpremote skill install --for claude|codex|FOLDER` puts it (install).
 
 Claude Code loads user skills from ~/.claude/skills/<name>/SKILL.md; Codex from ~/.agents/skills/<name>/SKILL.md
 (the user scope of developers.openai.com/codex/skills; ~/.codex/skills was its earlier place).
@@ -11,6 +11,8 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import KpremoteError
+
+__all__ = ["install", "skill_text"]
 
 NAME = "kpremote"
 AGENT_FOLDERS = {"claude": Path(".claude") / "skills", "codex": Path(".agents") / "skills"}

@@ -3,3 +3,5 @@ as the sync sees it (taskscan.py), a new one scaffolded (scaffold.py), and its p
 materialized (baseline.py) from a commit in git's object store (upstreamgit.py) or a release wheel (wheels.py), its
 task.toml table and docs edited (baselinetoml.py, baselinedoc.py), moved into place whole (staging.py), and its
 copied-lines digest (upstreamlines.py)."""
+
+__all__ = ["baseline", "pinning", "scaffold", "taskdir", "taskscan", "upstreamlines"]

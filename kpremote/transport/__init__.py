@@ -1,4 +1,6 @@
-"""Ways to run commands on a host: on this machine, over SSH, inside a container on either.
+"""Ways to run commands on a host: on this machine (LocalTransport), over SSH (openssh.py, ssh.py), inside a container
+on either (ContainerTransport). A Transport sends a Command (its stdin a StdinSource) and gives back its Completed;
+ChannelCounter counts the channels it opened, command_line quotes argv once.
 
 The package imports nothing of kpremote outside itself but the lock helper both halves share (agent/filelock.py;
 tests/unit/test_transport_seam.py): kpremote/hosts/connect.py picks the transport for a hosts.toml entry, and
@@ -19,5 +21,13 @@ __all__ = [
     "LocalTransport",
     "StdinSource",
     "Transport",
+    "base",
     "command_line",
+    "container",
+    "errors",
+    "known_hosts",
+    "local",
+    "openssh",
+    "ssh",
+    "streams",
 ]

@@ -1,5 +1,6 @@
-"""The harness: the judge and its parts (this folder). This file says what measured a result: the harness version,
-a digest of the harness's own files (here and in the folders beside it), and the pinned task inputs.
+"""The harness: the judge and its parts (this folder). This file says what measured a result: the harness version
+(HARNESS_VERSION), a digest of the harness's own files here and in the folders beside it (HARNESS_FILES,
+harness_digest; harness_record: both, as a run records them), and the pinned task inputs (pinned_inputs).
 
 A result is only as good as the code that judged it. results.json and results.md carry HARNESS_VERSION, the
 sha256 of the harness files below, and the sha256 of the task's trusted inputs (bench/ and task.toml), so a
@@ -14,6 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from ..provenance import file_sha256
+
+__all__ = ["HARNESS_FILES", "HARNESS_VERSION", "cases", "correctness", "deviceprobe", "floors", "guard",
+           "harness_digest", "harness_record", "judge", "judgeprocess", "pinned_inputs", "profiledcall", "rowlog",
+           "side", "stats", "timing"]
 
 HARNESS_VERSION = "2.17"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;

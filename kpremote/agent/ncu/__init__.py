@@ -3,3 +3,5 @@ under ncu (audit.py; its processes: auditprocesses.py; its secret-seeded cases: 
 summary (profilereport.py). The process ncu measures is the judge's (harness/profiledcall.py); the profile run
 itself is a run's (run/profile.py).
 """
+
+__all__ = ["audit", "auditcases", "ncu", "profilereport"]

@@ -17,7 +17,8 @@ The judge and its sides share a PID namespace of their own (namespace.py): nothi
 judge, and the judge finds and kills whatever a row left behind.
 
 `support()` says what this host allows; a host that allows none of it still runs, and its results say
-"unsandboxed" wherever their numbers show.
+"unsandboxed" wherever their numbers show. `enter()` enters it; the folder a side may change is its scratch
+(side_scratch, made by make_scratch, named to it in SCRATCH_ENV: scratch_env), and what it may read, reads_env.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from . import landlock, privileges, seccomp
+
+__all__ = ["SCRATCH_ENV", "enter", "make_scratch", "members", "namespace", "reads_env", "scratch_env", "side_scratch",
+           "support"]
 
 DISABLE_ENV = "KPREMOTE_SANDBOX"  # "off": run unsandboxed (a diagnosis, and it says so everywhere)
 SCRATCH_ENV = "KPREMOTE_SCRATCH"  # the one folder a sandboxed process may change

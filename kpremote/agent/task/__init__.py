@@ -3,3 +3,5 @@ files (taskfiles.py), task code imported from source only (sourceonly.py), which
 (buildrules.py), and the builds (build.py, builders/). The prepare worker that runs them is a run's
 (run/worker.py). The adapter's Case stays at kpremote/agent/contract.py: task code imports it by that name.
 """
+
+__all__ = ["build", "builders", "buildrules", "taskspec"]

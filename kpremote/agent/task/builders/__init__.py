@@ -1,4 +1,5 @@
-"""One builder per build kind, and which one builds a side (the kinds' rules are in buildrules.py).
+"""One builder per build kind (BUILDERS), and which one builds a side (builder_for; the kinds' rules are in
+buildrules.py).
 
 Standard library at import time; torch, tvm_ffi and the builders' other packages are imported only when a side is
 built.
@@ -12,6 +13,8 @@ from .base import Builder
 from .cuda import CudaBuilder
 from .imported import ModuleBuilder
 from .tvmffi import TvmFfiBuilder
+
+__all__ = ["BUILDERS", "base", "builder_for", "compiler"]
 
 BUILDERS: dict[str, Builder] = {
     "triton": ModuleBuilder("triton", "triton JIT, one process, one TRITON_CACHE_DIR"),
