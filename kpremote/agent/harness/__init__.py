@@ -54,7 +54,8 @@ AGENT_DIR = Path(__file__).resolve().parents[1]
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".
 HARNESS_FILES = (
     "contract.py", "harness/__init__.py", "harness/cases.py", "harness/channel.py", "harness/correctness.py",
-    "harness/floors.py", "harness/guard.py", "harness/judge.py", "harness/judgeprocess.py", "harness/rowlog.py",
+    "harness/floors.py", "harness/guard.py", "harness/judge.py", "harness/judgeprocess.py", "harness/numerics.py",
+    "harness/rowlog.py",
     "harness/sampling.py", "harness/seal.py", "harness/side.py", "harness/sideprocess.py", "harness/sidestarter.py",
     "harness/stats.py",
     "harness/timing.py",

@@ -38,7 +38,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import floors, guard, sampling, stats, timing
+from . import floors, guard, numerics, sampling, stats, timing
 from .rowlog import open_log, write_output_to
 from ..sandbox import members, side_scratch
 from .cases import SharedCase, Sharing, derive_seed, make_case_guarded
@@ -159,6 +159,7 @@ class Judge:
         self.checked = {side: 0 for side in SIDES}
         self.refreshes = 0
         self.largest: dict[str, float] = {}
+        self.numerics = numerics.new_record(self.workload.contract)  # the row's contract, filled case by case
 
     @property
     def sides(self) -> dict[str, SideProcess]:
@@ -230,7 +231,8 @@ class Judge:
         def call(side: str) -> dict[str, Any] | None:
             return self.sides[side].request({"op": "call", "id": shared.id}).get("problem")
 
-        return CaseView(shared.label, shared.inputs, shared.outputs, shared.pristine, call, atol, rtol, shared.mutates)
+        return CaseView(shared.label, shared.inputs, shared.outputs, shared.pristine, call, atol, rtol, shared.mutates,
+                        self.workload.contract)
 
     # ---------------------------------------------------------------- correctness
 
@@ -245,7 +247,8 @@ class Judge:
                 seed = derive_seed(self.secret, self.workload.id, "correctness", k)
                 self.seeds["correctness"].append(seed)
                 shared = self.new_case(f"seed {seed}", seed)
-                check_case(self.adapter, self.params, self.view(shared), device=self.device, largest=self.largest)
+                check_case(self.adapter, self.params, self.view(shared), device=self.device, largest=self.largest,
+                           record=self.numerics)
                 checked += 1
                 self.drop_case(shared)
             for k in range(k_timing):
@@ -253,13 +256,14 @@ class Judge:
                 self.seeds["timing"].append(seed)
                 shared = self.new_case(f"timing case {k} (seed {seed})", seed)
                 shared.expected = check_case(self.adapter, self.params, self.view(shared), device=self.device,
-                                             largest=self.largest)
+                                             largest=self.largest, record=self.numerics)
                 checked += 1
                 timing_cases.append(shared)
         except Refused as refused:
             refused.verdict.seeds_checked = checked
             return refused.verdict, timing_cases
-        return Verdict(PASSED, seeds_checked=checked, max_abs_err=self.largest), timing_cases
+        return Verdict(PASSED, seeds_checked=checked, max_abs_err=self.largest,
+                       numerics=self.numerics), timing_cases
 
     # ---------------------------------------------------------------- timing
 

@@ -84,6 +84,7 @@ class Workload:
     atol: float | None = None  # per-row override of the adapter's Case tolerance
     rtol: float | None = None
     mutates: tuple[str, ...] = ()  # inputs a call rewrites in place (the row's `mutates`)
+    contract: str = "close"  # the row's numerical contract (harness/numerics.py): "close" or "exact"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from ..harness.numerics import CONTRACTS, DEFAULT_CONTRACT
 from ..protocol import TIMING_MODES
 from . import taskfiles
 from .buildrules import check_packages, parse_build
@@ -121,8 +122,13 @@ def _workload(path: Path, number: int, merged: dict[str, Any]) -> Workload:
             or len(set(mutates)) != len(mutates)):
         raise TaskSpecError(f"{where} ({wid}) mutates = {mutates!r} — allowed: a list of distinct input names "
                             f"(strings), the inputs a call rewrites in place")
+    contract = merged.get("contract", DEFAULT_CONTRACT)
+    if contract not in CONTRACTS:
+        raise TaskSpecError(f"{where} ({wid}) contract = {toml_text(contract)} — allowed: {listed(CONTRACTS)} "
+                            f"(\"exact\": bitwise equal to the baseline, where upstream's contract is exact; "
+                            f"\"close\": SGLang's float64 error test, docs/task-contract.md)")
     return Workload(id=wid, production=production, params={**merged, "production": production},
-                    mutates=tuple(mutates), **tolerances)
+                    mutates=tuple(mutates), contract=contract, **tolerances)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
