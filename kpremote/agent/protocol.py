@@ -432,7 +432,8 @@ class RowResult(Record):
     params: dict[str, Any] | None = None
     status: str = "?"
     message: str | None = None
-    correctness: dict[str, Any] | None = None  # the gate's verdict: status, seeds checked, errors, traceback
+    correctness: dict[str, Any] | None = None  # the gate's verdict: status, seeds checked, errors, traceback, and
+    # numerics: the row's numerical contract (harness/numerics.py), its worst ratios or why it was not checked
     timing: RowTiming | None = None
     verdict: RowVerdict | None = None
     speedup: float | None = None  # set only for a PASSED row

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import harness
-from ..harness import stats
+from ..harness import numerics, stats
 from ..atomicfile import write_atomically as _write
 from ..harness.correctness import ERROR, INCORRECT, NOT_CHECKED, PASSED, TIMEOUT
 from ..protocol import RESULTS_SCHEMA, TASK_LABELS, Headline, RowResult, RunResults, SideStats
@@ -29,7 +29,7 @@ HEADLINE_LEVEL = 0.95
 ROW_DRAWS = 100
 BOOTSTRAP_REPLICATES = 4000
 # Row keys that describe the workload rather than its shape; left out of the table's shape column.
-NOT_SHAPE = {"id", "production", "preset", "atol", "rtol", "seed", "note", "notes", "function", "source"}
+NOT_SHAPE = {"id", "production", "preset", "atol", "rtol", "seed", "note", "notes", "function", "source", "contract"}
 
 
 # --------------------------------------------------------------------------------------------- results
@@ -180,6 +180,7 @@ def render_results_md(results: RunResults, plot_missing: str | None = "not drawn
     if rows:
         lines += _row_table(rows, _copy_gbps(prov)) + [""]
         lines += _statistics_table(rows)
+        lines += _contract_table(rows)
         notes = [f"- `{r.workload}`: {_row_note(r)}" for r in rows if _row_note(r)]
         if notes:
             lines += ["Notes:", "", *notes, ""]
@@ -337,6 +338,22 @@ def _statistics_table(rows: list[RowResult]) -> list[str]:
 
 
 SIDES_SHOWN = ("baseline", "candidate")
+
+
+def _contract_table(rows: list[RowResult]) -> list[str]:
+    """Each row's numerical contract (harness/numerics.py): its worst ratios over the checked cases, bitwise
+    equality where the row is exact, or why it was not checked; none for rows judged before the contract."""
+    shown = [(row.workload, (row.correctness or {}).get("numerics")) for row in rows]
+    shown = [(workload, record) for workload, record in shown if record]
+    if not shown:
+        return []
+    lines = [f"Numerical contract per workload (against float64, the candidate's error over the baseline's: at most "
+             f"{numerics.ERROR_RATIO}x on RMS and max, mean error at most {numerics.BIAS_IN_RMS} of RMS; or exact):", "",
+             "| workload | contract | worst over the checked cases |", "|---|---|---|"]
+    for workload, record in shown:
+        cell = (numerics.summary(record) or "–").replace("|", "/").replace("\n", " ")  # a reason quotes task text
+        lines.append(f"| `{workload}` | {record.get('contract')} | {cell} |")
+    return lines + [""]
 
 
 def _status_cell(row: RowResult) -> str:
