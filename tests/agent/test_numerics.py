@@ -168,3 +168,21 @@ def test_the_contract_key_is_read_from_the_row_or_the_defaults(tmp_path: Path) -
     assert [w.contract for w in load_workloads(path)] == ["exact", "close"]
     path.write_text('[[workload]]\nid = "r"\n')
     assert [w.contract for w in load_workloads(path)] == ["close"]
+
+
+def test_under_triton_s_interpreter_a_bfloat16_breach_is_not_checked_and_a_float32_one_still_fails() -> None:
+    # the interpreter truncates float32 -> bfloat16 (a GPU rounds to nearest even): its bfloat16 error is its own
+    expected = torch.randn(64, 64, dtype=torch.float64)
+    chopped = (expected.float().view(torch.int32) & -65536).view(torch.float32)  # float32 -> bfloat16 by truncation
+    for dtype, checked in ((torch.bfloat16, False), (torch.float32, True)):
+        baseline = expected.to(dtype)
+        truncated = chopped.to(dtype)  # about twice the baseline's RMS error as bfloat16, far more as float32
+        record = numerics.new_record("close")
+        problem = numerics.check(record, {"out": baseline}, {"out": truncated}, lambda: {"out": expected}, "seed 0",
+                                 interpreted=True)
+        assert record["checked"] is checked and (problem is None) is not checked
+        if not checked:
+            assert "Triton's interpreter" in record["reason"] and record["outputs"]["out"]["rms_ratio"] > 1.5
+    record = numerics.new_record("close")
+    assert numerics.check(record, {"out": expected.bfloat16()}, {"out": chopped.bfloat16()},
+                          lambda: {"out": expected}, "seed 0")["kind"] == "error_ratio"  # on a GPU: enforced

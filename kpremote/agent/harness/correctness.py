@@ -12,6 +12,7 @@ torch is imported lazily: the runner reads the status names without it.
 
 from __future__ import annotations
 
+import os
 import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
@@ -228,8 +229,9 @@ def _require_contract(adapter: Any, workload: dict[str, Any], view: CaseView, de
         _sync(device, f"{view.label}, float64 reference")
         return expected
 
+    interpreted = not device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") == "1"
     problem = numerics.check(record, view.results("baseline"), view.results("candidate"),
-                             reference64 if callable(reference) else None, view.label)
+                             reference64 if callable(reference) else None, view.label, interpreted)
     if problem is not None:
         name = problem["output"]
         raise Refused(Verdict(INCORRECT, f"candidate output {name!r} breaks the row's numerical contract "
