@@ -186,3 +186,16 @@ def test_under_triton_s_interpreter_a_bfloat16_breach_is_not_checked_and_a_float
     record = numerics.new_record("close")
     assert numerics.check(record, {"out": expected.bfloat16()}, {"out": chopped.bfloat16()},
                           lambda: {"out": expected}, "seed 0")["kind"] == "error_ratio"  # on a GPU: enforced
+
+
+def test_the_bias_limit_allows_for_chance_on_a_small_output_only() -> None:
+    # 11 errors of +u and 5 of -u: mean 0.375 of the RMS, what chance gives 16 honest roundings now and then;
+    # the same lean over 1600 elements is no chance (its spread there is 0.025 of the RMS)
+    u = 2.0 ** -20
+    for repeat, fails in ((1, False), (100, True)):
+        expected = torch.linspace(1, 2, 16 * repeat, dtype=torch.float64)
+        lean = torch.tensor([1.0] * 11 + [-1.0] * 5, dtype=torch.float64).repeat(repeat) * u
+        even = torch.tensor([1.0, -1.0] * 8, dtype=torch.float64).repeat(repeat) * u
+        problem = numerics.check(numerics.new_record("close"), {"out": expected + even}, {"out": expected + lean},
+                                 lambda: {"out": expected}, "seed 0")
+        assert (problem is not None and problem["kind"] == "bias") is fails, problem
