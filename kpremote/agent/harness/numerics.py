@@ -51,7 +51,8 @@ def new_record(contract: str) -> dict[str, Any]:
     """The row's numerics record before any case: filled by check() case after case."""
     record: dict[str, Any] = {"contract": contract, "checked": True, "reason": None, "outputs": {}}
     if contract == CLOSE:
-        record["limits"] = {"error_ratio": ERROR_RATIO, "bias_in_rms": BIAS_IN_RMS}
+        record["limits"] = {"error_ratio": ERROR_RATIO, "bias_in_rms": BIAS_IN_RMS,
+                            "bias_noise_sigmas": BIAS_NOISE_SIGMAS}
     return record
 
 
@@ -156,15 +157,19 @@ def _check_close(record: dict[str, Any], name: str, expected: Any, base: Any, ca
         if c[metric] > ERROR_RATIO * b[metric]:
             return {"output": name, "kind": "error_ratio", "metric": metric, "ratio": entry[f"{metric}_ratio"],
                     "detail": _ratio_text(metric, c[metric], b[metric])}
+    return _bias_problem(name, b, c, entry)
+
+
+def _bias_problem(name: str, b: dict[str, float], c: dict[str, float], entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The candidate's mean error beyond its limit: 0.25 of its RMS (wider on a small output, where chance leans
+    that far), or 1.5x the baseline's own mean error where that is more."""
     limit = max(BIAS_IN_RMS, BIAS_NOISE_SIGMAS / math.sqrt(c["n"])) if c["n"] else BIAS_IN_RMS
-    allowed = max(limit * c["rms"], ERROR_RATIO * abs(b["mean"]))
-    if abs(c["mean"]) > allowed:
-        return {"output": name, "kind": "bias", "ratio": entry["bias"],
-                "detail": f"its error leans one way: mean error {c['mean']:+.3g} is {abs(entry['bias']):.2f}x its RMS "
-                          f"error {c['rms']:.3g} (at most {limit:.2f}x over its {c['n']} elements; the baseline's mean "
-                          f"error is "
-                          f"{b['mean']:+.3g}, {abs(entry['baseline_bias']):.2f}x its RMS)"}
-    return None
+    if abs(c["mean"]) <= max(limit * c["rms"], ERROR_RATIO * abs(b["mean"])):
+        return None
+    return {"output": name, "kind": "bias", "ratio": entry["bias"],
+            "detail": f"its error leans one way: mean error {c['mean']:+.3g} is {abs(entry['bias']):.2f}x its RMS error "
+                      f"{c['rms']:.3g} (at most {limit:.2f}x over its {c['n']} elements; the baseline's mean error is "
+                      f"{b['mean']:+.3g}, {abs(entry['baseline_bias']):.2f}x its RMS)"}
 
 
 def _ratio_text(metric: str, cand: float, base: float) -> str:
