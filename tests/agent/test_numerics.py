@@ -199,3 +199,28 @@ def test_the_bias_limit_allows_for_chance_on_a_small_output_only() -> None:
         problem = numerics.check(numerics.new_record("close"), {"out": expected + even}, {"out": expected + lean},
                                  lambda: {"out": expected}, "seed 0")
         assert (problem is not None and problem["kind"] == "bias") is fails, problem
+
+
+def tf32(t: torch.Tensor) -> torch.Tensor:
+    """float32 rounded to TF32's 10 mantissa bits (to nearest, ties away), as a tensor core reads its operands."""
+    bits = t.view(torch.int32)
+    return ((bits + (1 << 12)) & ~((1 << 13) - 1)).view(torch.float32)
+
+
+def test_a_tf32_matmul_for_float32_data_fails_naming_the_ratio_though_the_floor_passes() -> None:
+    def make_case(workload: dict, *, device: str, seed: int) -> Case:
+        gen = torch.Generator().manual_seed(seed)
+        inputs = {"a": torch.randn(64, 256, generator=gen), "b": torch.randn(256, 32, generator=gen)}
+        return Case(inputs, {"out": torch.empty(64, 32)}, {"out": torch.empty(64, 32)}, atol=5e-2, rtol=5e-2)
+
+    matmul = types.SimpleNamespace(
+        make_case=make_case,
+        call_baseline=lambda workload, inputs, outputs: torch.matmul(inputs["a"], inputs["b"], out=outputs["out"]),
+        call_candidate=lambda workload, inputs, outputs: torch.matmul(tf32(inputs["a"]), tf32(inputs["b"]),
+                                                                      out=outputs["out"]),
+        reference=lambda workload, inputs: {"out": inputs["a"] @ inputs["b"]},
+    )
+    verdict = check_workload(matmul, {"id": "w"}, device="cpu", seeds=2)
+    assert verdict.status == INCORRECT and verdict.mismatch["kind"] == "error_ratio", verdict.message
+    assert verdict.mismatch["ratio"] > 100 and f"{verdict.mismatch['ratio']:.2f}x the baseline's" in verdict.message
+    assert verdict.max_abs_err["out"] < 5e-2  # within the floor
