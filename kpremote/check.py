@@ -23,6 +23,9 @@ from .taskdir import TaskDir
 # The runner's own progress lines on its stderr ("[1/2] w: PASSED 1.02x"): shown from the events instead.
 RUNNER_ROW_LINE = re.compile(r"^\[\d+/\d+\] ")
 POLL_S = 0.2
+NOT_CHECKED = "NOT CHECKED"  # a row's status when it could not be checked here (the judge's word, results.json)
+NOT_CHECKED_HERE = "not checked"
+"""The check's status when no row could be checked on this CPU: said, exit 0, never passed (run it on a GPU)."""
 
 
 def new_check_dir(parent: Path) -> Path:
@@ -63,13 +66,27 @@ def smoke_check(task: TaskDir, workloads: Optional[str], quiet: bool = False) ->
     results_path = summary / "results.json"
     results = json.loads(results_path.read_text()) if results_path.is_file() else None
     record_run(task.path, summary, "check", code, kind="check")
+    status, message = final.get("status", "error"), final.get("message")
+    why_not = not_checked_here(results)
+    if why_not:
+        status, message = NOT_CHECKED_HERE, f"not checked on this CPU: {why_not}; run it on a GPU host: inv run --host HOST --task {task.name}"
     if not quiet:
         if (summary / "results.md").is_file():
-            terminal.console.print(summary_markdown(summary / "results.md"))
+            terminal.show(summary_markdown(summary / "results.md"))
         terminal.say(f"summary: {summary}")
+        if why_not:
+            terminal.say(f"{task.name}: {message}", style="bold yellow")
     return {"task": task.name, "run_dir": str(run_dir.resolve()), "summary_dir": str(summary.resolve()), "exit_code": code,
-            "status": final.get("status", "error"), "message": final.get("message"),
-            "headline": final.get("headline"), "results": results}
+            "status": status, "message": message, "headline": final.get("headline"), "results": results}
+
+
+def not_checked_here(results: Optional[dict[str, Any]]) -> Optional[str]:
+    """Why nothing of the task could be checked on this CPU (every row NOT CHECKED: a side that needs a GPU, or the
+    task's [task] gpu_only), or None: then the check's verdict is the runner's."""
+    rows = (results or {}).get("rows") or []
+    if not rows or any(row.get("status") != NOT_CHECKED for row in rows):
+        return None
+    return str(rows[0].get("message") or "a side needs a GPU")
 
 
 def follow_events(path: Path, finished: Callable[[], Optional[int]], on_event: Callable[[dict], None]) -> None:

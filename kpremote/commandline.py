@@ -1,4 +1,5 @@
-"""Glue shared by the Invoke tasks: one-line errors, exit codes, --json output."""
+"""Glue shared by the Invoke tasks: one-line errors (and, under --json, one kpremote.error/1 document), exit codes,
+--json output."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ from invoke.exceptions import Exit
 
 from . import interrupt
 from .errors import KpremoteError, StoppedByUser
+from .jsonout import json_asked, print_error
+from .pipes import stdout_reader_gone
 from .views.terminal import error_line
 
 EXIT_FAILED = 1      # the command ran and something it checked failed (a host down, a row not PASSED)
 EXIT_USAGE = 2       # bad input: hosts.toml, an unknown host/task, a refused key; a host that could not be asked
 EXIT_INTERRUPTED = 130
+EXIT_READER_GONE = 141  # stdout's reader left before the command was done (`| head`): 128 + SIGPIPE, as a shell has it
 
 
 class FlagTask(Task):
@@ -53,7 +57,12 @@ def command(help: dict[str, str] | None = None, short: dict[str, str] | None = N
                 return fn(c, *args, **kwargs)
             except KpremoteError as exc:
                 error_line(str(exc))
+                if json_asked(kwargs):  # --json promises one document: the refusal is that document
+                    print_error(fn.__name__.replace("_", "-"), str(exc), EXIT_USAGE)
                 raise Exit(code=EXIT_USAGE) from None
+            except BrokenPipeError:  # `inv status | head -1`: stdout's reader left; what runs on a host goes on
+                stdout_reader_gone()
+                raise Exit(code=EXIT_READER_GONE) from None
             except KeyboardInterrupt as exc:
                 interrupt.cancel_registered(say)
                 if isinstance(exc, StoppedByUser):
@@ -71,8 +80,14 @@ def command(help: dict[str, str] | None = None, short: dict[str, str] | None = N
 
 
 def as_typed(tasks: str) -> str:
-    """--task as a shell completes it: `my_task/` (a folder's name, completed in kernels/) names my_task."""
-    return ",".join(name[:-1] if name.endswith("/") else name for name in tasks.split(","))
+    """--task as a shell completes it: `my_task/` (a folder's name, completed in kernels/) and `kernels/my_task/`
+    (completed from the project's root) name my_task."""
+    return ",".join(_folder_name(name) for name in tasks.split(","))
+
+
+def _folder_name(name: str) -> str:
+    name = name[:-1] if name.endswith("/") else name
+    return name[len("kernels/"):] if name.startswith("kernels/") and name.count("/") == 1 else name
 
 
 def say(line: str) -> None:

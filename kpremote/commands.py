@@ -134,7 +134,7 @@ def trust_host(c, host, fingerprint, hosts=None):
     from .hostkeys import trust
 
     [selected] = load_inventory(hosts).select(host)
-    terminal.console.print(trust(selected, fingerprint).describe(selected.known_hosts), markup=False)
+    terminal.say(trust(selected, fingerprint).describe(selected.known_hosts))  # the known_hosts line whole
 
 
 KERNELS = kernels_dir()  # the project's kernels/, wherever in the project the command runs (project.py)
@@ -357,16 +357,20 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
                "edited_task": EDITED_TASK_HELP})
 def check(c, task, workloads=None, json=False, edited_task=False):
     """Local CPU smoke run of a task through Triton's interpreter (timings are not meaningful)."""
-    from .check import smoke_check
+    from .check import NOT_CHECKED_HERE, smoke_check
 
     [task_dir] = find_tasks(KERNELS, [task])
+    ids = checks.workload_ids(workloads)
     _ensure_upstream([task_dir])
+    if ids:  # an id the task lacks: refused before any run starts (a task the runner refuses: its own view)
+        checks.check_tasks([task_dir], timing_mode=None, workloads=ids)
     checks.refuse_edited_tasks([task_dir], edited_task=edited_task)
-    outcome = smoke_check(task_dir, workloads, quiet=json)
+    outcome = smoke_check(task_dir, ",".join(ids) if ids else None, quiet=json)
     if json:
         print_document("check", outcome)
     refused = outcome["exit_code"] == RunExit.REFUSED  # the task itself is not one the runner takes: bad input
-    finish(outcome["exit_code"] == 0, EXIT_USAGE if refused else EXIT_FAILED)
+    # nothing of it can be checked on a CPU (the task needs a GPU): said, not a failure of the candidate
+    finish(outcome["exit_code"] == 0 or outcome["status"] == NOT_CHECKED_HERE, EXIT_USAGE if refused else EXIT_FAILED)
 
 
 @command(help={"name": "the new task's folder name under kernels/"})
@@ -473,7 +477,7 @@ def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = N
     if json:
         print_document("compare", document)
     else:
-        terminal.console.print(compare_view(document, terminal.console.width))
+        terminal.show(compare_view(document, terminal.console.width))  # its run lines whole, never cropped
 
 
 @command(help={"task": TASK_HELP, "host": "only runs fetched from this host",
@@ -495,7 +499,7 @@ def history(c, task, host=None, plot=None, json=False):
     if json:
         print_document("history", document)
     else:
-        terminal.console.print(history_view(document, terminal.console.width))
+        terminal.show(history_view(document, terminal.console.width))  # the plot's path whole, never cropped
 
 
 @command(help={"for_": "claude (~/.claude/skills/kpremote/), codex (~/.agents/skills/kpremote/) or a folder"})

@@ -8,7 +8,8 @@ change × exp(±1.96·se). Where a row carries its own speedup interval, that in
 FASTER only when the whole interval lies above 1 and the change is at least MIN_CHANGE and beyond the two runs' own
 noise thresholds (each row's verdict `noise`: on a GPU it holds the process floor, how far apart two side processes
 read one kernel, which no interval of one run shows); SLOWER likewise below; else SAME: nothing is claimed inside
-the noise.
+the noise. A run whose record does not verify (runstore.py: its results.json is not what its ledger line recorded)
+gets no verdict: skipped by default, refused when named.
 """
 
 from __future__ import annotations
@@ -165,7 +166,10 @@ def with_results(runs: list[FetchedRun]) -> list[FetchedRun]:
 
 
 def comparable(run: FetchedRun, where: str) -> FetchedRun:
-    """run, when it has results; a named run that has none is refused with the reason."""
+    """run, when it has results and its record verifies; a named run that has none, or does not verify, is refused
+    with the reason."""
+    if run.record:
+        raise KpremoteError(f"run {run.run_id} ({run.host}) {where} does not verify ({run.record}): no verdict on it")
     why = run.nothing_to_compare()
     if why:
         raise KpremoteError(f"run {run.run_id} {where} has nothing to compare ({why})")
@@ -204,8 +208,8 @@ def skipped_runs(runs: list[FetchedRun], chosen: list[FetchedRun], to_the_newest
     the newest was asked for (latest, --last)."""
     places = [runs.index(r) for r in chosen]
     end = len(runs) if to_the_newest else max(places)
-    return [{"run_id": r.run_id, "host": r.host, "why": why} for r in runs[min(places):end]
-            if (why := r.nothing_to_compare())]
+    return [{"run_id": r.run_id, "host": r.host, "why": why, **({"record": r.record} if r.record else {})}
+            for r in runs[min(places):end] if (why := r.nothing_to_compare())]
 
 
 def series(runs: list[FetchedRun]) -> list[dict[str, Any]]:

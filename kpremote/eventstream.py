@@ -3,7 +3,7 @@
 One line per event, each a kpremote.run-event/1 object (docs/schemas/run-event.json) naming its host, task and run:
 the start's progress (connecting, syncing, created, waiting), `started`, then the agent's own events as its stream
 has them (phase with workload i/n, build, row with its verdict, headline, warning, error, done), and `end`, the
-run's outcome as the client saw it. Heartbeats are not passed on. Lines from runs followed in parallel never
+run's outcome as the client saw it, the last line of every stream (its `ended` says whether the run is over). Heartbeats are not passed on. Lines from runs followed in parallel never
 interleave: each goes out whole, under one lock, and is flushed at once, so an agent reading a pipe sees it then.
 A reader that goes away (`| head -3`) changes nothing about the run: the lines stop, stderr says so once, and the run
 is followed, fetched and recorded in the ledger as it would have been.
@@ -67,9 +67,11 @@ class EventStream:
         """on_event for one run's follow: each event streamed as that run's."""
         return lambda event: self.emit(host, task, run_id, event)
 
-    def end(self, host: str, task: str, run_id: Optional[str], **outcome: Any) -> None:
-        """The run's last line: how it ended for the client (status, exit code, headline, where its summary is)."""
-        self.emit(host, task, run_id, {"event": "end", **outcome})
+    def end(self, host: str, task: str, run_id: Optional[str], *, ended: bool, **outcome: Any) -> None:
+        """The run's last line: how it ended for the client (status, exit code, headline, where its summary is), and
+        `ended`: whether the run itself is over. It is not when the client stopped looking at a run that goes on
+        (`inv run --detach`, a lost connection, `inv logs` without --follow of a running run: status `running`)."""
+        self.emit(host, task, run_id, {"event": "end", "ended": ended, **outcome})
 
 
 def _number(value: Any) -> Optional[float]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .agent.atomicfile import write_atomically
-from .agent.protocol import NAME_RULE, TERMINAL, RunResults, is_name
+from .agent.protocol import NAME_RULE, TERMINAL, ExitCode, RunResults, is_name
 from .agentclient import Agent, error_message
 from .config import Host
 from .errors import FetchRefused, HostError, RemoteCommandError
@@ -99,8 +99,11 @@ def select_runs(agent: Agent, task: str, wanted: str, host_name: str) -> list[di
 def fetch_one(agent: Agent, task_dir: Path, state: dict[str, Any], host_name: str,
               summary: Optional[bytes] = None) -> FetchReport:
     run_id = checked_name(state.get("run_id"), "run id", host_name)
-    data = summary if summary is not None else download_summary(agent, task_dir.name, run_id)
-    members = read_members(data, refused_tops=NEVER_FETCHED)
+    if summary is None:  # asked of the host only for a run whose runner sealed its summary
+        refuse_unless_sealed(state, host_name, task_dir.name, run_id)
+        summary = download_summary(agent, task_dir.name, run_id)
+    members = read_members(summary, refused_tops=NEVER_FETCHED)
+    refuse_unless_sealed(state, host_name, task_dir.name, run_id)
     refuse_unless_recorded(members, state, host_name, run_id)
     destination = real_folder(task_dir, "results", checked_name(host_name, "host name")) / run_id
     outcome = "unchanged" if destination.exists() or destination.is_symlink() else "fetched"
@@ -114,12 +117,26 @@ def fetch_one(agent: Agent, task_dir: Path, state: dict[str, Any], host_name: st
                        sum(len(m.data or b"") for m in files), state.get("headline"))
 
 
+def has_sealed_summary(state: dict[str, Any]) -> bool:
+    """Whether the run's runner sealed a summary (records.py on the host: its sha256 and MAC in the final state)."""
+    return bool(state.get("summary_sha256") and state.get("summary_mac"))
+
+
+def refuse_unless_sealed(state: dict[str, Any], host_name: str, task: str, run_id: str) -> None:
+    """A run whose runner sealed no summary is refused before anything is asked of the host: there is no "old run"
+    path. Such a run stays readable on the host (inv logs, its folder)."""
+    if not has_sealed_summary(state):
+        missing = "summary hash" if not state.get("summary_sha256") else "summary MAC"
+        raise FetchRefused(f"{host_name}: run {run_id} ({state.get('status')}): its runner recorded no {missing} (a "
+                           f"runner before harness 2.17, or one that ended before it wrote a summary): not fetched; "
+                           f"its rows stay readable with inv logs --host {host_name} --task {task} --run {run_id}, "
+                           f"its files on the host under tasks/{task}/runs/{run_id}/")
+
+
 def refuse_unless_recorded(members: list[Member], state: dict[str, Any], host_name: str, run_id: str) -> None:
-    """The summary's results.json must be the one the run's runner wrote: its sha256 is in the run's final state
-    (a runner before harness 2.8 records none, and is taken as it is)."""
+    """The summary's results.json must be the one the run's runner wrote and sealed: its sha256 is in the run's
+    final state (which the host checked against its MAC and index before it sent the summary)."""
     want = state.get("summary_sha256")
-    if not want:
-        return
     results = next((m for m in members if m.path == "results.json" and m.data is not None), None)
     got = hashlib.sha256(results.data).hexdigest() if results else None
     if got != want:
@@ -167,6 +184,8 @@ def download_summary(agent: Agent, task: str, run_id: str) -> bytes:
     result = agent.call("pack-summary", "--task", task, "--run", run_id, on_stdout=receiver)
     if not result.ok:
         result.stdout = receiver.data or b""  # the agent's one-line JSON error, if it printed one
+        if result.exit_code == ExitCode.SUMMARY_UNVERIFIED:
+            raise FetchRefused(f"{agent.host.name}: {error_message(result)}")
         raise RemoteCommandError(agent.host.name, f"cannot fetch run {run_id}: {error_message(result)}",
                                  result.exit_code, result.stderr_tail())
     return receiver.data or b""

@@ -10,13 +10,17 @@ from .runstore import FetchedRun
 
 
 def history_entry(run: FetchedRun, ledger_line: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """One fetched run; with its ledger line (kpremote/ledger.py), the command line that brought it."""
+    """One fetched run; with its ledger line (kpremote/ledger.py), the command line that brought it. A run whose record
+    does not verify shows no number: "record" says why, and its headline is null."""
     head = run.headline
+    numbers = {"geomean": head.geomean, "low": head.low, "high": head.high, "n": head.n, "of": head.of,
+               "note": head.note}
+    if run.record:
+        numbers = {key: None for key in numbers}
     return {"host": run.host, "run_id": run.run_id, "started": run.started, "commit": run.commit, "dirty": run.dirty,
             "candidate_sha256": run.candidate_sha256, "task_digest": run.task_digest, "task_state": run.task_state,
-            "status": run.status, "smoke": run.smoke,
-            "geomean": head.geomean, "low": head.low, "high": head.high, "n": head.n, "of": head.of,
-            "note": head.note, "path": str(run.path), "command": (ledger_line or {}).get("command")}
+            "status": run.status, "smoke": run.smoke, **numbers,
+            "path": str(run.path), "command": (ledger_line or {}).get("command"), "record": run.record}
 
 
 def commit_label(entry: dict[str, Any]) -> str:

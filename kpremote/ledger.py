@@ -5,11 +5,16 @@ harness version), what came out (headline with its interval, each row's verdict,
 that brought it. Several `inv` processes may append at once (an engineer's panes, an agent's parallel runs): each
 line goes out in one os.write on a file opened with O_APPEND, under an exclusive flock, so lines never interleave.
 The ledger is the user's local record: git ignores it and provenance leaves it out (agent/provenance.py).
+Every line kpremote appends carries a "mac" over the rest of it (records.py), and a fetched run's line the sha256 of
+its results.json (summary_sha256): only a line that verifies, pointing to a fetched run whose results.json is that
+one, is trusted (measured_before, and inv history / inv compare through runstore.py). Lines of older versions stay
+readable; they simply do not verify.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shlex
@@ -18,8 +23,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
+from .agent.atomicfile import read_json_lines
 from .agent.protocol import PROFILE_MODE_PREFIX, Headline, RowResult, RunResults
 from .errors import KpremoteError
+from .records import line_verifies, record_problem, results_json, signed
 
 LEDGER_NAME = "ledger.jsonl"
 SCHEMA = "kpremote.ledger/1"
@@ -31,13 +38,19 @@ def ledger_path(task_dir: Path) -> Path:
 
 def record_run(task_dir: Path, summary_dir: Path, host: str, exit_code: Optional[int],
                command: Optional[list[str]] = None, kind: str = "run") -> dict[str, Any]:
-    """Append the line for the run whose summary is summary_dir (its results.json); returns the line's value.
-    kind: run (a timing run), profile or check."""
+    """Append the line for the run whose summary is summary_dir (its results.json, hashed into the line as read);
+    returns the line's value. kind: run (a timing run), profile or check."""
+    path = Path(summary_dir) / "results.json"
     try:
-        results = RunResults.read(Path(summary_dir) / "results.json")
+        data = path.read_bytes()
+    except OSError:
+        data = None
+    try:
+        results = RunResults.from_json(json.loads(data)) if data is not None else RunResults.from_json({})
     except ValueError:
         results = RunResults.from_json({})  # no readable summary: the line says what it knows, the rest null
-    entry = {**ledger_entry(results, host, exit_code, command if command is not None else sys.argv), "kind": kind}
+    entry = {**ledger_entry(results, host, exit_code, command if command is not None else sys.argv), "kind": kind,
+             "summary_sha256": hashlib.sha256(data).hexdigest() if data is not None else None}
     try:
         append_line(ledger_path(task_dir), entry)
     except OSError as exc:
@@ -48,6 +61,20 @@ def record_run(task_dir: Path, summary_dir: Path, host: str, exit_code: Optional
 def kind_of(state: dict[str, Any]) -> str:
     """A fetched run's kind from its record (state.json): a profile run's mode names its request."""
     return "profile" if str(state.get("mode") or "").startswith(PROFILE_MODE_PREFIX) else "run"
+
+
+def as_typed(argv: list[str]) -> list[str]:
+    """The command line as one would type it again: `inv ...` or `kpremote ...`, not the interpreter's path to
+    invoke's __main__.py or to a venv's bin/inv."""
+    words = [str(part) for part in argv]
+    if not words:
+        return words
+    first = words[0].replace("\\", "/")
+    if first.endswith("invoke/__main__.py") or first.rsplit("/", 1)[-1] in ("inv", "invoke"):
+        return ["inv", *words[1:]]
+    if first.endswith("kpremote/program.py") or first.rsplit("/", 1)[-1] == "kpremote":
+        return ["kpremote", *words[1:]]
+    return words
 
 
 def ledger_entry(results: RunResults, host: str, exit_code: Optional[int], command: list[str]) -> dict[str, Any]:
@@ -75,13 +102,14 @@ def ledger_entry(results: RunResults, host: str, exit_code: Optional[int], comma
         "unsandboxed": results.unsandboxed,
         "headline": _headline(results.headline),
         "rows": {row.workload: _row(row) for row in results.rows},
-        "command": shlex.join(str(part) for part in command),
+        "command": shlex.join(as_typed(command)),
     }
 
 
 def append_line(path: Path, value: dict[str, Any]) -> None:
-    """value as one JSON line at the end of path, whole: one write, O_APPEND, under an exclusive flock."""
-    data = (json.dumps(value, separators=(",", ":")) + "\n").encode()
+    """value, signed (its "mac", records.py), as one JSON line at the end of path, whole: one write, O_APPEND, under
+    an exclusive flock."""
+    data = (json.dumps(signed(value), separators=(",", ":")) + "\n").encode()
     descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
@@ -94,24 +122,14 @@ def append_line(path: Path, value: dict[str, Any]) -> None:
 
 def read_ledger(task_dir: Path) -> list[dict[str, Any]]:
     """Every whole line of the task's ledger, oldest first; a line that does not parse is skipped."""
-    path = ledger_path(task_dir)
-    if not path.is_file():
-        return []
-    entries = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            entries.append(value)
-    return entries
+    return read_json_lines(ledger_path(task_dir))
 
 
 def lines_by_run(task_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """The ledger's newest line for each (host, run id): what inv history and inv compare add to a fetched run (the
-    command line that brought it, its kind)."""
-    return {(str(entry.get("host")), str(entry.get("run_id"))): entry for entry in read_ledger(task_dir)}
+    """The ledger's newest line that verifies for each (host, run id): what inv history and inv compare add to a
+    fetched run (the command line that brought it, its kind)."""
+    return {(str(entry.get("host")), str(entry.get("run_id"))): entry for entry in read_ledger(task_dir)
+            if line_verifies(entry)}
 
 
 def _headline(head: Headline) -> Optional[dict[str, Any]]:
@@ -127,26 +145,36 @@ def _row(row: RowResult) -> dict[str, Any]:
             "speedup": verdict.speedup if verdict else None, "implausible": row.implausible, "invalid": row.invalid}
 
 
-def measured_before(task_dir: Path, host_names: list[str]) -> Optional[dict[str, Any]]:
-    """The newest ledger line of a timing run that measured this very candidate against this very baseline (sha256 of
-    each side's files), with this harness and these bench/ and task.toml, on one of these hosts, cleanly (exit 0, a
-    headline) and on a GPU (a smoke run measures nothing); only for the pinned task, measured as the pinned task (a
-    TASK EDITED or UNPINNED run never stands for another)."""
+def measured_before(task_dir: Path, host_names: list[str]) -> tuple[Optional[dict[str, Any]], Optional[str]]:
+    """(line, note): the newest trusted ledger line of a timing run that measured this very candidate against this
+    very baseline (sha256 of each side's files), with this harness and these bench/ and task.toml, on one of these
+    hosts, cleanly (exit 0, a headline) and on a GPU (a smoke run measures nothing), of the pinned task measured as
+    the pinned task (a TASK EDITED or UNPINNED run never stands for another), or None; and a line to say when a newer
+    line that claims as much is not trusted (its MAC does not verify, or it points to no fetched run whose
+    results.json it recorded), else None."""
     from .agent.harness import HARNESS_VERSION, pinned_inputs  # the runner's own rules for both stamps
     from .agent.provenance import task_provenance
 
     source, pinned = task_provenance(task_dir), pinned_inputs(task_dir)
     if source["task_pin"] is None or source["task_pin"] != source["task_digest"]:
-        return None
-    for entry in reversed(read_ledger(task_dir)):
+        return None, None
+    lines = read_ledger(task_dir)
+    note = None
+    for entry in reversed(lines):
         if (entry.get("kind") == "run" and entry.get("host") in host_names and not entry.get("smoke")
                 and entry.get("task_state") == "pinned" and entry.get("task_digest") == source["task_digest"]
                 and entry.get("exit_code") == 0 and (entry.get("headline") or {}).get("geomean")
                 and entry.get("harness") == HARNESS_VERSION and entry.get("pinned") == pinned and entry.get("run_id")
                 and entry.get("candidate_sha256") == source["solution_sha256"]
                 and entry.get("baseline_sha256") == source["baseline_sha256"]):
-            return entry
-    return None
+            host, run_id = str(entry["host"]), str(entry["run_id"])
+            why = record_problem([entry], host, run_id, results_json(task_dir, host, run_id)) \
+                if line_verifies(entry) else "its MAC does not verify: not a line this kpremote (2.17 on) wrote"
+            if why is None:
+                return entry, note
+            note = note or (f"{Path(task_dir).name}: the ledger says run {run_id} on {host} measured this candidate, "
+                            f"but that line is not trusted ({why}); it does not count as measured")
+    return None, note
 
 
 def measured_line(task: str, entry: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ from .config import Host
 from .eventstream import EventStream
 from .errors import HostBusy, HostCannotTake, HostError, KpremoteError, StoppedByUser
 from .agent.protocol import TERMINAL
-from .fetch import SummaryReceiver, fetch_run
+from .fetch import SummaryReceiver, fetch_run, has_sealed_summary
 from .jsonout import document, print_document
 from .runs import RunOptions, RunSession, find_task_of_run, follow_run, open_session, reattach_hint, start_run
 from .views import terminal
@@ -24,6 +24,8 @@ from .views.start import StartView
 from .taskdir import TaskDir
 
 MEASURED = "already measured"
+GOES_ON = frozenset({"detached", "running", "connection lost"})
+"""Outcomes of a run that is not over: the client stopped looking at it (a stream's `end` says ended: false)."""
 """An outcome's status when the ledger says this candidate was measured on the host already (no run started)."""
 
 
@@ -45,7 +47,7 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return self.status in ("passed", "detached", MEASURED)
+        return self.status in ("passed", "detached", MEASURED, "not checked")  # not checked: never a pass, not 1
 
 
 def launch(hosts: list[Host], tasks: list[TaskDir], options: RunOptions, *, detach: bool = False,
@@ -83,9 +85,24 @@ def launch(hosts: list[Host], tasks: list[TaskDir], options: RunOptions, *, deta
     return outcomes
 
 
+def _not_checked_here(outcome: Outcome, summary: Path) -> None:
+    """A run on a host without a GPU of a task no side of which can run there: every row NOT CHECKED. Not the
+    candidate's failure: status `not checked` (never passed), why, and the run's own exit code kept."""
+    from .check import NOT_CHECKED_HERE, not_checked_here
+
+    try:
+        results = json.loads((summary / "results.json").read_text())
+    except (OSError, ValueError):
+        return
+    why = not_checked_here(results) if outcome.status == "failed" else None
+    if why:
+        outcome.status = NOT_CHECKED_HERE
+        outcome.error = f"not checked on a host without a GPU: {why}; run it on a GPU host"
+
+
 def _stream_end(stream: Optional[EventStream], outcome: Outcome) -> None:
     if stream is not None:
-        stream.end(outcome.host, outcome.task, outcome.run_id,
+        stream.end(outcome.host, outcome.task, outcome.run_id, ended=outcome.status not in GOES_ON,
                    **{k: v for k, v in dataclasses.asdict(outcome).items() if k not in ("host", "task", "run_id")})
 
 
@@ -148,9 +165,12 @@ def _one_run(hosts: list[Host], task: TaskDir, options: RunOptions, detach: bool
             if outcome.status != "passed":
                 # why it ended (e.g. "disk full on ...", "agent process died"), shown with the summary
                 outcome.error = state.get("message") or state.get("error")
-            if outcome.status != "cancelled":
+            if outcome.status != "cancelled" and (outcome.status == "passed" or has_sealed_summary(state)):
                 fetched = fetch_run(session.agent, task, state, run.host, summary.data)
                 outcome.summary_dir = str(fetched.path)
+                _not_checked_here(outcome, fetched.path)
+            elif outcome.status != "cancelled":  # it ended before its runner sealed a summary: nothing to fetch
+                outcome.error = f"{outcome.error or outcome.status}; no summary: its runner sealed none"
     except HostError as exc:
         outcome.status = "connection lost"
         outcome.error = f"{exc}; {reattach_hint(run.host, task.name, run.run_id)}"
@@ -211,7 +231,9 @@ def measured_already(tasks: list[TaskDir], hosts: list[Host]) -> tuple[list[Task
 
     to_run, already = [], []
     for task in tasks:
-        entry = measured_before(task.path, [h.name for h in hosts])
+        entry, note = measured_before(task.path, [h.name for h in hosts])
+        if note:
+            terminal.errors.print(note, markup=False, soft_wrap=True)
         if entry is None:
             to_run.append(task)
             continue
@@ -235,7 +257,7 @@ def _report(outcomes: list[Outcome], as_json: bool, detach: bool) -> None:
         if outcome.summary_dir:
             results = Path(outcome.summary_dir) / "results.md"
             if results.exists():
-                terminal.console.print(summary_markdown(results))
+                terminal.show(summary_markdown(results))
             terminal.say(f"{outcome.host}: {outcome.task}: run {outcome.run_id} {outcome.status}; "
                          f"summary: {outcome.summary_dir}")
         if outcome.error:
@@ -265,8 +287,11 @@ def show_logs(host: Host, run_id: str, task: Optional[str], follow: bool,
         session.close()
     status = state.get("status", "?")
     if stream is not None:
-        stream.end(host.name, task, run_id, status=status, exit_code=state.get("exit_code"),
+        stream.end(host.name, task, run_id, ended=status in TERMINAL, status=status, exit_code=state.get("exit_code"),
                    headline=state.get("headline"), error=state.get("message") or state.get("error"))
-    else:
+    elif status in TERMINAL:
         terminal.say(f"run {run_id}: {status}")
+    else:
+        terminal.say(f"run {run_id}: {status}, and it goes on (follow it: inv logs --host {host.name} --task {task} "
+                     f"--run {run_id} --follow)")
     return status not in TERMINAL or status == "passed"

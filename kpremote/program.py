@@ -22,6 +22,8 @@ from invoke import Program
 from invoke.exceptions import Exit, ParseError
 
 from . import __version__
+from .jsonout import json_asked, print_error
+from .pipes import flush_at_exit, stdout_reader_gone
 
 # The flags whose values completion offers, and where they come from.
 VALUE_FLAGS = ("--host", "--task", "--run", "--base", "--new")
@@ -44,12 +46,12 @@ def usage_line(exc: ParseError, program: str, commands: Iterable[str]) -> str:
         return f"error: {name or program}: {_flag(flag.group(1))} needs a value{help_hint}"
     if flag:
         return f"error: {name or program}: {_flag(flag.group(1))} takes no value{help_hint}"
+    if unknown and name and unknown.group(1).startswith("-"):  # before a missing option: `--taks X` misspells it
+        word = unknown.group(1)
+        return f"error: {name}: unknown option {word}{_closest(word, context.flags)}{help_hint}"
     if context is not None and context.missing_positional_args:
         missing = ", ".join(_flag(arg.name) + " VALUE" for arg in context.missing_positional_args)
         return f"error: {name}: {missing} is required{help_hint}"
-    if unknown and name and unknown.group(1).startswith("-"):
-        word = unknown.group(1)
-        return f"error: {name}: unknown option {word}{_closest(word, context.flags)}{help_hint}"
     if unknown and name:
         return f"error: {name}: unexpected {unknown.group(1)!r}: every value follows its option (--name VALUE){help_hint}"
     if unknown and unknown.group(1).startswith("-"):
@@ -91,10 +93,17 @@ def kpremote_parsing(step: Callable[[Any], None]) -> Callable[[Any], None]:
             self.core.unparsed = []
         try:
             step(self)
+        except BrokenPipeError:  # `inv --help run | head -1`: the reader had what it wanted
+            stdout_reader_gone()
+            raise Exit(code=0) from None
         except ParseError as exc:
             from .commandline import EXIT_USAGE
 
-            raise Exit(message=usage_line(exc, _program_name(self), commands), code=EXIT_USAGE) from None
+            line = usage_line(exc, _program_name(self), commands)
+            if json_asked(sys.argv[1:]):  # --json promises one document, even for a line that cannot be parsed
+                command = exc.context.name if exc.context is not None and exc.context.name else _program_name(self)
+                print_error(command, line.removeprefix("error: "), EXIT_USAGE)
+            raise Exit(message=line, code=EXIT_USAGE) from None
 
     parse.kpremote_parsing = True  # type: ignore[attr-defined]
     return parse
@@ -110,6 +119,29 @@ def use_kpremote_parsing(program: type = Program) -> None:
     that `kpremote` has."""
     for name in ("parse_tasks", "parse_cleanup"):
         setattr(program, name, kpremote_parsing(getattr(program, name)))
+    _no_option_as_a_value()
+    import atexit
+
+    atexit.register(flush_at_exit)
+
+
+def _no_option_as_a_value() -> None:
+    """Invoke gives a command's required option (--task) the next word it has no flag for, so `--taks X` made
+    `--taks` the task and X the word it did not expect: a word that looks like an option is never such a value; it is
+    an unknown option, named as one."""
+    from invoke.parser.parser import ParseMachine
+
+    see = ParseMachine.see_positional_arg
+    if getattr(see, "kpremote_parsing", False):
+        return
+
+    def see_positional_arg(self: Any, value: Any) -> None:
+        if isinstance(value, str) and value.startswith("-") and len(value) > 1:
+            self.error(f"No idea what {value!r} is!")
+        see(self, value)
+
+    see_positional_arg.kpremote_parsing = True  # type: ignore[attr-defined]
+    ParseMachine.see_positional_arg = see_positional_arg
 
 
 SHOWN_CORE_OPTIONS = ("complete", "print-completion-script", "help", "list", "version", "dry", "debug")
@@ -123,6 +155,10 @@ class KpremoteProgram(Program):
     Invoke's own completion (task names, flags)."""
 
     parse_tasks = kpremote_parsing(Program.parse_tasks)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _no_option_as_a_value()
 
     def print_help(self) -> None:
         print(f"Usage: {self.binary} [--core-opts] <command> [--command-opts] ...\n\nCore options:\n")
@@ -154,10 +190,16 @@ def complete_value(remainder: str, names: Iterable[str]) -> Optional[list[str]]:
         flag = tokens[-2]  # `--host io<TAB>`: the shell keeps what matches
     else:
         return None
-    return values_for(flag)
+    return values_for(flag, _value_of("--host", tokens[:-1] if tokens[-1] not in VALUE_FLAGS else tokens))
 
 
-def values_for(flag: str) -> list[str]:
+def _value_of(flag: str, tokens: list[str]) -> Optional[str]:
+    """The value the command line gives flag (its last), if any."""
+    values = [tokens[i + 1] for i, token in enumerate(tokens[:-1]) if token == flag]
+    return values[-1] if values else None
+
+
+def values_for(flag: str, host: Optional[str] = None) -> list[str]:
     from .project import default_hosts_file, kernels_dir
 
     if flag == "--host":
@@ -165,7 +207,8 @@ def values_for(flag: str) -> list[str]:
     kernels = kernels_dir()
     if flag == "--task":
         return sorted(p.parent.name for p in kernels.glob("*/task.toml"))
-    fetched = {p.name for p in kernels.glob("*/results/*/*") if p.is_dir() and p.parent.name != "check"}
+    fetched = {p.name for p in kernels.glob("*/results/*/*") if p.is_dir() and p.parent.name != "check"
+               and (host is None or p.parent.name == host)}  # --host H before --run: only H's runs
     return ["latest", *sorted(fetched, reverse=True)]
 
 
@@ -193,13 +236,21 @@ def main() -> None:
     from .interrupt import install_early
 
     install_early()  # Ctrl-C before Invoke has loaded the commands: 130, not Invoke's silent 1
-    make_program().run(spelled_as_one_task(sys.argv))
+    try:
+        make_program().run(spelled_as_one_task(sys.argv))
+    except BrokenPipeError:  # `kpremote --print-completion-script bash | head`: the reader had what it wanted
+        stdout_reader_gone()
+        sys.exit(0)
+    finally:
+        flush_at_exit()
 
 
 def spelled_as_one_task(argv: list[str]) -> list[str]:
     """`kpremote skill install ...` is the task `skill-install` (Invoke would read two tasks)."""
     if argv[1:3] == ["skill", "install"]:
         return [argv[0], "skill-install", *argv[3:]]
+    if argv[1:2] == ["skill"] and (len(argv) == 2 or argv[2] in HELP_WORDS):  # `kpremote skill --help`
+        return [argv[0], "--help", "skill-install"]
     return argv
 
 

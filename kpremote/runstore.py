@@ -1,5 +1,6 @@
 """The runs of a task fetched so far, read from kernels/<task>/results/: <host>/<run-id>/results.json (inv run,
-inv fetch-results) and check/<stamp>/summary/results.json (inv check, host `check`), oldest first."""
+inv fetch-results) and check/<stamp>/summary/results.json (inv check, host `check`), oldest first; each with whether
+its record verifies (records.py: its results.json is the one a ledger line whose MAC verifies recorded)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Optional
 
 from .agent.protocol import PROFILE, RUNNERS, Headline, RowResult, RunResults
 from .errors import KpremoteError
+from .ledger import read_ledger
+from .records import record_problem, results_json
 from .runids import resolve_run_id
-
-CHECK_HOST = "check"
 
 
 @dataclass
@@ -21,6 +22,7 @@ class FetchedRun:
     run_id: str
     path: Path  # its results.json
     results: RunResults
+    record: Optional[str] = None  # why its record does not verify (records.py); None when it does
 
     @property
     def started(self) -> str:
@@ -64,7 +66,9 @@ class FetchedRun:
 
     def nothing_to_compare(self) -> Optional[str]:
         """Why this run has no results to compare (a profile run; a run no row of which has a speedup, as a
-        cancelled or failed one), or None when it has."""
+        cancelled or failed one; a run whose record does not verify), or None when it has."""
+        if self.record:
+            return f"not verified: {self.record}"
         if is_profile_run(self.results, self.path.parent):
             return f"a profile run, {self.status}"
         if not any(row.speedup for row in self.results.rows):
@@ -79,28 +83,29 @@ def is_profile_run(results: RunResults, summary: Path) -> bool:
     return (summary / "profile.md").exists() or (isinstance(command, list) and RUNNERS[PROFILE] in command)
 
 
-def _read(task: str, host: str, run_id: str, path: Path) -> Optional[FetchedRun]:
+def _read(task: str, host: str, run_id: str, path: Path, lines: list[dict]) -> Optional[FetchedRun]:
     try:
         results = RunResults.read(path)
     except ValueError:
         return None  # a folder being written: not a run to compare
     if not results.is_summary:
         return None
-    return FetchedRun(task=task, host=host, run_id=run_id, path=path, results=results)
+    return FetchedRun(task=task, host=host, run_id=run_id, path=path, results=results,
+                      record=record_problem(lines, host, run_id, path))
 
 
 def fetched_runs(kernels_dir: Path, task: str, host: Optional[str] = None) -> list[FetchedRun]:
     """Every readable run of the task (on host, if given), oldest first (by start time, then id)."""
     from .taskdir import find_task
 
-    results = find_task(kernels_dir, task).results
+    task_dir = find_task(kernels_dir, task)
+    results, lines = task_dir.results, read_ledger(task_dir.path)
     runs = []
     for folder in sorted(results.glob("*/*")) if results.is_dir() else []:
         where = folder.parent.name
         if host is not None and where != host:
             continue
-        path = folder / "summary" / "results.json" if where == CHECK_HOST else folder / "results.json"
-        run = _read(task, where, folder.name, path)
+        run = _read(task, where, folder.name, results_json(task_dir.path, where, folder.name), lines)
         if run is not None:
             runs.append(run)
     return sorted(runs, key=lambda r: (r.started, r.run_id))

@@ -42,11 +42,18 @@ def new_task(name: str, kernels_dir: Path) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=kernels_dir))
     try:
         _fill(staging, {"__NAME__": name, "__ARCH__": arch_for(name)})
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it 0700: the task folder gets a folder's usual mode
         os.rename(staging, destination)  # all or nothing: no half-made task is ever left behind
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return destination
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _fill(target: Path, values: dict[str, str]) -> None:

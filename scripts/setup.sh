@@ -19,6 +19,15 @@ if ! .venv/bin/python -c "import triton" 2>/dev/null; then
   say "installing triton into .venv"
   "${pip[@]}" "triton>=3.0"
 fi
-say "installing kpremote and its dependencies into .venv (pip install -e '.[dev]')"
-"${pip[@]}" -e ".[dev]"
+# The editable install, again only when pyproject.toml changed since the last one (its sha256 kept in .venv):
+# a quick start after the first does not pay pip's 30 s for nothing.
+stamp=.venv/.kpremote-pyproject.sha256
+wanted=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
+  say "installing kpremote and its dependencies into .venv (pip install -e '.[dev]')"
+  "${pip[@]}" -e ".[dev]"
+  echo "$wanted" > "$stamp"
+else
+  say "kpremote already installed in .venv (pyproject.toml unchanged)"
+fi
 say "done"

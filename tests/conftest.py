@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kpremote.agent import nvml
+from kpremote.records import STATE_DIR_ENV
 from kpremote.transport.openssh import CONTROL_DIR_ENV
 from rig import ONE_THREAD_POOL, Rig
 
@@ -75,6 +76,20 @@ def private_ssh_masters(tmp_path_factory: pytest.TempPathFactory):
     else:
         os.environ[CONTROL_DIR_ENV] = before
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_records_key(tmp_path_factory: pytest.TempPathFactory):
+    """The client's records key (kpremote/records.py: what signs ledger lines) in this session's own folder, set before
+    any fixture writes a ledger line and inherited by the `inv` processes the tests start: never the user's."""
+    folder = tmp_path_factory.mktemp("kpstate")
+    before = os.environ.get(STATE_DIR_ENV)
+    os.environ[STATE_DIR_ENV] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop(STATE_DIR_ENV, None)
+    else:
+        os.environ[STATE_DIR_ENV] = before
 
 
 @pytest.fixture(autouse=True)

@@ -3,6 +3,7 @@ as people type them, every run of a task in a table and a plot."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from kpremote.agent.protocol import RowResult
 from kpremote.compare import compare_rows, verdict
+from kpremote.ledger import append_line, record_run
 from localproject import kp
 from rig import REPO
 
@@ -33,15 +35,22 @@ def row(workload: str, baseline_us: float, candidate_us: float, rse: float = 0.0
 
 
 def write_run(project: Path, host: str, run_id: str, started: str, rows: list[dict], commit: str,
-              geomean: float, smoke: bool = False, status: str = "passed", candidate: str | None = None) -> None:
+              geomean: float, smoke: bool = False, status: str = "passed", candidate: str | None = None,
+              command: str | None = "inv fetch-results --host box --task t", task_digest: str | None = None) -> None:
+    """A run as inv fetch-results leaves it: its results.json, and (unless command is None) its signed ledger line."""
     folder = project / "kernels" / TASK / "results" / host / run_id
     folder.mkdir(parents=True)
     source = {"git_commit": commit, "git_dirty": False, "solution_sha256": candidate}
     results = {"schema": "kpremote.results/1", "status": status, "exit_code": 0, "smoke": smoke,
-               "provenance": {"run_id": run_id, "started": started, "source": source},
+               "provenance": {"run_id": run_id, "started": started, "source": source,
+                              **({"task_pin": {"digest": task_digest, "pin": "p" * 64, "changed": [],
+                                               "state": "pinned" if task_digest == "p" * 64 else "edited"}}
+                                 if task_digest else {})},
                "rows": rows, "headline": {"geomean": geomean, "low": geomean * 0.99, "high": geomean * 1.01, "n": 3,
                                           "of": 3, "level": 0.95} if geomean else {}}
     (folder / "results.json").write_text(json.dumps(results))
+    if command is not None:
+        record_run(project / "kernels" / TASK, folder, host, 0, command.split())
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +64,10 @@ def project(tmp_path_factory) -> Path:
               candidate="a" * 64)
     write_run(root, "box", "20261121-100000-bbbbbb", "2026-11-21T10:00:00Z",
               [row("rows_a", 100, 80), row("rows_b", 100, 100.1), row("rows_c", 100, 120), row("rows_new", 50, 40)],
-              "2" * 40, 1.05, candidate="b" * 64)
+              "2" * 40, 1.05, candidate="b" * 64, command="inv run --host box --task t")
     write_run(root, "box", "20261122-100000-cccccc", "2026-11-22T10:00:00Z",  # the same candidate, run again
               [row("rows_a", 100, 79.5), row("rows_b", 100, 99), row("rows_c", 100, 119)], "3" * 40, 1.06,
               candidate="b" * 64)
-    ledger = {"schema": "kpremote.ledger/1", "kind": "run", "host": "box", "run_id": "20261121-100000-bbbbbb",
-              "command": "inv run --host box --task t"}
-    (root / "kernels" / TASK / "ledger.jsonl").write_text(json.dumps(ledger) + "\n")
     return root
 
 
@@ -101,10 +107,11 @@ def test_compare_two_runs_by_short_ids_row_by_row(project):
     assert rows["rows_a"]["base"]["candidate_median_us"] == 100 and rows["rows_a"]["new"]["candidate_median_us"] == 80
     assert rows["rows_new"]["note"] == "only in the new run"
     assert json.loads(result.stdout)["same_candidate"] is False
-    # the ledger says what brought each run: the new one has a line there, the base none
+    # the ledger says what brought each run
     document = json.loads(result.stdout)
     jsonschema.Draft202012Validator(json.loads((REPO / "docs/schemas/compare.json").read_text())).validate(document)
-    assert (document["base"]["command"], document["new"]["command"]) == (None, "inv run --host box --task t")
+    assert (document["base"]["command"], document["new"]["command"]) == ("inv fetch-results --host box --task t",
+                                                                         "inv run --host box --task t")
 
 
 @pytest.mark.parametrize("columns", [80, 100, 140])
@@ -147,17 +154,29 @@ def test_history_table_and_plot(project):
     jsonschema.Draft202012Validator(json.loads((REPO / "docs/schemas/history.json").read_text())).validate(document)
     assert [e["commit"][0] for e in document["runs"]] == ["1", "2", "3"]
     assert [e["candidate_sha256"][0] for e in document["runs"]] == ["a", "b", "b"]
-    # the ledger's line for a run gives the command that brought it; a run the ledger does not know has none
-    assert [e["command"] for e in document["runs"]] == [None, "inv run --host box --task t", None]
+    # the ledger's line for a run gives the command that brought it
+    assert [e["command"] for e in document["runs"]] == ["inv fetch-results --host box --task t",
+                                                        "inv run --host box --task t",
+                                                        "inv fetch-results --host box --task t"]
+    assert [e["record"] for e in document["runs"]] == [None, None, None]  # each one's record verifies
     plot = Path(document["plot"])
     assert plot.read_bytes().startswith(b"\x89PNG") and plot.stat().st_size > 5000
     text = kp(project, "history", "--task", TASK, columns=80, program="kpremote").stdout
+    narrow = kp(project, "history", "--task", TASK, columns=50, program="kpremote").stdout
+    assert f"plot: {document['plot']}" in narrow.splitlines()  # a path to open: whole on its line at any width
     for run_id in ("20261120-100000-aaaaaa", "20261121-100000-bbbbbb", "20261122-100000-cccccc"):
         [line] = [line for line in text.splitlines() if run_id in line]
         assert "passed" in line
     assert "1111111111" in text and "1.060x" in text
     wide = kp(project, "history", "--task", TASK, columns=140, program="kpremote").stdout
     assert "aaaaaaaaaaaa" in wide and "bbbbbbbbbbbb" in wide  # each run's candidate, where there is room
+
+
+def test_the_compared_runs_lines_are_whole_on_a_narrow_terminal(project):
+    text = kp(project, "compare", "--task", TASK, columns=50, program="kpremote").stdout
+    for label in ("base: ", "new : "):
+        [line] = [line for line in text.splitlines() if line.startswith(label)]
+        assert re.fullmatch(label + r"\d{8}-\d{6}-[0-9a-f]{6}  \S+  .*  passed", line), line  # not wrapped into two
 
 
 def test_a_change_inside_both_runs_noise_is_same():
@@ -219,3 +238,97 @@ def test_a_bad_last_is_one_line(project, value):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     [line] = result.stderr.splitlines()
     assert line == f"error: --last {value!r}: give a whole number from 2 to 1000"
+
+
+EDITED = "20261123-100000-dddddd"  # fetched honestly, its results.json edited afterwards
+PLANTED = "20261124-100000-eeeeee"  # a results.json nothing fetched, with a forged ledger line
+HONEST = ("20261120-100000-aaaaaa", "20261121-100000-bbbbbb", "20261122-100000-cccccc")
+
+
+@pytest.fixture(scope="module")
+def rewritten(tmp_path_factory) -> Path:
+    """Three honest runs, then the attacks of issue 43 on the client's records by a later process: a fetched
+    results.json edited to claim a win, and a results.json planted beside them with a ledger line written by hand."""
+    root = tmp_path_factory.mktemp("rewritten")
+    (root / "hosts.toml").write_text('[hosts.box]\ntransport = "local"\n')
+    (root / "kernels" / TASK).mkdir(parents=True)
+    (root / "kernels" / TASK / "task.toml").write_text("")
+    for day, run_id in enumerate(HONEST, start=20):
+        write_run(root, "box", run_id, f"2026-11-{day}T10:00:00Z", [row("rows_a", 100, 100)], str(day % 10) * 40, 1.0)
+    write_run(root, "box", EDITED, "2026-11-23T10:00:00Z", [row("rows_a", 100, 99)], "4" * 40, 1.01)
+    edited = root / "kernels" / TASK / "results" / "box" / EDITED / "results.json"
+    results = json.loads(edited.read_text())
+    results["rows"], results["headline"]["geomean"] = [row("rows_a", 100, 40)], 2.5
+    edited.write_text(json.dumps(results))
+    write_run(root, "box", PLANTED, "2026-11-24T10:00:00Z", [row("rows_a", 100, 40)], "5" * 40, 2.5, command=None)
+    planted = root / "kernels" / TASK / "results" / "box" / PLANTED / "results.json"
+    with (root / "kernels" / TASK / "ledger.jsonl").open("a") as ledger:
+        ledger.write(json.dumps({"schema": "kpremote.ledger/1", "kind": "run", "host": "box", "run_id": PLANTED,
+                                 "summary_sha256": hashlib.sha256(planted.read_bytes()).hexdigest(),
+                                 "mac": "0" * 64}) + "\n")
+    return root
+
+
+def test_history_shows_a_run_whose_record_does_not_verify_as_such_and_no_number_of_it(rewritten):
+    """On main, the edited results.json's 2.500x was history's like any other."""
+    result = kp(rewritten, "history", "--task", TASK, "--json", program="kpremote")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    jsonschema.Draft202012Validator(json.loads((REPO / "docs/schemas/history.json").read_text())).validate(document)
+    records = {e["run_id"]: (e["record"], e["geomean"]) for e in document["runs"]}
+    assert records == {**{run_id: (None, 1.0) for run_id in HONEST},
+                       EDITED: ("record edited: results.json is not what was fetched", None),
+                       PLANTED: ("no verified ledger line", None)}
+    text = kp(rewritten, "history", "--task", TASK, columns=140, program="kpremote").stdout
+    assert "2.500x" not in text and text.count("NOT VERIFIED") == 2
+    assert f"{EDITED}: not verified: record edited: results.json is not what was fetched" in text
+    assert f"{PLANTED}: not verified: no verified ledger line" in text
+
+
+def test_compare_gives_no_verdict_on_a_run_whose_record_does_not_verify(rewritten):
+    """On main, compare took the edited run as the newest and called rows_a FASTER (100 -> 40 us)."""
+    result = kp(rewritten, "compare", "--task", TASK, "--json", program="kpremote")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    jsonschema.Draft202012Validator(json.loads((REPO / "docs/schemas/compare.json").read_text())).validate(document)
+    assert (document["base"]["run_id"], document["new"]["run_id"]) == HONEST[1:]
+    assert [(s["run_id"], s["record"]) for s in document["skipped"]] == [
+        (EDITED, "record edited: results.json is not what was fetched"), (PLANTED, "no verified ledger line")]
+    text = kp(rewritten, "compare", "--task", TASK, columns=140, program="kpremote").stdout
+    assert f"skipped {EDITED} (box): not verified: record edited: results.json is not what was fetched" in text
+    for named in (["--new", EDITED], ["--new", HONEST[2], "--base", PLANTED]):
+        refused = kp(rewritten, "compare", "--task", TASK, *named, program="kpremote")
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+        [line] = refused.stderr.splitlines()
+        assert "does not verify" in line and "no verdict on it" in line and named[-1] in line
+    last = json.loads(kp(rewritten, "compare", "--task", TASK, "--last", "5", "--json", program="kpremote").stdout)
+    assert [s["run_id"] for s in last["series"]] == list(HONEST)
+
+
+def test_no_verdict_between_runs_of_different_tasks_and_the_usual_ones_within_one(tmp_path):
+    """Issue 43: a run of an edited task (another task digest) is compared change by change but gets no verdict
+    against the pinned task's runs, however clear its change; two runs of one task get theirs."""
+    root = tmp_path / "proj"
+    (root / "kernels" / TASK).mkdir(parents=True)
+    (root / "hosts.toml").write_text('[hosts.box]\ntransport = "local"\n')
+    (root / "kernels" / TASK / "task.toml").write_text("")
+    pinned, edited = "p" * 64, "e" * 64
+    write_run(root, "box", "20261120-100000-aaaaaa", "2026-11-20T10:00:00Z", [row("r", 100, 100)], "1" * 40, 1.0,
+              task_digest=pinned)
+    write_run(root, "box", "20261121-100000-bbbbbb", "2026-11-21T10:00:00Z", [row("r", 100, 50)], "1" * 40, 2.0,
+              task_digest=pinned)
+    write_run(root, "box", "20261122-100000-cccccc", "2026-11-22T10:00:00Z", [row("r", 100, 25)], "1" * 40, 4.0,
+              task_digest=edited)
+
+    def document(*args: str) -> dict:
+        done = kp(root, "compare", "--task", TASK, "--json", *args, program="kpremote")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    same_task = document("--new", "bbbbbb", "--base", "aaaaaa")
+    assert same_task["other_tasks"] is None and same_task["rows"][0]["verdict"] == "FASTER"
+    assert same_task["headline"]["verdict"] == "FASTER"
+    across = document("--new", "cccccc", "--base", "bbbbbb")
+    assert across["rows"][0]["change"] == pytest.approx(2.0) and across["rows"][0]["verdict"] is None
+    assert across["headline"]["verdict"] is None and "different tasks" in across["other_tasks"]
+    assert (across["base"]["task_state"], across["new"]["task_state"]) == ("pinned", "edited")

@@ -4,6 +4,7 @@ pyproject's [tool.kpremote]), its own --version, and completion of hosts, groups
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -110,6 +111,10 @@ PARSE_ERRORS = [
      "error: run: unknown option --hots — did you mean --hosts? (see: {p} --help run)"),
     (["run", "--host", "local", "--task"], "error: run: --task needs a value (see: {p} --help run)"),
     (["compare", "--task", TASK, "--json", "x"], "error: compare: unexpected 'x': every value follows its option"),
+    (["run", "--host", "local", "--taks", TASK],  # a misspelt required option, then its value: the option is named
+     "error: run: unknown option --taks — did you mean --task? (see: {p} --help run)"),
+    (["run", "--taks"], "error: run: unknown option --taks — did you mean --task?"),
+    (["new-task", "--nmae", "x"], "error: new-task: unknown option --nmae — did you mean --name?"),
     (["runn"], "error: unknown command 'runn' — did you mean run? (see: {p} --list)"),
 ]
 
@@ -184,3 +189,57 @@ def test_a_task_name_as_the_shell_completes_it_names_the_task(project):
     result = kpremote(project, "compare", "--task", f"{TASK}/", cwd=project / "kernels")
     assert "invalid task name" not in result.stderr and "unknown task" not in result.stderr, result.stderr
     assert "no fetched runs of demo" in result.stderr  # the task was found: it has no runs to compare yet
+
+
+def with_reader_gone(project: Path, *args: str, program: str) -> subprocess.CompletedProcess:
+    """`inv ARGS | head -0`, without the race: stdout is a pipe whose reader has already left."""
+    import os
+
+    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "PYTHONPATH": str(REPO),
+           "KPREMOTE_NVML_FIXTURE": str(project / "nvml.json")}
+    env.pop("KPREMOTE_HOSTS", None)
+    argv = ([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args] if program == "inv"
+            else [sys.executable, "-m", "kpremote.program", *args])
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(argv, cwd=project, env=env, stdout=write, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write)
+
+
+READER_GONE = [("inv", ["--help", "run"], 0), ("kpremote", ["--help"], 0), ("kpremote", ["run", "--help"], 0),
+               ("kpremote", ["--print-completion-script", "bash"], 0), ("inv", ["--list"], 0),
+               ("inv", ["hosts", "--json"], 141), ("kpremote", ["status", "--host", "local"], 141)]
+
+
+@pytest.mark.parametrize("program, args, code", READER_GONE, ids=[f"{p} {' '.join(a)}" for p, a, _ in READER_GONE])
+def test_a_reader_that_leaves_is_no_traceback(project, program, args, code):
+    result = with_reader_gone(project, *args, program=program)
+    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr, result.stderr
+    assert result.returncode == code, result.stderr
+
+
+def test_the_small_things_a_newcomer_hit(project, tmp_path):
+    # run ids offered after --run are those of the host named before it
+    for host, run_id in (("local", "20261124-101010-aaaaaa"), ("elsewhere", "20261125-101010-bbbbbb")):
+        (project / "kernels" / TASK / "results" / host / run_id).mkdir(parents=True)
+    offered = kpremote(project, "--complete", "--", "kpremote", "logs", "--host", "local", "--run", cwd=project)
+    assert "20261124-101010-aaaaaa" in offered.stdout.split() and "20261125-101010-bbbbbb" not in offered.stdout
+    # --task as bash completes it from the project's root
+    typed = kpremote(project, "compare", "--task", f"kernels/{TASK}/", cwd=project)
+    assert "invalid task name" not in typed.stderr and "unknown task" not in typed.stderr, typed.stderr
+    # `skill install --for` a word that is no agent: refused, not a folder made under that name
+    home = {"HOME": str(tmp_path)}
+    typo = kpremote(project, "skill", "install", "--for", "claudee", cwd=tmp_path, env=home)
+    assert typo.returncode == 2 and "did you mean claude?" in typo.stderr and not (tmp_path / "claudee").exists()
+    helped = kpremote(project, "skill", "--help", cwd=tmp_path, env=home)
+    assert helped.returncode == 0 and "skill-install" in helped.stdout, helped.stderr
+    # new-task's folder has a folder's usual mode, not mkdtemp's 0700
+    made = kpremote(project, "new-task", "moded", cwd=project)
+    assert made.returncode == 0, made.stderr
+    import os
+
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (project / "kernels" / "moded").stat().st_mode & 0o777 == 0o777 & ~umask

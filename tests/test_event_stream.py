@@ -80,7 +80,8 @@ def test_run_json_stream_says_each_phase_row_and_end_then_the_document(streamed)
     times = [e["t"] for e in events]
     assert times == sorted(times)
     end = events[-1]
-    assert (end["status"], end["exit_code"], end["summary_dir"]) == ("passed", 0, outcome["summary_dir"])
+    assert (end["status"], end["exit_code"], end["summary_dir"], end["ended"]) == ("passed", 0, outcome["summary_dir"],
+                                                                                  True)
     envelope = ("schema", "event", "host", "task", "run_id", "t")
     assert end["headline"] == outcome["headline"] == {k: v for k, v in events[-3].items() if k not in envelope}
     assert not result.stderr.strip(), result.stderr  # nothing of the live view: stdout is the stream alone
@@ -97,7 +98,7 @@ def test_logs_json_replays_the_run_to_its_end_and_re_attaches(streamed):
         events = event_lines(logs.stdout)
         assert {(e["host"], e["task"], e["run_id"]) for e in events} == {("stream-a", "tiny_rmsnorm", run_id)}
         assert kinds(events)[0] == "phase" and kinds(events)[-2:] == ["done", "end"]
-        assert (events[-1]["status"], events[-1]["exit_code"]) == ("passed", 0)
+        assert (events[-1]["status"], events[-1]["exit_code"], events[-1]["ended"]) == ("passed", 0, True)
         # the agent's events are the ones inv run streamed, field for field
         agent_said = [e for e in event_lines("\n".join(run.stdout.splitlines()[:-1]))
                       if e["run_id"] == run_id and e["event"] not in ("created", "started", "end")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import tarfile
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kpremote.agent.run.records import seal_summary
 from kpremote.agentclient import Agent
 from kpremote.config import load_inventory, parse_inventory
 from kpremote.connect import open_transport
@@ -50,8 +52,9 @@ def make_run(root: Path, run_id: str, status: str = "passed", results_md: str = 
     for rel, data in files.items():
         (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
         (run_dir / rel).write_bytes(data)
+    sealed = seal_summary(run_dir) if status != "running" else {}  # as the runner seals it (records.py)
     (run_dir / "state.json").write_text(json.dumps({"run_id": run_id, "task": TASK, "status": status,
-                                                    "headline": "geomean 1.23x"}))
+                                                    "headline": "geomean 1.23x", **sealed}))
     return run_dir
 
 
@@ -135,6 +138,9 @@ def test_a_summary_over_the_size_cap_is_refused_while_reading(tmp_path, kernels)
     assert not (kernels / TASK / "results").exists()
 
 
+SEALED = {"summary_sha256": "0" * 64, "summary_mac": "0" * 64}  # a state that says its runner sealed its summary
+
+
 def evil_tar(*members: tuple[str, bytes, bytes, str]) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -167,7 +173,7 @@ def test_a_hostile_summary_archive_is_refused_whole_and_nothing_is_written(tmp_p
     fake_python.chmod(0o755)
     agent = local_agent(tmp_path, python=str(fake_python))
     with pytest.raises(UnsafeArchive, match=message):
-        fetch_run(agent, find_task(kernels, TASK), {"run_id": RUN_A, "status": "passed"}, "local")
+        fetch_run(agent, find_task(kernels, TASK), {"run_id": RUN_A, "status": "passed", **SEALED}, "local")
     assert not (kernels / TASK / "results").exists()
     assert list((kernels / TASK / "docs").iterdir()) == []
     assert not (kernels / TASK / "escape.txt").exists() and not (kernels / "escape.txt").exists()
@@ -176,7 +182,7 @@ def test_a_hostile_summary_archive_is_refused_whole_and_nothing_is_written(tmp_p
 
 def test_a_run_id_from_the_host_that_could_leave_results_is_refused(agent, kernels):
     with pytest.raises(HostError, match="unusable run id"):
-        fetch_run(agent, find_task(kernels, TASK), {"run_id": "../../x", "status": "passed"}, "local")
+        fetch_run(agent, find_task(kernels, TASK), {"run_id": "../../x", "status": "passed", **SEALED}, "local")
     assert not (kernels / TASK / "results").exists()
 
 
@@ -195,3 +201,38 @@ def test_over_ssh_latest_then_refetch(rig, tmp_path, kernels):
     assert set(files_under(fetched(kernels, RUN_A, "fetch-ssh"))) == {"results.md", "results.json",
                                                                       "plots/speedup.png"}
     assert (kernels / TASK / "docs" / "run_log.md").read_text().count(RUN_A) == 1
+
+
+def test_a_summary_forged_on_the_host_after_its_run_is_refused_by_inv_fetch_results(tmp_path: Path) -> None:
+    """Issue 43, as a later process of the same user would try it on main: delete summary_sha256 from state.json (the
+    "old run" path took the forged results.json as it was), or rewrite the hash beside the forged file. Now each is
+    one line naming the run and what did not verify, exit 2, and nothing lands; the honest run still fetches."""
+    from localproject import kp, make_project
+
+    project = make_project(tmp_path / "project")
+    root = project / ".kpremote" / "local"  # the local host's remote root (config.local_remote_root)
+    honest, deleted, rewritten = RUN_A, RUN_B, "20260104-120000-dddddd"
+    for run_id in (honest, deleted, rewritten):
+        make_run(root, run_id)
+    forged = b'{"schema": "kpremote.results/1", "status": "passed", "headline": {"geomean": 2.5}}'
+    for run_id in (deleted, rewritten):
+        run_dir = root / "tasks" / TASK / "runs" / run_id
+        (run_dir / "summary" / "results.json").write_bytes(forged)
+        state = json.loads((run_dir / "state.json").read_text())
+        if run_id == deleted:
+            del state["summary_sha256"]
+        else:
+            state["summary_sha256"] = hashlib.sha256(forged).hexdigest()
+        (run_dir / "state.json").write_text(json.dumps(state))
+    results = project / "kernels" / TASK / "results" / "local"
+    for run_id, why in ((deleted, "its runner recorded no summary hash"),
+                        (rewritten, "the summary MAC in its state.json does not verify with this host's key")):
+        done = kp(project, "fetch-results", "--host", "local", "--task", TASK, "--run", run_id)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and f"run {run_id}" in done.stderr and why in done.stderr
+        assert not (results / run_id).exists()
+    done = kp(project, "fetch-results", "--host", "local", "--task", TASK, "--run", honest)
+    assert done.returncode == 0, done.stderr
+    assert (results / honest / "results.json").read_bytes() == b'{"ok": true}'
+    [line] = [json.loads(text) for text in (project / "kernels" / TASK / "ledger.jsonl").read_text().splitlines()]
+    assert line["summary_sha256"] == hashlib.sha256(b'{"ok": true}').hexdigest() and len(line["mac"]) == 64

@@ -111,8 +111,9 @@ def test_trust_host_with_the_new_fingerprint_replaces_a_changed_key_and_says_so(
     host = write_hosts(rig, tmp_path, [target], [stale])[target.name]
     hosts = str(tmp_path / "hosts.toml")
     new = fingerprint_in(refusal(host))
-    accepted = run_inv("trust-host", "--hosts", hosts, "--host", target.name, "--fingerprint", new)
+    accepted = run_inv("trust-host", "--hosts", hosts, "--host", target.name, "--fingerprint", new, env={"COLUMNS": "80"})
     assert accepted.returncode == 0 and "replaced the key of the host" in accepted.stdout, accepted
+    assert len(accepted.stdout.splitlines()) == 1, accepted.stdout  # its known_hosts path and key whole at 80 columns
     assert stale not in (tmp_path / "known_hosts").read_text()
     assert open_transport(load_inventory(hosts).hosts[target.name]).run(["true"]).ok
 

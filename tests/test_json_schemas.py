@@ -140,6 +140,36 @@ def test_check_json_is_one_document_and_nothing_else(project):
     assert document["status"] == "passed" and document["results"]["schema"] == "kpremote.results/1"
     written = validate_results(json.loads(Path(document["summary_dir"], "results.json").read_text()))
     assert validate_results(document["results"]) == written  # a CPU run through the runner, as the agent wrote it
+    # a smoke run's timings mean nothing: no row verdict in results.json, none counted in the headline or the ledger
+    rows = document["results"]["rows"]
+    assert rows and all(row["verdict"]["verdict"] is None and row["verdict"]["speedup"] for row in rows), rows
+    assert not document["results"]["headline"].get("verdicts"), document["results"]["headline"]
+    from kpremote.ledger import read_ledger
+
+    checked = [e for e in read_ledger(project / "kernels" / TASK) if e["kind"] == "check"][-1]
+    assert checked["rows"] and all(row["verdict"] is None for row in checked["rows"].values()), checked["rows"]
+
+
+def test_check_of_a_task_checked_on_a_gpu_only_says_not_checked_and_does_not_fail(project):
+    import shutil
+
+    task = project / "kernels" / "gpuonly"
+    shutil.copytree(project / "kernels" / TASK, task, ignore=shutil.ignore_patterns("results", "ledger.jsonl"))
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace(f'name = "{TASK}"', 'name = "gpuonly"\ngpu_only = "bf16 in the interpreter"', 1))
+    result = kp(project, "check", "--task", "gpuonly", "--json")
+    assert result.returncode == 0, result.stderr  # the newcomer's first command does not fail
+    document = document_of(result, "check")
+    assert document["status"] == "not checked" and document["exit_code"] == 1  # the run itself: never a pass
+    assert document["message"].startswith("not checked on this CPU: checked on a GPU only: bf16 in the interpreter")
+    assert {row["status"] for row in document["results"]["rows"]} == {"NOT CHECKED"}
+    plain = kp(project, "check", "--task", "gpuonly")
+    assert plain.returncode == 0 and "gpuonly: not checked on this CPU: checked on a GPU only" in plain.stdout
+    ran = kp(project, "run", "--host", "local", "--task", "gpuonly", "--device", "cpu", "--json")
+    assert ran.returncode == 0, ran.stderr  # a host without a GPU: not the candidate's failure either
+    [outcome] = document_of(ran, "run")["runs"]
+    assert (outcome["status"], outcome["exit_code"]) == ("not checked", 1), outcome
+    assert outcome["error"].startswith("not checked on a host without a GPU: checked on a GPU only: bf16")
 
 
 def test_profile_outcome_matches_its_schema():
@@ -162,3 +192,34 @@ def test_baseline_json(project, tmp_path):
     assert result.returncode == 0, result.stderr
     pin = document_of(result, "baseline")
     assert pin["task"] == TASK and [f["path"] for f in pin["files"]] == ["k.py"]
+
+
+REFUSALS = [
+    (["run", "--host", "local", "--task", "nope", "--json"], "run", "unknown task"),
+    (["run", "--host", "mybox", "--task", TASK, "--json"], "run", "unknown host or group 'mybox'"),
+    (["run", "--host", "local", "--task", "empty", "--json-stream"], "run", "missing in kernels/empty/solution"),
+    (["logs", "--host", "local", "--run", "nope", "--json"], "logs", "nope"),
+    (["run", "--host", "local", "--taks", TASK, "--json"], "run", "unknown option --taks"),
+    (["check", "--task", TASK, "--workloads", "nope", "--json"], "check", "no workload 'nope'"),
+]
+
+
+@pytest.mark.parametrize("args, command, words", REFUSALS, ids=[" ".join(a) for a, _, _ in REFUSALS])
+def test_a_refused_json_command_still_prints_one_document(project, args, command, words):
+    empty = project / "kernels" / "empty"
+    if not empty.exists():
+        import shutil
+
+        shutil.copytree(project / "kernels" / TASK, empty)
+        toml = empty / "task.toml"
+        toml.write_text(toml.read_text().replace(f'name = "{TASK}"', 'name = "empty"', 1))
+        shutil.rmtree(empty / "solution")
+        (empty / "solution").mkdir()
+    checks = project / "kernels" / TASK / "results" / "check"
+    before = sorted(checks.iterdir()) if checks.is_dir() else []
+    result = kp(project, *args)
+    assert result.returncode == 2, result.stderr
+    document = document_of(result, "error")  # the whole stdout: one object, whatever the refusal
+    assert document["command"] == command and document["exit_code"] == 2
+    assert words in document["error"] and document["error"] in result.stderr, (document, result.stderr)
+    assert (sorted(checks.iterdir()) if checks.is_dir() else []) == before  # refused before any check started

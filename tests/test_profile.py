@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kpremote.agent.run import rawfiles
+from kpremote.agent.run.records import seal_summary
 from kpremote.agent.lease import BadRequest
 from kpremote.agent.protocol import NotFound, NotTerminal
 from rig import REPO, idle_gpu, run_inv
@@ -183,11 +184,12 @@ def test_one_raw_file_comes_home_on_request_only(rig, workdir):
     hosts = rig.write_hosts_toml(workdir / "hosts.toml", [host])
     run_id = "20260101-000000-cccccc"
     remote = host.root / "tasks" / "tiny_rmsnorm" / "runs" / run_id
-    for rel, data in {"summary/results.md": b"# results\n", "raw/ncu/baseline-w.ncu-rep": b"R" * 300,
-                      "raw/ncu/candidate-w.ncu-rep": b"C" * 300}.items():
+    for rel, data in {"summary/results.md": b"# results\n", "summary/results.json": b"{}",
+                      "raw/ncu/baseline-w.ncu-rep": b"R" * 300, "raw/ncu/candidate-w.ncu-rep": b"C" * 300}.items():
         (remote / rel).parent.mkdir(parents=True, exist_ok=True)
         (remote / rel).write_bytes(data)
-    (remote / "state.json").write_text(json.dumps({"run_id": run_id, "task": "tiny_rmsnorm", "status": "passed"}))
+    (remote / "state.json").write_text(json.dumps({"run_id": run_id, "task": "tiny_rmsnorm", "status": "passed",
+                                                   **seal_summary(remote)}))  # as its runner seals it
 
     def fetch(*args: str, hosts_file: Path = hosts) -> subprocess.CompletedProcess:
         return inv(workdir, "fetch-results", "--hosts", str(hosts_file), "--host", "profiler-c", "--task",

@@ -117,15 +117,24 @@ def clean_pass_problems(attack: kit.Attack, results: dict[str, Any] | None, outc
             problems.append(f"{name}: no correctness seed was checked")
         if not ((row.get("checks") or {}).get("checked_samples") or {}).get("candidate"):
             problems.append(f"{name}: no timed candidate sample was checked")
-        if kit.row_verdict(row) not in kit.ROW_VERDICTS:
+        if results.get("smoke") and kit.row_verdict(row) is not None:  # harness 2.17: no word on smoke timings
+            problems.append(f"{name}: a smoke row with a verdict ({kit.row_verdict(row)})")
+        elif not results.get("smoke") and kit.row_verdict(row) not in kit.ROW_VERDICTS:
             problems.append(f"{name}: no FASTER/SAME/SLOWER verdict")
+        if (row.get("verdict") or {}).get("speedup") is None:
+            problems.append(f"{name}: no speedup and interval recorded")
     if not results.get("rows"):
         problems.append("no rows")
     head = results.get("headline") or {}
     if head.get("geomean") is None or not outcome.headline_printed:
         problems.append(f"no headline reported ({head.get('note')})")
-    if attack.id in NOT_FASTER_ON_CPU and outcome.verdict == "FASTER":
-        problems.append(f"FASTER ({outcome.message}) for {NOT_FASTER_ON_CPU[attack.id]}")
+    if attack.id in NOT_FASTER_ON_CPU:  # what the row's own numbers would call, though a smoke row says no word
+        from kpremote.agent.harness.stats import FASTER, change_verdict
+
+        called = [row.get("workload") for row in results.get("rows") or [] if (v := row.get("verdict") or {})
+                  and v.get("speedup") and change_verdict(v["speedup"], v["low"], v["high"], noise=v["noise"]) == FASTER]
+        if called or outcome.verdict == "FASTER":
+            problems.append(f"FASTER ({called or outcome.message}) for {NOT_FASTER_ON_CPU[attack.id]}")
     return problems
 
 
@@ -206,6 +215,10 @@ def test_classify_and_judge_read_a_run_as_the_manifest_means_it() -> None:
     assert kit.classify(_results(implausible, exit_code=1), 1).verdict == "implausible"
     invalid = {**passed, "invalid": "ncu 20.1 us, harness 10.0 us"}
     assert kit.classify(_results(invalid, exit_code=1), 1).verdict == "INVALID"
+    # the H200 under 2.17: honest_only_when_audited's audited outputs wrong and its audit disagreeing, one row
+    both = {"workload": "mid", "status": "INCORRECT", "message": "audit: the candidate's audited calls do not match",
+            "invalid": "audit: the harness measured 9.08 us, Nsight Compute 8.288 us"}
+    assert kit.classify(_results(both, exit_code=1), 1).verdict == "INCORRECT"
     assert kit.classify(_results(exit_code=2), 2).verdict == "refused"
 
     faster = kit.classify(_results({**passed, "verdict": "FASTER"}, exit_code=0, geomean=1.6), 0)

@@ -46,12 +46,14 @@ def agent_shell(project: Path) -> dict[str, str]:
 
 def test_every_command_the_skill_shows_runs_as_written(tmp_path: Path) -> None:
     project = make_project(tmp_path / "project")
+    shutil.rmtree(project / "kernels" / "demo")  # a newcomer's project: the skill's own commands make its task
     env = agent_shell(project)
     commands = skill_commands(skill_text())
     exports = [c for c in commands if c.startswith("export ")]
     assert exports, "the skill sets HOST, TASK and WORKLOAD before its commands"
     shown = [c for c in commands if not c.startswith("export ")]
-    assert {"inv check", "inv run", "inv profile", "inv compare", "inv logs", "kpremote skill install"} <= \
+    assert {"inv new-task", "inv check", "inv run", "inv profile", "inv compare", "inv logs",
+            "kpremote skill install"} <= \
         {" ".join(c.split()[:2]) if not c.startswith("kpremote") else " ".join(c.split()[:3]) for c in shown}
     for command in shown:
         done = subprocess.run(["bash", "-c", "\n".join([*exports, command])], cwd=project, env=env,

@@ -170,6 +170,17 @@ def test_results_table_without_verdicts_has_no_verdict_column():
     assert "verdict" not in render(results(verdicts=False), 140)
 
 
+def test_a_faster_row_the_audit_cannot_vouch_for_reads_unverified_with_its_blind_spot():
+    document = results()
+    document["rows"][0]["verdict"]["forge_blind_spot_pct"] = 12.4
+    lines = render(document, 140).splitlines()
+    [row] = [line for line in lines if line.startswith(LONG_IDS[0] + " ")]
+    assert "FASTER (unverified)" in row
+    assert f"{LONG_IDS[0]}: FASTER — unverified: the audit cannot see a forge under 12 % on this row" in lines
+    [other] = [line for line in lines if line.startswith(LONG_IDS[1] + " ")]
+    assert "unverified" not in other
+
+
 def test_logs_render_events_like_the_live_view_and_take_short_ids(project):
     done = kp(project, "run", "--host", "local", "--task", TASK, "--device", "cpu", "--json")
     assert done.returncode == 0, done.stderr
@@ -391,6 +402,25 @@ def test_status_lists_the_newest_runs_with_their_age_and_a_cancelled_wait_as_ove
     assert "  and 3 older run(s) of t (inv status --all lists them)" in lines
 
 
+@pytest.mark.parametrize("width", [80, 250])
+def test_status_says_why_a_run_failed_on_a_line_of_its_own_at_any_width(monkeypatch, width):
+    import io
+
+    from kpremote.views import runlist, terminal
+
+    console = Console(width=width, color_system=None, record=True, file=io.StringIO())
+    monkeypatch.setattr(terminal, "console", console)
+    why = "1 of 2 row(s) not passed: prod_r8 INCORRECT — prod_r8: candidate output 'out' is wrong: first mismatch"
+    runs = [{"run_id": "20261120-100000-aaaaaa", "task": "t", "status": "failed", "phase": "done", "message": why,
+             "started": "2026-11-20T10:00:01Z", "gpu": {"index": 0}},
+            {"run_id": "20261120-110000-bbbbbb", "task": "t", "status": "passed", "phase": "done",
+             "started": "2026-11-20T11:00:01Z", "gpu": {"index": 0}}]
+    console.print(runlist.runs_view([{"host": "box", "ok": True, "runs": runs}]))
+    text = " ".join(console.export_text().split())
+    assert f"20261120-100000-aaaaaa: {why}" in text, text  # not a column that a narrower terminal drops
+    assert text.count("not passed") == 1
+
+
 def test_a_smoke_runs_rows_show_no_verdict_anywhere(tmp_path):
     from kpremote.agent.run.report import render_results_md
 
@@ -409,7 +439,7 @@ def test_hosts_check_keeps_what_it_checks_at_80_columns_and_takes_a_host(project
     checked = kp(project, "hosts", "--check", columns=80)
     lines = checked.stdout.splitlines()
     [header] = [line for line in lines if line.startswith("host ")]
-    assert {"reachable", "python", "torch", "triton", "nvidia-ml-py"} <= set(header.split()), header
+    assert {"reachable", "python", "torch", "triton", "nvidia-ml-py", "sandbox"} <= set(header.split()), header
     assert all(len(line) <= 80 for line in lines), lines
     one = kp(project, "hosts", "--check", "--host", "local", "--json")
     assert one.returncode == 0, one.stderr  # only the reachable one asked
@@ -440,6 +470,23 @@ def test_a_raising_solution_is_shown_with_the_file_and_line_that_raised(project)
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"ValueError: boom in the candidate (at solution/kernel.py:{line})" in " ".join(result.stdout.split()), \
         result.stdout
+
+
+def test_an_error_in_a_kernels_body_points_at_its_line_not_the_launch(project):
+    import shutil
+
+    broken = project / "kernels" / "broken_body"
+    shutil.copytree(project / "kernels" / TASK, broken, ignore=shutil.ignore_patterns("results", "ledger.jsonl"))
+    toml = broken / "task.toml"
+    toml.write_text(toml.read_text().replace(f'name = "{TASK}"', 'name = "broken_body"'))
+    kernel = broken / "solution" / "kernel.py"
+    lines = kernel.read_text().splitlines()
+    [line] = [number for number, text in enumerate(lines, 1) if "tl.load(shift_ptr" in text]  # inside the @triton.jit
+    lines[line - 1] = lines[line - 1].replace("tl.load(shift_ptr", "tl.lod(shift_ptr")
+    kernel.write_text("\n".join(lines) + "\n")
+    result = kp(project, "check", "--task", "broken_body", "--workloads", "grid_r3_c100", columns=100)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"(at solution/kernel.py:{line})" in result.stdout, result.stdout  # Triton's interpreter's first cause
 
 
 def test_a_leased_gpu_names_its_run_and_who_started_it():
@@ -498,3 +545,15 @@ def test_results_md_shows_each_rows_numerical_contract_and_leaves_it_out_for_old
         in markdown, markdown
     assert (f"| `{second['workload']}` | close | NOT CHECKED: seed 1: the adapter's reference raised on float64 "
             "inputs: TypeError: a / b |") in markdown, markdown
+
+
+def test_the_command_a_failed_builds_message_names_is_whole_at_80_columns():
+    import io
+
+    command = ("inv fetch-results --host box --task t --run 20261120-100000-aaaaaa --raw-file build/candidate.log")
+    document = {**results(), "status": "error", "exit_code": 3,
+                "message": f"build failed — candidate: SyntaxError in kernel.py; its log, on the host: {command}"}
+    console = Console(width=80, color_system=None, record=True, file=io.StringIO())
+    console.print(results_view(RunResults.from_json(document), 80), crop=False)
+    lines = console.export_text().splitlines()
+    assert f"  {command}" in lines, lines  # on a line of its own, whole: a command to paste

@@ -39,7 +39,8 @@ runs() {
   for i in $(seq "${COST_RUNS:-3}"); do
     for which in old new; do
       local t0 tree module task_dir code
-      if [ "$which" = old ]; then tree=$old module=kpremote.agent.runner task_dir=$old/$task
+      if [ "$which" = old ]; then tree=$old task_dir=$old/$task module=kpremote.agent.run.runner  # 2.16's place
+        [ -f "$old/kpremote/agent/run/runner.py" ] || module=kpremote.agent.runner  # 2.7's, before agent/ had folders
       else tree=$PWD module=kpremote.agent.run.runner task_dir=$work/new/$(basename "$task"); fi
       t0=$(date +%s%N)
       (cd "$tree" && PYTHONPATH="$tree" timeout 120 python3 -m "$module" --task-dir "$task_dir" \

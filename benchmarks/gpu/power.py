@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 DIAL = REPO / "benchmarks" / "gpu" / "dial"
 SIZES = {"s4": 393_216, "s15": 3_670_016, "s200": 62_914_560}  # float32 elements per tensor
 LEVELS = {"aa1": 0.0, "aa2": 0.0, "d2": 0.02, "d5": 0.05, "d10": 0.10}
-RUNNER_OF_27 = "kpremote.agent.runner"  # the runner's module before agent/ had folders (POWER_AGENT)
+RUNNER_OF_27 = "kpremote.agent.runner"  # the runner's module before agent/ had folders (POWER_AGENT: 2.7's tree)
 HEAD_START_CYCLES = 100_000  # ~50 us at the H200's clocks: the call is queued before its start event runs
 
 
@@ -126,6 +126,13 @@ def calibrate() -> dict:
 # --------------------------------------------------------------------------------------------- runs
 
 
+def runner_module(agent: str | None) -> str:
+    """The runner's module in this tree or in another commit's (2.7's before agent/ had folders, 2.16's after)."""
+    if agent and not (Path(agent) / "kpremote" / "agent" / "run" / "runner.py").is_file():
+        return RUNNER_OF_27
+    return "kpremote.agent.run.runner"
+
+
 def runs(seconds: float, audit: str, workloads: str | None, tag: str) -> None:
     task = work_task()
     agent = os.environ.get("POWER_AGENT")  # another commit's tree (its kpremote/): harness 2.7's, .gpustage/h27
@@ -138,7 +145,7 @@ def runs(seconds: float, audit: str, workloads: str | None, tag: str) -> None:
         index += 1
         run_dir = Path(os.environ.get("POWER_WORK", "/tmp/kp-power")) / "runs" / f"{tag}-{index}"
         shutil.rmtree(run_dir, ignore_errors=True)
-        command = [sys.executable, "-m", RUNNER_OF_27 if agent else "kpremote.agent.run.runner", "--task-dir", str(task),
+        command = [sys.executable, "-m", runner_module(agent), "--task-dir", str(task),
                    "--run-dir", str(run_dir), "--device", os.environ.get("POWER_DEVICE", "cuda"), "--root", str(root),
                    "--audit", audit]
         if workloads:

@@ -4,6 +4,7 @@
 # KPREMOTE_SIDE_PAIRS=1 is one pair per side as harness 2.8 timed, 4 is harness 2.9's default), for POWER_S seconds.
 #   ROWS=power  bench/workloads.h200-power.toml: s4/s15/s200 x (aa1, aa2, d2, d5, d10) - the power curve
 #   ROWS=aa     bench/workloads.h200-aa.toml: twelve A/A rows and two dial rows - the false-verdict rate
+#   ROWS=tiny   bench/workloads.h200-tiny.toml: twelve A/A rows of 384 elements (launch-bound, as the red team's tiny row)
 #   ROWS=goal   bench/workloads.h200-goal.toml: issue 25's goal levels (+5 % on s4, +2 % on s15 and s200) on the
 #               four-GPU H200; ROWS=s15 its s15 row again with a spin that reads +2 % there
 # Results: $OUT/pairs.tgz (p<K>/<i>/results.json, samples.jsonl, run.json); read them here with

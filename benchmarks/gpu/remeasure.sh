@@ -63,6 +63,8 @@
 # REMEASURE_PARALLEL=1 (a host of several GPUs: `tasks LIST` starts every task at once and `redteam` runs beside
 # them, each runner leasing an idle GPU of its own through one lease root; at most one job per GPU: the lease
 # refuses the rest, NoIdleGpu). Since harness 2.14 the H200 re-measure runs this way on a lent four-GPU H200 host.
+# REMEASURE_PARALLEL=chain: the tasks of LIST one after another in one job (one GPU at a time), the red team beside
+# them (another GPU): a two-GPU host (benchmarks/gpu/x2_44.sh).
 set -uo pipefail
 [ -f benchmarks/gpu/remeasure.sh ] && [ -d kernels ] || { echo "remeasure.sh: run it from the repository root"; exit 2; }
 out=${OUT:-/tmp/kp-remeasure-out}
@@ -158,7 +160,7 @@ copy_task() {  # copy_task TASK COPY: the task, stamped as a sync stamps it (its
   cp -r "kernels/$1" "$2"
   [ -n "$stamp" ] && mkdir -p "$2/.kpremote" && cp "$stamp" "$2/.kpremote/provenance.json"
   # REMEASURE_ARCH=h100: a copy marked for another GPU, which its run records as TASK EDITED (task.toml changed)
-  [ -n "${REMEASURE_ARCH:-}" ] && sed -i "s/^arch = \"h200\"/arch = \"$REMEASURE_ARCH\"/" "$2/task.toml"
+  [ -n "${REMEASURE_ARCH:-}" ] && sed -i "s/^arch = .*/arch = \"$REMEASURE_ARCH\"/" "$2/task.toml"
   return 0
 }
 
@@ -171,6 +173,10 @@ step_tasks() {  # step_tasks LIST
   [ "$list" = all ] && list=$(tasks_left)
   if [ "$parallel" = 1 ]; then  # every task at once, each runner leasing an idle GPU of its own (one root)
     for name in ${list//,/ }; do run_task "$name" & sleep 2; done
+    return
+  fi
+  if [ "$parallel" = chain ]; then  # one after another on one GPU, beside the red team (or another job) on another
+    ( for name in ${list//,/ }; do run_task "$name"; done ) &
     return
   fi
   for name in ${list//,/ }; do run_task "$name"; pack; done
@@ -339,7 +345,7 @@ if [ "$dry" != 1 ]; then
   case $gpu in
     *H200*) ;;
     *H100*) [ -n "${REMEASURE_ARCH:-}" ] ||
-      { say "remeasure.sh: this machine's GPU is '$gpu', not an H200: REMEASURE_ARCH=h100 measures task copies marked h100 (TASK EDITED: a harness measurement, never a task's result)"; summarize "$@"; exit 3; } ;;
+      { say "remeasure.sh: this machine's GPU is '$gpu', not an H200: the tasks' arch gate refuses it, nothing run (REMEASURE_ARCH=h100 measures task copies marked h100: TASK EDITED, a harness measurement, never a task's result)"; summarize "$@"; exit 3; } ;;
     *) say "remeasure.sh: this machine's GPU is '${gpu:-none}', not an H200: the tasks' arch gate refuses it, nothing run"
        summarize "$@"; exit 3 ;;
   esac
@@ -350,7 +356,7 @@ for step in "${steps[@]}"; do
   case $step in
     stage) step_stage ;;
     install) step_install; site_env ;;
-    redteam) if [ "$parallel" = 1 ]; then step_redteam & else step_redteam; fi ;;
+    redteam) if [ "$parallel" != 0 ]; then step_redteam & else step_redteam; fi ;;
     tasks\ *) step_tasks "${step#tasks }" ;;
     profile\ *) step_profile "${step#profile }" ;;
   esac

@@ -1,6 +1,12 @@
 """Which part of the sandbox does CUDA init need? Each variant in a fresh child: enter it, then torch.cuda.init().
 
     python benchmarks/gpu/sandbox_diag.py
+
+"enter" is the sandbox as a side enters it (sandbox.enter: writes only to its own /proc folder, the GPU's nodes
+and the sinks, a run folder's records hidden), "enter_ns" the same inside the judge's namespace (its own /proc and
+/dev/shm); both must print "ok". Where strace is installed, the last line lists what CUDA's initialisation opens
+to write under /proc and /dev with both of them writable (the rules of harness <= 2.16), so a refusal can be
+told apart.
 """
 
 from __future__ import annotations
@@ -8,6 +14,8 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -16,13 +24,28 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parents[2]))
 
+from kpremote.agent import sandbox  # noqa: E402
 from kpremote.agent.sandbox import landlock, seccomp  # noqa: E402
 
-VARIANTS = ["none", "seccomp", "ll_full", "ll_proc", "ll_tmp", "ll_fs_tmp_dev"]
+VARIANTS = ["none", "seccomp", "ll_full", "ll_proc", "ll_tmp", "ll_fs_tmp_dev", "enter", "enter_ns"]
+NAMESPACED = {"enter_ns"}
 
 
 def apply(variant: str, scratch: Path) -> None:
     if variant == "none":
+        return
+    if variant.startswith("enter"):  # a run folder around the scratch, its records hidden as a side's are
+        run = scratch / "run"
+        (run / "state.json").parent.mkdir(parents=True, exist_ok=True)
+        (run / "state.json").write_text("{}")
+        os.environ.update(sandbox.reads_env(run, []))
+        applied = sandbox.enter(sandbox.make_scratch(run / "raw" / "scratch" / "candidate"))
+        try:
+            (run / "state.json").read_text()
+            hidden = "state.json READABLE"
+        except OSError:
+            hidden = "state.json hidden"
+        print(json.dumps({f"{variant}_applied": f"{applied}; {hidden}"}), flush=True)
         return
     if variant == "seccomp":
         seccomp.install(signals_too=False)
@@ -74,10 +97,31 @@ def main(argv: list[str]) -> int:
         return 0
     for variant in VARIANTS:
         scratch = Path(tempfile.mkdtemp())
-        proc = subprocess.run([sys.executable, str(HERE), "child", variant, str(scratch)], capture_output=True,
-                              env={**os.environ, "TMPDIR": str(scratch)}, timeout=120)
+        launcher = [sys.executable, "-m", "kpremote.agent.sandbox.namespace", "--"] if variant in NAMESPACED else []
+        proc = subprocess.run([*launcher, sys.executable, str(HERE), "child", variant, str(scratch)],
+                              capture_output=True, env={**os.environ, "TMPDIR": str(scratch)}, timeout=120,
+                              cwd=HERE.parents[2])
         print(proc.stdout.decode().strip() or proc.stderr.decode()[-300:], flush=True)
+    print(json.dumps({"cuda_writes": cuda_writes()}), flush=True)
     return 0
+
+
+def cuda_writes() -> list[str] | str:
+    """What CUDA's initialisation opens to write under /proc and /dev, /proc and /dev writable (strace -f)."""
+    strace = shutil.which("strace")
+    if strace is None:
+        return "strace not installed"
+    scratch = Path(tempfile.mkdtemp())
+    trace = scratch / "trace"
+    subprocess.run([strace, "-f", "-e", "trace=open,openat,openat2", "-o", str(trace), sys.executable, str(HERE),
+                    "child", "ll_proc", str(scratch)], capture_output=True, env={**os.environ, "TMPDIR": str(scratch)},
+                   timeout=300)
+    found = set()
+    for line in trace.read_text(errors="replace").splitlines():
+        path = re.search(r'"(/(?:proc|dev)/[^"]*)"', line)
+        if path and re.search(r"O_WRONLY|O_RDWR", line) and "= -1" not in line:
+            found.add(re.sub(r"/proc/\d+", "/proc/PID", path.group(1)))
+    return sorted(found)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 1. judge: run under the namespace launcher (PID + mount namespace, as the judge is): CUDA works as process 1,
    a tensor shared by CUDA IPC (legacy handles, as cases.py shares them) opens in a sandboxed child side.
 2. side: Landlock + seccomp entered before torch is imported; CUDA init, the IPC tensor, a Triton kernel
-   compiled into the scratch cache, CUDA events; writes outside scratch and signals to the judge refused.
+   compiled into the scratch cache, CUDA events; writes outside scratch, signals to the judge and reading a run's
+   state.json refused, /dev/shm writable (the judge's namespace's own).
 3. ncu: Nsight Compute profiles a sandboxed target (the audit's case).
 Prints one JSON line per check.
 """
@@ -57,13 +58,23 @@ def side(scratch: str) -> dict:
     out["event_us"] = start.elapsed_time(end) * 1000
     out["triton_cache_files"] = sum(1 for _ in Path(scratch, "triton").rglob("*"))
     for what, target in (("write_outside", lambda: open(os.environ.get("PROBE_OUTSIDE", "/tmp/x"), "w")),
-                         ("signal_judge", lambda: os.kill(os.getppid(), 0))):
+                         ("signal_judge", lambda: os.kill(os.getppid(), 0)),
+                         ("read_records", lambda: open(os.environ["PROBE_RECORDS"]).read()),
+                         ("shm_write", lambda: open(f"/dev/shm/kp-probe-{os.getpid()}", "w"))):
         try:
             target()
             out[what] = "allowed"
         except OSError as exc:
             out[what] = f"refused: {exc.strerror}"
     return out
+
+
+def records(scratch: Path) -> dict[str, str]:
+    """A run folder with a state.json, hidden from the sandboxed process as a run's records are; under $HOME, where
+    a kpremote root lies (a hidden folder in /tmp would hide what ncu writes to /tmp once the target has started)."""
+    run = Path(tempfile.mkdtemp(prefix=".kp-probe-run-", dir=Path.home()))
+    (run / "state.json").write_text("{}")
+    return {**sandbox.reads_env(run, []), "PROBE_RECORDS": str(run / "state.json")}
 
 
 def judge(out_dir: str) -> dict:
@@ -74,7 +85,8 @@ def judge(out_dir: str) -> dict:
     t = torch.arange(1000, device="cuda", dtype=torch.float32)
     payload = pickle.dumps(reduce_tensor(t))
     scratch = sandbox.make_scratch(Path(tempfile.mkdtemp(prefix="kp-probe-")))
-    env = {**os.environ, **sandbox.scratch_env(scratch), "PROBE_OUTSIDE": str(Path(out_dir) / "planted.txt")}
+    env = {**os.environ, **sandbox.scratch_env(scratch), **records(scratch),
+           "PROBE_OUTSIDE": str(Path(out_dir) / "planted.txt")}
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, str(HERE), "side", str(scratch)], input=payload, capture_output=True,
                           env=env, timeout=300)
@@ -113,7 +125,7 @@ def main(argv: list[str]) -> int:
     scratch = sandbox.make_scratch(Path(tempfile.mkdtemp(prefix="kp-ncu-")))
     ncu = os.environ.get("NCU", "ncu")
     report = Path(out_dir) / "probe"
-    env = {**os.environ, **sandbox.scratch_env(scratch)}
+    env = {**os.environ, **sandbox.scratch_env(scratch), **records(scratch)}
     started = time.perf_counter()
     run = subprocess.run([ncu, "--target-processes", "all", "--clock-control", "none", "-f", "-o", str(report),
                           sys.executable, str(HERE), "ncuside", str(scratch)], capture_output=True, env=env,

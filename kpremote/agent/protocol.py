@@ -16,6 +16,7 @@ Standard library only: it is shipped with the agent and the client imports it to
        ├── UnusablePython        kind "unusable_python", exit 1   no torch, or no CUDA build of it
        ├── TaskRefused           kind "task_refused",    exit 2   the synced task breaks its contract; no run record
        ├── StartCancelled        kind "cancelled",       exit 8   cancelled, or its client left, before the runner began
+       ├── SummaryUnverified     kind "summary_unverified", exit 9  a summary its runner's sealed record does not vouch for
        └── SyncError             kind "sync",            exit 1   a refused or broken sync stream; nothing applied
 
   (A workspace that is not what the client remembered is not an error: `start --sync` answers the listing with
@@ -63,6 +64,8 @@ class ExitCode(IntEnum):
     """`start --sync` found the workspace not as the client remembered: stdout lists what it holds."""
     CANCELLED_BEFORE_START = 8
     """`start` was cancelled (or its client went away) before its runner began: no run, no lease."""
+    SUMMARY_UNVERIFIED = 9
+    """`pack-summary` found a summary its runner's sealed record does not vouch for (agent/run/records.py): not sent."""
     AGENT_MISSING = 97
     """BOOT found no complete ROOT/agent/HASH: ship the agent, then call again."""
     NO_PYTHON = 127
@@ -140,6 +143,13 @@ class StartCancelled(AgentError):
 
     kind = "cancelled"
     exit_code = ExitCode.CANCELLED_BEFORE_START
+
+
+class SummaryUnverified(AgentError):
+    """A run's summary that this host's sealed record (the MAC in state.json and the index) does not vouch for."""
+
+    kind = "summary_unverified"
+    exit_code = ExitCode.SUMMARY_UNVERIFIED
 
 
 class SyncError(AgentError):
@@ -419,8 +429,14 @@ class RowVerdict(Record):
     pairs_pointing: int | None = None  # process pairs that read the change on their own (a change of several pairs)
     pairs_needed: int | None = None
     held: str | None = None  # the change the pooled samples alone called, where too few pairs read it so
+    # Where the audit cannot see a forge of the candidate's window as large as 5 % (audit.FORGE_VISIBLE_PCT): the
+    # largest share (%) a forge could take off and still pass the audit's floor. A FASTER row with it is unverified.
+    forge_blind_spot_pct: float | None = None
     extra: dict[str, Any] = _kept_fields()
     absent: frozenset[str] = _absent_fields()
+
+
+UNVERIFIED_FASTER = "FASTER (unverified)"  # a FASTER row whose audit cannot see a 5 % forge (forge_blind_spot_pct)
 
 
 @dataclass
@@ -458,7 +474,17 @@ class RowResult(Record):
 
     @property
     def verdict_word(self) -> str | None:
-        return self.verdict.verdict if self.verdict else None
+        """FASTER / SAME / SLOWER, or FASTER (unverified) where the audit could not have seen a forge of 5 %."""
+        word = self.verdict.verdict if self.verdict else None
+        return UNVERIFIED_FASTER if word == "FASTER" and self.verdict.forge_blind_spot_pct else word
+
+    @property
+    def unverified(self) -> str | None:
+        """Why a FASTER row is unverified, in words (results.md and the run view say it so)."""
+        if self.verdict_word != UNVERIFIED_FASTER:
+            return None
+        return (f"FASTER — unverified: the audit cannot see a forge under {self.verdict.forge_blind_spot_pct:.0f} % "
+                f"on this row")
 
 
 @dataclass

@@ -28,6 +28,12 @@ def skill_folder(target: str) -> Path:
     if target in AGENT_FOLDERS:
         return Path.home() / AGENT_FOLDERS[target] / NAME
     folder = Path(target).expanduser()
+    if "/" not in target and not target.startswith((".", "~")) and not folder.is_dir():  # a bare word: a typo?
+        import difflib
+
+        close = difflib.get_close_matches(target, list(AGENT_FOLDERS), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise KpremoteError(f"--for {target}: not claude or codex — {hint}(a new folder: --for ./{target})")
     if folder.exists() and not folder.is_dir():
         raise KpremoteError(f"--for {target}: not a folder")
     return folder

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import select
+import signal
 import subprocess
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 from .base import ChannelCounter, Command, Completed, Transport
 from .errors import HostError
@@ -34,18 +36,15 @@ class LocalTransport(Transport):
         reader = _drain_in_background(proc.stderr, output.stderr)
         deadline = command.deadline()
         try:
-            while chunk := os.read(proc.stdout.fileno(), 65536):
-                output.stdout(chunk)
-                if deadline is not None and time.monotonic() > deadline:
-                    proc.kill()
-                    break
+            if not _read_until(proc.stdout.fileno(), output.stdout, deadline):
+                _kill_session(proc)  # past its timeout, printing or silent
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             code = proc.wait(timeout=remaining)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            _kill_session(proc)
             code = proc.wait()
         except BaseException:
-            proc.kill()
+            _kill_session(proc)
             proc.wait()
             raise
         finally:
@@ -53,6 +52,30 @@ class LocalTransport(Transport):
             reader.join(timeout=5)
             proc.stdout.close()
         return output.completed(code)
+
+
+def _read_until(fd: int, sink: Callable[[bytes], None], deadline: Optional[float]) -> bool:
+    """Hand what fd gives to sink until its end (True) or the deadline (False), whether or not anything comes: a
+    command that prints nothing is held to its timeout too."""
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return False
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return True
+        sink(chunk)
+
+
+def _kill_session(proc: subprocess.Popen) -> None:
+    """The command and whatever it started (its own session: start_new_session), killed."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
 
 
 def _drain_in_background(stream, sink: Callable[[bytes], None]):

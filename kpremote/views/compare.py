@@ -12,6 +12,7 @@ from ..agent.protocol import TASK_LABELS
 from ..history import commit_label
 from .layout import Column, fitted_table
 from .results import VERDICT_STYLE, number
+from .terminal import Unbroken
 
 
 def _ratio(value: Optional[float]) -> str:
@@ -43,12 +44,13 @@ def _verdict(value: Optional[str]) -> Text:
 def compare_view(document: dict[str, Any], width: int) -> Group:
     rows = document["rows"]
     parts: list[Any] = [Text(f"{document['task']}: new run against base run, row by row", style="bold"),
-                        _run_line("base", document["base"]), _run_line("new ", document["new"])]
+                        Unbroken(_run_line("base", document["base"])), Unbroken(_run_line("new ", document["new"]))]
     if document.get("smoke"):
         parts.append(Text("smoke: timings are not meaningful, and neither are their changes", style="bold yellow"))
     for run in document.get("skipped") or []:
+        why = f"not verified: {run['record']}" if run.get("record") else f"nothing to compare: {run['why']}"
         parts.append(Text.assemble(("skipped ", "yellow"), (run["run_id"], "cyan"),
-                                   (f" ({run['host']}): nothing to compare: {run['why']}", "yellow")))
+                                   (f" ({run['host']}): {why}", "bold red" if run.get("record") else "yellow")))
 
     def side(entry: dict[str, Any], which: str, key: str) -> Any:
         return (entry.get(which) or {}).get(key)
@@ -113,6 +115,8 @@ def history_view(document: dict[str, Any], width: int) -> Group:
         return Group(*parts)
 
     def headline(entry: dict[str, Any]) -> str:
+        if entry.get("record"):
+            return "NOT VERIFIED"
         if not entry.get("geomean"):
             return "–"
         interval = f" ({entry['low']:.3f}–{entry['high']:.3f})" if entry.get("low") and entry.get("high") else ""
@@ -131,8 +135,10 @@ def history_view(document: dict[str, Any], width: int) -> Group:
         Column("headline", [headline(e) for e in runs], whole=True),
     ]
     parts.append(fitted_table(columns, width))
+    parts += [Text.assemble((e["run_id"], "cyan"), (f": not verified: {e['record']}", "bold red"))
+              for e in runs if e.get("record")]
     if document.get("plot"):
-        parts.append(Text(f"plot: {document['plot']}"))
+        parts.append(Unbroken(f"plot: {document['plot']}"))  # a path to open: whole at any width
     elif document.get("plot_note"):
         parts.append(Text(document["plot_note"], style="yellow"))
     return Group(*parts)

@@ -22,7 +22,8 @@ def hosts_view(hosts: Iterable[Host], infos: Optional[dict[str, HostInfo]] = Non
     hosts = list(hosts)
     checking = infos is not None
     # Listing, the inventory is the point; checking, what each host has is: then the inventory's columns go first
-    # (groups, container, address, arch), then the sandbox and the rarer packages, torch, triton, nvidia-ml-py last.
+    # (groups, container, address, arch), then the rarer packages, hostname, python, nvidia-ml-py, triton, torch, and
+    # the sandbox last: whether a run's sides can be sandboxed there decides what its numbers are worth.
     columns = [Column("host", [h.name for h in hosts], whole=True),
                Column("address", [h.address for h in hosts], whole=True, drop=3 if checking else 0),
                Column("arch", [h.arch for h in hosts], whole=True, drop=4 if checking else 0),
@@ -35,10 +36,10 @@ def hosts_view(hosts: Iterable[Host], infos: Optional[dict[str, HostInfo]] = Non
                                             for i in checked], whole=True))
         if any(i.slurm is not None or h.is_cluster for h, i in zip(hosts, checked)):
             columns.append(Column("slurm", [_slurm_cell(h, i) for h, i in zip(hosts, checked)], whole=True))
-        for header, attribute, drop in (("hostname", "hostname", 8), ("python", "python", 9), ("torch", "torch", 12),
-                                        ("triton", "triton", 11), ("nvidia-ml-py", "pynvml", 10),
-                                        ("tvm-ffi", "tvm_ffi", 7), ("cutlass-dsl", "cutlass_dsl", 6),
-                                        ("sandbox", "sandbox", 5)):
+        for header, attribute, drop in (("hostname", "hostname", 7), ("python", "python", 8), ("torch", "torch", 11),
+                                        ("triton", "triton", 10), ("nvidia-ml-py", "pynvml", 9),
+                                        ("tvm-ffi", "tvm_ffi", 5), ("cutlass-dsl", "cutlass_dsl", 6),
+                                        ("sandbox", "sandbox", 12)):
             missing = "?" if attribute in ("hostname", "python") else "missing"
             columns.append(Column(header, [(getattr(i, attribute) or missing) if i.reachable else "" for i in checked],
                                   drop=drop))

@@ -10,13 +10,13 @@ from typing import Any, Optional
 from rich.console import Group
 from rich.text import Text
 
-from ..agent.protocol import TASK_LABELS, Headline, RowResult, RunResults
+from ..agent.protocol import TASK_LABELS, UNVERIFIED_FASTER, Headline, RowResult, RunResults
 from . import terminal
 from .layout import Column, fitted_table
 
 STATUS_STYLE = {"PASSED": "green", "INCORRECT": "red", "ERROR": "red", "TIMEOUT": "red", "SKIPPED": "yellow",
                 "INVALID": "red", "NOT CHECKED": "yellow"}
-VERDICT_STYLE = {"FASTER": "green", "SAME": "", "SLOWER": "red"}
+VERDICT_STYLE = {"FASTER": "green", UNVERIFIED_FASTER: "yellow", "SAME": "", "SLOWER": "red"}
 # Row keys that describe the workload rather than its shape (as the agent's results.md leaves them out).
 NOT_SHAPE = {"id", "production", "preset", "atol", "rtol", "seed", "note", "notes", "function", "source", "smoke"}
 
@@ -96,8 +96,8 @@ def _banner(results: RunResults) -> list[Text]:
     if where or device:
         run = f", run {results.run_id}" if results.run_id else ""
         lines.append(Text(f"{where or '?'}, {device or '?'}{run}", style="dim"))
-    if results.message:
-        lines.append(Text(str(results.message), style="red"))
+    if results.message:  # a command it names (the failed build's log: inv fetch-results ...) on a line of its own
+        lines += terminal.error_lines(str(results.message))
     return lines
 
 
@@ -125,7 +125,7 @@ def _notes(rows: list[RowResult]) -> list[Text]:
     notes = []
     for row in rows:
         held = f"SAME: {row.verdict.held}" if row.verdict and row.verdict.held else None
-        parts = [str(p) for p in (row.message, row.invalid, row.implausible, row.audit, held)
+        parts = [str(p) for p in (row.message, row.invalid, row.implausible, row.audit, held, row.unverified)
                  if p and not isinstance(p, (dict, list))]
         where = task_frame((row.correctness or {}).get("traceback") or row.extra.get("traceback"))
         if where and parts:

@@ -1,5 +1,5 @@
 """`inv status`: runs by host and task, a table each, run ids whole, the newest SHOWN of each unless all are asked
-for; a host that could not be asked shows its error on a line of its own."""
+for; why a run failed or ended in error, and a host that could not be asked, each on a line of its own."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ def runs_view(answers: list[dict], shown: Optional[int] = SHOWN) -> Group:
             older = len(runs) - shown if shown is not None and len(runs) > shown else 0
             parts.append(Text.assemble((answer["host"], "bold"), " · ", (task, "bold")))
             parts.append(_runs_table(runs[older:]))
+            parts += _why_they_ended(runs[older:])
             if older:
                 parts.append(Text(f"  and {older} older run(s) of {task} (inv status --all lists them)", style="dim"))
     return Group(*parts)
@@ -54,8 +55,6 @@ def _runs_table(runs: list[dict]) -> Table:
         workload = run.get("workload") or {}
         if run.get("phase") == "workload" and workload.get("n") and run.get("status") == "running":
             return f"workload {workload.get('i')}/{workload['n']}"
-        if run.get("phase") == "done" and run.get("status") in ("error", "failed") and run.get("message"):
-            return run["message"]  # why it ended (a refused submit, Slurm's time limit, ...): not just "done"
         if run.get("status") in TERMINAL and run.get("phase") not in (None, "done"):
             return f"ended in: {run['phase']}"  # a cancelled wait is over: it no longer waits for a GPU
         return run.get("phase") or ""
@@ -71,6 +70,13 @@ def _runs_table(runs: list[dict]) -> Table:
         Column("headline", [headline(run) for run in runs], whole=True),
     ]
     return fitted_table(columns, terminal.console.width - 2)
+
+
+def _why_they_ended(runs: list[dict]) -> list[Text]:
+    """Why each run that failed or ended in error ended (an INCORRECT row, a refused submit, Slurm's time limit...),
+    on a line of its own under the table: it is never a column that a narrow terminal drops."""
+    return [Text.assemble("  ", (str(run.get("run_id", "?")), "bold"), ": ", (str(run["message"]), "red"))
+            for run in runs if run.get("status") in ("error", "failed") and run.get("message")]
 
 
 def _created(run_id: Any) -> Optional[str]:

@@ -6,14 +6,25 @@ replaces both (--no-color)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Union
 
 from rich.console import Console, ConsoleOptions
 from rich.control import strip_control_codes
 from rich.segment import Segment
 from rich.text import Text
 
-console = Console()
+
+
+class StdoutConsole(Console):
+    """stdout's console: a reader that left (`inv status | head -1`) ends the command as every print to stdout does
+    (commandline.py: quietly, exit 141), not with rich's own exit 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+console = StdoutConsole()
 errors = Console(stderr=True)
 
 
@@ -32,12 +43,15 @@ class Unbroken:
     """A line printed whole, never wrapped or cut, however narrow the terminal (the terminal may fold it; a copy of it
     is still one command): a `trust-host` command, for one. Print views holding one with show()."""
 
-    def __init__(self, text: str, style: Optional[str] = None) -> None:
-        self.text = strip_control_codes(text)
-        self.style = style
+    def __init__(self, text: Union[str, Text], style: Optional[str] = None) -> None:
+        self.text = text.copy() if isinstance(text, Text) else Text(strip_control_codes(text))
+        if isinstance(text, Text):
+            self.text.plain = strip_control_codes(self.text.plain)
+        if style:
+            self.text.stylize(style)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
-        yield Segment(self.text, console.get_style(self.style) if self.style else None)
+        yield from self.text.render(console)
         yield Segment.line()
 
 
@@ -92,6 +106,6 @@ def plain_output() -> None:
     """--no-color: plain text, no escape codes at all, on both consoles (NO_COLOR in the environment takes the colors
     away and keeps bold and dim, as no-color.org asks)."""
     global console, errors
-    console = Console(color_system=None)
+    console = StdoutConsole(color_system=None)
     errors = Console(stderr=True, color_system=None)
 

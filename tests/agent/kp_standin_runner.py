@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from kpremote.agent.run.events import EventLog
+from kpremote.agent.run.records import seal_summary
 from kpremote.agent.run.runstate import update_state
 
 
@@ -44,7 +45,7 @@ def main() -> int:
     if plan.get("die"):
         os._exit(1)
     _write_summary(run_dir)
-    update_state(run_dir, status=plan.get("final", "passed"), phase="done")
+    update_state(run_dir, status=plan.get("final", "passed"), phase="done", **seal_summary(run_dir))
     return 0
 
 
@@ -68,6 +69,7 @@ def _record_what_we_got(run_dir: Path, args: argparse.Namespace) -> None:
 
 
 def _write_summary(run_dir: Path) -> None:
+    """A summary as the runner leaves it; main seals it as the runner does (records.seal_summary)."""
     summary = run_dir / "summary"
     (summary / "plots").mkdir(parents=True, exist_ok=True)
     (summary / "results.json").write_text('{"headline": 1.0}')

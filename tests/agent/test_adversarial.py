@@ -79,6 +79,11 @@ def test_the_run_goes_on_after_bad_rows_and_fails(adversarial_run: tuple[Path, i
     head = results_of(run_dir)["headline"]  # no speedup claimed over a run with failed production rows
     assert head["geomean"] is None and (head["n"], head["of"]) == (0, 12)
     assert head["note"].startswith("withheld: writes_nan INCORRECT, partial_write INCORRECT")
+    # why it failed, where `inv status` and `inv run --json`'s `error` read it (state.json's message)
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state["status"] == "failed" and state["message"].startswith(
+        "11 of 12 row(s) not passed: writes_nan INCORRECT, partial_write INCORRECT, wrong_shape INCORRECT and 8 more"
+        " — writes_nan: "), state["message"]
 
 
 def test_a_candidate_that_changes_behaviour_once_timed_is_incorrect(adversarial_run: tuple[Path, int]) -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -309,6 +310,27 @@ def test_pack_summary_emits_only_summary_files(root, workspace, started, agent_e
         members = {m.name: m.type for m in tar.getmembers()}
         assert tar.extractfile("results.json").read() == b'{"headline": 1.0}'
     assert members == {"plots": tarfile.DIRTYPE, "plots/speedup.txt": tarfile.REGTYPE, "results.json": tarfile.REGTYPE}
+
+
+def test_pack_summary_sends_nothing_its_runners_seal_does_not_vouch_for(root, workspace, started, agent_env, python):
+    """The runner sealed results.json (its sha256 and MAC in state.json and ROOT/index/T.jsonl): a rewrite of the file
+    and of state.json's hash beside it, by a later process without the host's key, sends nothing (exit 9)."""
+    result = started()
+    follow_to_end(root, result["run_id"])
+    run_dir = Path(result["run_dir"])
+    state = json.loads((run_dir / "state.json").read_text())
+    assert len(state["summary_mac"]) == 64 and oct((root / "keys" / "records.key").stat().st_mode & 0o777) == "0o600"
+    [sealed] = [json.loads(line) for line in (root / "index" / f"{TASK}.jsonl").read_text().splitlines()]
+    assert (sealed["run_id"], sealed["summary_mac"]) == (result["run_id"], state["summary_mac"])
+    (run_dir / "summary" / "results.json").write_bytes(b'{"headline": 2.5}')
+    (run_dir / "state.json").write_text(json.dumps({**state, "summary_sha256": hashlib.sha256(b'{"headline": 2.5}')
+                                                    .hexdigest()}))
+    done = subprocess.run([python, "-m", "kpremote.agent", "pack-summary", "--task", TASK, "--run", result["run_id"],
+                           "--root", str(root)], env=agent_env, capture_output=True, timeout=60)
+    assert done.returncode == 9 and done.stdout == b"", done.stderr
+    assert done.stderr.decode().strip().splitlines()[-1] == (
+        f"kpremote agent pack-summary: run {result['run_id']} of {TASK}: the summary MAC in its state.json does not "
+        "verify with this host's key; its summary is not sent")
 
 
 def test_follow_with_summary_sends_the_summary_tar_after_the_end_line_and_none_when_cancelled(

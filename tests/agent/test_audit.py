@@ -182,6 +182,8 @@ def test_the_runner_hook_audits_both_sides_and_names_the_one_that_disagrees(task
     assert (answer["agree"], answer["side"], answer["harness_us"], answer["ncu_us"]) == (False, "candidate", 5.0, 12.0)
     assert answer["sides"]["baseline"]["agree"] is True and answer["cache_control"] == "none"
     assert answer["status"] == {"baseline": "audited", "candidate": "audited"}
+    # the honest sides' audited calls (this first time really made) match the expected output
+    assert [answer["outputs"][side]["ok"] for side in ("baseline", "candidate")] == [True, True]
     report = json.loads((tmp_path / "run" / "audit" / "candidate-prod_r4_c64.ncu-rep").read_text())
     assert ("--cache-control", "none") in zip(report["argv"], report["argv"][1:])  # graph replays run warm
     honest = audit.audit_row({**request, "mode": "cold", "harness_us": {"baseline": 13.4, "candidate": 13.1}})
@@ -218,6 +220,12 @@ def test_a_cold_floor_starts_from_this_runs_empty_window(task: Path, tmp_path: P
     assert "at least 12.88 µs" in derived["note"]
     honest = audit.audit_row({**request, "empty_window_us": 1.7, "harness_us": {"baseline": 13.4, "candidate": 13.0}})
     assert honest["agree"] is True
+    # a forge of more than (13.0 - 12.88) / 13.0 = 0.9 % of this window would fall under the floor
+    assert honest["forge_blind_spot_pct"] == 0.9 and audit.unverified_share(honest) is None
+    far = audit.audit_row({**request, "empty_window_us": 1.7, "harness_us": {"baseline": 16.0, "candidate": 15.0}})
+    assert far["forge_blind_spot_pct"] == pytest.approx(14.1)
+    assert audit.unverified_share(far) == far["forge_blind_spot_pct"]
+    assert derived["forge_blind_spot_pct"] is None  # a window under the floor is INVALID, not unverified
     # a GPU whose empty call costs less has a lower floor: 12 + 1.2 - 0.7 - 0.12 = 12.38 us
     cheaper = audit.audit_row({**request, "empty_window_us": 1.2})
     assert cheaper["agree"] is True and cheaper["tolerance"] == pytest.approx(0.38)
@@ -241,3 +249,136 @@ def test_the_audit_is_given_the_least_empty_window_the_probe_read() -> None:
     assert given({"empty_window": {"min_us": 1.248, "median_us": 1.92, "p10_us": 1.44, "p90_us": 2.848}}) == 1.248
     assert given({"empty_window": {"median_us": 1.92}}) is None  # no minimum recorded: the fixed floor, said so
     assert given({}) is None and given(None) is None
+
+
+# A candidate that recognises the audit by its parent (ncu) and then does only half of the work.
+HALF_THE_WORK_UNDER_NCU = """
+import os as _os
+import sys as _sys
+
+_honest = rmsnorm
+
+
+def rmsnorm(x, weight, out, eps):
+    _honest(x, weight, out, eps)
+    with open(f"/proc/{_os.getppid()}/cmdline", "rb") as parent:
+        measured = b"ncu" in parent.read()
+    if measured:  # under the profiler: the first half of the rows only
+        out[out.shape[0] // 2:].zero_()
+    print("seen:", repr(_sys.argv), _os.getcwd(), sorted(k for k in _os.environ if k.startswith("KPREMOTE_")),
+          file=_sys.stderr, flush=True)
+"""
+
+
+def test_a_candidate_that_does_less_work_under_ncu_is_caught_by_its_outputs(task: Path, tmp_path: Path) -> None:
+    candidate = task / "solution" / "kernel.py"
+    candidate.write_text(candidate.read_text() + HALF_THE_WORK_UNDER_NCU)
+    measured = raw_csv(tmp_path / "launches.csv", [12000] * audit.AUDIT_CALLS)
+    run = tmp_path / "run"
+    answer = audit.audit_row({"task_dir": str(task), "run_dir": str(run), "workload": "prod_r4_c64", "mode": "cold",
+                              "harness_us": {"baseline": 13.4, "candidate": 13.1}, "device": "cpu", "modules": {},
+                              "env": cpu_env(tmp_path, KPREMOTE_FAKE_NCU_RAW=str(measured))})
+    assert answer["agree"] is True  # the times agree: only what the calls wrote tells
+    assert answer["outputs"]["baseline"] == {"ok": True, "status": "PASSED",
+                                             "message": "the baseline's 5 audited calls match the expected output"}
+    found = answer["outputs"]["candidate"]
+    assert found["ok"] is False and found["status"] == "INCORRECT"
+    assert found["message"].startswith("the candidate's audited calls do not match the expected output: candidate "
+                                       "output 'out' is wrong: first mismatch at [2, 0]")
+    # started as a timed side is, its job on standard input: nothing in its command line or folder says "audit"
+    log = (run / "raw" / "audit" / "candidate-prod_r4_c64.log").read_text()
+    seen = next(line for line in log.splitlines() if line.startswith("seen:")).replace(str(REPO), "<repo>")
+    assert "'--fd', '0', '--side', 'candidate', '--run-dir', " in seen and "audit" not in seen
+    assert "KPREMOTE_SCRATCH" in seen
+    # the row's cases and results leave the scratch folders with it
+    assert not [p.name for side in ("baseline", "candidate") for p in (run / "raw" / "scratch" / side).glob("*.pt")]
+
+
+def test_the_audited_results_are_judged_by_the_harness_rule(task: Path, tmp_path: Path) -> None:
+    """auditcases.check in this process, on results written here: the reference decides, a wrong baseline voids."""
+    import torch
+
+    from kpremote.agent.ncu import auditcases
+
+    secret, count = bytes(range(32)), 3
+    request = {"task_dir": str(task), "workload": "prod_r3_c100", "device": "cpu", "secret": secret.hex(),
+               "count": count}
+    auditcases.make({**request, "inputs": {"candidate": str(tmp_path / "cases.pt")}})
+    made = torch.load(tmp_path / "cases.pt", weights_only=True)["cases"]
+    assert len(made) == count and not torch.equal(made[1]["inputs"]["x"], made[2]["inputs"]["x"])  # a case a call
+
+    def results(side: str, spoil: int | None = None) -> str:
+        out = []
+        for k, case in enumerate(made[1:], start=1):
+            x, w = case["inputs"]["x"].double(), case["inputs"]["weight"].double()
+            value = (x * torch.rsqrt(x.pow(2).mean(dim=1, keepdim=True) + 1e-6) * w).float()
+            out.append({"out": value * 0 if k == spoil else value})
+        torch.save(out, tmp_path / f"{side}.pt")
+        return str(tmp_path / f"{side}.pt")
+
+    def check(**given: str) -> dict:
+        return auditcases.check({**request, "results": given})
+
+    honest = check(baseline=results("baseline"), candidate=results("candidate"))
+    assert [honest[s]["ok"] for s in ("baseline", "candidate")] == [True, True]
+    spoiled = check(baseline=results("baseline"), candidate=results("candidate", spoil=2))
+    assert spoiled["candidate"]["ok"] is False and "(audited call 2 (seed " in spoiled["candidate"]["message"]
+    wrong_baseline = check(baseline=results("baseline", spoil=1), candidate=results("candidate"))
+    assert (wrong_baseline["baseline"]["ok"], wrong_baseline["baseline"]["status"]) == (False, "ERROR")
+    assert "baseline output 'out' disagrees with the reference" in wrong_baseline["baseline"]["message"]
+    assert wrong_baseline["candidate"] == {"ok": None, "status": None,
+                                           "message": "not checked: the baseline's audited calls are wrong"}
+    (tmp_path / "garbage.pt").write_bytes(b"not a pickle")
+    unreadable = check(baseline=results("baseline"), candidate=str(tmp_path / "garbage.pt"))
+    assert unreadable["candidate"]["ok"] is None and "cannot be read" in unreadable["candidate"]["message"]
+    torch.save([{"other": torch.zeros(1)}] * (count - 1), tmp_path / "renamed.pt")
+    renamed = check(baseline=results("baseline"), candidate=str(tmp_path / "renamed.pt"))
+    assert renamed["candidate"]["ok"] is False and "output 'out' is missing" in renamed["candidate"]["message"]
+    # the cases made again must be those the audited processes got (the baseline's copy): else nothing is judged
+    given = {"baseline": results("baseline"), "candidate": results("candidate", spoil=2)}
+    same = auditcases.check({**request, "results": given, "inputs": {"baseline": str(tmp_path / "cases.pt")}})
+    assert same["candidate"]["ok"] is False
+    auditcases.make({**request, "secret": bytes(32).hex(), "inputs": {"baseline": str(tmp_path / "other.pt")}})
+    other = auditcases.check({**request, "results": given, "inputs": {"baseline": str(tmp_path / "other.pt")}})
+    assert {side: verdict["ok"] for side, verdict in other.items()} == {"baseline": None, "candidate": None}
+    assert "make_case gave other inputs for the same seed" in other["candidate"]["message"]
+
+
+def test_the_runner_makes_a_row_whose_audited_calls_computed_something_else_incorrect() -> None:
+    from kpremote.agent.run.runner import _judge_audited_outputs
+
+    def row(**outputs: dict) -> dict:
+        judged = {"status": "PASSED", "speedup": 1.3, "invalid": None, "audit": {"agree": True, "outputs": outputs}}
+        _judge_audited_outputs(judged)
+        return judged
+
+    ok = {"ok": True, "message": "match"}
+    assert row(baseline=ok, candidate=ok)["status"] == "PASSED"
+    wrong = row(baseline=ok, candidate={"ok": False, "message": "the candidate's audited calls do not match ..."})
+    assert (wrong["status"], wrong["speedup"]) == ("INCORRECT", None)
+    assert wrong["message"] == "audit: the candidate's audited calls do not match ..."
+    voided = row(baseline={"ok": False, "message": "the baseline's audited calls do not match ..."},
+                 candidate={"ok": None, "message": "not checked"})
+    assert voided["status"] == "PASSED" and voided["invalid"] == "audit: the baseline's audited calls do not match ..."
+    assert row(baseline=ok, candidate={"ok": None, "message": "not checked: ..."})["status"] == "PASSED"
+
+
+def test_the_blind_spot_is_how_much_of_the_window_a_forge_could_take_and_still_pass_the_floor() -> None:
+    # a 4 us window over a 2.4 us kernel with a floor of 0.5 us above it: a forge could take (4 - 2.9) / 4 = 27.5 %
+    assert audit.forge_blind_spot_pct(4.0, 2.4, 0.5) == pytest.approx(27.5)
+    assert audit.forge_blind_spot_pct(62.0, 61.5, 0.3) == pytest.approx(0.2 / 62 * 100)
+    assert audit.forge_blind_spot_pct(2.5, 2.4, 0.5) == 0.0  # under the floor: none (that row disagrees)
+    assert audit.unverified_share({"forge_blind_spot_pct": 5.0}) is None  # 5 % exactly is within the audit's reach
+    assert audit.unverified_share({"forge_blind_spot_pct": 5.1}) == 5.1
+    assert audit.unverified_share({"forge_blind_spot_pct": None}) is None and audit.unverified_share(None) is None
+
+
+def test_the_runner_puts_a_large_blind_spot_on_the_rows_verdict() -> None:
+    from kpremote.agent.run.runner import _mark_unverified
+
+    row = {"status": "PASSED", "verdict": {"verdict": "FASTER"}, "audit": {"forge_blind_spot_pct": 12.4}}
+    _mark_unverified(row, audit.unverified_share(row["audit"]))
+    assert row["verdict"] == {"verdict": "FASTER", "forge_blind_spot_pct": 12.4}
+    small = {"status": "PASSED", "verdict": {"verdict": "FASTER"}, "audit": {"forge_blind_spot_pct": 3.0}}
+    _mark_unverified(small, audit.unverified_share(small["audit"]))
+    assert small["verdict"] == {"verdict": "FASTER"}

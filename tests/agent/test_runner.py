@@ -24,6 +24,7 @@ import pytest
 from kpremote.agent import harness
 from kpremote.agent.task import build
 from kpremote.agent.run import guards, report, runner
+from kpremote.agent.harness import stats
 from kpremote.agent.harness.judge import TIMING_CASES_CPU
 from kpremote.agent.run.events import read_events
 from kpremote.agent.procfs import descendants
@@ -178,7 +179,7 @@ def test_results_json_carries_provenance_rows_and_headline(smoke_run: tuple[Path
         assert row["status"] == "PASSED" and row["correctness"]["seeds_checked"] == 2 + TIMING_CASES_CPU
         assert len(row["seeds"]["correctness"]) == 2 and len(row["seeds"]["timing"]) == TIMING_CASES_CPU
         seeds_used |= set(row["seeds"]["correctness"] + row["seeds"]["timing"])
-        assert row["verdict"]["verdict"] in ("FASTER", "SAME", "SLOWER")
+        assert row["verdict"]["verdict"] is None  # a smoke row's timings mean nothing: no word is said on them
         assert row["verdict"]["low"] <= row["speedup"] <= row["verdict"]["high"]
         assert row["checks"]["memory_isolation"] == "memfd" and row["checks"]["timing_cases"] == TIMING_CASES_CPU
         assert row["correctness"]["max_abs_err"]["out"] < 1e-5
@@ -492,10 +493,18 @@ def test_a_row_timed_by_several_process_pairs_pools_their_samples(tmp_path: Path
     pairs = row["timing"]["process_pairs"]
     assert len(pairs) == 2 and row["checks"]["process_pairs"] == 2
     assert row["timing"]["baseline"]["n"] == sum(p["n"] for p in pairs) == 2 * SMOKE_SAMPLES
-    # the judge hands each pair's medians to the verdict: a change is one only where both pairs read it so
-    assert all(p["candidate"] > p["baseline"] + 15_000 for p in pairs), pairs
-    assert (row["verdict"]["verdict"], row["verdict"]["pairs_pointing"], row["verdict"]["pairs_needed"]) == \
-        ("SLOWER", 2, 2)
+    assert all(p["candidate"] >= 20_000 for p in pairs), pairs  # a sleep is never shorter: no quiet machine needed
+    # the judge hands each pair's medians to the verdict: the record says how many pairs read the pooled change (a
+    # smoke row says no word: its verdict is null). What the pooled samples call is read from the record's own
+    # numbers, so a loaded machine that blurs the timings changes what is expected, never whether it holds.
+    verdict = row["verdict"]
+    pooled = stats.change_verdict(verdict["speedup"], verdict["low"], verdict["high"], noise=verdict["noise"])
+    assert verdict["verdict"] is None and "held" not in verdict
+    if pooled == stats.SAME:
+        assert "pairs_pointing" not in verdict and "pairs_needed" not in verdict, verdict
+    else:
+        pointing = stats.pairs_pointing([(p["baseline"], p["candidate"]) for p in pairs], pooled)
+        assert (verdict["pairs_pointing"], verdict["pairs_needed"]) == (pointing, 2), verdict
 
 
 GATED_PROBE = """
@@ -546,3 +555,25 @@ def test_a_gpu_runs_builds_import_torch_during_the_probe_and_no_task_code_before
     assert result["device"] == {"name": "stand-in probe"}
     assert all(side["ok"] for side in result["build"]["sides"].values()), result["build"]
     assert sorted(p.name for p in run_dir.rglob("imported-*")) == ["imported-build-baseline", "imported-build-candidate"]
+
+
+def test_a_candidate_that_prints_without_end_has_its_row_log_cut_and_results_md_says_so(tmp_path: Path) -> None:
+    from kpremote.agent.harness.rowlog import LOG_CAP_BYTES
+
+    task = copy_fixture(tmp_path)
+    kernel = task / "solution" / "kernel.py"
+    kernel.write_text(kernel.read_text().replace(
+        "def rmsnorm(x, weight, out, eps):\n",
+        "def rmsnorm(x, weight, out, eps):\n    import sys\n    sys.stdout.write('x' * (3 << 20))\n"
+        "    sys.stderr.write('y' * (3 << 20))\n"))
+    run_dir = tmp_path / "run"
+    done = run_agent(task, run_dir, "--workloads", "grid_r1_c33")
+    assert done.returncode == 0, done.stderr[-2000:]
+    log = run_dir / "raw" / "workloads" / "grid_r1_c33.log"
+    assert log.stat().st_size < LOG_CAP_BYTES + 1000  # not the tens of MB the calls printed
+    last = log.read_text(errors="replace").splitlines()[-1]
+    assert last.startswith("[kpremote: at least ") and "bytes of this row's output were dropped" in last, last
+    [row] = results_of(run_dir)["rows"]
+    assert row["status"] == "PASSED" and row["log_dropped_bytes"] > LOG_CAP_BYTES
+    md = (run_dir / "summary" / "results.md").read_text()
+    assert "`grid_r1_c33`: its output was cut: raw/workloads/grid_r1_c33.log keeps the first" in md

@@ -97,11 +97,239 @@ def test_a_sandboxed_process_cannot_signal_renice_or_repin_another(tmp_path: Pat
         victim.wait()
 
 
+LIBC_CALLS = textwrap.dedent('''
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    def syscall_errno(result):
+        return "allowed" if result >= 0 else os.strerror(ctypes.get_errno())
+    def capability_sets():
+        lines = open("/proc/self/status").read().splitlines()
+        return {line.split(":")[0]: int(line.split(":")[1], 16) for line in lines if line.startswith("Cap")}
+''')
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="what root loses: this test runs as root (CI does)")
+def test_a_sandboxed_root_process_holds_no_capability(tmp_path: Path) -> None:
+    """uid 0 stays, every capability goes: no reading another uid's private file, no chown, no setting the clock."""
+    private = tmp_path / "private"
+    private.write_text("another user's")
+    private.chmod(0o600)
+    os.chown(private, 4321, 4321)
+    code = TRY + LIBC_CALLS + textwrap.dedent('''
+        scratch = os.environ["KPREMOTE_SCRATCH"]
+        print(json.dumps({
+            "applied": applied, "uid": os.getuid(), "sets": capability_sets(),
+            "read_private": attempt(lambda: open(sys.argv[1]).read()),
+            "chown": attempt(lambda: os.chown(os.path.join(scratch, "tmp"), 4321, 4321)),
+            # settimeofday(NULL, NULL) changes nothing and still asks for CAP_SYS_TIME (glibc's wrapper needs a time)
+            "set_time": syscall_errno(libc.syscall(164 if os.uname().machine == "x86_64" else 170, None, None)),
+            "own_scratch": attempt(lambda: open(os.path.join(scratch, "tmp", "mine"), "w").write("x")),
+        }))
+    ''')
+    seen = sandboxed(code, tmp_path / "scratch", str(private))
+    assert seen["applied"].endswith("no capabilities") and seen["uid"] == 0, seen
+    assert set(seen["sets"]) == {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}
+    assert not any(seen["sets"].values()), seen["sets"]
+    assert seen["read_private"] == "Permission denied" and seen["chown"] == "Operation not permitted", seen
+    assert seen["set_time"] == "Operation not permitted" and seen["own_scratch"] == "allowed", seen
+    # the same calls outside the sandbox, as root: each is a capability's, not a mode's or the filter's
+    assert private.read_text() == "another user's"
+    from kpremote.agent.sandbox import privileges
+
+    assert privileges.holds_any(privileges.held())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="what root loses: this test runs as root (CI does)")
+def test_root_without_setpcap_still_ends_with_nothing_usable_and_says_what_it_kept() -> None:
+    """A container that withholds CAP_SETPCAP: the bounding set and securebits stay (said so in the row), nothing is
+    left permitted or effective, and under no_new_privs a root exec gains nothing back."""
+    code = textwrap.dedent('''
+        import ctypes, json, os, subprocess, sys
+        from kpremote.agent.sandbox import privileges as p
+        libc = ctypes.CDLL(None, use_errno=True)
+        header, data = p._Header(p.LINUX_CAPABILITY_VERSION_3, 0), (p._Data * 2)()
+        libc.capget(ctypes.byref(header), data)
+        data[0].effective &= ~(1 << 8); data[0].permitted &= ~(1 << 8)  # no CAP_SETPCAP
+        assert libc.capset(ctypes.byref(header), data) == 0
+        said = p.drop_all()
+        child = subprocess.run(["grep", "^Cap[EP]", "/proc/self/status"], capture_output=True, text=True).stdout
+        print(json.dumps({"said": said, "held": p.held(), "child": child}))
+    ''')
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=ENV)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["said"] == ("no capabilities (kept: securebits: Operation not permitted; bounding set: Operation not "
+                            "permitted)"), seen
+    assert seen["held"]["CapEff"] == seen["held"]["CapPrm"] == 0 and seen["held"]["CapBnd"] != 0
+    assert seen["child"].split() == ["CapPrm:", "0000000000000000", "CapEff:", "0000000000000000"], seen["child"]
+
+
+def test_a_sandboxed_process_cannot_change_the_host_but_still_works(tmp_path: Path) -> None:
+    """The seccomp filter's host calls (each below works for an ordinary user unfiltered); threads, processes and
+    the personality query still work."""
+    code = TRY + LIBC_CALLS + textwrap.dedent('''
+        import subprocess, threading
+        class Timex(ctypes.Structure):
+            _fields_ = [("modes", ctypes.c_uint), ("rest", ctypes.c_char * 204)]
+        ran = []
+        thread = threading.Thread(target=lambda: ran.append(True))
+        thread.start(); thread.join()
+        print(json.dumps({
+            "read_clock_adjustment": syscall_errno(libc.adjtimex(ctypes.byref(Timex(0)))),
+            "user_namespace": syscall_errno(libc.unshare(0x10000000)),
+            "session_keyring": syscall_errno(libc.syscall(250 if os.uname().machine == "x86_64" else 219, 0, -3, 0)),
+            "no_aslr": syscall_errno(libc.personality(0x0040000)),
+            "query_personality": syscall_errno(libc.personality(0xFFFFFFFF)),
+            "thread": ran == [True],
+            "subprocess": subprocess.run([sys.executable, "-c", "print(7)"], capture_output=True, text=True).stdout,
+        }))
+    ''')
+    seen = sandboxed(code, tmp_path / "scratch")
+    refused = ("read_clock_adjustment", "user_namespace", "session_keyring", "no_aslr")
+    assert all(seen[name] == "Operation not permitted" for name in refused), seen
+    assert seen["query_personality"] == "allowed" and seen["thread"] and seen["subprocess"] == "7\n", seen
+
+
 def test_off_says_unsandboxed_and_restricts_nothing(tmp_path: Path) -> None:
     outside = tmp_path / "outside.txt"
     code = TRY + "print(json.dumps({'applied': applied, 'write': attempt(lambda: open(sys.argv[1], 'w'))}))"
     seen = sandboxed(code, tmp_path / "scratch", str(outside), env={**ENV, sandbox.DISABLE_ENV: "off"})
     assert seen["applied"].startswith("unsandboxed") and seen["write"] == "allowed"
+
+
+def _run_tree(top: Path) -> Path:
+    """A kpremote root with a run in it: records, both sides' folders, another run, the keys; the run folder."""
+    run = top / "tasks" / "t" / "runs" / "r1"
+    for folder in ("task/t", "raw/scratch/candidate", "raw/scratch/baseline/tmp", "raw/build/candidate",
+                   "raw/build/baseline", "raw/workloads", "summary"):
+        (run / folder).mkdir(parents=True, exist_ok=True)
+    for name in ("state.json", "state.lock", "raw/events.jsonl", "raw/workloads/w.log", "task/t/adapter.py",
+                 "raw/build/candidate/kernel.py", "raw/build/baseline/kernel.py", "raw/scratch/baseline/tmp/x"):
+        (run / name).write_text("x")
+    for other in (top / "tasks" / "t" / "runs" / "r0", top / "keys", top / "agent"):
+        other.mkdir(parents=True)
+        (other / "file").write_text("x")
+    return run
+
+
+def test_readable_except_allows_everything_but_the_denied_trees_save_their_allowed_parts(tmp_path: Path) -> None:
+    from kpremote.agent.sandbox.landlock import readable_except
+
+    run = _run_tree(tmp_path)
+    denied, allowed = [run, tmp_path / "keys", tmp_path / "nowhere"], [run / "task" / "t", run / "raw" / "scratch" / "candidate"]
+    grants = readable_except(denied, allowed)
+    for path in [*allowed, tmp_path / "agent", tmp_path / "tasks" / "t" / "runs" / "r0", Path("/usr")]:
+        assert path in grants, path  # a sibling of an ancestor, or an allowed part, is allowed whole
+    for grant in grants:  # nothing granted is, lies in, or holds a denied tree, save the allowed parts
+        assert not any(grant == d or d in grant.parents or grant in d.parents for d in denied[:2]) or \
+            any(grant == a or a in grant.parents for a in allowed), grant
+    assert tmp_path not in grants and Path("/") not in grants  # an ancestor of a denied tree is walked, not allowed
+
+
+def test_a_sandboxed_process_cannot_read_its_runs_records_other_runs_or_the_keys(tmp_path: Path) -> None:
+    """reads_env as the judge sets it for the candidate: its task copy, scratch and build folder readable; the run's
+    state (even its lock, read-only, so no flock can stall the runner), events, workload logs, the other side's
+    folders' files, another run and the keys not; everything outside the root still is, and folders stay listable."""
+    run = _run_tree(tmp_path)
+    code = TRY + textwrap.dedent('''
+        import fcntl
+        run, top = sys.argv[1], sys.argv[2]
+        def read(path):
+            return attempt(lambda: open(os.path.join(run, path)).read())
+        seen = {name: read(name) for name in ("state.json", "state.lock", "raw/events.jsonl", "raw/workloads/w.log",
+                                             "raw/build/baseline/kernel.py", "task/t/adapter.py",
+                                             "raw/build/candidate/kernel.py")}
+        seen["flock"] = attempt(lambda: fcntl.flock(os.open(os.path.join(run, "state.lock"), os.O_RDONLY),
+                                                    fcntl.LOCK_EX | fcntl.LOCK_NB))
+        seen["other_scratch"] = read("raw/scratch/baseline/tmp/x")
+        seen["listing"] = attempt(lambda: os.listdir(run))  # names stay listable (a task folder holding its run)
+        seen["own_scratch"] = attempt(lambda: os.listdir(os.path.join(run, "raw", "scratch", "candidate")))
+        seen["other_run"] = attempt(lambda: open(os.path.join(top, "tasks", "t", "runs", "r0", "file")).read())
+        seen["keys"] = attempt(lambda: open(os.path.join(top, "keys", "file")).read())
+        seen["agent"] = attempt(lambda: open(os.path.join(top, "agent", "file")).read())
+        seen["etc"] = attempt(lambda: open("/etc/hostname").read())
+        print(json.dumps(seen))
+    ''')
+    env = {**ENV, **sandbox.side_reads(run, "candidate", run / "task" / "t")}
+    seen = sandboxed(code, run / "raw" / "scratch" / "candidate", str(run), str(tmp_path), env=env)
+    refused = ("state.json", "state.lock", "raw/events.jsonl", "raw/workloads/w.log", "raw/build/baseline/kernel.py",
+               "flock", "other_scratch", "other_run", "keys")
+    assert {name: seen[name] for name in refused} == {name: "Permission denied" for name in refused}, seen
+    allowed = ("task/t/adapter.py", "raw/build/candidate/kernel.py", "own_scratch", "agent", "etc", "listing")
+    assert {name: seen[name] for name in allowed} == {name: "allowed" for name in allowed}, seen
+
+
+def test_a_local_checks_side_reads_its_task_but_no_run_in_its_results(tmp_path: Path) -> None:
+    """`inv check` runs in the task folder's results/check/<id>: the task (its ancestor) stays readable, the runs
+    and fetched results beside it do not."""
+    task = tmp_path / "kernels" / "t"
+    run, fetched = task / "results" / "check" / "r1", task / "results" / "host" / "r0"
+    for folder in (run / "raw" / "scratch" / "candidate", fetched, task / "solution"):
+        folder.mkdir(parents=True)
+    (fetched / "results.json").write_text("{}")
+    (task / "solution" / "kernel.py").write_text("x")
+    code = TRY + textwrap.dedent('''
+        task, fetched = sys.argv[1], sys.argv[2]
+        print(json.dumps({"task": attempt(lambda: os.listdir(task)),
+                          "kernel": attempt(lambda: open(os.path.join(task, "solution", "kernel.py")).read()),
+                          "fetched": attempt(lambda: open(os.path.join(fetched, "results.json")).read())}))
+    ''')
+    seen = sandboxed(code, run / "raw" / "scratch" / "candidate", str(task), str(fetched),
+                     env={**ENV, **sandbox.side_reads(run, "candidate", task)})
+    assert seen == {"task": "allowed", "kernel": "allowed", "fetched": "Permission denied"}
+
+
+def test_a_sandboxed_process_writes_no_proc_file_but_its_own_and_no_node_but_the_gpus(tmp_path: Path) -> None:
+    """Its own /proc folder (a thread's name) and /dev/null stay writable; another process's /proc files, a sysctl,
+    /dev/kmsg and the host's /dev/shm do not; nor does its own child's /proc folder (it has no rule of its own).
+    core_pattern is opened to write its own value back: were the sandbox to fail, nothing would change."""
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    leftover = Path("/dev/shm") / f"kp-test-{os.getpid()}-{tmp_path.name}"
+    try:
+        code = TRY + textwrap.dedent('''
+            import subprocess
+            victim, leftover = sys.argv[1], sys.argv[2]
+            def write(path, text):
+                return attempt(lambda: open(path, "w").write(text))
+            core = open("/proc/sys/kernel/core_pattern").read()
+            child = subprocess.run([sys.executable, "-c", "open('/proc/self/comm', 'w').write('kp-child')"],
+                                   capture_output=True, text=True)
+            print(json.dumps({
+                "own_comm": write("/proc/self/comm", "kp-side"),
+                "thread_comm": write("/proc/thread-self/comm", "kp-side"),
+                "other_oom": write(f"/proc/{victim}/oom_score_adj", "0"),
+                "other_autogroup": write(f"/proc/{victim}/autogroup", "19"),
+                "other_clear_refs": write(f"/proc/{victim}/clear_refs", "1"),
+                "core_pattern": write("/proc/sys/kernel/core_pattern", core),
+                "kmsg": write("/dev/kmsg", "kpremote sandbox test\\n"),
+                "null": write("/dev/null", "x"),
+                "shm": write(leftover, "x"),
+                "child_comm": "Permission denied" if "PermissionError" in child.stderr else child.stderr or "allowed",
+            }))
+        ''')
+        seen = sandboxed(code, tmp_path / "scratch", str(victim.pid), str(leftover))
+        assert seen["own_comm"] == seen["thread_comm"] == seen["null"] == "allowed", seen
+        for name in ("other_oom", "other_autogroup", "other_clear_refs", "core_pattern", "kmsg", "shm", "child_comm"):
+            assert seen[name] == "Permission denied", (name, seen)
+        assert not leftover.exists()
+    finally:
+        victim.kill()
+        victim.wait()
+        leftover.unlink(missing_ok=True)
+
+
+def test_dev_shm_in_the_judges_namespace_is_its_own_and_gone_with_it(tmp_path: Path) -> None:
+    """A sandboxed side in the judge's namespace may use /dev/shm (Python's semaphores live there), but what it
+    leaves there is in the namespace's own tmpfs: the host's /dev/shm never holds it, and it ends with the run."""
+    name = f"kp-test-{os.getpid()}-{tmp_path.name}"
+    code = ("import os, sys\nfrom kpremote.agent import sandbox\nprint(sandbox.enter(sys.argv[1]))\n"
+            "open('/dev/shm/' + sys.argv[2], 'w').write('x')\nprint(os.listdir('/dev/shm'))\n")
+    scratch = sandbox.make_scratch(tmp_path / "scratch")
+    done = subprocess.run([sys.executable, "-m", "kpremote.agent.sandbox.namespace", "--", sys.executable, "-c", code,
+                           str(scratch), name], capture_output=True, text=True, timeout=60, env=ENV)
+    assert done.returncode == 0, done.stderr
+    assert "landlock" in done.stdout and name in done.stdout
+    assert not (Path("/dev/shm") / name).exists()
 
 
 LEAVE_A_DAEMON = textwrap.dedent('''
@@ -283,6 +511,38 @@ def test_starvation_voids_a_row_only_when_one_side_waited_more_than_the_other() 
     assert guard.interference("baseline", start, reading(0.30), 0.6, starvation=False, other_waited_s=0.0) is None
 
 
+def test_a_sides_cpu_is_read_from_outside_main_thread_included() -> None:
+    """guard.cpu_s counts every thread of another process, its main one too (the helper rule never did): a process
+    blocked reading stdin spends nothing; the same process spinning in its main thread shows what it spent."""
+    code = "import sys, time\nsys.stdin.readline()\nend = time.process_time() + 0.1\n" \
+           "while time.process_time() < end: pass\nprint('spun', flush=True)\nsys.stdin.readline()\n"
+    process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        while (open(f"/proc/{process.pid}/stat").read().rsplit(")", 1)[1].split()[0]) != "S":
+            time.sleep(0.01)  # until it is blocked on stdin: started up
+        blocked = guard.cpu_s(process.pid)
+        time.sleep(0.05)
+        assert guard.cpu_s(process.pid) == blocked  # not a nanosecond while it waits
+        process.stdin.write(b"go\n")
+        process.stdin.flush()
+        assert process.stdout.readline() == b"spun\n"
+        assert guard.cpu_s(process.pid) - blocked >= 0.1
+    finally:
+        process.kill()
+        process.wait()
+    assert guard.cpu_s(process.pid) is None  # gone
+
+
+def test_cpu_a_side_spends_while_the_other_is_timed_voids_the_row_and_is_not_timed_again() -> None:
+    assert guard.idle_interference("candidate", "baseline", 0.0, 0.4) is None
+    assert guard.idle_interference("candidate", "baseline", 0.0009, 0.004) is None  # under the floor
+    assert guard.idle_interference("candidate", "baseline", 0.015, 0.4) is None  # under 5 % of their samples
+    why = guard.idle_interference("candidate", "baseline", 0.0042, 0.0071)
+    assert why == ("the candidate side used 4.2 ms of CPU while the baseline's calls were timed (7.1 ms), when it "
+                   "waits for its next command")
+    assert guard.take_until_undisturbed(lambda: (0, [why])) == (0, [why], [])  # work on purpose: no second take
+
+
 def test_a_pair_starved_once_is_timed_again_and_one_starved_twice_is_void() -> None:
     """Neighbouring runs starve a side now and then: that take is dropped and the pair timed again, once. A side
     starved again, or disturbed any other way (reniced, a helper thread), voids the row as before."""
@@ -335,7 +595,8 @@ SIDE_SEES = textwrap.dedent('''
     import json as _json, os as _os, sys as _sys, time as _time
     def _what(fd):
         try:
-            return _os.readlink(f"/proc/self/fd/{fd}").split(":")[0]
+            what = _os.readlink(f"/proc/self/fd/{fd}").split(":")[0]
+            return "/proc/self" if what == f"/proc/{_os.getpid()}" else what  # the sandbox's hold on its own
         except OSError:
             return None  # the listing's own descriptor, closed by now
     _open = {fd: _what(fd) for fd in sorted(int(name) for name in _os.listdir("/proc/self/fd"))}
@@ -373,3 +634,36 @@ def test_sides_forked_by_the_judges_starter_hold_what_an_execd_side_holds(tmp_pa
     assert sorted(forked["fds"].values()) == sorted(execd["fds"].values()), seen
     assert list(forked["fds"].values()).count("socket") == 1, forked
     assert forked["cpu_s"] < execd["cpu_s"]  # the exec'd side had imported torch itself by then (~1.4 CPU-s)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="what root keeps: this test runs as root (CI does)")
+@pytest.mark.parametrize("admin_only", ["1", "0", None])
+def test_a_profiled_process_keeps_roots_capabilities_only_where_the_gpus_counters_are_roots(
+        tmp_path: Path, admin_only: str | None) -> None:
+    """Nsight Compute reads the counters in the profiled process: where the driver keeps them for CAP_SYS_ADMIN
+    (RmProfilingAdminOnly: 1) that process keeps its capabilities and says so; elsewhere, and every timed side
+    always, it holds none."""
+    params = tmp_path / "params"
+    if admin_only is not None:
+        params.write_text(f"ResmanDebugLevel: 4294967295\nRmProfilingAdminOnly: {admin_only}\n")
+    code = textwrap.dedent('''
+        import json, sys
+        from kpremote.agent import sandbox
+        from kpremote.agent.sandbox import privileges
+        privileges.NVIDIA_PARAMS = sys.argv[1]
+        applied = sandbox.enter(profiled=sys.argv[2] == "profiled")
+        print(json.dumps({"applied": applied, "effective": privileges.held()["CapEff"]}))
+    ''')
+    seen = {}
+    for how in ("profiled", "timed"):
+        done = subprocess.run([sys.executable, "-c", code, str(params), how], capture_output=True, text=True,
+                              timeout=60, env={**ENV, **sandbox.scratch_env(sandbox.make_scratch(tmp_path / how))})
+        assert done.returncode == 0, done.stderr
+        seen[how] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["timed"]["applied"].endswith(", no capabilities") and seen["timed"]["effective"] == 0
+    if admin_only == "1":
+        assert seen["profiled"]["applied"].endswith(", " + "capabilities kept (the GPU's counters are root's: "
+                                                    "RmProfilingAdminOnly)")
+        assert seen["profiled"]["effective"] != 0
+    else:
+        assert seen["profiled"] == seen["timed"]

@@ -100,6 +100,12 @@ def test_clear_changes_are_faster_or_slower() -> None:
     assert stats.row_verdict(baseline, [t * 1.25 for t in baseline])["verdict"] == stats.SLOWER
 
 
+def test_a_smoke_rows_timings_have_no_verdict_however_clear() -> None:
+    baseline = [10.0 + 0.01 * (i % 7) for i in range(40)]
+    verdict = stats.row_verdict(baseline, [t * 1.6 for t in baseline], meaningful=False)
+    assert verdict["verdict"] is None and verdict["speedup"] < 0.7 and verdict["high"] < 1.0  # the numbers stay
+
+
 def test_a_wide_interval_is_same_even_off_one() -> None:
     assert stats.change_verdict(1.05, 0.97, 1.13) == stats.SAME  # holds 1.0
     assert stats.change_verdict(1.05, 1.001, 1.20) == stats.SAME  # change within the interval's half-width

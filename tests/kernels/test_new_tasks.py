@@ -78,7 +78,9 @@ def kernels(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_inv_check_says_not_checked_for_every_row_and_fails(task: str, kernels: Path) -> None:
     result = run_inv("check", "--task", task, cwd=kernels.parent, timeout=900)
     output = result.stdout[-3000:] + result.stderr[-3000:]
-    assert result.returncode == 1, output  # a check that did not run is not a pass (and not a refusal: 2)
+    # nothing of it can be checked without a GPU: said (status "not checked"), never a pass, and not the newcomer's
+    # first command failing (issue 47 item 10); the run's own record stays failed
+    assert result.returncode == 0 and "not checked" in output, output
     [summary] = (kernels / task / "results" / "check").glob("*/summary/results.json")
     results = json.loads(summary.read_text())
     rows = results["rows"]

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from unit.helpers import TASK, TASK_TOML, gpu, write
 
-from kpremote.agent.protocol import ExitCode
+from kpremote.agent.protocol import TERMINAL, ExitCode
+from kpremote.agent.run.records import seal_summary
 from kpremote.agentclient import Agent
 from kpremote.errors import KpremoteError
 from kpremote.errors import FetchRefused, HostBusy, UnsafeArchive
@@ -174,11 +175,13 @@ def test_a_sync_stream_with_an_unannounced_member_is_refused_and_nothing_applied
 
 
 def finished_run(agent: Agent, run_id: str = RUN_ID, status: str = "passed", **summary: bytes) -> Path:
-    """A run on the in-process host as the runner leaves it: state.json and summary/ files."""
+    """A run on the in-process host as the runner leaves it: summary/ files, sealed as the runner seals them
+    (records.seal_summary), and state.json."""
     run_dir = Path(agent.host.remote_root) / "tasks" / TASK / "runs" / run_id
-    write(run_dir / "state.json", json.dumps({"run_id": run_id, "task": TASK, "status": status}))
-    for name, data in (summary or {"results.json": b'{"headline": 2.0}'}).items():
+    for name, data in {"results.json": b'{"headline": 2.0}', **summary}.items():
         write(run_dir / "summary" / name, data)
+    sealed = seal_summary(run_dir) if status in TERMINAL else {}
+    write(run_dir / "state.json", json.dumps({"run_id": run_id, "task": TASK, "status": status, **sealed}))
     return run_dir
 
 
@@ -192,11 +195,11 @@ def test_fetch_keeps_a_different_summary_already_there(agent, kernels):
     run_dir = finished_run(agent)
     assert fetch_results(agent, TASK, "latest", kernels, agent.host.name)[0].outcome == "fetched"
     assert fetch_results(agent, TASK, "latest", kernels, agent.host.name)[0].outcome == "unchanged"
-    (run_dir / "summary" / "results.json").write_text('{"headline": 3.0}')
+    fetched = kernels / TASK / "results" / agent.host.name / RUN_ID / "notes.md"
+    fetched.write_text("mine")  # the folder at home is no longer what the host holds
     with pytest.raises(FetchRefused, match="already holds a different summary"):
         fetch_results(agent, TASK, RUN_ID, kernels, agent.host.name)
-    fetched = kernels / TASK / "results" / agent.host.name / RUN_ID / "results.json"
-    assert fetched.read_text() == '{"headline": 2.0}'
+    assert fetched.read_text() == "mine" and fetched.with_name("results.json").read_text() == '{"headline": 2.0}'
 
 
 def test_fetch_refuses_a_summary_larger_than_the_hosts_cap(agent, kernels):
@@ -227,15 +230,90 @@ def test_fetch_refuses_a_run_id_the_host_made_up(agent, kernels):
 
 
 def test_fetch_takes_only_the_summary_its_runner_recorded(agent, kernels):
-    """state.json carries the sha256 of the results.json the runner wrote (harness 2.8): a summary rewritten by
-    anything else (a side's daemon, before the sandbox) is refused, and nothing lands."""
+    """The runner seals results.json's sha256 with the host's key (records.py): a summary rewritten afterwards is
+    refused by the host before it is sent, and nothing lands."""
     run_dir = finished_run(agent)
-    state = json.loads((run_dir / "state.json").read_text())
-    recorded = hashlib.sha256(b'{"headline": 2.0}').hexdigest()
-    (run_dir / "state.json").write_text(json.dumps({**state, "summary_sha256": recorded}))
+    sealed = hashlib.sha256(b'{"headline": 2.0}').hexdigest()
     (run_dir / "summary" / "results.json").write_text('{"headline": 3.2}')
-    with pytest.raises(FetchRefused, match=f"its runner recorded {recorded}: not fetched"):
+    with pytest.raises(FetchRefused, match=f"but its runner sealed {sealed}; its summary is not sent"):
         fetch_results(agent, TASK, RUN_ID, kernels, agent.host.name)
     assert not (kernels / TASK / "results" / agent.host.name / RUN_ID).exists()
     (run_dir / "summary" / "results.json").write_text('{"headline": 2.0}')
     assert fetch_results(agent, TASK, RUN_ID, kernels, agent.host.name)[0].outcome == "fetched"
+
+
+FORGED = b'{"headline": 9.9}'
+
+
+def forge_state(run_dir: Path, **fields: object) -> None:
+    """A later process of the same user rewrites state.json (a None drops the field)."""
+    state = {**json.loads((run_dir / "state.json").read_text()), **fields}
+    (run_dir / "state.json").write_text(json.dumps({k: v for k, v in state.items() if v is not None}))
+
+
+@pytest.mark.parametrize("attack, refusal", [
+    ("hash deleted", "its runner recorded no summary hash"),
+    ("hash and MAC deleted", "its runner recorded no summary hash"),
+    ("hash rewritten", "the summary MAC in its state.json does not verify with this host's key"),
+    ("another run's seal", "the summary MAC in its state.json does not verify with this host's key"),
+    ("index line dropped", "has no line for it"),
+])
+def test_a_forged_summary_is_refused_whatever_the_state_says(agent, kernels, attack, refusal):
+    """Issue 43: on main, deleting summary_sha256 from state.json made a forged results.json "an old run", fetched as
+    it was; rewriting the hash beside it was taken too. Now the host's sealed record must vouch for it."""
+    run_dir = finished_run(agent)
+    other = finished_run(agent, "20260101-130000-bbbbbb", **{"results.json": FORGED})
+    (run_dir / "summary" / "results.json").write_bytes(FORGED)
+    forged_sha = hashlib.sha256(FORGED).hexdigest()
+    if attack == "hash deleted":
+        forge_state(run_dir, summary_sha256=None)
+    elif attack == "hash and MAC deleted":
+        forge_state(run_dir, summary_sha256=None, summary_mac=None)
+    elif attack == "hash rewritten":
+        forge_state(run_dir, summary_sha256=forged_sha)
+    elif attack == "another run's seal":  # a MAC the host made, for another run with these very bytes
+        forge_state(run_dir, **{k: json.loads((other / "state.json").read_text())[k]
+                                for k in ("summary_sha256", "summary_mac")})
+    else:
+        index = Path(agent.host.remote_root) / "index" / f"{TASK}.jsonl"
+        index.write_text("".join(line + "\n" for line in index.read_text().splitlines() if RUN_ID not in line))
+        (run_dir / "summary" / "results.json").write_bytes(b'{"headline": 2.0}')
+    with pytest.raises(FetchRefused, match=f"run {RUN_ID}.*{refusal}") as refused:
+        fetch_results(agent, TASK, RUN_ID, kernels, agent.host.name)
+    assert len(str(refused.value).splitlines()) == 1
+    assert not (kernels / TASK / "results" / agent.host.name / RUN_ID).exists()
+    assert not (kernels / TASK / "ledger.jsonl").exists()
+
+
+def test_follow_with_summary_sends_no_summary_its_record_does_not_vouch_for(agent, kernels):
+    """inv run's own path: the summary after the follow's end line is checked on the host the same way; the end line
+    says why none follows, and the fetch that comes next is refused."""
+    run_dir = finished_run(agent)
+    (run_dir / "summary" / "results.json").write_bytes(FORGED)
+    session = RunSession(agent)
+    received: list[bytes] = []
+    state = follow_run(session, TASK, RUN_ID, lambda event: None, summary_sink=received.append)
+    assert state["status"] == "passed" and received == []
+    with pytest.raises(FetchRefused, match=f"run {RUN_ID} of {TASK}: its summary/results.json has sha256"):
+        fetch_run(agent, find_task(kernels, TASK), state, agent.host.name)
+
+
+def test_logs_json_without_follow_of_a_running_run_ends_with_an_end_that_says_it_goes_on(agent, kernels, gpus,
+                                                                                        standin_runs, monkeypatch):
+    import kpremote.placement as placement
+    from kpremote.eventstream import EventStream
+
+    monkeypatch.setattr(placement, "open_session", lambda host: RunSession(agent))
+    standin_runs(events=1, hold_s=30)
+    run = start_run(RunSession(agent), find_task(kernels, TASK), RunOptions())
+    try:
+        out = io.StringIO()
+        assert placement.show_logs(agent.host, run.run_id, TASK, False, EventStream(out=out))  # not a failure: 0
+        end = json.loads(out.getvalue().splitlines()[-1])
+        assert (end["event"], end["status"], end["ended"], end["exit_code"]) == ("end", "running", False, None)
+    finally:
+        cancel_run(RunSession(agent), TASK, run.run_id)
+    out = io.StringIO()
+    assert not placement.show_logs(agent.host, run.run_id, TASK, False, EventStream(out=out))  # cancelled: not 0
+    end = json.loads(out.getvalue().splitlines()[-1])
+    assert (end["event"], end["status"], end["ended"]) == ("end", "cancelled", True)

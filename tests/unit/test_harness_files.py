@@ -11,7 +11,8 @@ from kpremote.agent import harness
 
 AGENT = harness.AGENT_DIR
 # the processes of one run
-ENTRY_POINTS = ("run/runner.py", "harness/judge.py", "harness/side.py", "task/worker.py", "ncu/audit.py")
+ENTRY_POINTS = ("run/runner.py", "harness/judge.py", "harness/side.py", "task/worker.py", "ncu/audit.py",
+                "ncu/auditcases.py")
 
 
 def agent_imports(name: str) -> set[str]:

@@ -17,6 +17,8 @@ from kpremote.agent.task.taskspec import SIDES
 class ScriptedSide:
     """Answers 'sample' from a script, everything else with ok; keeps every command it got."""
 
+    pid = 1 << 23  # above any pid_max: no process, so no CPU to read while the other side is timed
+
     def __init__(self, samples: list[dict]) -> None:
         self.samples = list(samples)
         self.commands: list[dict] = []
@@ -44,6 +46,9 @@ class Judge:
 
     def __init__(self, candidate_samples: list[dict]) -> None:
         self.sides = {"baseline": ScriptedSide([]), "candidate": ScriptedSide(candidate_samples)}
+
+    def pids_of(self, side: str) -> list[int]:
+        return [self.sides[side].pid]
 
 
 def sampler_for(candidate_samples: list[dict], head_start_us: float = 100.0) -> sampling.Sampler:

@@ -80,3 +80,35 @@ def test_a_file_that_is_not_results_is_refused_naming_the_file(tmp_path):
     bad.write_text("[1, 2]")
     with pytest.raises(ValueError, match=rf"^{re.escape(str(bad))}: .*expected a JSON object"):
         RunResults.read(bad)
+
+
+def test_a_faster_row_the_audit_cannot_vouch_for_is_counted_and_shown_as_unverified():
+    """A FASTER row whose cold window stands so far above the audit's floor that a forge over 5 % would pass keeps its
+    speedup, but reads FASTER (unverified) in the headline's counts, the table and a note that says how far."""
+    faster = {**judged_row("small", 1.3), "verdict": {**judged_row("small", 1.3)["verdict"], "verdict": "FASTER"}}
+    blind = {**faster, "verdict": {**faster["verdict"], "forge_blind_spot_pct": 12.4}}
+    built = report.build_results(provenance={"run_id": "r", "task": {"name": "t"}, "device": "cuda"},
+                                 status="passed", exit_code=0, rows=[blind, {**faster, "workload": "large"}],
+                                 samples={}, message=None, smoke=False)
+    read = RunResults.from_json(json.loads(json.dumps(built.to_json())))
+    small, large = read.rows
+    assert (small.verdict_word, small.speedup) == ("FASTER (unverified)", 1.3) and large.verdict_word == "FASTER"
+    assert small.unverified == "FASTER — unverified: the audit cannot see a forge under 12 % on this row"
+    assert large.unverified is None
+    assert read.headline.verdicts == {"FASTER": 1, "FASTER (unverified)": 1} and read.headline.n == 2
+    page = report.render_results_md(read)
+    line = next(line for line in page.splitlines() if line.startswith("| `small`"))
+    assert "| FASTER (unverified) |" in line
+    assert "- `small`: FASTER — unverified: the audit cannot see a forge under 12 % on this row" in page
+    assert "rows 1 FASTER, 1 FASTER (unverified)" in page
+    # a SAME or SLOWER row is what it is: a forge could only have flattered the candidate
+    same = RowResult.from_json({**judged_row("s", 1.0), "verdict": {"verdict": "SAME", "forge_blind_spot_pct": 9.0}})
+    assert same.verdict_word == "SAME" and same.unverified is None
+
+
+@pytest.mark.parametrize("smoke, why", [(True, "a CPU run takes the task's smoke rows"),
+                                        (False, "no production row among the rows run")])
+def test_a_run_without_a_production_row_says_why_not_that_none_was_selected(smoke: bool, why: str) -> None:
+    # `inv check` selects every row; a CPU run then takes the smoke rows, none of them a production row
+    head = report.headline([RowResult.from_json(judged_row("grid", 1.1, production=False))], {}, smoke=smoke)
+    assert head.geomean is None and why in head.note and "selected" not in head.note

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from kpremote.agent.run.follow import follow_run
+from kpremote.agent.run.records import seal_summary
 from kpremote.agent.run.runstate import read_state, update_state
 from kpremote.agent.slurm import slurmjobs, slurmsettle
 
@@ -35,7 +36,7 @@ class ScriptedWatch:
 
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
-    run_dir = tmp_path / "runs" / "20260101-000000-abcdef"
+    run_dir = tmp_path / "tasks" / "t" / "runs" / "20260101-000000-abcdef"  # under a root: its host's key seals it
     (run_dir / "raw").mkdir(parents=True)
     (run_dir / "summary").mkdir()
     (run_dir / "summary" / "results.json").write_text("{}")
@@ -45,15 +46,27 @@ def run_dir(tmp_path: Path) -> Path:
 
 def test_follow_says_the_watchs_lines_then_the_events_then_one_end_and_the_summary(run_dir):
     out = io.BytesIO()
-    watch = ScriptedWatch({"status": "running"}, {"status": "passed"})
+    passed = {"status": "passed", **seal_summary(run_dir)}
+    watch = ScriptedWatch({"status": "running"}, passed)
     assert follow_run(run_dir, watch, out=out, with_summary=True) == 0
     head, _, tar_bytes = out.getvalue().partition(b'{"event": "end"')
     lines = [json.loads(line) for line in head.splitlines()]
     assert lines == [{"event": "phase", "phase": "queued"}, {"event": "row"}]  # a half-written line waits
     end = json.loads(b'{"event": "end"' + tar_bytes.split(b"\n", 1)[0])
-    assert end == {"event": "end", "state": {"status": "passed"}, "offset": 17, "summary": True}
+    assert end == {"event": "end", "state": passed, "offset": 17, "summary": True}
     with tarfile.open(fileobj=io.BytesIO(tar_bytes.split(b"\n", 1)[1])) as tar:
         assert tar.getnames() == ["results.json"]
+
+
+def test_follow_sends_no_summary_that_its_seal_does_not_vouch_for(run_dir):
+    """The end line says why no tar follows: here results.json was rewritten after the runner sealed it."""
+    passed = {"status": "passed", **seal_summary(run_dir)}
+    (run_dir / "summary" / "results.json").write_text('{"headline": 9.9}')
+    out = io.BytesIO()
+    follow_run(run_dir, ScriptedWatch(passed), out=out, with_summary=True)
+    end = json.loads(out.getvalue().splitlines()[-1])
+    assert "summary" not in end and out.getvalue().endswith(b"}\n")
+    assert end["summary_refused"].startswith("run 20260101-000000-abcdef of t: its summary/results.json has sha256 ")
 
 
 def test_follow_once_ends_with_the_state_as_it_is_and_no_summary(run_dir):

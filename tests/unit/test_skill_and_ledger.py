@@ -3,6 +3,7 @@ concurrent appends keep every line whole, that git and provenance leave it out).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from unit.helpers import FILES, write
 
-from kpremote import ledger
+from kpremote import ledger, records
 from kpremote.agent.provenance import hash_task
 from kpremote.skill import install, skill_text
 
@@ -29,6 +30,16 @@ def test_the_shipped_skill_has_the_front_matter_agents_load() -> None:
     meta = front_matter(skill_text())
     assert meta["name"] == "kpremote" and len(meta["description"]) > 40
     assert skill_text() == (REPO / "kpremote" / "skill" / "SKILL.md").read_text()
+
+
+def test_every_run_the_skill_names_by_a_word_is_of_its_task() -> None:
+    # `--run latest` without --task is the host's newest run of any task or user: an agent followed another's run
+    import re
+
+    named = [line for line in skill_text().splitlines() if re.search(r"--run (latest|ID)\b", line)]
+    assert len(named) >= 3
+    for line in named:
+        assert "--task" in line, line
 
 
 @pytest.mark.parametrize("target, where", [("claude", ".claude/skills/kpremote"), ("codex", ".agents/skills/kpremote")])
@@ -82,6 +93,45 @@ def test_a_ledger_line_says_what_was_measured_and_what_came_out(tmp_path: Path) 
     assert line["headline"]["low"] == 1.1 and line["headline"]["high"] == 1.14 and "method" not in line["headline"]
     assert line["rows"]["w1"]["verdict"] == "FASTER" and line["rows"]["w2"]["implausible"] == "below the copy floor"
     assert (line["exit_code"], line["command"]) == (1, "inv run --task demo")
+    summary = (tmp_path / "summary" / "results.json").read_bytes()
+    assert line["summary_sha256"] == hashlib.sha256(summary).hexdigest() and records.line_verifies(line)
+
+
+def test_a_ledger_line_verifies_only_as_written_and_the_key_is_private(tmp_path: Path) -> None:
+    """Every line kpremote appends carries a MAC over all its other fields (a field added later is covered too); an
+    edit of any field, a line of an older kpremote (no mac) or one with a made-up mac does not verify."""
+    ledger.append_line(tmp_path / "ledger.jsonl", {"run_id": "r", "headline": {"geomean": 1.1}, "later_field": [1]})
+    [line] = ledger.read_ledger(tmp_path)
+    assert records.line_verifies(line)
+    for edited in ({**line, "headline": {"geomean": 2.5}}, {**line, "later_field": [2]}, {**line, "extra": 1},
+                   {k: v for k, v in line.items() if k != "mac"}, {**line, "mac": "0" * 64}):
+        assert not records.line_verifies(edited)
+    key = records.state_dir() / records.KEY_FILE
+    assert len(key.read_bytes()) == 32 and key.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_key_is_made_once_and_never_replaced(tmp_path: Path) -> None:
+    from kpremote.agent.atomicfile import read_or_create_key
+
+    key = read_or_create_key(tmp_path / "keys" / "records.key")
+    assert (tmp_path / "keys").stat().st_mode & 0o777 == 0o700
+    assert read_or_create_key(tmp_path / "keys" / "records.key") == key and len(key) == 32
+    (tmp_path / "keys" / "records.key").write_bytes(b"short")
+    with pytest.raises(ValueError, match="holds 5 bytes, not a 32-byte key: move it away"):
+        read_or_create_key(tmp_path / "keys" / "records.key")
+
+
+@pytest.mark.parametrize("argv, typed", [
+    (["/x/lib/python3.11/site-packages/invoke/__main__.py", "--search-root", "/r", "run", "--task", "a b"],
+     "inv --search-root /r run --task 'a b'"),
+    (["/x/.venv/bin/inv", "check", "--task", "t"], "inv check --task t"),
+    (["/x/kpremote/program.py", "run", "--task", "t"], "kpremote run --task t"),
+    (["/x/.venv/bin/kpremote", "run"], "kpremote run"),
+])
+def test_the_ledger_records_the_command_as_one_types_it(tmp_path: Path, argv: list[str], typed: str) -> None:
+    write(tmp_path / "summary" / "results.json", json.dumps(RESULTS))
+    ledger.record_run(tmp_path, tmp_path / "summary", "box", 0, argv)
+    assert ledger.read_ledger(tmp_path)[-1]["command"] == typed
 
 
 APPENDER = """
@@ -110,6 +160,10 @@ def test_git_and_provenance_leave_the_ledger_out(tmp_path: Path) -> None:
     assert "ledger.jsonl" not in hash_task(tmp_path) and "task.toml" in hash_task(tmp_path)
     ignored = subprocess.run(["git", "check-ignore", "-q", "kernels/some_task/ledger.jsonl"], cwd=REPO)
     assert ignored.returncode == 0
+    # nor does a quick start's fetch leave an untracked run log in a shipped task (docs/results.md stays tracked)
+    logged = subprocess.run(["git", "check-ignore", "-q", "kernels/some_task/docs/run_log.md"], cwd=REPO)
+    results = subprocess.run(["git", "check-ignore", "-q", "kernels/some_task/docs/results.md"], cwd=REPO)
+    assert logged.returncode == 0 and results.returncode == 1
 
 
 def test_a_summary_of_another_shape_still_gets_its_ledger_line() -> None:

@@ -57,6 +57,13 @@ def test_a_command_s_timeout_stops_it_on_the_local_transport():
     assert not result.ok and time.monotonic() - started < 5
 
 
+def test_a_silent_command_is_held_to_its_timeout_too_with_what_it_started():
+    # `yes` prints without end, so a timeout checked only between chunks stopped it; `sleep` prints nothing
+    result = LocalTransport().send(Command(["sh", "-c", "sleep 30 & sleep 30; echo finished"], timeout=0.3,
+                                           on_stdout=ignore))
+    assert not result.ok and result.exit_code == -9, result  # killed, not run to its end (exit 0)
+
+
 def ignore(chunk: bytes) -> None:
     """An on_stdout that drops what it gets."""
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..provenance import file_sha256
 
-HARNESS_VERSION = "2.16"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+HARNESS_VERSION = "2.18"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
 # 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
 # 2.3: a row's noise threshold covers two timer ticks; the flush probe ramps the clocks first (no timed number moves)
@@ -49,6 +49,14 @@ HARNESS_VERSION = "2.16"  # 2.0: process boundary (judge + one process per side)
 # 2.16: a row's floor holds it to the copy probe's fastest repeat, not its median (floors.reachable_gbps): a probe
 #      whose every copy ran slow refused honest copy-speed rows in 4 of 54 four-GPU H200 runs of 2.14-2.15
 #      A process pair whose timing only starvation disturbed is timed once more (guard.take_until_undisturbed)
+# 2.17: the task sealed against its contestant and the candidate against its audit (issues 43, 44): the run records
+#      its task digest against the pin; a side's /proc and /dev writes narrowed, the run's records unreadable, /dev/shm
+#      its namespace's own, no capability as root, host-changing syscalls refused; the idle side's CPU (every thread)
+#      while the other side is timed voids the row; trace/profile/monitoring hooks and a changed channel void the
+#      reply; the audited calls run on secret cases and their outputs are judged; a FASTER the audit cannot vouch for
+#      under 5 % reads FASTER (unverified); a smoke row has no verdict; a row's log holds its first 8 MiB
+# 2.18: each row judged by SGLang's numerical contract too (numerics.py: float64 error ratios against the baseline's,
+#      or bitwise exact), on top of the atol/rtol floor
 AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".
@@ -59,8 +67,10 @@ HARNESS_FILES = (
     "harness/sampling.py", "harness/seal.py", "harness/side.py", "harness/sideprocess.py", "harness/sidestarter.py",
     "harness/stats.py",
     "harness/timing.py",
-    "ncu/audit.py", "ncu/ncu.py", "ncu/profiledcall.py", "run/children.py", "run/guards.py", "run/report.py",
+    "ncu/audit.py", "ncu/auditcases.py", "ncu/ncu.py", "ncu/profiledcall.py", "run/children.py", "run/guards.py",
+    "run/report.py",
     "run/runner.py", "run/runoptions.py", "sandbox/__init__.py", "sandbox/landlock.py", "sandbox/members.py",
+    "sandbox/privileges.py",
     "sandbox/namespace.py", "sandbox/seccomp.py", "task/build.py", "task/builders/__init__.py", "task/builders/base.py",
     "task/builders/compiler.py", "task/builders/cuda.py", "task/builders/imported.py", "task/builders/tvmffi.py",
     "task/buildrules.py", "task/sourceonly.py", "task/taskfiles.py", "task/taskrecords.py", "task/taskspec.py",
@@ -79,6 +89,8 @@ OUTSIDE_THE_HARNESS = {
                    "through (they carry the judge's and report.py's numbers, never compute one)",
     "provenance.py": "stamps which source was measured",
     "run/runstate.py": "writes state.json",
+    "run/records.py": "seals the summary report.py already wrote (its sha256 and MAC): no number, no verdict",
+    "run/runpaths.py": "where runs live under ROOT and the task-name rule, for the seal's index",
     "run/__init__.py": "a docstring: says what the folder holds",
     "task/__init__.py": "a docstring: says what the folder holds",
     "ncu/__init__.py": "a docstring: says what the folder holds",

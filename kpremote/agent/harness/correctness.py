@@ -200,21 +200,32 @@ def check_case(adapter: Any, workload: dict[str, Any], view: CaseView, *, device
         run_side(view, side, device)
         require_inputs_untouched(side, label, view.pristine, view.inputs[side], skip=view.mutates)
     baseline_out, candidate_out = view.results("baseline"), view.results("candidate")
-    if callable(getattr(adapter, "reference", None)):
-        expected = guarded(f"{label}, reference",
-                            lambda: adapter.reference(workload, reference_inputs(view.inputs["baseline"], view.pristine)))
-        _sync(device, f"{label}, reference")
-        _require_usable_reference("reference", label, expected, baseline_out)
-        _require_agreement("baseline", label, expected, baseline_out, baseline_out, view.atol, view.rtol,
-                           status=ERROR, largest={})
-    else:
-        expected = baseline_out
-        _require_usable_reference("baseline", label, expected, baseline_out)
-    _require_agreement("candidate", label, expected, candidate_out, baseline_out, view.atol, view.rtol,
-                       status=INCORRECT, largest=largest)
+    expected = judge_results(adapter, workload, label, reference_inputs(view.inputs["baseline"], view.pristine),
+                             baseline_out, baseline_out, candidate_out, view.atol, view.rtol, device=device,
+                             largest=largest)
     _require_contract(adapter, workload, view, device, largest,
                       record if record is not None else numerics.new_record(view.contract))
     return {name: expected[name].detach().clone() for name in baseline_out}
+
+
+def judge_results(adapter: Any, workload: dict[str, Any], label: str, fresh_inputs: dict[str, Any],
+                  layout: dict[str, Any], baseline_out: dict[str, Any], candidate_out: dict[str, Any], atol: float,
+                  rtol: float, *, device: str, largest: dict[str, float]) -> dict[str, Any]:
+    """The rule for one case's results, wherever the calls ran (the judge's sides, the audit's profiled calls): the
+    adapter's reference on `fresh_inputs` when it has one, which the baseline must agree with (else ERROR), or
+    else the baseline's results; the candidate's must agree with it (else INCORRECT). `layout` gives each result's
+    name, shape and dtype. Returns the expected results."""
+    if callable(getattr(adapter, "reference", None)):
+        expected = guarded(f"{label}, reference", lambda: adapter.reference(workload, fresh_inputs))
+        _sync(device, f"{label}, reference")
+        _require_usable_reference("reference", label, expected, layout)
+        _require_agreement("baseline", label, expected, baseline_out, layout, atol, rtol, status=ERROR, largest={})
+    else:
+        expected = baseline_out
+        _require_usable_reference("baseline", label, expected, layout)
+    _require_agreement("candidate", label, expected, candidate_out, layout, atol, rtol, status=INCORRECT,
+                       largest=largest)
+    return expected
 
 
 def _require_contract(adapter: Any, workload: dict[str, Any], view: CaseView, device: str, largest: dict[str, float],

@@ -6,13 +6,17 @@
 - a side's thread count, read from outside (/proc/PID/task), so a thread started during timing shows;
 - a side's schedule (nice, policy, affinity, time waiting for a CPU, its other threads' CPU time), read from
   outside before and after its timing, so a side paused, reniced, re-pinned or starved by the other, or a helper
-  thread of the candidate working while its calls are timed, voids the row instead of flattering anyone.
+  thread of the candidate working while its calls are timed, voids the row instead of flattering anyone;
+- a side's CPU time while the other side's calls are timed (every thread of it, its main one too, read from outside
+  through its CPU-time clock), when it has nothing to do but wait for its next command: a side that works then
+  takes a CPU from the one being timed, and voids the row.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
@@ -48,9 +52,12 @@ def safe_sys_path() -> None:
 
 # --------------------------------------------------------------------------------------------- a side's schedule
 
+CPUCLOCK_SCHED = 2  # a process's CPU-time clock counts its threads' scheduled time (the kernel's CPUCLOCK_SCHED)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 HELPER_FLOOR_S = 0.05  # a helper thread's CPU time during timing that voids a row: above this and HELPER_SHARE
 HELPER_SHARE = 0.05  # of the timing's wall time (CPU time is counted in clock ticks, 10 ms each)
+IDLE_FLOOR_S = 0.001  # a side's CPU time while the other side's samples are taken that voids a row: above this and
+IDLE_SHARE = 0.05  # of those samples' wall time (read to the nanosecond; an honest idle side reads 0 on the CPU)
 STARVED_FLOOR_S = 0.05  # time waiting for a CPU during timing, beyond the other side's, that voids a GPU row: above
 # this and STARVED_SHARE of the timing (four runs at once on a four-H200 host: both sides of one row waited 0.08-0.09 s
 # of 0.60 s, alike)
@@ -104,6 +111,28 @@ def _ticks(path: str, with_children: bool = False) -> int:
         return 0
     fields = stat[stat.rindex(b")") + 2:].split()  # fields[n - 3] is stat's field n
     return sum(int(fields[i]) for i in ((11, 12, 13, 14) if with_children else (11, 12)))
+
+
+def cpu_s(pid: int) -> float | None:
+    """CPU time of every thread of a process, ended ones included, to the nanosecond: its CPU-time clock
+    (clock_getcpuclockid, which any process may read of another); None where it is gone. Not its children's: the
+    helper rule counts those over the whole timing."""
+    if pid <= 0:
+        return None  # 0 would name this process's own clock, a negative pid another clock altogether
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | CPUCLOCK_SCHED) / 1e9  # MAKE_PROCESS_CPUCLOCK(pid, SCHED)
+    except (OSError, OverflowError):
+        return None
+
+
+def idle_interference(side: str, other: str, used_s: float, while_s: float) -> str | None:
+    """Why a side that used CPU while the other side's calls were timed voids the row: it was idle then (blocked on
+    its next command), so whatever it ran, on whichever thread, ran beside the other side's timed calls (`while_s`:
+    the wall time those samples took). Never timed again: that is work on purpose, not starvation."""
+    if used_s > max(IDLE_FLOOR_S, IDLE_SHARE * while_s):
+        return (f"the {side} side used {used_s * 1e3:.1f} ms of CPU while the {other}'s calls were timed "
+                f"({while_s * 1e3:.1f} ms), when it waits for its next command")
+    return None
 
 
 def waited_s(before: Schedule | None, after: Schedule | None) -> float:

@@ -40,7 +40,7 @@ from typing import Any
 
 from . import floors, guard, numerics, sampling, stats, timing
 from .rowlog import open_log, write_output_to
-from ..sandbox import members, side_scratch
+from ..sandbox import members, side_reads, side_scratch
 from .cases import SharedCase, Sharing, derive_seed, make_case_guarded
 from .channel import encode_values
 from .correctness import (ERROR, INCORRECT, PASSED, CaseView, Refused, SideFailed, Verdict, check_case,
@@ -99,8 +99,9 @@ class Bench:
         self.pairs = []
         try:
             for _ in range(timing.side_pairs(self.device, self.mode)):  # they import while we do
-                self.pairs.append({side: SideProcess(side, env, self.run_dir, side_scratch(self.run_dir, side),
-                                                     self.starter) for side in SIDES})
+                self.pairs.append({side: SideProcess(side, {**env, **side_reads(self.run_dir, side, self.spec.root)},
+                                                     self.run_dir, side_scratch(self.run_dir, side), self.starter)
+                                   for side in SIDES})
         except SideFailed as exc:
             self.stop()
             return {"status": ERROR, "message": f"start: {exc.message}", "where": "import"}
@@ -160,10 +161,16 @@ class Judge:
         self.refreshes = 0
         self.largest: dict[str, float] = {}
         self.numerics = numerics.new_record(self.workload.contract)  # the row's contract, filled case by case
+        self.idle_cpu_s = {side: 0.0 for side in SIDES}  # each side's CPU while the other's were timed (takes kept)
+        self.take_idle_cpu_s: dict[str, float] = {}  # the same, of the last take only
 
     @property
     def sides(self) -> dict[str, SideProcess]:
         return self.bench.sides
+
+    def pids_of(self, side: str) -> list[int]:
+        """Every process of one side: one in each process pair."""
+        return [pair[side].pid for pair in self.bench.pairs]
 
     @property
     def adapter(self) -> Any:
@@ -317,10 +324,12 @@ class Judge:
                                       medians=(medians["baseline"], medians["candidate"]),
                                       pair_medians=[(p["baseline"], p["candidate"]) for p in pair.process_pairs
                                                     if p["baseline"] is not None and p["candidate"] is not None],
-                                      process_floor_us=stats.process_floor_us(pairs) if self.device == "cuda" else 0.0),
+                                      process_floor_us=stats.process_floor_us(pairs) if self.device == "cuda" else 0.0,
+                                      meaningful=self.device == "cuda"),  # a smoke row has no verdict
             checks={"timing_cases": len(cases), "checked_samples": dict(self.checked), "refreshes": self.refreshes,
                     "check_fraction": sampling.CHECK_FRACTION, "memory_isolation": self.sharing.isolation,
-                    "process_pairs": pairs, "retaken": retaken},
+                    "process_pairs": pairs, "retaken": retaken,
+                    "idle_cpu_s": {side: round(used, 4) for side, used in self.idle_cpu_s.items()}},
             side_threads=threads,
         )
         if pair.candidate.host_bound:
@@ -350,6 +359,8 @@ class Judge:
         sampler.prime()
         pair, disturbed, dropped = guard.take_until_undisturbed(lambda: self._timed_take(sampler, settings))
         retaken += [f"{why}: timed again" for why in dropped]
+        for side, used in self.take_idle_cpu_s.items():
+            self.idle_cpu_s[side] += used
         threads_after = {side: self.sides[side].threads() for side in SIDES}
         sampler.final_checks()
         for side in SIDES:
@@ -363,15 +374,19 @@ class Judge:
     def _timed_take(self, sampler: sampling.Sampler, settings: Any) -> tuple[timing.PairTiming, list[str]]:
         """One take of the active pair's samples, and what disturbed either side's schedule meanwhile."""
         schedules = {side: guard.schedule_of(self.sides[side].pid) for side in SIDES}
+        idle_before, idle_s_before = dict(sampler.idle_cpu_s), dict(sampler.idle_s)
         timed_from = time.monotonic()
         pair = sampler.run(settings)
         timed_s = time.monotonic() - timed_from
         afterwards = {side: guard.schedule_of(self.sides[side].pid) for side in SIDES}
+        self.take_idle_cpu_s = {side: sampler.idle_cpu_s[side] - idle_before[side] for side in SIDES}
         waits = {side: guard.waited_s(schedules[side], afterwards[side]) for side in SIDES}
         disturbed = [guard.interference(side, schedules[side], afterwards[side], timed_s,
                                         starvation=self.device == "cuda",
                                         other_waited_s=next(waits[o] for o in SIDES if o != side))
                      for side in SIDES]
+        disturbed += [guard.idle_interference(side, next(o for o in SIDES if o != side), self.take_idle_cpu_s[side],
+                                              sampler.idle_s[side] - idle_s_before[side]) for side in SIDES]
         return pair, [why for why in disturbed if why]
 
     def _bytes_moved(self, case: Any) -> int | None:

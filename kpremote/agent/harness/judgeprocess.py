@@ -29,6 +29,7 @@ from typing import Any
 from ..run.children import (EXIT_GRACE_S, POLL_S, STARTUP_LIMIT_S, PipeReader, WorkerOutcome, crash_description,
                        kill_strays_noted, wait_or_kill)
 from .correctness import PASSED
+from .rowlog import CappedLog
 from ..procfs import kill_tree, namespace_pids
 
 
@@ -57,16 +58,19 @@ class JudgeProcess:
     def row(self, job: dict[str, Any], log_path: Path, limit_s: float, ready_path: Path | None = None) -> WorkerOutcome:
         """Send one row's job, wait for its result within the limits; the judge is ended unless the row passed."""
         started = time.monotonic()
+        log = CappedLog(log_path)
         try:
             if self.child is None:
                 self._start(log_path)
             self._send({"job": {**job, "log": str(log_path)}})
-            outcome = self._await_result(started, limit_s, log_path, ready_path)
+            outcome = self._await_result(started, limit_s, log_path, ready_path, log)
         except BaseException:  # Cancelled above all: no judge outlives the runner's decision to stop
             self.close(log_path, kill=True)
+            log.end()
             raise
         if not keeps_its_judge(outcome.result):
             self.close(log_path, kill=True)  # nothing of it is wanted: no wait for torch's teardown
+        outcome.log_dropped_bytes = log.end()
         return outcome
 
     def close(self, log_path: Path | None = None, *, kill: bool = False) -> None:
@@ -112,10 +116,12 @@ class JudgeProcess:
         except OSError:
             pass  # a judge that died is reported by its exit
 
-    def _await_result(self, started: float, limit_s: float, log_path: Path, ready_path: Path | None) -> WorkerOutcome:
+    def _await_result(self, started: float, limit_s: float, log_path: Path, ready_path: Path | None,
+                      log: CappedLog) -> WorkerOutcome:
         ready_at: float | None = None
         while True:
             line = self._next_line()
+            log.hold()  # at each poll: a row that prints without end never fills the disk
             now = time.monotonic()
             if line is not None and "ready" in line and ready_at is None:
                 ready_at = now

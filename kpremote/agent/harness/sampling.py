@@ -9,9 +9,10 @@ L2 flush before every sample runs here in the judge's process.
 from __future__ import annotations
 
 import math
+import time
 from typing import TYPE_CHECKING, Any
 
-from . import floors, stats, timing
+from . import floors, guard, stats, timing
 from .cases import SharedCase, derive_seed, make_case_guarded
 from .correctness import (ERROR, INCORRECT, Refused, SideFailed, Verdict, compare_output, describe, poison_outputs,
                           reference_inputs)
@@ -43,6 +44,8 @@ class Sampler:
         self.last: dict[str, tuple[SharedCase, int]] = {}  # each side's last sampled case, and its generation
         self.last_checked: dict[str, bool] = {}
         self.calls_per_sample = 1
+        self.idle_cpu_s = {side: 0.0 for side in SIDES}  # each side's CPU time while the other's samples were taken
+        self.idle_s = {side: 0.0 for side in SIDES}  # the wall time of those samples
         self.flusher = timing.L2Flusher(judge.job.get("l2_bytes")) if judge.device == "cuda" else None
 
     def capture_graphs(self) -> None:
@@ -138,7 +141,13 @@ class Sampler:
 
             self.flusher.flush()
             torch.cuda.synchronize()
+        idle = next(other for other in SIDES if other != side)
+        idle_from, wall_from = self._cpu_of_every_process(idle), time.perf_counter()  # this sample's alone
         reply = self.judge.sides[side].request({"op": "sample", "id": case.id, "graph": graph})
+        idle_to, wall_to = self._cpu_of_every_process(idle), time.perf_counter()
+        if idle_from is not None and idle_to is not None:
+            self.idle_cpu_s[idle] += idle_to - idle_from
+            self.idle_s[idle] += wall_to - wall_from
         value = reply.get("us")
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
             raise SideFailed(f"{side} side sent a sample time that is not a positive number: {value!r}")
@@ -154,6 +163,12 @@ class Sampler:
         host_us = reply.get("host_us")
         finite = isinstance(host_us, (int, float)) and not isinstance(host_us, bool) and math.isfinite(host_us)
         return float(value), float(host_us) if finite and host_us > 0 else 0.0
+
+    def _cpu_of_every_process(self, side: str) -> float | None:
+        """CPU time of every process of a side, in every process pair (an idle pair's spins beside the timed one
+        too); None where one cannot be read (gone: that sample is not counted)."""
+        readings = [guard.cpu_s(pid) for pid in self.judge.pids_of(side)]
+        return None if None in readings else sum(readings)
 
     def verify(self, side: str, case: SharedCase, when: str) -> None:
         """The outputs (and mutated inputs) of the sample just taken against the case's expected result."""

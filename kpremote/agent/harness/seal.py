@@ -17,8 +17,16 @@ the adapter or either side's module is imported:
   can replace: a patch made during the call cannot act before the check that sees it. The check itself is bound
   in side.serve before any command, and the seal is a tuple handed back by the start command's own frame.
 
-What the seal does not cover: a candidate that writes the process's memory (ctypes), traces the side's frames or
-races a thread of its own against the reply. Those remain the Nsight Compute audit's, the helper-thread guard's
+- `HookWatch` (since issue 44) keeps Python's own hooks out of the side: a trace, profile or monitoring function
+  sees every frame's return value, so one set on sample()'s frame could edit the reply dict on its return event
+  without replacing anything. An audit hook, installed before any task code runs, refuses `sys.settrace`,
+  `sys.setprofile` (threading's hooks, and from 3.12 the all-threads forms, go through the same audit events) and
+  `sys.monitoring.register_callback` (Python 3.12+), and records each attempt; its `set` names, after every
+  command, each attempt and each hook found in place all the same (the trace and profile functions, threading's,
+  an `f_trace` on the harness's frames, sys.monitoring's tools, events and the harness's local events).
+
+What the seal does not cover: a candidate that writes the process's memory (ctypes: it could also install a hook
+through the C API with no audit event, or rebind a frame's locals) or races a thread of its own against the reply. Those remain the Nsight Compute audit's, the helper-thread guard's
 and the sandbox's (docs/trust.md, "What it does not defend").
 """
 
@@ -146,3 +154,72 @@ class Clock:
         self.synchronize = torch._C._cuda_synchronize
         self.sleep = torch._C._cuda_sleep
         self.now = time.perf_counter
+
+
+# ---------------------------------------------------------------- Python's own hooks
+
+HOOK_EVENTS = frozenset(("sys.settrace", "sys.setprofile", "sys._settraceallthreads", "sys._setprofileallthreads",
+                         "sys.monitoring.register_callback"))
+MONITORING_TOOLS = range(6)  # sys.monitoring's tool ids, 0-5
+
+
+class HookRefused(RuntimeError):
+    """Raised into task code that asks for a trace, profile or monitoring hook in a side process."""
+
+
+class HookWatch:
+    """Refuses trace, profile and monitoring hooks in this process from now on (an audit hook: it cannot be removed
+    from Python) and, in `set`, names each one attempted or found in place since. Everything `set` calls is bound
+    here, before any task code runs; `codes` are the harness functions whose frames carry a reply (their
+    sys.monitoring local events are watched)."""
+
+    def __init__(self, codes: tuple = ()) -> None:
+        import threading
+
+        self.attempts: list[str] = []
+        events, attempts, refused = HOOK_EVENTS, self.attempts, HookRefused
+
+        def refuse(event: str, args: tuple) -> None:
+            if event in events:
+                attempts.append(event)
+                raise refused(f"{event} is refused in a harness side process (a hook there could edit the reply)")
+
+        monitoring = getattr(sys, "monitoring", None)
+        self.reads = (sys.gettrace, sys.getprofile, sys._getframe, vars(threading), monitoring, tuple(codes))
+        self.before = (sys.gettrace(), sys.getprofile(), threading.__dict__.get("_trace_hook"),
+                       threading.__dict__.get("_profile_hook"),
+                       tuple(_monitored(monitoring, t, codes) for t in MONITORING_TOOLS) if monitoring else ())
+        sys.addaudithook(refuse)
+
+    def set(self) -> list[str]:
+        """Each hook attempted (refused) or found set since the watch began; empty while there is none."""
+        gettrace, getprofile, getframe, threading_names, monitoring, codes = self.reads
+        trace, profile, thread_trace, thread_profile, tools = self.before
+        out = [f"{event} (refused)" for event in dict.fromkeys(self.attempts)]
+        if gettrace() is not trace:
+            out.append("sys.settrace (a trace function is set)")
+        if getprofile() is not profile:
+            out.append("sys.setprofile (a profile function is set)")
+        if threading_names.get("_trace_hook") is not thread_trace:
+            out.append("threading.settrace")
+        if threading_names.get("_profile_hook") is not thread_profile:
+            out.append("threading.setprofile")
+        frame = getframe(1)
+        while frame is not None:
+            if frame.f_trace is not None:
+                out.append(f"a trace function on the harness's frame {frame.f_code.co_name}()")
+            frame = frame.f_back
+        if monitoring is not None:
+            out += [f"sys.monitoring tool {tool}" for tool in MONITORING_TOOLS
+                    if _monitored(monitoring, tool, codes) != tools[tool]]
+        return out
+
+
+def _monitored(monitoring: Any, tool: int, codes: tuple) -> tuple:
+    """What sys.monitoring (Python 3.12+) holds for one tool id: its name, its events, its local events on `codes`;
+    ("unreadable",) where this Python refuses to say (a change from that still shows)."""
+    try:
+        return (monitoring.get_tool(tool), monitoring.get_events(tool),
+                tuple(monitoring.get_local_events(tool, code) for code in codes))
+    except ValueError:
+        return ("unreadable",)

@@ -12,11 +12,15 @@ Before it reads its first command the process enters the sandbox (sandbox/): fro
 outside its scratch folder and touch no process outside its own tree.
 The process imports once ("start") and then serves the rows the judge hands it ("row": the workload, and the
 row's log for its stdout and stderr); the judge's cases of one row are dropped before the next.
+The Nsight Compute audit starts its audited calls with the same command line (ncu/audit.py), the descriptor then
+being no socket but the audit's job: main makes those calls (audit.call_row) instead of serving a judge.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 import time
 import traceback
@@ -244,12 +248,29 @@ COMMANDS = {
 }
 
 
+def channel_changes(channel: Channel, kind: type, fields: dict[str, Any]) -> list[str]:
+    """What task code changed of the channel a reply goes through: its class, an attribute replaced or added (a
+    wrapped socket, a send_reply of the instance's own)."""
+    if type(channel) is not kind:
+        return ["the side's channel (its class)"]
+    now, missing = vars(channel), object()
+    changed = sorted(name for name in {*fields, *now} if now.get(name, missing) is not fields.get(name, missing))
+    return [f"the side's channel ({name})" for name in changed]
+
+
 def serve(channel: Channel) -> None:
     side = Side()
     # Bound here, before any task code runs: the check, its code, and (once "start" returns it) the seal. A
     # command's reply goes up only after the check, so a patch made during a command shows in that command's reply.
     check, check_code, entries = seal.broken, seal.broken.__code__, ()
     commands = dict(COMMANDS)
+    # Trace, profile and monitoring hooks are refused from here on (seal.HookWatch); any attempted or in place is
+    # named with the seal's names: such a hook sees sample()'s reply on its return event and could edit it.
+    hooks = seal.HookWatch(tuple(f.__code__ for f in (serve, Side.case, Side.row, *COMMANDS.values())))
+    hooks_set, hooks_code = hooks.set, seal.HookWatch.set.__code__
+    # The channel itself: task code can reach it through this frame and wrap its socket (or shadow send_reply on
+    # the instance), so what the reply goes through is the object bound here, checked before every reply.
+    channel_type, channel_fields = type(channel), dict(vars(channel))
     while True:
         try:
             command, fds = channel.recv_command()
@@ -267,9 +288,7 @@ def serve(channel: Channel) -> None:
             else:
                 reply = commands[op](side, command)
         except Exception as exc:  # noqa: BLE001 - the judge turns it into the row's ERROR
-            lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
-            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
-                     "traceback": "\n".join("".join(lines).splitlines()[-TRACEBACK_LINES:])}
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": _traceback_tail(exc)}
         finally:
             import os
 
@@ -278,6 +297,8 @@ def serve(channel: Channel) -> None:
         if op == "start" and SEAL_KEY in reply:
             entries = reply.pop(SEAL_KEY)
         tampered = ["the seal's own check (its code)"] if check.__code__ is not check_code else check(entries)
+        tampered += ["the hook watch (its code)"] if hooks_set.__func__.__code__ is not hooks_code else hooks_set()
+        tampered += channel_changes(channel, channel_type, channel_fields)
         if tampered:
             reply["tampered"] = tampered
         channel.send_reply(reply)
@@ -291,9 +312,33 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from .. import sandbox
 
-    SANDBOX[0] = sandbox.enter()  # before the adapter or the side's module is imported
+    audited = not stat.S_ISSOCK(os.fstat(args.fd).st_mode)  # no channel: the audit's calls under ncu, job on args.fd
+    # before the adapter or the side's module is imported; under ncu the GPU's counters may be root's
+    SANDBOX[0] = sandbox.enter(profiled=audited)
+    if audited:
+        from ..ncu.audit import call_row
+        from ..ncu.profiledcall import call_from_fd
+
+        print(f"side: {SANDBOX[0]}", file=sys.stderr, flush=True)
+        return call_from_fd(args.fd, call_row)
     serve(Channel.from_fd(args.fd))
     return 0
+
+
+def _traceback_tail(exc: BaseException) -> str:
+    """The last TRACEBACK_LINES lines of exc's traceback; for an exception raised from another (Triton's interpreter
+    wraps what a kernel's body raised), the first cause's own last lines after it: the line in the task's code that
+    failed, not only the launch that reached it."""
+    outer = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, chain=False)).splitlines()
+    root, seen = exc, {id(exc)}
+    while (root.__cause__ or root.__context__) is not None and id(root.__cause__ or root.__context__) not in seen:
+        root = root.__cause__ or root.__context__  # type: ignore[assignment]
+        seen.add(id(root))
+    if root is exc:
+        return "\n".join(outer[-TRACEBACK_LINES:])
+    inner = "".join(traceback.format_exception(type(root), root, root.__traceback__, chain=False)).splitlines()
+    half = TRACEBACK_LINES // 2
+    return "\n".join([*outer[-half:], "raised from (the first cause):", *inner[-half:]])
 
 
 if __name__ == "__main__":

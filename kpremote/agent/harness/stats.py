@@ -233,7 +233,7 @@ def pairs_pointing(pair_medians: Sequence[tuple[float, float]], verdict: str) ->
 
 def row_verdict(baseline: Sequence[float], candidate: Sequence[float], *, seed: int = 0,
                 process_floor_us: float = 0.0, medians: tuple[float, float] | None = None,
-                pair_medians: Sequence[tuple[float, float]] = ()) -> dict[str, Any]:
+                pair_medians: Sequence[tuple[float, float]] = (), meaningful: bool = True) -> dict[str, Any]:
     """The row's speedup (median over median), its interval and its verdict, all from the raw samples.
 
     The noise threshold also covers the timer's resolution and, for GPU rows (process_floor_us, the judge passes
@@ -242,6 +242,9 @@ def row_verdict(baseline: Sequence[float], candidate: Sequence[float], *, seed: 
     on 3.5-5 us rows and 0.989x on a 55 us row, with intervals that did not hold 1.0. A row timed by two or more
     process pairs (pair_medians: each pair's (baseline, candidate) medians) is a change only where pairs_needed of
     them read it so; otherwise SAME, and "held" says which change the pooled samples alone would have called.
+    meaningful=False (a smoke run: Triton's interpreter on a CPU): the numbers stay for the record, the verdict is
+    None (and no "held"), so no FASTER or SLOWER of such timings reaches results.json, the headline's counts or the
+    ledger.
     """
     base_median, cand_median = medians or (median(baseline), median(candidate))  # the judge's, when it has them
     value = speedup(base_median, cand_median)
@@ -254,7 +257,9 @@ def row_verdict(baseline: Sequence[float], candidate: Sequence[float], *, seed: 
                                "timer_quantum_us": round(quantum, 6), "process_floor_us": process_floor_us,
                                "verdict": change_verdict(value, low, high, noise=noise)}
     if len(pair_medians) >= 2:
-        return {**verdict, **_pairs_agreement(verdict["verdict"], pair_medians)}
+        verdict = {**verdict, **_pairs_agreement(verdict["verdict"], pair_medians)}
+    if not meaningful:  # the numbers (and how many pairs pointed which way) stay for the record; no word is said
+        verdict = {**{k: v for k, v in verdict.items() if k != "held"}, "verdict": None}
     return verdict
 
 

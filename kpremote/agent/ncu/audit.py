@@ -7,7 +7,8 @@
     report.rows      one RowAudit per row; to_json(): workload, ncu_us, harness_us, agree, tolerance (µs),
                      tolerance_rule, note, kernels_per_call, report (the .ncu-rep, which stays on the host)
     answer           agree, side, harness_us, ncu_us, tolerance, tolerance_rule, note (of the side that decides),
-                     status and sides (each side's RowAudit), cache_control
+                     status and sides (each side's RowAudit), cache_control, outputs ({side: ok, status,
+                     message}: what the audited calls wrote, judged by auditcases.check)
 
 The runner calls audit_row after all rows, once per timed production row, with both sides' harness medians per
 call (µs), its worker environment (CUDA_VISIBLE_DEVICES, TRITON_CACHE_DIR, PYTHONPATH) and, for CUDA tasks, the
@@ -19,14 +20,20 @@ graph-mode row is audited warm, as its replays run.
 
 Each row runs in a process of its own, started under
     ncu --clock-control none --cache-control none --profile-from-start off --metrics gpu__time_duration.sum
-        --export raw/audit/<side>-<row>.ncu-rep --force-overwrite  python -m kpremote.agent.ncu.audit call --job ...
+        --export raw/audit/<side>-<row>.ncu-rep --force-overwrite
+        python -m kpremote.agent.harness.side --fd 0 --side <side> --run-dir <run>   < raw/audit/<side>-<row>.job.json
 so the audited side's code never runs in the caller's process, and one row's kernels can never be taken for
-another's. That process imports the audited side and the adapter only (the other side is bound as None), makes a
-case with fresh inputs from a seed drawn here, makes `warmup` calls outside the profiled region and `calls` calls
-each call inside cudaProfilerStart/Stop. Its report is read back with `ncu --import R --csv --page raw` (ncu.import_report),
-never from the profiled process's stdout, which the side controls. The region's kernels, in launch order, are cut
-into `calls` equal groups (one call each), each group summed, and the median over the groups is ncu_us; a kernel
-count that is not a multiple of the calls falls back to the mean per call and says so.
+another's. It starts as a timed side does (side.py's command line, the run folder, the side's environment and
+scratch), its job on standard input. That process imports the audited side and the adapter only (the other side
+is bound as None), makes `warmup` calls outside the profiled region and `calls` calls each inside
+cudaProfilerStart/Stop, each on a case of its own made from a secret drawn here (auditcases.py: the audited process
+never sees it) with its outputs poisoned before it; what each call wrote is judged after the row like a timed
+call's (auditcases.check: `outputs` in the answer; the runner makes a candidate whose audited calls computed
+something else INCORRECT). The candidate's process runs before the baseline's. Its report is read back with
+`ncu --import R --csv --page raw` (ncu.import_report), never from the profiled process's stdout, which the side
+controls. The region's kernels, in launch order, are cut into `calls` equal groups (one call each), each group
+summed, and the median over the groups is ncu_us; a kernel count that is not a multiple of the calls falls back to
+the mean per call and says so.
 
 ncu serialises kernels, so a call of several kernels is measured without the gaps between its launches: the tolerance (TOLERANCES, by the length ncu measured) allows for that and for the launch inside the harness's
 event pair: 2.5 µs + 8 % below 20 µs, 2.5 µs + 5 % from 20 µs (measured on the H200: docs/trust.md).
@@ -48,7 +55,7 @@ from typing import Any
 from .. import AGENT_HOME, sandbox
 from . import ncu
 from ..procfs import kill_tree
-from .profiledcall import bound_adapter, call_main, job_task, profiled, side_call, synchronize, warm_up
+from .profiledcall import bound_adapter, job_task, profiled, synchronize, warm_up
 from ..protocol import PROFILE_SIDES
 
 # (below this length in µs, absolute µs, relative): the first band the ncu length falls in gives the tolerance.
@@ -67,8 +74,14 @@ TOLERANCES = ((20.0, 2.5, 0.08), (math.inf, 2.5, 0.05))
 EMPTY_MARGIN_US = 0.7
 EMPTY_RELATIVE = 0.01
 WINDOW_FLOOR = (0.5, 0.005)  # (us above ncu, less this share of ncu): the fallback without an empty window
+# A forge of the candidate's window this large (%) must be visible to the audit; where the window stands further
+# above its floor than that, a FASTER verdict is unverified (forge_blind_spot_pct; issue 44).
+FORGE_VISIBLE_PCT = 5.0
 WARMUP_CALLS = 3
 AUDIT_CALLS = 5
+# The candidate's audited process runs first: while it runs, no results of the baseline's (the same cases' expected
+# outputs, where the adapter has no reference) lie in any scratch folder.
+AUDIT_ORDER = ("candidate", "baseline")
 ROW_LIMIT_S = 600.0
 NCU_NOT_FOUND = "unaudited: ncu not found"
 # Failures that no other row would escape either: the whole side is unaudited.
@@ -188,8 +201,12 @@ def _unaudited(row: AuditRow, why: str) -> RowAudit:
 def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], env: dict[str, str] | None = None,
                *, device: str = "cuda", modules: dict[str, str | None] | None = None, warmup: int = WARMUP_CALLS,
                calls: int = AUDIT_CALLS, cache_control: str = "all", row_limit_s: float = ROW_LIMIT_S,
-               raw_dir: Path | str | None = None, empty_window_us: float | None = None) -> AuditReport:
-    """Re-measure each row of one side under ncu (a process per row) and compare with the harness's medians."""
+               raw_dir: Path | str | None = None, empty_window_us: float | None = None,
+               secrets_by_row: dict[str, bytes] | None = None) -> AuditReport:
+    """Re-measure each row of one side under ncu (a process per row) and compare with the harness's medians. Each
+    row's cases come from its secret (secrets_by_row, else one drawn here): auditcases.make writes them into the
+    side's scratch folder before the row's process starts, and its results file is left there for
+    auditcases.check (audit_row runs it)."""
     if side not in PROFILE_SIDES:
         raise ValueError(f"side {side!r}: allowed: {', '.join(PROFILE_SIDES)}")
     env = _target_env(env)
@@ -198,7 +215,8 @@ def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], e
         return AuditReport(side, NCU_NOT_FOUND, [_unaudited(r, "ncu not found") for r in rows],
                            cache_control=cache_control, warmup=warmup, calls=calls)
     scratch = sandbox.make_scratch(sandbox.side_scratch(Path(run_dir), side))
-    env = {**env, **sandbox.scratch_env(scratch)}  # the audited calls run sandboxed (profiledcall.py)
+    env = {**env, **sandbox.scratch_env(scratch),  # the audited calls run sandboxed (profiledcall.py)
+           **sandbox.side_reads(Path(run_dir), side, Path(task_dir))}
     report = AuditReport(side, "audited", [], found, ncu.ncu_version(found), cache_control, warmup, calls)
     folder = Path(raw_dir) if raw_dir else Path(run_dir) / "raw" / "audit"
     folder.mkdir(parents=True, exist_ok=True)
@@ -208,12 +226,17 @@ def audit_rows(task_dir: Path, run_dir: Path, side: str, rows: list[AuditRow], e
         if whole_side:
             report.rows.append(_unaudited(row, whole_side))
             continue
+        paths = call_files(run_dir, side, row.workload)
         job = {"task_dir": str(task_dir), "device": device, "side": side, "workload": row.workload,
-               "warmup": warmup, "calls": calls, "seed": secrets.randbelow(2**31), "modules": modules,
-               "flush_per_call": cache_control == "call"}
+               "warmup": warmup, "calls": calls, "modules": modules, "flush_per_call": cache_control == "call",
+               "inputs": str(paths["inputs"]), "results": str(paths["results"]), "done": str(paths["done"])}
+        secret = (secrets_by_row or {}).get(row.workload) or secrets.token_bytes(32)
         try:
+            run_cases("make", {"task_dir": str(task_dir), "workload": row.workload, "device": device,
+                               "secret": secret.hex(), "count": calls + 1, "inputs": {side: job["inputs"]}},
+                      env, Path(run_dir), row_limit_s)
             report.rows.append(_audit_one(found, folder, row, job, env, cache_control, row_limit_s, scratch,
-                                          empty_window_us))
+                                          empty_window_us, Path(run_dir)))
         except ncu.NcuError as exc:
             if exc.kind in WHOLE_SIDE:
                 whole_side = str(exc)
@@ -237,7 +260,8 @@ def audit_row(request: dict[str, Any]) -> dict[str, Any]:
     cache_control = "none" if request.get("mode") == "graph" else "call"
     sides: dict[str, RowAudit] = {}
     status: dict[str, str] = {}
-    for side in PROFILE_SIDES:
+    secret = secrets.token_bytes(32)  # the row's cases, the same for both sides; never in the audited processes
+    for side in AUDIT_ORDER:
         harness = (request.get("harness_us") or {}).get(side)
         if harness is None:
             continue
@@ -245,10 +269,13 @@ def audit_row(request: dict[str, Any]) -> dict[str, Any]:
                             [AuditRow(request["workload"], float(harness))], request.get("env"),
                             device=request.get("device", "cuda"), modules=request.get("modules"),
                             cache_control=cache_control, raw_dir=request.get("raw_dir"),
-                            empty_window_us=request.get("empty_window_us"))
+                            empty_window_us=request.get("empty_window_us"),
+                            secrets_by_row={request["workload"]: secret})
         sides[side], status[side] = report.rows[0], report.status
     if not sides:
         return {"agree": None, "note": "no harness median to audit", "sides": {}}
+    outputs = check_outputs(request, list(sides), secret)
+    sides = {side: sides[side] for side in PROFILE_SIDES if side in sides}
     if cache_control == "call":
         _baseline_no_longer_than_the_candidate(sides)
     deciding = (next((r for r in sides.values() if r.agree is False), None)
@@ -259,7 +286,51 @@ def audit_row(request: dict[str, Any]) -> dict[str, Any]:
     side = next(name for name, row in sides.items() if row is deciding)
     return {"agree": agree, "side": side, "harness_us": deciding.harness_us, "ncu_us": deciding.ncu_us,
             "tolerance": deciding.tolerance, "tolerance_rule": deciding.tolerance_rule, "note": deciding.note,
-            "status": status, "cache_control": cache_control, "sides": {k: v.to_json() for k, v in sides.items()}}
+            "status": status, "cache_control": cache_control, "sides": {k: v.to_json() for k, v in sides.items()},
+            "outputs": outputs, "forge_blind_spot_pct": _blind_spot(sides.get("candidate"), cache_control)}
+
+
+def forge_blind_spot_pct(harness_us: float, ncu_us: float, allowed_us: float) -> float:
+    """The largest share (%) a forge could take off a cold window of harness_us and still pass the audit's floor
+    (ncu's length + allowed_us, window_floor_us): (median - floor) / median, none below 0."""
+    if harness_us <= 0:
+        return 0.0
+    return max(0.0, 100.0 * (harness_us - (ncu_us + allowed_us)) / harness_us)
+
+
+def unverified_share(answer: dict[str, Any] | None) -> float | None:
+    """The row's blind spot where it is too large for the audit to vouch for a FASTER (over FORGE_VISIBLE_PCT)."""
+    share = (answer or {}).get("forge_blind_spot_pct")
+    return share if isinstance(share, (int, float)) and share > FORGE_VISIBLE_PCT else None
+
+
+def _blind_spot(candidate: RowAudit | None, cache_control: str) -> float | None:
+    """For a cold row whose candidate window passed the floor; None where there is no floor to measure from."""
+    if cache_control != "call" or candidate is None or candidate.agree is not True or not candidate.ncu_us \
+            or candidate.tolerance is None:
+        return None
+    return round(forge_blind_spot_pct(candidate.harness_us, candidate.ncu_us, candidate.tolerance), 1)
+
+
+def check_outputs(request: dict[str, Any], sides: list[str], secret: bytes) -> dict[str, dict[str, Any]]:
+    """What each side's audited calls wrote, judged by auditcases.check against the row's cases made again from
+    its secret: {side: {"ok": True | False | None, "status", "message"}}. The row's files leave the scratch
+    folders after it, whatever happened."""
+    run_dir = Path(request["run_dir"])
+    files = {side: call_files(run_dir, side, request["workload"]) for side in sides}
+    try:
+        return run_cases("check", {"task_dir": request["task_dir"], "workload": request["workload"],
+                                   "device": request.get("device", "cuda"), "secret": secret.hex(),
+                                   "count": AUDIT_CALLS + 1,
+                                   "results": {side: str(paths["results"]) for side, paths in files.items()},
+                                   "inputs": {side: str(paths["inputs"]) for side, paths in files.items()}},
+                         _target_env(request.get("env")), run_dir, ROW_LIMIT_S)
+    except ncu.NcuError as exc:
+        return {side: {"ok": None, "status": None, "message": f"not checked: {exc}"} for side in sides}
+    finally:
+        for paths in files.values():
+            for path in paths.values():
+                path.unlink(missing_ok=True)
 
 
 def _baseline_no_longer_than_the_candidate(sides: dict[str, RowAudit]) -> None:
@@ -289,17 +360,21 @@ def _status(rows: list[RowAudit], whole_side: str | None) -> str:
 
 
 def _audit_one(found: str, folder: Path, row: AuditRow, job: dict[str, Any], env: dict[str, str],
-               cache_control: str, limit_s: float, scratch: Path, empty_us: float | None = None) -> RowAudit:
+               cache_control: str, limit_s: float, scratch: Path, empty_us: float | None = None,
+               run_dir: Path | None = None) -> RowAudit:
     stem = f"{job['side']}-{row.workload}"
-    report, done = folder / f"{stem}.ncu-rep", scratch / f"{stem}.call.json"  # the sandboxed target writes only there
+    report, done = folder / f"{stem}.ncu-rep", Path(job["done"])  # the sandboxed target writes only its scratch
     job_path, log_path = folder / f"{stem}.job.json", folder / f"{stem}.log"
-    for stale in (report, done):
+    for stale in (report, done, Path(job["results"])):
         stale.unlink(missing_ok=True)
     job_path.write_text(json.dumps(job, indent=1))
-    target = [sys.executable, "-m", "kpremote.agent.ncu.audit", "call", "--job", str(job_path), "--out", str(done)]
+    # Started as a timed side is (side.py's command line, working directory and environment); its job comes on
+    # standard input, not from a file named on its command line (docs/trust.md says what still tells them apart).
+    target = [sys.executable, "-m", "kpremote.agent.harness.side", "--fd", "0", "--side", job["side"],
+              "--run-dir", str(run_dir or Path(job["task_dir"]))]
     command = ncu.audit_command(found, report=report, target=target,
                                 cache_control="none" if cache_control == "call" else cache_control)
-    returncode = _run(command, log_path, env, Path(job["task_dir"]), limit_s)
+    returncode = _run(command, log_path, env, run_dir or Path(job["task_dir"]), limit_s, job_path)
     try:
         ncu.check_profile(log_path.read_text(errors="replace"), returncode, report, target_finished=done.is_file(),
                           kernel_regex=None)
@@ -319,9 +394,10 @@ def _audit_one(found: str, folder: Path, row: AuditRow, job: dict[str, Any], env
                      one_sided=cache_control == "call", empty_us=empty_us)
 
 
-def _run(command: list[str], log_path: Path, env: dict[str, str], cwd: Path, limit_s: float) -> int:
-    with open(log_path, "wb") as log:
-        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+def _run(command: list[str], log_path: Path, env: dict[str, str], cwd: Path, limit_s: float,
+         stdin: Path | None = None) -> int:
+    with open(log_path, "wb") as log, open(stdin or os.devnull, "rb") as given:
+        child = subprocess.Popen(command, stdin=given, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     try:
         return child.wait(timeout=limit_s)
     except subprocess.TimeoutExpired:
@@ -331,6 +407,35 @@ def _run(command: list[str], log_path: Path, env: dict[str, str], cwd: Path, lim
         if child.poll() is None:
             kill_tree(child)
         raise
+
+
+def call_files(run_dir: Path | str, side: str, workload: str) -> dict[str, Path]:
+    """Where a side's audited process finds its cases and leaves its results and record: its scratch folder, the
+    one place it may write, under names that say nothing of the audit."""
+    scratch = sandbox.side_scratch(Path(run_dir), side)
+    return {"inputs": scratch / f"cases-{workload}.pt", "results": scratch / f"results-{workload}.pt",
+            "done": scratch / f"done-{workload}.json"}
+
+
+def run_cases(command: str, request: dict[str, Any], env: dict[str, str], cwd: Path, limit_s: float) -> dict:
+    """auditcases.py's make or check, in a process of its own (it imports torch and the adapter, which the runner
+    never does); the request, with the row's secret, goes on its standard input. Its one JSON line, or NcuError."""
+    try:
+        done = subprocess.run([sys.executable, "-m", "kpremote.agent.ncu.auditcases", command],
+                              input=json.dumps(request), capture_output=True, text=True, env=env, cwd=cwd,
+                              timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        raise ncu.NcuError("target_failed", f"the audit's cases ({command}) took longer than {limit_s:g} s") from None
+    lines = done.stdout.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        answer = None
+    if done.returncode != 0 or not isinstance(answer, dict):
+        why = (answer or {}).get("error") if isinstance(answer, dict) else None
+        tail = " ".join(done.stderr.strip().splitlines()[-3:])
+        raise ncu.NcuError("target_failed", f"the audit's cases ({command}) failed: {why or tail or done.returncode}")
+    return answer
 
 
 def _target_env(env: dict[str, str] | None) -> dict[str, str]:
@@ -355,21 +460,37 @@ def _built_modules(run_dir: Path) -> dict[str, str | None]:
 
 
 def call_row(job: dict[str, Any]) -> dict[str, Any]:
-    """Warm up, then make the audited calls of one side for one row, each inside the profiler's region."""
+    """Warm up, then make the audited calls of one side for one row, each inside the profiler's region, each on a
+    case of its own that auditcases.make wrote from the runner's secret (case 0: the warm-up's), its outputs (and
+    mutated inputs, restored first) poisoned before it; what each call produced goes to the job's results file,
+    which auditcases.check judges once the process has ended."""
+    import torch
+
+    from ..harness import correctness
+
     spec, workload, device = job_task(job)
     params, side = workload.params, job["side"]
+    made = torch.load(job["inputs"], map_location=device, weights_only=True)
+    mutates = tuple(made["mutates"])
+    cases = [(case["inputs"], case["outputs"], correctness.clone_tensors(case["inputs"])) for case in made["cases"]]
     adapter = bound_adapter(spec, side, (job.get("modules") or {}).get(side))
-    case = adapter.make_case(params, device=device, seed=int(job["seed"]))
-    call = side_call(adapter, side, case, params)
-    warm_up(call, job["warmup"], device)
+    function = getattr(adapter, f"call_{side}")
+    warm_inputs, warm_outputs, _ = cases[0]
+    warm_up(lambda: function(params, warm_inputs, warm_outputs), job["warmup"], device)
     flush = _cold_l2(device) if job.get("flush_per_call") else None
-    for _ in range(job["calls"]):
+    results = []
+    for inputs, outputs, pristine in cases[1:1 + job["calls"]]:
+        correctness.restore_mutated(pristine, inputs, mutates)
+        correctness.poison_outputs(outputs)
         if flush is not None:  # cold at the call's start, as in the harness's samples (outside the profiled range)
             flush()
-            synchronize(device)
+        synchronize(device)
         with profiled(device):
-            call()
+            function(params, inputs, outputs)
             synchronize(device)
+        results.append({name: value.detach().cpu().clone()
+                        for name, value in correctness.results_of(outputs, inputs, mutates).items()})
+    torch.save(results, job["results"])
     return {"side": side, "workload": workload.id, "warmup": job["warmup"], "calls": job["calls"]}
 
 
@@ -382,7 +503,3 @@ def _cold_l2(device: str) -> Any:
     return L2Flusher(None).flush_buffer.max
 
 
-if __name__ == "__main__":
-    if sys.argv[1:2] != ["call"]:
-        sys.exit("usage: python -m kpremote.agent.ncu.audit call --job JOB.json --out DONE.json (audit_rows starts it)")
-    sys.exit(call_main(sys.argv[2:], "python -m kpremote.agent.ncu.audit call", call_row))

@@ -44,7 +44,7 @@ class ProfileRunner(Runner):
         self.ncu_path = ""
         self.profiled: list[SideProfile] = []
 
-    def _run_all(self) -> tuple[str, int]:
+    def _run_all(self) -> tuple[str, int, str | None]:
         self._get_ready()
         [workload] = self.ctx.selected
         self._run_rows([workload])  # its judge ended: ncu measures a GPU no row process holds
@@ -54,7 +54,7 @@ class ProfileRunner(Runner):
             self.profiled.append(self._profile_side(workload, side))
         self._phase("summarize")
         self._write_profile_summary(workload)
-        return "passed", RunExit.PASSED
+        return "passed", RunExit.PASSED, None
 
     def _validate(self) -> None:
         if isinstance(self.request, str):
@@ -96,7 +96,8 @@ class ProfileRunner(Runner):
                                       kernel_regex=self.request.kernel, report=report, target=target)
         self.events.emit("profile", side=side, step="ncu", command=command)
         try:
-            returncode = self._run_under_ncu(command, log_path, side, sandbox.scratch_env(scratch))
+            returncode = self._run_under_ncu(command, log_path, side, {
+                **sandbox.scratch_env(scratch), **sandbox.side_reads(self.run_dir, side, self.ctx.spec.root)})
             ncu.check_profile(log_path.read_text(errors="replace"), returncode, report,
                               target_finished=done.is_file(), kernel_regex=self.request.kernel)
             csv_text = ncu.import_report(self.ncu_path, report)

@@ -1,7 +1,8 @@
 """The process Nsight Compute measures: one side's calls of one workload, only the marked ones profiled.
 
     python -m kpremote.agent.ncu.profile call --job JOB.json --out DONE.json   (a profile run's target: call_side)
-    python -m kpremote.agent.ncu.audit call --job JOB.json --out DONE.json     (the timing audit's: audit.call_row)
+    python -m kpremote.agent.harness.side --fd 0 --side S --run-dir R < JOB.json  (the timing audit's: audit.call_row,
+        started as a timed side is, with its job on standard input instead of a channel: call_from_fd)
 
 Both import only the measured side into the task's adapter, make the warm-up calls outside the profiler's region,
 then the measured calls inside cudaProfilerStart/Stop (ncu runs with `--profile-from-start off`). A call that
@@ -45,13 +46,35 @@ def call_main(argv: list[str], prog: str, calls: Callable[[dict[str, Any]], dict
     args = parser.parse_args(argv)
     from .. import sandbox
 
-    print(f"profiled call: {sandbox.enter()}", file=sys.stderr, flush=True)  # before the side's code is imported
+    job = json.loads(args.job.read_text())  # before the sandbox hides the run folder it lies in
+    # before the side's code is imported; profiled: the GPU's counters may be root's (privileges.counters_need_root)
+    print(f"profiled call: {sandbox.enter(profiled=True)}", file=sys.stderr, flush=True)
     try:
-        result = calls(json.loads(args.job.read_text()))
+        result = calls(job)
     except Exception:  # noqa: BLE001 - the traceback lands in the ncu log, which the runner quotes
         traceback.print_exc()
         return 1
     write_atomically(args.out, json.dumps(result))
+    return 0
+
+
+def call_from_fd(fd: int, calls: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
+    """The audit's target (side.main, when its descriptor is no channel): the job is read from `fd`, which then
+    becomes /dev/null (as a side's standard input is); the process entered the sandbox before. Writes what was
+    done to the job's `done` file; exit 1 with the traceback on stderr if a call fails."""
+    import os
+
+    with os.fdopen(os.dup(fd), "rb") as source:
+        job = json.loads(source.read())
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, fd)
+    os.close(null)
+    try:
+        result = calls(job)
+    except Exception:  # noqa: BLE001 - the traceback lands in the ncu log, which the runner quotes
+        traceback.print_exc()
+        return 1
+    write_atomically(Path(job["done"]), json.dumps(result))
     return 0
 
 

@@ -36,6 +36,7 @@ class WorkerOutcome:
     crashed: str | None = None  # how it died without a result
     piped: dict[str, Any] | None = None  # what came through the trusted pipe, merged line by line
     returncode: int | None = None
+    log_dropped_bytes: int = 0  # of the row's output, past its log's cap (harness/rowlog.py)
 
 
 @dataclass

@@ -15,7 +15,8 @@ from typing import Any, BinaryIO, Protocol
 
 from .events import complete_lines
 from .liveness import current_state
-from ..protocol import TERMINAL
+from ..protocol import TERMINAL, SummaryUnverified
+from .records import verified_results
 from .runpaths import existing_run_dir
 from .summary import write_summary_tar
 
@@ -93,12 +94,20 @@ class _Stream:
 
 
 def _end(out: BinaryIO, run_dir: Path, state: dict[str, Any], offset: int, with_summary: bool) -> None:
-    """The end line; after it, for a finished run that was asked for it, the summary tar."""
+    """The end line; after it, for a finished run that was asked for it, the summary tar, once its host's sealed
+    record vouches for it (otherwise the end line says why not, as "summary_refused", and no tar follows)."""
     summary = with_summary and state.get("status") in TERMINAL and state.get("status") != "cancelled"
-    end = {"event": "end", "state": state, "offset": offset, **({"summary": True} if summary else {})}
-    out.write(json.dumps(end, default=str).encode() + b"\n")
+    results, refused = None, None
     if summary:
-        write_summary_tar(run_dir / "summary", out)
+        try:
+            results = verified_results(run_dir, state)
+        except SummaryUnverified as exc:
+            refused = str(exc)
+    end = {"event": "end", "state": state, "offset": offset, **({"summary": True} if results is not None else {}),
+           **({"summary_refused": refused} if refused else {})}
+    out.write(json.dumps(end, default=str).encode() + b"\n")
+    if results is not None:
+        write_summary_tar(run_dir / "summary", out, results)
     out.flush()
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from ..protocol import RowResult, RunResults
+from ..protocol import UNVERIFIED_FASTER, RowResult, RunResults
 
 PASSED = "PASSED"
 
@@ -25,7 +25,7 @@ def plotted_rows(results: RunResults) -> list[RowResult]:
     return [r for r in results.rows if r.status == PASSED and r.speedup]
 
 
-VERDICT_COLOURS = {"FASTER": "tab:green", "SLOWER": "tab:red"}
+VERDICT_COLOURS = {"FASTER": "tab:green", UNVERIFIED_FASTER: "tab:olive", "SLOWER": "tab:red"}
 
 
 def bar_colour(row: RowResult) -> str:

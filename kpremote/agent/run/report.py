@@ -20,6 +20,7 @@ from .. import harness
 from ..harness import numerics, stats
 from ..atomicfile import write_atomically as _write
 from ..harness.correctness import ERROR, INCORRECT, NOT_CHECKED, PASSED, TIMEOUT
+from ..harness.rowlog import LOG_CAP_BYTES
 from ..protocol import RESULTS_SCHEMA, TASK_LABELS, Headline, RowResult, RunResults, SideStats
 
 SCHEMA = RESULTS_SCHEMA
@@ -77,7 +78,7 @@ def headline(rows: list[RowResult], samples: dict[str, dict[str, list[float]]], 
     production = [r for r in rows if r.production]
     counted = [r for r in production if counts_in_headline(r)]
     label = "; ".join(filter(None, [SMOKE_LABEL if smoke else None, UNSANDBOXED_LABEL if unsandboxed else None,
-                                    TASK_LABELS.get(task_state or "")]))
+                                    TASK_LABELS["edited"] if task_state == "edited" else None]))
     result = Headline(level=HEADLINE_LEVEL, n=len(counted), of=len(production), label=label or None,
                       unsandboxed=unsandboxed, absent=frozenset({"note", "verdicts", "method"}))
     blockers = headline_blockers(production)
@@ -88,7 +89,8 @@ def headline(rows: list[RowResult], samples: dict[str, dict[str, list[float]]], 
             counts = Counter(r.status for r in production)
             note = "no production row passed (" + ", ".join(f"{n} {k}" for k, n in counts.items()) + ")"
         else:
-            note = "no production row selected"
+            note = ("no production row in this run: a CPU run takes the task's smoke rows, production shapes are "
+                    "timed on a GPU" if smoke else "no production row among the rows run")
         return replace(result, note=note, absent=frozenset({"verdicts", "method"}))
     draws = []
     for number, row in enumerate(counted):
@@ -367,7 +369,10 @@ def _status_cell(row: RowResult) -> str:
 def _row_note(row: RowResult) -> str | None:
     # The smoke label is the banner's business, not every row's.
     held = f"SAME: {row.verdict.held}" if row.verdict and row.verdict.held else None
-    parts = [text for text in (row.message, row.invalid, held) if text]
+    dropped = row.extra.get("log_dropped_bytes")
+    cut = (f"its output was cut: raw/workloads/{row.workload}.log keeps the first {LOG_CAP_BYTES} bytes, at least "
+           f"{dropped} more were dropped" if isinstance(dropped, int) and dropped > 0 else None)
+    parts = [text for text in (row.message, row.invalid, held, row.unverified, cut) if text]
     return "; ".join(dict.fromkeys(parts)) or None
 
 

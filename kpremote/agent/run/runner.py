@@ -32,17 +32,17 @@ from typing import Any, Callable
 
 from .. import AGENT_HOME, harness, lease, nvml, sandbox
 from ..task import buildrules
-from . import report
+from . import records, report
 from ..harness import floors, guard, timing
 from ..task.build import triton_cache_dir
 from ..task.buildrules import NOT_CHECKED
 from .children import ChildLimits, WorkerOutcome, crash_description, run_child
 from ..harness.judgeprocess import JudgeProcess
-from ..harness.correctness import ERROR, PASSED, TIMEOUT
+from ..harness.correctness import ERROR, INCORRECT, PASSED, TIMEOUT
 from .events import EventLog, read_events
 from .guards import DiskReserve, ForeignWatch, ours_per_row
 from ..protocol import RunExit
-from ..provenance import baseline_upstream, file_sha256, source_provenance, task_pin_record
+from ..provenance import baseline_upstream, source_provenance, task_pin_record
 from .runoptions import Options, parse_args
 from .runstate import disk_full_message, is_disk_full, update_state
 from ..task.taskspec import TaskSpec, TaskSpecError, Workload, load_task
@@ -125,7 +125,7 @@ class Runner:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         status, exit_code, message, ended_by = "error", RunExit.INFRA, None, None
         try:
-            status, exit_code = self._run_all()
+            status, exit_code, message = self._run_all()
         except Cancelled:
             status, exit_code, message, ended_by = self._stopped_by()
         except Abort as abort:
@@ -156,7 +156,7 @@ class Runner:
             return verdict["status"], verdict["exit_code"], verdict["message"], verdict["ended_by"]
         return "cancelled", RunExit.CANCELLED, "cancelled by a signal", None
 
-    def _run_all(self) -> tuple[str, int]:
+    def _run_all(self) -> tuple[str, int, str | None]:
         self._get_ready()
         self._phase("workloads")
         self._run_rows(self.ctx.selected)
@@ -257,10 +257,9 @@ class Runner:
                              error=record.get("error"))
         if build.get("note"):
             self.events.emit("warning", message=build["note"])
-        if build.get("not_checked"):
-            why = build["not_checked"]
-            self.events.emit("warning", message=f"{NOT_CHECKED}: " + ("; ".join(why.values()) if isinstance(why, dict)
-                                                                         else str(why)))
+        not_checked = self._not_checked_here()  # the build's sides that cannot run here, and the task's own word
+        if not_checked:
+            self.events.emit("warning", message=f"{NOT_CHECKED}: " + "; ".join(not_checked.values()))
         if not build["ok"]:
             failed = {s: r for s, r in build["sides"].items() if not r["ok"]}
             reasons = "; ".join(f"{s}: {r['error']}" for s, r in failed.items())
@@ -314,13 +313,19 @@ class Runner:
         row = {**base, **_outcome_fields(outcome), "smoke": smoke, "label": report.SMOKE_LABEL if smoke else None,
                "seconds": round(outcome.seconds, 3), "log": f"raw/workloads/{workload.id}.log"}
         row["speedup"] = (row.get("timing") or {}).get("speedup") if row["status"] == PASSED else None
+        if outcome.log_dropped_bytes:
+            row["log_dropped_bytes"] = outcome.log_dropped_bytes  # results.md says the row's log was cut
         if foreign and row.get("timing"):
             row["invalid"] = "; ".join(filter(None, [row.get("invalid"), foreign]))
         return row
 
     def _not_checked_here(self) -> dict[str, str]:
-        """{side: why} for the sides that cannot run on this device (buildrules decides, per build kind)."""
-        return buildrules.not_checked_here(self.ctx.spec.build, self.ctx.device)
+        """{side: why} for the sides that cannot run on this device (buildrules decides, per build kind), and the
+        task's own word where it can be checked on a GPU only (task.toml [task] gpu_only)."""
+        why = buildrules.not_checked_here(self.ctx.spec.build, self.ctx.device)
+        if self.ctx.spec.task.gpu_only and self.ctx.device != "cuda":
+            why["task"] = f"checked on a GPU only: {self.ctx.spec.task.gpu_only}"
+        return why
 
     def _judges(self) -> JudgeProcess:
         if self.judges is None:
@@ -415,6 +420,8 @@ class Runner:
                 row["invalid"] = "; ".join(filter(None, [row.get("invalid"), (
                     f"audit: the harness measured {found.get('harness_us')} us, Nsight Compute {found.get('ncu_us')} us "
                     f"(tolerance {found.get('tolerance')})")]))
+            _judge_audited_outputs(row)
+            _mark_unverified(row, audit.unverified_share(row["audit"]))
             self.events.emit("audit", workload=row["workload"], **{k: v for k, v in row["audit"].items()
                                                                    if k in ("harness_us", "ncu_us", "agree", "tolerance")})
 
@@ -454,16 +461,17 @@ class Runner:
 
     # ---------------------------------------------------------------- ending
 
-    def _verdict(self) -> tuple[str, int]:
+    def _verdict(self) -> tuple[str, int, str | None]:
+        """passed, or failed with why (state.json's message: what `inv status` and `inv run`'s `error` show)."""
         rows = self.ctx.rows
-        good = all(r["status"] == PASSED and not r.get("invalid") for r in rows)
-        return ("passed", RunExit.PASSED) if good else ("failed", RunExit.FAILED)
+        bad = [r for r in rows if r["status"] != PASSED or r.get("invalid")]
+        return ("passed", RunExit.PASSED, None) if not bad else ("failed", RunExit.FAILED, why_failed(bad, len(rows)))
 
     def _finish(self, status: str, exit_code: int, message: str | None, ended_by: str | None = None) -> None:
         """Release the GPU, write the summary, and only then say the run is over (state last). ended_by: the Slurm
         state that ended the run (TIMEOUT, PREEMPTED, ...), when Slurm did."""
         head: dict[str, Any] | None = None
-        digest: str | None = None  # of summary/results.json: the client fetches only a summary that matches it
+        sealed: dict[str, Any] = {}  # summary/results.json's sha256 and MAC (records.py): only that summary leaves
         self.reserve.give_back()  # its room is what lets a run on a full disk still record why it ended
         try:
             self._release_gpu()
@@ -473,7 +481,7 @@ class Runner:
                                            message=message, smoke=self.ctx.device != "cuda",
                                            unsandboxed=self._unsandboxed(), ended_by=ended_by)
             report.write_summary(self.run_dir, results, read_events(self.raw / "events.jsonl")[0])
-            digest = file_sha256(self.run_dir / "summary" / "results.json")
+            sealed = records.seal_summary(self.run_dir)
             head = results.headline.to_json()
             self.events.emit("headline", **head)
         except Exception as exc:  # noqa: BLE001 - the run must still end with a terminal state
@@ -485,10 +493,11 @@ class Runner:
             with suppress(OSError):
                 self.events.emit("error", message=message)
         with suppress(OSError):  # a full disk may refuse the event; the state below is what must get written
-            self.events.emit("done", status=status, exit_code=exit_code, message=message, summary_sha256=digest,
-                             ended_by=ended_by)
+            self.events.emit("done", status=status, exit_code=exit_code, message=message,
+                             **{"summary_sha256": None, **sealed}, ended_by=ended_by)
         update_state(self.run_dir, status=status, phase="done", exit_code=exit_code, headline=head, message=message,
-                     finished=_utc_now(), summary_sha256=digest, **({"ended_by": ended_by} if ended_by else {}))
+                     finished=_utc_now(), **{"summary_sha256": None, **sealed},
+                     **({"ended_by": ended_by} if ended_by else {}))
         self.events.close()
         print(json.dumps({"run_dir": str(self.run_dir), "status": status, "exit_code": exit_code, "message": message,
                           "headline": head}, default=str), flush=True)
@@ -560,6 +569,19 @@ class Runner:
 # --------------------------------------------------------------------------------------------- helpers
 
 
+def why_failed(bad: list[dict[str, Any]], total: int, shown: int = 3, detail_chars: int = 200) -> str:
+    """A failed run in one line: which rows and how, then the first one's own words (shortened)."""
+    def how(row: dict[str, Any]) -> str:
+        return f"{row['workload']} {row['status'] if row['status'] != PASSED else 'invalid'}"
+
+    names = ", ".join(how(row) for row in bad[:shown]) + (f" and {len(bad) - shown} more" if len(bad) > shown else "")
+    first = bad[0]
+    detail = " ".join(str(first.get("message") or first.get("invalid") or "").split())
+    if len(detail) > detail_chars:
+        detail = detail[:detail_chars - 3] + "..."
+    return f"{len(bad)} of {total} row(s) not passed: {names}" + (f" — {first['workload']}: {detail}" if detail else "")
+
+
 def _outcome_fields(outcome: WorkerOutcome) -> dict[str, Any]:
     if outcome.timed_out:
         return {"status": TIMEOUT, "message": f"timeout: {outcome.timed_out}", "timing": None}
@@ -586,6 +608,26 @@ def _row_event(row: dict[str, Any], number: int, total: int) -> dict[str, Any]:
 
 def _utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+
+def _judge_audited_outputs(row: dict[str, Any]) -> None:
+    """What the audited calls wrote (audit.check_outputs) judged like a timed call's: a candidate whose audited
+    calls computed something else is INCORRECT (it does other work when measured by ncu); a baseline that did
+    voids the row, as a baseline that fails elsewhere does."""
+    outputs = (row.get("audit") or {}).get("outputs") or {}
+    baseline, candidate = outputs.get("baseline") or {}, outputs.get("candidate") or {}
+    if baseline.get("ok") is False:
+        row["invalid"] = "; ".join(filter(None, [row.get("invalid"), f"audit: {baseline.get('message')}"]))
+    elif candidate.get("ok") is False:
+        row["status"], row["message"], row["speedup"] = INCORRECT, f"audit: {candidate.get('message')}", None
+
+
+def _mark_unverified(row: dict[str, Any], blind_spot_pct: float | None) -> None:
+    """A row whose audit could not have seen a 5 % forge of the candidate's window says how large one could be, on
+    its verdict (a FASTER there reads FASTER (unverified): protocol.RowResult.verdict_word)."""
+    if blind_spot_pct is not None and isinstance(row.get("verdict"), dict):
+        row["verdict"]["forge_blind_spot_pct"] = blind_spot_pct
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ class TaskInfo:
     name: str
     arch: str  # one arch, or several comma-separated ("h200,b200") where task.toml names a list
     family: str
+    gpu_only: str | None = None  # [task] gpu_only: why no side of it can be checked without a GPU (rows NOT CHECKED)
 
     @property
     def arches(self) -> tuple[str, ...]:

@@ -190,13 +190,15 @@ def _is_per_side(key: str, value: Any) -> bool:
 
 
 def _task_info(path: Path, values: dict[str, Any], root: Path) -> TaskInfo:
-    _check_keys(path, "task", values, ("name", "arch", "family"))
+    _check_keys(path, "task", values, ("name", "arch", "family", "gpu_only"))
     name = _string(path, "task", "name", values)
     # On a host the task lives in tasks/<name>/workspace; locally in kernels/<name>.
     folder = root.resolve()
     if name not in (folder.name, folder.parent.name):
         raise TaskSpecError(f"{shown(path)}: [task] name = {name!r} — must equal the folder name {folder.name!r}")
-    return TaskInfo(name=name, arch=_task_arch(path, values), family=_string(path, "task", "family", values))
+    gpu_only = _string(path, "task", "gpu_only", values) if "gpu_only" in values else None
+    return TaskInfo(name=name, arch=_task_arch(path, values), family=_string(path, "task", "family", values),
+                    gpu_only=gpu_only)
 
 
 def _task_arch(path: Path, values: dict[str, Any]) -> str:

@@ -145,7 +145,8 @@ def build_in_sandbox(spec: TaskSpec, run_dir: Path, side: str, builder: Any, *,
                                              str(job_path), "--result-fd", str(write_end)],
                                  pass_fds=(write_end,) if gate_fd is None else (write_end, gate_fd),
                                  stdin=subprocess.DEVNULL,
-                                 env={**os.environ, **sandbox.scratch_env(scratch)})
+                                 env={**os.environ, **sandbox.scratch_env(scratch),
+                                      **sandbox.reads_env(run_dir, [spec.root])})
     finally:
         os.close(write_end)
     with os.fdopen(read_end, "rb") as pipe:

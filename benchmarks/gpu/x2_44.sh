@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Issue 44's GPU re-measure on a lent two-GPU host (nvidia-h200-x2; H100s too, their task copies marked h100), both
+# GPUs busy in every device call of at most ~9.5 minutes. Run from the repository root:
+#   here:   COST_OLD_COMMIT=d3bce19 bash benchmarks/gpu/cost_27.sh pack    (.gpustage/h27: harness 2.16's tree)
+#           bash benchmarks/gpu/remeasure.sh pack                          (.gpustage/remeasure-1: upstream files)
+#   call 1: carry [.gpustage/h27]         bash benchmarks/gpu/x2_44.sh aa
+#           GPU 0: the dial's A/A rows (ROWS=aa, four pairs, audit off), harness 2.16 then this tree in every round
+#           (WITH_27=1 with 2.16's tree): the false-verdict rate and each run's wall time, both versions on one GPU;
+#           GPU 1: the same rows under this tree alone (the A/A count)
+#   call 3: X2_GPU0='bash benchmarks/gpu/context.sh' bash benchmarks/gpu/x2_44.sh tiny
+#           GPU 1: the dial's twelve launch-bound A/A rows (ROWS=tiny, 384 elements: the red team's tiny row's size);
+#           GPU 0: X2_GPU0's command (its own $OUT files under $OUT; GPU 0 pinned by the command itself)
+#   call 2: carry [.gpustage/remeasure-1] RT_LIST=... bash benchmarks/gpu/x2_44.sh tasks LIST redteam
+#           remeasure.sh with REMEASURE_PARALLEL=chain: the tasks of LIST one after another on one GPU, the red team
+#           on the other (one lease root: each job leases the idle GPU)
+# Environment: X2_BUDGET_S (540: the call's own limit; A/A stops X2_AA_MARGIN_S=45 before it, for the packing).
+# $OUT gets aa/ (pairs.tgz and machine.txt of each GPU's copy: aa/g0-pairs.tgz ...) or remeasure.sh's four files,
+# and x2.log (every job's output). Here: python3 benchmarks/gpu/power_report.py DIR --tag h27 / --tag p4, and
+# python3 benchmarks/gpu/results_md.py import remeasure-*.tgz.
+set -uo pipefail
+[ -f benchmarks/gpu/x2_44.sh ] || { echo "x2_44.sh: run it from the repository root"; exit 2; }
+out=${OUT:-/tmp/kp-x2-out}; mkdir -p "$out"
+budget=${X2_BUDGET_S:-540}
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+count=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+echo "x2_44.sh $*: $count x ${gpu:-no GPU}, budget $budget s" | tee "$out/x2.log"
+
+aa() {  # aa GPU WITH_27 [ROWS]: one copy of power_pairs.sh on GPU (its own work folder, one lease root for both)
+  local g=$1 with=$2 rows=${3:-aa} folder=$out/aa/g$1
+  mkdir -p "$folder"
+  WITH_27=$with ROWS=$rows PAIRS=4 POWER_S=$((budget - ${X2_AA_MARGIN_S:-45})) POWER_RUN_LIMIT_S=200 POWER_GPU=$g \
+    POWER_ROOT=/tmp/kp-x2-root POWER_WORK=/tmp/kp-pairs-$g OUT=$folder bash benchmarks/gpu/power_pairs.sh \
+    > "$folder.log" 2>&1
+  echo "aa on GPU $g (WITH_27=$with): exit $?"
+}
+
+case ${1:-} in
+  aa)
+    [ -d .gpustage/h27/kpremote ] || { echo "x2_44.sh aa: carry .gpustage/h27 (cost_27.sh pack here)"; exit 2; }
+    aa 0 1 & first=$!
+    if [ "$count" -gt 1 ]; then aa 1 0 & second=$!; fi
+    wait "$first" ${second:-}  # the jobs' own pids: a pgrep -f of a script name matches this command's shell too
+    for g in 0 1; do
+      [ -f "$out/aa/g$g/pairs.tgz" ] && mv "$out/aa/g$g/pairs.tgz" "$out/aa/g$g-pairs.tgz"
+      [ -f "$out/aa/g$g/machine.txt" ] && mv "$out/aa/g$g/machine.txt" "$out/aa/g$g-machine.txt"
+      [ -f "$out/aa/g$g.log" ] && { echo "--- GPU $g"; tail -40 "$out/aa/g$g.log"; } >> "$out/x2.log"
+      rm -rf "$out/aa/g$g" "$out/aa/g$g.log"
+    done ;;
+  tiny)  # GPU 1: the dial's launch-bound A/A rows (ROWS=tiny); GPU 0: X2_GPU0 (a command line), if given
+    if [ -n "${X2_GPU0:-}" ]; then (bash -c "$X2_GPU0" > "$out/gpu0.log" 2>&1; echo "GPU 0 job: exit $?" >> "$out/gpu0.log") & first=$!; fi
+    aa 1 0 tiny
+    wait ${first:-}
+    [ -f "$out/aa/g1/pairs.tgz" ] && mv "$out/aa/g1/pairs.tgz" "$out/aa/g1-pairs.tgz"
+    { echo "--- GPU 1"; tail -40 "$out/aa/g1.log"; [ -f "$out/gpu0.log" ] && { echo "--- GPU 0"; tail -60 "$out/gpu0.log"; }; } >> "$out/x2.log"
+    rm -rf "$out/aa/g1" "$out/aa/g1.log" ;;
+  tasks|redteam)
+    case $gpu in *H100*) export REMEASURE_ARCH=h100 REMEASURE_HOST=h100 ;; esac
+    REMEASURE_PARALLEL=chain REMEASURE_BUDGET_S=$budget bash benchmarks/gpu/remeasure.sh "$@" >> "$out/x2.log" 2>&1
+    echo "remeasure.sh: exit $?" | tee -a "$out/x2.log" ;;
+  *) echo "usage: bash benchmarks/gpu/x2_44.sh aa | tiny | tasks LIST [redteam] | redteam"; exit 2 ;;
+esac
+cat "$out/x2.log"
