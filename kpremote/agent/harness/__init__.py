@@ -63,7 +63,7 @@ AGENT_DIR = Path(__file__).resolve().parents[1]
 HARNESS_FILES = (
     "contract.py", "harness/__init__.py", "harness/cases.py", "harness/channel.py", "harness/correctness.py",
     "harness/floors.py", "harness/guard.py", "harness/judge.py", "harness/judgeprocess.py", "harness/numerics.py",
-    "harness/rowlog.py",
+    "harness/contexts.py", "harness/regimes.py", "harness/rowlog.py",
     "harness/sampling.py", "harness/seal.py", "harness/side.py", "harness/sideprocess.py", "harness/sidestarter.py",
     "harness/stats.py",
     "harness/timing.py",
