@@ -41,7 +41,7 @@ from ..harness.judgeprocess import JudgeProcess
 from ..harness.correctness import ERROR, INCORRECT, PASSED, TIMEOUT
 from .events import EventLog, read_events
 from .guards import DiskReserve, ForeignWatch, ours_per_row
-from ..protocol import RunExit
+from ..protocol import CONTEXT_REGIMES, RowResult, RunExit
 from ..provenance import baseline_upstream, source_provenance, task_pin_record
 from .runoptions import Options, parse_args
 from .runstate import disk_full_message, is_disk_full, update_state
@@ -610,6 +610,12 @@ def _row_event(row: dict[str, Any], number: int, total: int) -> dict[str, Any]:
         summary = timing.get(side) or {}
         for key in ("n", "median", "p10", "p90"):
             event[f"{side}_{key}" + ("_us" if key != "n" else "")] = summary.get(key)
+    if isinstance(row.get("regimes"), dict):  # a row with a context: each regime's word, as the cold one's above
+        typed = RowResult.from_json(row)
+        event["regimes"] = {regime: {"verdict": None if row.get("smoke") else typed.regime_word(regime),
+                                     "speedup": part.speedup if (part := typed.regime(regime)) else None}
+                            for regime in CONTEXT_REGIMES}
+        event["context_note"] = None if row.get("smoke") else typed.context_note
     return event
 
 
