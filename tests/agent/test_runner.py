@@ -137,6 +137,21 @@ def test_results_md_reports_every_statistic_the_rule_sheet_asks_for(
             assert f"| `{row['workload']}` | {side} | " + " | ".join(cells) + " |" in markdown
 
 
+def test_each_row_carries_its_numerical_contract_through_the_judge(
+    smoke_run: tuple[Path, subprocess.CompletedProcess],
+) -> None:
+    """The judge scores every correctness case against the float64 reference (harness/numerics.py): a float32 row's
+    worst ratios reach results.json and results.md."""
+    run_dir, _ = smoke_run
+    markdown = (run_dir / "summary" / "results.md").read_text()
+    for row in results_of(run_dir)["rows"]:
+        record = row["correctness"]["numerics"]
+        assert record["contract"] == "close" and record["checked"] is True, record
+        entry = record["outputs"]["out"]
+        assert 0 < entry["rms_ratio"] <= 1.5 and 0 < entry["max_ratio"] <= 1.5 and entry["baseline_rms"] > 0
+        assert f"| `{row['workload']}` | close | `out` RMS {entry['rms_ratio']:.2f}x" in markdown
+
+
 def test_results_json_carries_provenance_rows_and_headline(smoke_run: tuple[Path, subprocess.CompletedProcess]) -> None:
     run_dir, _ = smoke_run
     results = results_of(run_dir)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..provenance import file_sha256
 
-HARNESS_VERSION = "2.17"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+HARNESS_VERSION = "2.18"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
 # 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
 # 2.3: a row's noise threshold covers two timer ticks; the flush probe ramps the clocks first (no timed number moves)
@@ -55,12 +55,15 @@ HARNESS_VERSION = "2.17"  # 2.0: process boundary (judge + one process per side)
 #      while the other side is timed voids the row; trace/profile/monitoring hooks and a changed channel void the
 #      reply; the audited calls run on secret cases and their outputs are judged; a FASTER the audit cannot vouch for
 #      under 5 % reads FASTER (unverified); a smoke row has no verdict; a row's log holds its first 8 MiB
+# 2.18: each row judged by SGLang's numerical contract too (numerics.py: float64 error ratios against the baseline's,
+#      or bitwise exact), on top of the atol/rtol floor
 AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".
 HARNESS_FILES = (
     "contract.py", "harness/__init__.py", "harness/cases.py", "harness/channel.py", "harness/correctness.py",
-    "harness/floors.py", "harness/guard.py", "harness/judge.py", "harness/judgeprocess.py", "harness/rowlog.py",
+    "harness/floors.py", "harness/guard.py", "harness/judge.py", "harness/judgeprocess.py", "harness/numerics.py",
+    "harness/contexts.py", "harness/regimes.py", "harness/rowlog.py",
     "harness/sampling.py", "harness/seal.py", "harness/side.py", "harness/sideprocess.py", "harness/sidestarter.py",
     "harness/stats.py",
     "harness/timing.py",

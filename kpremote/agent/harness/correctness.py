@@ -5,14 +5,19 @@ baseline's outputs; either way the reference must itself be finite, and with an 
 baseline must agree with it too (a baseline outside the tolerance makes the comparison meaningless).
 An in-place call's mutated inputs (the row's `mutates`, Case.mutates) are restored from the pristine copy before
 each call and then judged like outputs; every other input must come back bit-identical.
+On top of that floor, the row's numerical contract (numerics.py: SGLang's float64 test, or bitwise equality to the
+baseline) judges the candidate once per case, at one place (_require_contract).
 torch is imported lazily: the runner reads the status names without it.
 """
 
 from __future__ import annotations
 
+import os
 import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
+
+from . import numerics
 
 PASSED = "PASSED"
 INCORRECT = "INCORRECT"
@@ -35,6 +40,7 @@ class Verdict:
     seeds_checked: int = 0
     max_abs_err: dict[str, float] = field(default_factory=dict)  # per output, over all seeds (candidate vs ref)
     traceback: str | None = None
+    numerics: dict[str, Any] | None = None  # the row's numerical contract: its worst ratios, or why not checked
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,6 +109,7 @@ class CaseView:
     atol: float
     rtol: float
     mutates: tuple[str, ...] = ()  # inputs a call rewrites in place: restored before it, judged like outputs
+    contract: str = numerics.DEFAULT_CONTRACT  # the row's `contract`: numerics.CLOSE or numerics.EXACT
 
     def results(self, side: str) -> dict[str, Any]:
         """What a side's call produced: its outputs and its mutated inputs, by name."""
@@ -148,21 +155,23 @@ def check_workload(
     base_seed = int(workload.get("seed", 0))
     mutates = workload.get("mutates")
     largest: dict[str, float] = {}
+    record = numerics.new_record(workload.get("contract", numerics.DEFAULT_CONTRACT))
     for k in range(seeds):
         seed = base_seed + k
         try:
             case = guarded(f"seed {seed}, make_case", lambda: adapter.make_case(workload, device=device, seed=seed))
             view = in_process_view(adapter, workload, case, f"seed {seed}", atol, rtol,
-                                   mutated_inputs(mutates, case, f"seed {seed}"))
-            check_case(adapter, workload, view, device=device, largest=largest)
+                                   mutated_inputs(mutates, case, f"seed {seed}"), record["contract"])
+            check_case(adapter, workload, view, device=device, largest=largest, record=record)
         except Refused as refused:
             refused.verdict.seeds_checked = k
             return refused.verdict
-    return Verdict(PASSED, seeds_checked=seeds, max_abs_err=largest)
+    return Verdict(PASSED, seeds_checked=seeds, max_abs_err=largest, numerics=record)
 
 
 def in_process_view(adapter: Any, workload: dict[str, Any], case: Any, label: str, atol: float | None,
-                    rtol: float | None, mutates: tuple[str, ...] = ()) -> CaseView:
+                    rtol: float | None, mutates: tuple[str, ...] = (),
+                    contract: str = numerics.DEFAULT_CONTRACT) -> CaseView:
     """Both sides share the case's inputs, except the mutated ones: each side has its own copy of those."""
     outputs = {"baseline": case.outputs_baseline, "candidate": case.outputs_candidate}
     functions = {"baseline": adapter.call_baseline, "candidate": adapter.call_candidate}
@@ -175,14 +184,16 @@ def in_process_view(adapter: Any, workload: dict[str, Any], case: Any, label: st
         return changed_output(before, held, outputs[side])
 
     return CaseView(label, inputs, outputs, clone_tensors(case.inputs), call,
-                    float(case.atol if atol is None else atol), float(case.rtol if rtol is None else rtol), mutates)
+                    float(case.atol if atol is None else atol), float(case.rtol if rtol is None else rtol), mutates,
+                    contract)
 
 
 def check_case(adapter: Any, workload: dict[str, Any], view: CaseView, *, device: str,
-               largest: dict[str, float]) -> dict[str, Any]:
+               largest: dict[str, float], record: dict[str, Any] | None = None) -> dict[str, Any]:
     """Both sides on one case, poisoned first, inputs checked after; returns the expected results (detached).
 
-    The results are the outputs and the mutated inputs (restored from the pristine copy before each call)."""
+    The results are the outputs and the mutated inputs (restored from the pristine copy before each call).
+    record: the row's numerics record (numerics.new_record), filled case after case; None: this case's alone."""
     label = view.label
     for side in ("baseline", "candidate"):
         restore_mutated(view.pristine, view.inputs[side], view.mutates)
@@ -192,6 +203,8 @@ def check_case(adapter: Any, workload: dict[str, Any], view: CaseView, *, device
     expected = judge_results(adapter, workload, label, reference_inputs(view.inputs["baseline"], view.pristine),
                              baseline_out, baseline_out, candidate_out, view.atol, view.rtol, device=device,
                              largest=largest)
+    _require_contract(adapter, workload, view, device, largest,
+                      record if record is not None else numerics.new_record(view.contract))
     return {name: expected[name].detach().clone() for name in baseline_out}
 
 
@@ -213,6 +226,29 @@ def judge_results(adapter: Any, workload: dict[str, Any], label: str, fresh_inpu
     _require_agreement("candidate", label, expected, candidate_out, layout, atol, rtol, status=INCORRECT,
                        largest=largest)
     return expected
+
+
+def _require_contract(adapter: Any, workload: dict[str, Any], view: CaseView, device: str, largest: dict[str, float],
+                      record: dict[str, Any]) -> None:
+    """The row's numerical contract on top of the floor (numerics.check); a breach is the candidate's INCORRECT,
+    its verdict carrying the contract's record and the floor's largest errors (which passed)."""
+    reference = getattr(adapter, "reference", None)
+
+    def reference64() -> Any:
+        pristine = {name: view.pristine.get(name, value) for name, value in view.inputs["baseline"].items()}
+        expected = reference(workload, numerics.float64_inputs(pristine))
+        _sync(device, f"{view.label}, float64 reference")
+        return expected
+
+    interpreted = not device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") == "1"
+    problem = numerics.check(record, view.results("baseline"), view.results("candidate"),
+                             reference64 if callable(reference) else None, view.label, interpreted)
+    if problem is not None:
+        name = problem["output"]
+        raise Refused(Verdict(INCORRECT, f"candidate output {name!r} breaks the row's numerical contract "
+                                         f"({record['contract']}): {problem['detail']}",
+                              f"{view.label}, candidate output {name!r}", problem, max_abs_err=dict(largest),
+                              numerics=record))
 
 
 def reference_inputs(inputs: dict[str, Any], pristine: dict[str, Any]) -> dict[str, Any]:

@@ -38,7 +38,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import floors, guard, sampling, stats, timing
+from . import floors, guard, numerics, regimes, sampling, stats, timing
 from .rowlog import open_log, write_output_to
 from ..sandbox import members, side_reads, side_scratch
 from .cases import SharedCase, Sharing, derive_seed, make_case_guarded
@@ -140,6 +140,10 @@ class Bench:
         self.pairs = []
         self.active = 0
 
+    def context(self, name: str) -> Any:
+        """The contract.Context bench/context.py names `name` (regimes.load_context; ContextProblem if it cannot)."""
+        return regimes.load_context(self.spec, name)
+
 
 class Judge:
     """One row, start to end, with both sides in their own processes (the bench's)."""
@@ -160,8 +164,10 @@ class Judge:
         self.checked = {side: 0 for side in SIDES}
         self.refreshes = 0
         self.largest: dict[str, float] = {}
+        self.numerics = numerics.new_record(self.workload.contract)  # the row's contract, filled case by case
         self.idle_cpu_s = {side: 0.0 for side in SIDES}  # each side's CPU while the other's were timed (takes kept)
         self.take_idle_cpu_s: dict[str, float] = {}  # the same, of the last take only
+        self.regime_refreshes: dict[str, int] = {}  # per context regime: its in-place refreshes of the state
 
     @property
     def sides(self) -> dict[str, SideProcess]:
@@ -237,7 +243,8 @@ class Judge:
         def call(side: str) -> dict[str, Any] | None:
             return self.sides[side].request({"op": "call", "id": shared.id}).get("problem")
 
-        return CaseView(shared.label, shared.inputs, shared.outputs, shared.pristine, call, atol, rtol, shared.mutates)
+        return CaseView(shared.label, shared.inputs, shared.outputs, shared.pristine, call, atol, rtol, shared.mutates,
+                        self.workload.contract)
 
     # ---------------------------------------------------------------- correctness
 
@@ -252,7 +259,8 @@ class Judge:
                 seed = derive_seed(self.secret, self.workload.id, "correctness", k)
                 self.seeds["correctness"].append(seed)
                 shared = self.new_case(f"seed {seed}", seed)
-                check_case(self.adapter, self.params, self.view(shared), device=self.device, largest=self.largest)
+                check_case(self.adapter, self.params, self.view(shared), device=self.device, largest=self.largest,
+                           record=self.numerics)
                 checked += 1
                 self.drop_case(shared)
             for k in range(k_timing):
@@ -260,13 +268,14 @@ class Judge:
                 self.seeds["timing"].append(seed)
                 shared = self.new_case(f"timing case {k} (seed {seed})", seed)
                 shared.expected = check_case(self.adapter, self.params, self.view(shared), device=self.device,
-                                             largest=self.largest)
+                                             largest=self.largest, record=self.numerics)
                 checked += 1
                 timing_cases.append(shared)
         except Refused as refused:
             refused.verdict.seeds_checked = checked
             return refused.verdict, timing_cases
-        return Verdict(PASSED, seeds_checked=checked, max_abs_err=self.largest), timing_cases
+        return Verdict(PASSED, seeds_checked=checked, max_abs_err=self.largest,
+                       numerics=self.numerics), timing_cases
 
     # ---------------------------------------------------------------- timing
 
@@ -341,14 +350,87 @@ class Judge:
                 reason = floors.floor_check(bytes_moved, medians[side], *floor)
                 if reason:
                     return _implausible(side, reason, result)
+        if self.workload.context is not None:
+            return self._time_in_context(cases, result, head_start, pairs)
         return result
+
+    def _time_in_context(self, cases: list[SharedCase], result: dict[str, Any], head_start: float,
+                         pairs: int) -> dict[str, Any]:
+        """The row's warm and context regimes (regimes.py), after its cold samples: each over the same process
+        pairs, with its own samples, interval and verdict; result gains `regimes` (and their samples)."""
+        try:
+            context = self.bench.context(self.workload.context)
+        except regimes.ContextProblem as problem:
+            raise Refused(Verdict(ERROR, str(problem), "timing, bench/context.py", {"kind": "context"})) from None
+        for index, case in enumerate(cases):
+            regimes.prepare(self, case, context, index)
+        settings = self.spec.timing
+        mode = settings.mode if self.device == "cuda" else "smoke"
+        voids: list[str] = []
+        threads: dict[str, dict[str, Any]] = {"before": {}, "after": {}}
+        retaken: list[str] = []
+        record: dict[str, Any] = {"name": self.workload.context, "headline": regimes.HEADLINE_REGIME}
+        samples: dict[str, dict[str, list[float]]] = {}
+        bytes_moved = result.get("bytes_moved")
+        for regime in regimes.CONTEXT_REGIMES:
+            checked_before = dict(self.checked)
+            timings = []
+            try:
+                for k in range(pairs):
+                    self.bench.active = k
+                    if self.device == "cuda":
+                        for side in SIDES:
+                            self.sides[side].request({"op": "head_start", "us": head_start})
+                    sampler = sampling.Sampler(self, cases, mode, head_start, regime=regime)
+                    timings.append(self._time_pair(sampler, timing.share_of(settings, pairs), mode, voids, threads,
+                                                   suffix=f"_{regime}" + ("" if k == 0 else f"_{k + 1}"),
+                                                   retaken=retaken))
+                    head_start = sampler.head_start_us
+            finally:
+                self.bench.active = 0
+            pair = timing.pooled(timings)
+            medians = {side: getattr(pair, side).summary().median for side in SIDES}
+            samples[regime] = {side: getattr(pair, side).times_us for side in SIDES}
+            record[regime] = {
+                "timing": pair.to_json(), "speedup": pair.speedup,
+                "gbps": {side: floors.achieved_gbps(bytes_moved, medians[side]) for side in SIDES},
+                "verdict": self._verdict(pair, medians, pairs),
+                "checks": {"checked_samples": {side: self.checked[side] - checked_before[side] for side in SIDES},
+                           "refreshes": self.regime_refreshes.get(regime, 0)}}
+            if regime == regimes.WARM and self.device == "cuda":  # its inputs in the L2: held to the L2's copy rate
+                floor = floors.floor_bandwidth("graph", bytes_moved or 0, self.job.get("l2_bytes") or 0,
+                                               self.job.get("copy_gbps"), self.job.get("l2_copy_gbps"))
+                for side in ("candidate", "baseline"):
+                    reason = floors.floor_check(bytes_moved, medians[side], *floor)
+                    if reason:
+                        return _implausible(side, f"{regime} regime: {reason}", {**result, "regimes": record})
+        for case in cases:
+            for side in SIDES:
+                require_inputs_untouched(side, f"{case.label}, after its context regimes", case.pristine,
+                                         case.inputs[side], skip=(*case.mutates, *context.writes))
+            regimes.check_inputs_after(case)
+        result["regimes"] = record
+        result["regime_samples"] = samples
+        result["side_threads_in_context"] = threads
+        result["checks"] = {**result["checks"], "retaken_in_context": retaken}
+        if voids:
+            result["invalid"] = "; ".join(filter(None, [result.get("invalid"), *voids]))
+        return result
+
+    def _verdict(self, pair: timing.PairTiming, medians: dict[str, float], pairs: int) -> dict[str, Any]:
+        """A regime's verdict from its pooled samples, by the same rule as the row's (stats.row_verdict)."""
+        return stats.row_verdict(pair.baseline.times_us, pair.candidate.times_us,
+                                 medians=(medians["baseline"], medians["candidate"]),
+                                 pair_medians=[(p["baseline"], p["candidate"]) for p in pair.process_pairs
+                                               if p["baseline"] is not None and p["candidate"] is not None],
+                                 process_floor_us=stats.process_floor_us(pairs) if self.device == "cuda" else 0.0,
+                                 meaningful=self.device == "cuda")
 
     def _time_pair(self, sampler: sampling.Sampler, settings: Any, mode: str, voids: list[str],
                    threads: dict[str, dict[str, Any]], suffix: str, retaken: list[str]) -> timing.PairTiming:
         """The active pair's share of the row's samples; what disturbed it goes to voids, its thread counts to
         threads (keyed side + suffix), a take dropped for starvation and timed again to retaken."""
-        if mode == "graph":
-            sampler.capture_graphs()
+        sampler.prepare()  # graph mode's graphs (cold), the context's graphs (context, on a GPU)
         # Counted before the first sample command: a side that recognises a timed call and starts a thread then
         # is seen, however early (the correctness calls and the warm-up have run every other code path).
         threads_before = {side: self.sides[side].threads() for side in SIDES}
@@ -412,6 +494,7 @@ class Judge:
             result.update(status=refused.verdict.status, message=refused.verdict.message,
                           where=refused.verdict.where, mismatch=refused.verdict.mismatch, timing=None)
             result.pop("samples", None)
+            result.pop("regime_samples", None)
         except SideFailed as exc:
             result.update(status=ERROR, message=f"timing: {exc.message}", where="timing", timing=None,
                           traceback=exc.traceback_text)

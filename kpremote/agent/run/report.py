@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import harness
-from ..harness import stats
+from ..harness import numerics, stats
 from ..atomicfile import write_atomically as _write
 from ..harness.correctness import ERROR, INCORRECT, NOT_CHECKED, PASSED, TIMEOUT
 from ..harness.rowlog import LOG_CAP_BYTES
-from ..protocol import RESULTS_SCHEMA, TASK_LABELS, Headline, RowResult, RunResults, SideStats
+from ..protocol import (COLD_REGIME, CONTEXT_REGIMES, REGIME_WORDS, RESULTS_SCHEMA, TASK_LABELS, Headline, RowResult,
+                        RunResults, SideStats)
 
 SCHEMA = RESULTS_SCHEMA
 SMOKE_LABEL = "smoke: timings are not meaningful"
@@ -30,7 +31,8 @@ HEADLINE_LEVEL = 0.95
 ROW_DRAWS = 100
 BOOTSTRAP_REPLICATES = 4000
 # Row keys that describe the workload rather than its shape; left out of the table's shape column.
-NOT_SHAPE = {"id", "production", "preset", "atol", "rtol", "seed", "note", "notes", "function", "source"}
+NOT_SHAPE = {"id", "production", "preset", "atol", "rtol", "seed", "note", "notes", "function", "source", "contract",
+             "context"}
 
 
 # --------------------------------------------------------------------------------------------- results
@@ -66,7 +68,8 @@ def process_offset_share(row: RowResult) -> float:
 
 
 def headline(rows: list[RowResult], samples: dict[str, dict[str, list[float]]], *, smoke: bool,
-             unsandboxed: str | None = None, task_state: str | None = None) -> Headline:
+             unsandboxed: str | None = None, task_state: str | None = None,
+             regime_samples: dict[str, dict[str, dict[str, list[float]]]] | None = None) -> Headline:
     """Equal-weight geometric mean of the production rows' speedups, with a seeded bootstrap interval.
 
     The interval carries each GPU row's process floor too (stats.with_process_offset): a 4 us row whose sides'
@@ -74,16 +77,21 @@ def headline(rows: list[RowResult], samples: dict[str, dict[str, list[float]]], 
 
     None at all when any production row is INCORRECT, ERROR, TIMEOUT, NOT CHECKED, implausible or invalid: a
     mean over the rows that survived would be built from a failed run (or a cheat's own rows).
+
+    Computed from the cold regime (every row has it; the regimes of a row with a context are beside it: `regime`
+    says which, `regimes` the same geomean in each context regime over the production rows that name a context).
     """
     production = [r for r in rows if r.production]
     counted = [r for r in production if counts_in_headline(r)]
     label = "; ".join(filter(None, [SMOKE_LABEL if smoke else None, UNSANDBOXED_LABEL if unsandboxed else None,
                                     TASK_LABELS["edited"] if task_state == "edited" else None]))
     result = Headline(level=HEADLINE_LEVEL, n=len(counted), of=len(production), label=label or None,
-                      unsandboxed=unsandboxed, absent=frozenset({"note", "verdicts", "method"}))
+                      unsandboxed=unsandboxed, regime=COLD_REGIME,
+                      absent=frozenset({"note", "verdicts", "method", "regimes"}))
     blockers = headline_blockers(production)
     if blockers:
-        return replace(result, n=0, note="withheld: " + ", ".join(blockers), absent=frozenset({"verdicts", "method"}))
+        return replace(result, n=0, note="withheld: " + ", ".join(blockers),
+                       absent=frozenset({"verdicts", "method", "regimes"}))
     if not counted:
         if production:
             counts = Counter(r.status for r in production)
@@ -91,7 +99,18 @@ def headline(rows: list[RowResult], samples: dict[str, dict[str, list[float]]], 
         else:
             note = ("no production row in this run: a CPU run takes the task's smoke rows, production shapes are "
                     "timed on a GPU" if smoke else "no production row among the rows run")
-        return replace(result, note=note, absent=frozenset({"verdicts", "method"}))
+        return replace(result, note=note, absent=frozenset({"verdicts", "method", "regimes"}))
+    geomean, low, high, verdicts = _geomean_of(counted, samples)
+    in_context = _regime_headlines(production, regime_samples or {})
+    return replace(result, verdicts=verdicts, geomean=geomean, low=low, high=high, regimes=in_context or None,
+                   method="percentile bootstrap, seeded: rows resampled, each row's samples resampled, and each GPU "
+                          "row's speedup moved within its process floor",
+                   absent=frozenset({"note"} | (set() if in_context else {"regimes"})))
+
+
+def _geomean_of(counted: list[RowResult], samples: dict[str, dict[str, list[float]]]
+                ) -> tuple[float, float, float, dict[str, int]]:
+    """The geometric mean of the rows' speedups, its interval and the rows' verdicts."""
     draws = []
     for number, row in enumerate(counted):
         timed = samples.get(row.workload) or {}
@@ -102,10 +121,25 @@ def headline(rows: list[RowResult], samples: dict[str, dict[str, list[float]]], 
         draws.append(stats.with_process_offset(row_draws, process_offset_share(row), seed=number))
     low, high = stats.hierarchical_geomean_ci(draws, seed=0, n_boot=BOOTSTRAP_REPLICATES, level=HEADLINE_LEVEL)
     verdicts = Counter(r.verdict_word for r in counted)
-    return replace(result, verdicts={k: v for k, v in verdicts.items() if k},
-                   geomean=stats.geomean([r.speedup for r in counted]), low=low, high=high,
-                   method="percentile bootstrap, seeded: rows resampled, each row's samples resampled, and each GPU "
-                          "row's speedup moved within its process floor", absent=frozenset({"note"}))
+    return stats.geomean([r.speedup for r in counted]), low, high, {k: v for k, v in verdicts.items() if k}
+
+
+def _regime_headlines(production: list[RowResult], regime_samples: dict[str, dict[str, dict[str, list[float]]]]
+                      ) -> dict[str, Any]:
+    """The headline's geomean in each context regime, over the production rows that name a context (each row as its
+    regime timed it): {"warm": {...}, "context": {...}}; empty where no production row names one."""
+    found: dict[str, Any] = {}
+    with_context = [row for row in production if row.regimes is not None]
+    for regime in CONTEXT_REGIMES:
+        rows = [replace(row, timing=part.timing, verdict=part.verdict, speedup=part.speedup)
+                for row in with_context if (part := row.regime(regime)) is not None and counts_in_headline(row)
+                and part.speedup]
+        if not rows:
+            continue
+        geomean, low, high, verdicts = _geomean_of(rows, regime_samples.get(regime) or {})
+        found[regime] = {"geomean": geomean, "low": low, "high": high, "n": len(rows), "of": len(with_context),
+                         "verdicts": verdicts}
+    return found
 
 
 def build_results(
@@ -119,15 +153,18 @@ def build_results(
     smoke: bool,
     unsandboxed: str | None = None,
     ended_by: str | None = None,
+    regime_samples: dict[str, dict[str, dict[str, list[float]]]] | None = None,
 ) -> RunResults:
     """The run's results record from its judged rows. ended_by: the scheduler's state when it ended the run
-    (Slurm's TIMEOUT, PREEMPTED, ...), else None."""
+    (Slurm's TIMEOUT, PREEMPTED, ...), else None. regime_samples: {regime: {workload: {side: times}}} of the rows
+    with a context."""
     typed = [RowResult.from_json(row) for row in rows]
     results = RunResults(
         schema=SCHEMA, status=status, exit_code=int(exit_code), message=message, ended_by=ended_by, smoke=smoke,
         label=SMOKE_LABEL if smoke else None, provenance=provenance, rows=typed, unsandboxed=unsandboxed,
     )
-    results.headline = headline(typed, samples, smoke=smoke, unsandboxed=unsandboxed, task_state=results.task_state)
+    results.headline = headline(typed, samples, smoke=smoke, unsandboxed=unsandboxed, task_state=results.task_state,
+                                regime_samples=regime_samples)
     return results
 
 
@@ -182,10 +219,16 @@ def render_results_md(results: RunResults, plot_missing: str | None = "not drawn
     if rows:
         lines += _row_table(rows, _copy_gbps(prov)) + [""]
         lines += _statistics_table(rows)
+        lines += _regimes_table(rows)
+        lines += _contract_table(rows)
         notes = [f"- `{r.workload}`: {_row_note(r)}" for r in rows if _row_note(r)]
         if notes:
             lines += ["Notes:", "", *notes, ""]
+        lines += [f"- {r.context_note}" for r in rows if r.context_note and not r.smoke]
+        lines += [""] if any(r.context_note and not r.smoke for r in rows) else []
     lines += [_headline_line(results.headline), ""]
+    in_context = _regime_headline_lines(results.headline)
+    lines += [*in_context, ""] if in_context else []
     lines += ["![speedup per row, with its 95 % interval and % of copy bandwidth](speedup.png)" if plot_missing is None
               else f"No plot: {plot_missing.removeprefix('no plot: ')}", ""]
     return "\n".join(lines)
@@ -341,6 +384,64 @@ def _statistics_table(rows: list[RowResult]) -> list[str]:
 SIDES_SHOWN = ("baseline", "candidate")
 
 
+def _regimes_table(rows: list[RowResult]) -> list[str]:
+    """Each row that names a context in its three regimes (harness/regimes.py): cold (alone, L2 flushed before every
+    sample: the headline's), warm (alone, its inputs as the model's previous op leaves them), context (between the
+    model's neighbours, one CUDA graph per side): each side's median, the speedup, its interval and verdict."""
+    shown = [row for row in rows if row.regimes is not None]
+    if not shown:
+        return []
+    lines = ["Regimes of the rows with a context (bench/context.py): cold = alone, L2 flushed (the headline's); "
+             "warm = alone, its inputs as the model's previous op leaves them; context = the previous op, the kernel "
+             "and the next op, one CUDA graph per side (µs of the whole graph):", "",
+             "| workload | context | regime | baseline µs median (p10–p90) | candidate µs median (p10–p90) "
+             "| speedup (95 % interval) | verdict |", "|---|---|---|---|---|---|---|"]
+    for row in shown:
+        for regime in (COLD_REGIME, *CONTEXT_REGIMES):
+            part = row.regime(regime)
+            if part is None:
+                continue
+            speedup = f"{part.speedup:.3f}×" if part.speedup else "–"
+            verdict = part.verdict
+            if part.speedup and verdict is not None and verdict.low and verdict.high:
+                speedup += f" ({verdict.low:.3f}–{verdict.high:.3f})"
+            word = row.regime_word(regime) if part.speedup and not row.smoke else None
+            lines.append(f"| `{row.workload}` | {row.regimes.name} | {regime} | {_side_cell(part.side('baseline'))} "
+                         f"| {_side_cell(part.side('candidate'))} | {speedup} | {word or '–'} |")
+    return lines + [""]
+
+
+def _regime_headline_lines(head: Headline) -> list[str]:
+    """The headline's geomean in each context regime, over the production rows that name a context."""
+    lines = []
+    for regime, part in (head.regimes or {}).items():
+        if not isinstance(part, dict) or not part.get("geomean"):
+            continue
+        counts = part.get("verdicts") or {}
+        rows = f" — rows {', '.join(f'{n} {k}' for k, n in sorted(counts.items()))}" if counts else ""
+        lines.append(f"In the {regime} regime ({REGIME_WORDS.get(regime, regime)}): geometric-mean speedup "
+                     f"**{part['geomean']:.3f}×** over {part.get('n')} of {part.get('of')} production rows with a "
+                     f"context, {int(100 * (head.level or HEADLINE_LEVEL))} % interval {part['low']:.3f}–"
+                     f"{part['high']:.3f}{rows}")
+    return lines
+
+
+def _contract_table(rows: list[RowResult]) -> list[str]:
+    """Each row's numerical contract (harness/numerics.py): its worst ratios over the checked cases, bitwise
+    equality where the row is exact, or why it was not checked; none for rows judged before the contract."""
+    shown = [(row.workload, (row.correctness or {}).get("numerics")) for row in rows]
+    shown = [(workload, record) for workload, record in shown if record]
+    if not shown:
+        return []
+    lines = [f"Numerical contract per workload (against float64, the candidate's error over the baseline's: at most "
+             f"{numerics.ERROR_RATIO}x on RMS and max, mean error at most {numerics.BIAS_IN_RMS} of RMS; or exact):", "",
+             "| workload | contract | worst over the checked cases |", "|---|---|---|"]
+    for workload, record in shown:
+        cell = (numerics.summary(record) or "–").replace("|", "/").replace("\n", " ")  # a reason quotes task text
+        lines.append(f"| `{workload}` | {record.get('contract')} | {cell} |")
+    return lines + [""]
+
+
 def _status_cell(row: RowResult) -> str:
     if row.implausible:
         return f"{row.status} (implausible)"
@@ -390,8 +491,18 @@ def _headline_line(head: Headline) -> str:
         label = f" — rows {', '.join(f'{n} {k}' for k, n in sorted(head.verdicts.items()))}{label}"
     return (
         f"**Headline:** geometric-mean speedup **{head.geomean:.3f}×** over {head.n} of {head.of} production "
-        f"rows, {int(100 * (head.level or HEADLINE_LEVEL))} % interval {head.low:.3f}–{head.high:.3f}{label}"
+        f"rows{headline_regime(head)}, {int(100 * (head.level or HEADLINE_LEVEL))} % interval {head.low:.3f}–"
+        f"{head.high:.3f}{label}"
     )
+
+
+def headline_regime(head: Headline) -> str:
+    """" in the cold regime (alone, L2 flushed)": which regime a headline is computed from; "" for a headline of a
+    harness before 2.18 (every row was timed cold then)."""
+    if not head.regime:
+        return ""
+    flushed = ", L2 flushed" if head.regime == COLD_REGIME else ""
+    return f" in the {head.regime} regime ({REGIME_WORDS.get(head.regime, head.regime)}{flushed})"
 
 
 # --------------------------------------------------------------------------------------------- run_log.md
