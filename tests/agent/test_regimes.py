@@ -182,7 +182,11 @@ def test_the_judge_judges_a_regime_over_its_process_pairs_by_the_rows_rule() -> 
         pairs.append(timing.PairTiming("context", 1, sides[0], sides[1], "converged", "on"))
     pooled = timing.pooled(pairs)
     medians = {side: getattr(pooled, side).summary().median for side in ("baseline", "candidate")}
-    verdict = Judge._verdict(types.SimpleNamespace(device="cuda"), pooled, medians, PAIRS)
+    verdict = Judge._verdict(types.SimpleNamespace(device="cuda"), pooled, medians, PAIRS, in_context=False)
     assert verdict["process_floor_us"] == 0.15 and verdict["pairs_needed"] == 3 and verdict["pairs_pointing"] == 2
     assert verdict["verdict"] == "SAME" and verdict["held"].startswith("FASTER by the pooled samples")
-    assert Judge._verdict(types.SimpleNamespace(device="cpu"), pooled, medians, 1)["verdict"] is None  # a smoke row
+    # the context regime's graph holds its neighbours' kernels too: twice the floor (stats.CONTEXT_FLOOR_FACTOR)
+    in_context = Judge._verdict(types.SimpleNamespace(device="cuda"), pooled, medians, PAIRS, in_context=True)
+    assert in_context["process_floor_us"] == 0.3
+    assert Judge._verdict(types.SimpleNamespace(device="cpu"), pooled, medians, 1,
+                          in_context=False)["verdict"] is None  # a smoke row

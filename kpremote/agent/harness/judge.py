@@ -394,7 +394,7 @@ class Judge:
             record[regime] = {
                 "timing": pair.to_json(), "speedup": pair.speedup,
                 "gbps": {side: floors.achieved_gbps(bytes_moved, medians[side]) for side in SIDES},
-                "verdict": self._verdict(pair, medians, pairs),
+                "verdict": self._verdict(pair, medians, pairs, in_context=regime == regimes.CONTEXT),
                 "checks": {"checked_samples": {side: self.checked[side] - checked_before[side] for side in SIDES},
                            "refreshes": self.regime_refreshes.get(regime, 0)}}
             if regime == regimes.WARM and self.device == "cuda":  # its inputs in the L2: held to the L2's copy rate
@@ -417,14 +417,16 @@ class Judge:
             result["invalid"] = "; ".join(filter(None, [result.get("invalid"), *voids]))
         return result
 
-    def _verdict(self, pair: timing.PairTiming, medians: dict[str, float], pairs: int) -> dict[str, Any]:
-        """A regime's verdict from its pooled samples, by the same rule as the row's (stats.row_verdict)."""
+    def _verdict(self, pair: timing.PairTiming, medians: dict[str, float], pairs: int, *,
+                 in_context: bool) -> dict[str, Any]:
+        """A regime's verdict from its pooled samples, by the same rule as the row's (stats.row_verdict); a context
+        regime's graph holds its neighbours' kernels too, each with its process's offset (its floor is wider)."""
         return stats.row_verdict(pair.baseline.times_us, pair.candidate.times_us,
                                  medians=(medians["baseline"], medians["candidate"]),
                                  pair_medians=[(p["baseline"], p["candidate"]) for p in pair.process_pairs
                                                if p["baseline"] is not None and p["candidate"] is not None],
-                                 process_floor_us=stats.process_floor_us(pairs) if self.device == "cuda" else 0.0,
-                                 meaningful=self.device == "cuda")
+                                 process_floor_us=stats.process_floor_us(pairs, in_context=in_context)
+                                 if self.device == "cuda" else 0.0, meaningful=self.device == "cuda")
 
     def _time_pair(self, sampler: sampling.Sampler, settings: Any, mode: str, voids: list[str],
                    threads: dict[str, dict[str, Any]], suffix: str, retaken: list[str]) -> timing.PairTiming:
