@@ -41,7 +41,7 @@ declare -A NEEDS=([cutedsl]="cutlass.cute")
 # a task's run with its context (audit on), plus the run without: from harness 2.9-2.17's ~5 s a row and 10-15 s of
 # audit per production row, three regimes a row, the first row's 14-31 s, norm_infer's nvcc build (not measured yet
 # with contexts: the first call says)
-declare -A ESTIMATE_S=([fuse]=200 [norm_infer]=240 [cutedsl]=240)
+declare -A ESTIMATE_S=([fuse]=200 [norm_infer]=300 [cutedsl]=240)
 AA_RUN_S=150  # one run of the 12 A/A rows in three regimes (an estimate until a call measures it)
 arch=""
 ran=()
