@@ -55,7 +55,7 @@ def client_main(argv: list[str]) -> None:
     sys.path.insert(0, str(BENCH_DIR.parent))
     from invoke.main import program
 
-    from kpremote import placement
+    from kpremote.runs import placement
     from kpremote.views.run import RunView
 
     window: dict[str, Any] = {}

@@ -4,7 +4,7 @@ Run: python benchmarks/bench_gpu_status.py [--counts 1,4,8,16] [--repeats 5] [--
 
 Each host is a real OpenSSH server on its own loopback address (tests/rig.py) with an NVML fixture of 8 GPUs.
 Figures per count (medians over the repeats):
-- query: kpremote.gpustatus.gpu_status in a warm process (connect, probe, answer), the part that scales with hosts;
+- query: kpremote.hosts.gpustatus.gpu_status in a warm process (connect, probe, answer), the part that scales with hosts;
 - command: the whole `inv gpu-status --json` process, what a user waits for (Python start-up included);
 - client CPU: this process's CPU time during the query (all its threads), and over OpenSSH also the ssh client
   processes it started and the hosts' master connections (theirs are out of this process);
@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import fresh_rig, inv_argv, machine_line, markdown_table, median, quiet_env, timed  # noqa: E402
 from rig import SshHost, idle_gpu  # noqa: E402
 
-from kpremote.config import load_inventory  # noqa: E402
-from kpremote.connect import openssh_transport  # noqa: E402
-from kpremote.gpustatus import gpu_status  # noqa: E402
+from kpremote.hosts.config import load_inventory  # noqa: E402
+from kpremote.hosts.connect import openssh_transport  # noqa: E402
+from kpremote.hosts.gpustatus import gpu_status  # noqa: E402
 from kpremote.transport.openssh import CONTROL_DIR_ENV  # noqa: E402
 
 HEADERS = ["SSH client", "hosts", "query (median)", "ratio to 1 host", "`inv gpu-status --json` (median)", "ratio to 1 host",

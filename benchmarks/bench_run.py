@@ -145,8 +145,8 @@ class Bench:
 
 def stop_master(hosts_toml: Path, name: str) -> None:
     """No OpenSSH master for the host: the next command connects from nothing, as the day's first one does."""
-    from kpremote.config import load_inventory
-    from kpremote.connect import openssh_transport
+    from kpremote.hosts.config import load_inventory
+    from kpremote.hosts.connect import openssh_transport
 
     transport = openssh_transport(load_inventory(hosts_toml).hosts[name])
     subprocess.run(transport.ssh_argv("-O", "exit"), capture_output=True)

@@ -9,33 +9,22 @@ from typing import Optional
 
 from invoke import Collection
 
-from . import interrupt
+from .runs import interrupt
 
 interrupt.install_early()  # before the slower imports below: Ctrl-C from the first moment kpremote is loaded
 
-from . import options as checks  # noqa: E402
+from .cli import options as checks  # noqa: E402
 from .views import terminal  # noqa: E402
-from .commandline import EXIT_FAILED, EXIT_USAGE, command, finish, finish_asking  # noqa: E402
+from .cli.commandline import EXIT_FAILED, EXIT_USAGE, command, finish, finish_asking_hosts  # noqa: E402
 from .agent.protocol import RunExit
-from .config import load_inventory
+from .hosts.config import load_inventory
 from .errors import KpremoteError, StoppedByUser
-from .jsonout import print_document
+from .cli.jsonout import print_document
 from .project import kernels_dir
-from .taskdir import TaskDir, find_task, find_tasks
+from .task.taskdir import TaskDir, find_task, find_tasks
 
 HOSTS_HELP = ("hosts file (default: $KPREMOTE_HOSTS, else the project's hosts.toml with ~/.config/kpremote/hosts.toml "
               "layered over it, else that file alone)")
-
-
-def _connect_early(hosts_file: Optional[str], host: Optional[str], tasks: int) -> None:
-    """The handshake with the hosts a run will start on begins now, beside its imports and task checks
-    (connect.connect_early); a bad hosts file or host name is said later, in its turn."""
-    from .connect import connect_early
-
-    try:
-        connect_early(load_inventory(hosts_file).select(host)[:tasks])
-    except KpremoteError:
-        pass
 
 
 @command(help={"check": "also connect to each host (in parallel): hostname, python, torch, triton, nvidia-ml-py",
@@ -43,7 +32,8 @@ def _connect_early(hosts_file: Optional[str], host: Optional[str], tasks: int) -
                "hosts": HOSTS_HELP, "json": "print JSON instead of a table"})
 def hosts(c, check=False, host=None, hosts=None, json=False):
     """List the hosts of hosts.toml (name, address, arch, container, groups); --check reaches each one."""
-    from . import gpustatus  # imported here: `inv run` and the others never need it
+    from .hosts import gpustatus  # imported here: `inv run` and the others never need it
+    from .hosts.fanout import on_every_host
     from .views.hosts import hosts_view
 
     inventory = load_inventory(hosts)
@@ -51,7 +41,7 @@ def hosts(c, check=False, host=None, hosts=None, json=False):
     infos = None
     if check:
         with terminal.Waiting("hosts --check") as waiting:
-            answers = gpustatus.on_every_host(selected, gpustatus.info_host, waiting.hosts(len(selected)))
+            answers = on_every_host(selected, gpustatus.info_host, waiting.hosts(len(selected)))
         infos = {info.host: info for info in answers}
     if json:
         print_document("hosts", {"hosts": [
@@ -62,7 +52,7 @@ def hosts(c, check=False, host=None, hosts=None, json=False):
     else:
         terminal.show(hosts_view(selected, infos))
     answers = list((infos or {}).values())
-    _finish_asking(inventory, host, [info.answered for info in answers], [info.ok for info in answers])
+    finish_asking_hosts(inventory, host, [info.answered for info in answers], [info.ok for info in answers])
 
 
 @command(help={"host": "a host name or a group (default: every host)", "hosts": HOSTS_HELP,
@@ -76,7 +66,7 @@ def hosts(c, check=False, host=None, hosts=None, json=False):
 def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = None, pids=False, uuid=False,
                show_all=False, no_color=False):
     """Every GPU of every host, queried in parallel through NVML: one line per GPU, like gpustat."""
-    from . import gpustatus
+    from .hosts import gpustatus
     from .views.gpus import GpuViewOptions
 
     watch = checks.watch_seconds(watch)
@@ -93,17 +83,17 @@ def gpu_status(c, host=None, hosts=None, json=False, watch: Optional[float] = No
     if json:
         print_document("gpu-status", gpustatus.gpu_status_body(reports))
     else:
-        from .slurm import gpu_tables  # GPU hosts in the usual view, Slurm clusters per node
+        from .views.nodes import gpu_tables  # GPU hosts in the usual view, Slurm clusters per node
 
         for table in gpu_tables(reports, options):
             terminal.show(table)
-    _finish_asking(inventory, host, [r.answered for r in reports], [r.ok for r in reports])
+    finish_asking_hosts(inventory, host, [r.answered for r in reports], [r.ok for r in reports])
 
 
 def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
     """Refresh every SECONDS until Ctrl-C (exit 130, as for every Ctrl-C, with a calm line: it is how a watch
     stops): the view, or one JSON document per line."""
-    from . import gpustatus
+    from .hosts import gpustatus
     from .views.gpus import gpu_view, show_every, watch_header
 
     try:
@@ -116,22 +106,11 @@ def _watch_gpus(selected, seconds: float, options, as_json: bool) -> None:
         raise StoppedByUser("stopped watching") from None
 
 
-def _finish_asking(inventory, host: Optional[str], answered: list[bool], ok: list[bool]) -> None:
-    """finish_asking, and when hosts picked by default (no --host, no --hosts FILE, no $KPREMOTE_HOSTS) could not be
-    asked, where they came from and what to do."""
-    if not (host or inventory.chosen) and not all(answered):
-        own = "" if inventory.layers else (", or list your own in ~/.config/kpremote/hosts.toml (it layers over "
-                                           "the project's)")
-        terminal.say(f"hint: {answered.count(False)} of {len(answered)} hosts could not be asked; they are those of "
-                     f"{inventory.files}: pick one with --host NAME{own}", stderr=True)
-    finish_asking(answered, ok)
-
-
 @command(help={"host": "the host whose key to accept", "fingerprint": "the SHA256:... fingerprint you verified",
                "hosts": HOSTS_HELP})
 def trust_host(c, host, fingerprint, hosts=None):
     """Add a host's key to known_hosts, only if it has the fingerprint you verified out of band."""
-    from .hostkeys import trust
+    from .hosts.hostkeys import trust
 
     [selected] = load_inventory(hosts).select(host)
     terminal.say(trust(selected, fingerprint).describe(selected.known_hosts))  # the known_hosts line whole
@@ -146,8 +125,8 @@ EDITED_TASK_HELP = ("run a task whose files outside solution/ differ from the pr
 @command(help={"host": "host name", "task": TASK_HELP, "hosts": HOSTS_HELP, "json": "print the sync report as JSON"})
 def sync(c, host, task, hosts=None, json=False):
     """Sync kernels/TASK to the host's task workspace: only changed files travel; deletions follow."""
-    from .runs import open_session
-    from .sync import sync_task
+    from .runs.session import open_session
+    from .runs.sync import sync_task
 
     [selected] = load_inventory(hosts).select(host)
     task_dir = find_task(KERNELS, task)
@@ -186,11 +165,13 @@ def sync(c, host, task, hosts=None, json=False):
 def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, workloads=None, mode=None,
         device="auto", no_audit=False, json=False, json_stream=False, again=False, edited_task=False):
     """Sync, lease an idle GPU, build both sides, gate on correctness, time, summarize, fetch the summary."""
+    from .hosts.connect import connect_early_to
+
     names = checks.task_names(task)
-    _connect_early(hosts, host, len(names))  # first: the handshake passes while the rest is imported and checked
-    from .eventstream import EventStream
-    from .placement import launch, measured_already
-    from .runs import RunOptions
+    connect_early_to(hosts, host, len(names))  # first: the handshake passes while the rest is imported and checked
+    from .runs.eventstream import EventStream
+    from .runs.placement import launch, measured_already
+    from .runs.session import RunOptions
 
     plain = not (again or workloads or mode or gpu or no_audit or device != "auto")  # a run as measured before
     mode, ids = checks.mode(mode), checks.workload_ids(workloads)
@@ -213,20 +194,20 @@ def run(c, task, host="local", hosts=None, detach=False, gpu=None, wait=None, wo
                "task": "only this task's runs", "all": "list every run (default: the newest 10 of each task)"})
 def status(c, host=None, hosts=None, json=False, task=None, all=False):
     """Runs on the hosts: id, task, GPU, status and phase, age, headline."""
-    from . import gpustatus
-    from .runs import runs_or_error
+    from .hosts.fanout import on_every_host
+    from .runs.remote import runs_or_error
     from .views.runlist import SHOWN, runs_view
 
     inventory = load_inventory(hosts)
     selected = inventory.select(host)
     with terminal.Waiting("status") as waiting:
-        answers = gpustatus.on_every_host(selected, lambda h, agent: runs_or_error(h, agent, task),
+        answers = on_every_host(selected, lambda h, agent: runs_or_error(h, agent, task),
                                           waiting.hosts(len(selected)))
     if json:
         print_document("status", {"hosts": answers})
     else:
         terminal.show(runs_view(answers, shown=None if all else SHOWN))
-    _finish_asking(inventory, host, [a["ok"] for a in answers], [a["ok"] for a in answers])  # not ok: not asked
+    finish_asking_hosts(inventory, host, [a["ok"] for a in answers], [a["ok"] for a in answers])  # not ok: not asked
 
 
 RUN_HELP = "a run id, a unique part of one (its last 6 characters will do), or latest"
@@ -237,9 +218,9 @@ RUN_HELP = "a run id, a unique part of one (its last 6 characters will do), or l
                "json": "print each event as a JSON line (docs/schemas/run-event.json), the last one the run's end"})
 def logs(c, host, run, task=None, follow=False, hosts=None, json=False):
     """The run's event stream, rendered as the live view shows it; re-attachable at any time."""
-    from .eventstream import EventStream
-    from .placement import show_logs
-    from .runs import named_run
+    from .runs.eventstream import EventStream
+    from .runs.placement import show_logs
+    from .runs.remote import named_run
 
     [selected] = load_inventory(hosts).select(host)
     run, task = named_run(selected, run, task)
@@ -250,7 +231,8 @@ def logs(c, host, run, task=None, follow=False, hosts=None, json=False):
                "hosts": HOSTS_HELP})
 def cancel(c, host, run, task=None, hosts=None):
     """Cancel a run: its whole process group is killed and its GPU lease released."""
-    from .runs import cancel_run, find_task_of_run, named_run, open_session
+    from .runs.remote import cancel_run, find_task_of_run, named_run
+    from .runs.session import open_session
 
     [selected] = load_inventory(hosts).select(host)
     run, task = named_run(selected, run, task)
@@ -271,8 +253,10 @@ def cancel(c, host, run, task=None, hosts=None):
                "force": "with --raw-file: fetch even when the file is larger than the host's max_summary_mb"})
 def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=None, force=False):
     """Bring back a run's summary/ (never raw/) into kernels/TASK/results/HOST/RUN-ID/; --raw-file NAME: one raw file."""
-    from .fetch import fetch_results as fetch
-    from .runs import named_run, open_session
+    from .runs.fetch import fetch_results as fetch
+    from .runs.profile import show_raw_file
+    from .runs.remote import named_run
+    from .runs.session import open_session
 
     [selected] = load_inventory(hosts).select(host)
     if run not in ("latest", "all"):
@@ -280,7 +264,7 @@ def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=
     session = open_session(selected)
     try:
         if raw_file:
-            _fetch_raw_file(session, task, run, raw_file, force, json)
+            show_raw_file(session, task, run, raw_file, KERNELS, force=force, as_json=json)
             return
         reports = fetch(session.agent, task, run, KERNELS, selected.name)
     finally:
@@ -292,22 +276,6 @@ def fetch_results(c, host, task, run="latest", hosts=None, json=False, raw_file=
         for report in reports:
             terminal.say(f"{selected.name}: {task} run {report.run_id} ({report.run_status}): "
                          f"{report.outcome} → {report.path}")
-
-
-def _fetch_raw_file(session, task, run, name, force, as_json) -> None:
-    from .profile import fetch_raw_file
-
-    def announce(info: dict) -> None:
-        if not as_json:
-            terminal.say(f"{session.host.name}: raw/{info['name']}: {info['bytes']} bytes "
-                         f"({info['bytes'] / 1048576:.2f} MiB), sha256 {info['sha256']}")
-
-    fetched = fetch_raw_file(session.agent, task, run, name, KERNELS, session.host.name, force=force, on_stat=announce)
-    if as_json:
-        print_document("fetch-results", {"host": session.host.name, "task": task, "fetched": [],
-                                         "raw_file": dataclasses.asdict(fetched)})
-    else:
-        terminal.say(f"{fetched.outcome} → {fetched.path}")
 
 
 @command(
@@ -324,8 +292,8 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
             calls=None, detach=False, wait=None, json=False):
     """Nsight Compute on the host: gate the workload, profile each side under ncu, bring back profile.md/.csv."""
     from .agent.protocol import ProfileRequest
-    from .profile import profile as run_profile
-    from .profile import show_profile
+    from .runs.profile import profile as run_profile
+    from .runs.profile import show_profile
 
     selected = load_inventory(hosts).select(host)
     if len(selected) != 1:
@@ -357,7 +325,7 @@ def profile(c, task, workload, host="local", hosts=None, side="both", set="basic
                "edited_task": EDITED_TASK_HELP})
 def check(c, task, workloads=None, json=False, edited_task=False):
     """Local CPU smoke run of a task through Triton's interpreter (timings are not meaningful)."""
-    from .check import NOT_CHECKED_HERE, smoke_check
+    from .runs.check import NOT_CHECKED_HERE, smoke_check
 
     [task_dir] = find_tasks(KERNELS, [task])
     ids = checks.workload_ids(workloads)
@@ -377,7 +345,7 @@ def check(c, task, workloads=None, json=False, edited_task=False):
 def new_task(c, name):
     """Scaffold kernels/NAME: a complete small Triton task that passes `inv check` at once."""
     from .project import find_root
-    from .scaffold import new_task as scaffold
+    from .task.scaffold import new_task as scaffold
 
     if find_root() is None:
         raise KpremoteError(f"{Path.cwd()} is not inside a project (no hosts.toml, nor a pyproject.toml with "
@@ -401,44 +369,19 @@ def new_task(c, name):
 def baseline(c, task, repo=None, files=None, ref="main", force=False, json=False, source=None, pypi=None,
              materialize=False):
     """Pin the upstream baseline (a commit, or a release wheel with --pypi) and copy FILES into baseline/upstream/."""
-    from . import baseline as pins
-    from .upstreamlines import write_digest
+    from .task.pinning import pin_as_asked
 
-    task_dir = find_task(KERNELS, task).path
-    if materialize:
-        if repo or files or pypi or source:
-            raise pins.BaselineError("--materialize takes only --task: it re-creates what task.toml already pins")
-        done = pins.materialize(task_dir)
-        digest = write_digest(task_dir)
-        terminal.console.print(f"{task}: {done.files} file(s) from {done.wheel} in kernels/{task}/baseline/upstream/, "
-                               f"sha256 as task.toml pins them; their line windows in {digest.relative_to(task_dir)}",
-                               markup=False)
-        return
-    if not files:
-        raise pins.BaselineError("--files is required: the upstream files to copy, comma-separated")
-    if pypi:
-        if source:
-            raise pins.BaselineError("--pypi and --source are two different pins: give one")
-        pin = pins.pin_release(task_dir, pypi, pins.split_file_list(files), force=force, repo=repo)
-        write_digest(task_dir)  # what tests/test_upstream_lines.py checks committed files against
-        line = (f"{task}: {pin.release} → {pin.wheel} (sha256 {pin.wheel_sha256}); {len(pin.files)} file(s) in "
-                f"kernels/{task}/baseline/upstream/ (git-ignored); docs/baseline_source.md and task.toml [baseline] "
-                "updated")
-    else:
-        if not repo:
-            raise pins.BaselineError("--repo is required (or --pypi for a release, --materialize for an existing pin)")
-        pin = pins.pin_baseline(task_dir, repo, ref, pins.split_file_list(files), force=force, source=source)
-        line = (f"{task}: {pin.repo} {pin.ref} → {pin.commit} ({len(pin.files)} file(s) in "
-                f"kernels/{task}/baseline/upstream/; docs/baseline_source.md and task.toml [baseline] updated)")
-    if json:
-        print_document("baseline", {"task": task, **dataclasses.asdict(pin)})
+    document, line = pin_as_asked(task, find_task(KERNELS, task).path, repo=repo, files=files, ref=ref, force=force,
+                                  source=source, pypi=pypi, materialize=materialize)
+    if json and document is not None:
+        print_document("baseline", document)
     else:
         terminal.console.print(line, markup=False)
 
 
 def _ensure_upstream(tasks: list[TaskDir]) -> None:
     """Pinned upstream files a task lacks are materialized from their wheel before it is synced or run."""
-    from .baseline import ensure_task_upstreams
+    from .task.baseline import ensure_task_upstreams
 
     for line in ensure_task_upstreams(tasks):
         terminal.errors.print(line, markup=False, soft_wrap=True)  # on stderr: stdout may be a --json document
@@ -452,28 +395,12 @@ def _ensure_upstream(tasks: list[TaskDir]) -> None:
                "json": "print the kpremote.compare/1 JSON document (docs/schemas/compare.json)"})
 def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = None, json=False):
     """Did it help? Two fetched runs row by row: medians, speedup change with its interval, FASTER / SAME / SLOWER."""
-    from .compare import compare as compare_runs
-    from .compare import MAX_LAST, last_runs, runs_to_compare, series, skipped_runs
-    from .runstore import fetched_runs
+    from .results.compare import MAX_LAST, compare_document
     from .views.compare import compare_view
 
     if last is not None:
         last = checks.whole_number("--last", last, minimum=2, maximum=MAX_LAST)
-    runs = fetched_runs(KERNELS, task, host)
-    where = f"of {task}" + (f" on {host}" if host else "")
-    if last is not None:
-        chosen = last_runs(runs, last, where)
-        document = compare_runs(chosen[0], chosen[-1])
-        document["series"] = series(chosen)
-    else:
-        chosen = list(runs_to_compare(runs, new, base, where))
-        document = compare_runs(*chosen)
-    document["skipped"] = skipped_runs(runs, chosen, to_the_newest=last is not None or new == "latest")
-    from .ledger import lines_by_run
-
-    recorded = lines_by_run(KERNELS / task)  # the ledger adds the command line that brought each run
-    for side in ("base", "new"):
-        document[side]["command"] = (recorded.get((document[side]["host"], document[side]["run_id"])) or {}).get("command")
+    document = compare_document(KERNELS, task, host, new, base, last)
     if json:
         print_document("compare", document)
     else:
@@ -485,17 +412,10 @@ def compare(c, task, host=None, new="latest", base=None, last: Optional[int] = N
                "json": "print the kpremote.history/1 JSON document (docs/schemas/history.json)"})
 def history(c, task, host=None, plot=None, json=False):
     """Every fetched run of a task, oldest first: commit, status, headline; and a plot of the headline over time."""
+    from .results.history import history_document
     from .views.compare import history_view
-    from .history import draw_history_plot, history_entry
-    from .runstore import fetched_runs
 
-    from .ledger import lines_by_run
-
-    recorded = lines_by_run(KERNELS / task)  # the ledger adds the command line that brought each run
-    entries = [history_entry(run, recorded.get((run.host, run.run_id))) for run in fetched_runs(KERNELS, task, host)]
-    path = Path(plot) if plot else KERNELS / task / "results" / "history.png"
-    note = draw_history_plot(entries, path, task) if entries else "no plot: no fetched runs"
-    document = {"task": task, "host": host, "runs": entries, "plot": None if note else str(path), "plot_note": note}
+    document = history_document(KERNELS, task, host, Path(plot) if plot else None)
     if json:
         print_document("history", document)
     else:

@@ -22,8 +22,8 @@ from invoke import Program
 from invoke.exceptions import Exit, ParseError
 
 from . import __version__
-from .jsonout import json_asked, print_error
-from .pipes import flush_at_exit, stdout_reader_gone
+from .cli.jsonout import json_asked, print_error
+from .cli.pipes import flush_at_exit, stdout_reader_gone
 
 # The flags whose values completion offers, and where they come from.
 VALUE_FLAGS = ("--host", "--task", "--run", "--base", "--new")
@@ -97,7 +97,7 @@ def kpremote_parsing(step: Callable[[Any], None]) -> Callable[[Any], None]:
             stdout_reader_gone()
             raise Exit(code=0) from None
         except ParseError as exc:
-            from .commandline import EXIT_USAGE
+            from .cli.commandline import EXIT_USAGE
 
             line = usage_line(exc, _program_name(self), commands)
             if json_asked(sys.argv[1:]):  # --json promises one document, even for a line that cannot be parsed
@@ -213,7 +213,7 @@ def values_for(flag: str, host: Optional[str] = None) -> list[str]:
 
 
 def host_names(path: Path) -> list[str]:
-    from .config import load_inventory
+    from .hosts.config import load_inventory
     from .errors import KpremoteError
 
     try:
@@ -233,7 +233,7 @@ def make_program() -> KpremoteProgram:
 
 
 def main() -> None:
-    from .interrupt import install_early
+    from .runs.interrupt import install_early
 
     install_early()  # Ctrl-C before Invoke has loaded the commands: 130, not Invoke's silent 1
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kpremote.agent import nvml
-from kpremote.records import STATE_DIR_ENV
+from kpremote.results.records import STATE_DIR_ENV
 from kpremote.transport.openssh import CONTROL_DIR_ENV
 from rig import ONE_THREAD_POOL, Rig
 
@@ -80,7 +80,7 @@ def private_ssh_masters(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session", autouse=True)
 def private_records_key(tmp_path_factory: pytest.TempPathFactory):
-    """The client's records key (kpremote/records.py: what signs ledger lines) in this session's own folder, set before
+    """The client's records key (kpremote/results/records.py: what signs ledger lines) in this session's own folder, set before
     any fixture writes a ledger line and inherited by the `inv` processes the tests start: never the user's."""
     folder = tmp_path_factory.mktemp("kpstate")
     before = os.environ.get(STATE_DIR_ENV)

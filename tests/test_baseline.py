@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from kpremote import baseline, baselinedoc, staging
-from kpremote.baseline import pin_baseline, split_file_list
-from kpremote.baselinedoc import with_source_block
-from kpremote.baselinetoml import edit_baseline_table
+from kpremote.task import baseline, baselinedoc, staging
+from kpremote.task.baseline import pin_baseline, split_file_list
+from kpremote.task.baselinedoc import with_source_block
+from kpremote.task.baselinetoml import edit_baseline_table
 from kpremote.errors import BaselineError, KpremoteError
 
 KERNEL = "python/pkg/kernel.py"
@@ -500,7 +500,7 @@ def test_a_cached_wheel_with_other_bytes_is_not_used(task_dir: Path, cache: Path
 
 
 def test_the_pinned_tags_select_the_same_wheel_whatever_python_runs_pip() -> None:
-    from kpremote import wheels
+    from kpremote.task import wheels
 
     fields = wheels.parse_name("sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl")
     assert wheels.tag_options(fields) == ["--implementation", "cp", "--python-version", "311", "--abi", "cp311",
@@ -561,7 +561,7 @@ def test_inv_baseline_writes_the_digest_of_upstream_lines_with_each_pin_and_mate
     --pypi pin and by --materialize, its header naming each pinned file's sha256 (tests/test_upstream_lines.py)."""
     from rig import run_inv
 
-    from kpremote import upstreamlines
+    from kpremote.task import upstreamlines
 
     env = {"KPREMOTE_CACHE": str(cache.parent), "PIP_NO_INDEX": "1"}
     result = run_inv("baseline", "--task", "t", "--pypi", str(make_wheel(tmp_path)), "--files", WHEEL_KERNEL,

@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 
 from kpremote.agent.protocol import RowResult
-from kpremote.compare import compare_rows, verdict
-from kpremote.ledger import append_line, record_run
+from kpremote.results.compare import compare_rows, verdict
+from kpremote.results.ledger import append_line, record_run
 from localproject import kp
 from rig import REPO
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kpremote.config import load_inventory, parse_inventory
+from kpremote.hosts.config import load_inventory, parse_inventory
 from kpremote.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,16 +54,16 @@ transport = "local"
     ('[defaults]\nconnect_timeout = -1\n[hosts.a]\nssh = "a"', "[defaults] connect_timeout = -1"),
     ('[hosts.a]\narch = "h200"', "[hosts.a] ssh is missing"),
     ('[hosts.a]\nssh = "a; rm -rf /"', "[hosts.a] ssh = 'a; rm -rf /'"),
-    ('[hosts.a]\nssh = "a"\nremote_root = "relative/dir"', "[hosts.a] remote_root = 'relative/dir': Value error, must be an absolute path"),
+    ('[hosts.a]\nssh = "a"\nremote_root = "relative/dir"', "[hosts.a] remote_root = 'relative/dir': must be an absolute path"),
     ('[hosts."a b"]\nssh = "a"', "[hosts.a b]: host names may use"),
     ('[hosts.a]\nssh = "a"\ncontainer = "x;y"', "[hosts.a] container = 'x;y'"),
     ('[hosts.a\nssh = "a"', "not valid TOML"),
-    ('[hosts.gpu1]\nssh = "user@gpu1:notaport"', "[hosts.gpu1] ssh = 'user@gpu1:notaport': Value error, port 'notaport'"),
-    ('[hosts.gpu1]\nssh = "user@gpu1:"', "[hosts.gpu1] ssh = 'user@gpu1:': Value error, port '' after ':'"),
-    ('[hosts.gpu1]\nssh = "gpu1:65536"', "[hosts.gpu1] ssh = 'gpu1:65536': Value error, port '65536'"),
-    ('[hosts.gpu1]\nssh = "@gpu1"', "[hosts.gpu1] ssh = '@gpu1': Value error, nothing before '@'"),
-    ('[hosts.gpu1]\nssh = "me@"', "[hosts.gpu1] ssh = 'me@': Value error, no host after '@'"),
-    ('[hosts.gpu1]\nssh = "me@:22"', "[hosts.gpu1] ssh = 'me@:22': Value error, no host before ':'"),
+    ('[hosts.gpu1]\nssh = "user@gpu1:notaport"', "[hosts.gpu1] ssh = 'user@gpu1:notaport': port 'notaport'"),
+    ('[hosts.gpu1]\nssh = "user@gpu1:"', "[hosts.gpu1] ssh = 'user@gpu1:': port '' after ':'"),
+    ('[hosts.gpu1]\nssh = "gpu1:65536"', "[hosts.gpu1] ssh = 'gpu1:65536': port '65536'"),
+    ('[hosts.gpu1]\nssh = "@gpu1"', "[hosts.gpu1] ssh = '@gpu1': nothing before '@'"),
+    ('[hosts.gpu1]\nssh = "me@"', "[hosts.gpu1] ssh = 'me@': no host after '@'"),
+    ('[hosts.gpu1]\nssh = "me@:22"', "[hosts.gpu1] ssh = 'me@:22': no host before ':'"),
     ('[hosts.a]\nssh = "a"\ngroups = ["b"]\n[hosts.b]\nssh = "b"', "[hosts.a] groups: 'b' is also a host's name"),
     ('[hosts.a]\nssh = "a"\ngroups = ["local"]', "[hosts.a] groups: 'local' is also a host's name"),
 ])

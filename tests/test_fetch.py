@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from kpremote.agent.run.records import seal_summary
-from kpremote.agentclient import Agent
-from kpremote.config import load_inventory, parse_inventory
-from kpremote.connect import open_transport
+from kpremote.hosts.agentclient import Agent
+from kpremote.hosts.config import load_inventory, parse_inventory
+from kpremote.hosts.connect import open_transport
 from kpremote.errors import HostError
 from kpremote.errors import FetchRefused, UnsafeArchive
-from kpremote.fetch import fetch_results, fetch_run
-from kpremote.taskdir import find_task
+from kpremote.runs.fetch import fetch_results, fetch_run
+from kpremote.task.taskdir import find_task
 from kpremote.transport import LocalTransport
 
 TASK = "demo"

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from kpremote.agentclient import Agent, agent_bundle
-from kpremote.config import load_inventory
-from kpremote.connect import open_transport
+from kpremote.hosts.agentclient import Agent, agent_bundle
+from kpremote.hosts.config import load_inventory
+from kpremote.hosts.connect import open_transport
 from rig import busy_gpu, idle_gpu, run_inv
 
 

@@ -300,7 +300,7 @@ def test_a_broken_task_toml_reaching_the_host_is_one_clean_line_per_task(shell):
         shutil.copytree(TINY, kernels / name, dirs_exist_ok=True)
         toml = (TINY / "task.toml").read_bytes().replace(b'name = "tiny_rmsnorm"', f'name = "{name}"'.encode())
         (kernels / name / "task.toml").write_bytes(text or toml.replace(b'arch = "any"', b"arch = 3"))
-    # The client reads task.toml with the agent's own validator first (kpremote/options.py): refused before the
+    # The client reads task.toml with the agent's own validator first (kpremote/cli/options.py): refused before the
     # host is contacted, under the user's path. The host's own refusal: tests/agent/test_agent_runs.py.
     for name, complaint in (("not-a-table", "[task] must be a table"), ("arch-a-number", "[task] arch = 3"),
                             ("not-utf8", "not UTF-8 text")):

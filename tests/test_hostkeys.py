@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.config import load_inventory
+from kpremote.hosts.config import load_inventory
 from kpremote.errors import HostError, HostKeyError
-from kpremote.hostkeys import trust
-from kpremote.connect import open_transport
+from kpremote.hosts.hostkeys import trust
+from kpremote.hosts.connect import open_transport
 from rig import run_inv
 
 MALFORMED = [

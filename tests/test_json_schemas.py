@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 
 from kpremote.agent.protocol import RESULTS_SCHEMA, RunResults
-from kpremote.jsonout import STREAMS, VERSIONS
-from kpremote.placement import Outcome
+from kpremote.cli.jsonout import STREAMS, VERSIONS
+from kpremote.runs.placement import Outcome
 from localproject import TASK, kp, make_project, watch_for
 from rig import REPO
 
@@ -144,7 +144,7 @@ def test_check_json_is_one_document_and_nothing_else(project):
     rows = document["results"]["rows"]
     assert rows and all(row["verdict"]["verdict"] is None and row["verdict"]["speedup"] for row in rows), rows
     assert not document["results"]["headline"].get("verdicts"), document["results"]["headline"]
-    from kpremote.ledger import read_ledger
+    from kpremote.results.ledger import read_ledger
 
     checked = [e for e in read_ledger(project / "kernels" / TASK) if e["kind"] == "check"][-1]
     assert checked["rows"] and all(row["verdict"] is None for row in checked["rows"].values()), checked["rows"]
@@ -174,7 +174,7 @@ def test_check_of_a_task_checked_on_a_gpu_only_says_not_checked_and_does_not_fai
 
 def test_profile_outcome_matches_its_schema():
     # inv profile needs ncu (tests/test_profile.py runs it); its document is the run outcome, validated here.
-    from kpremote.jsonout import document
+    from kpremote.cli.jsonout import document
 
     validate(document("profile", dataclasses.asdict(Outcome(host="h", task="t", run_id="r", status="passed"))), "profile")
     with pytest.raises(jsonschema.ValidationError):

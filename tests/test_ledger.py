@@ -14,7 +14,7 @@ from rig import REPO
 
 from kpremote.agent.harness import HARNESS_VERSION, pinned_inputs
 from kpremote.agent.provenance import task_provenance
-from kpremote.ledger import append_line, measured_before, read_ledger
+from kpremote.results.ledger import append_line, measured_before, read_ledger
 
 EARLIER = "20261101-120000-abcdef"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.config import load_inventory
-from kpremote.connect import open_transport
+from kpremote.hosts.config import load_inventory
+from kpremote.hosts.connect import open_transport
 from kpremote.errors import HostError
 from kpremote.transport.openssh import CONTROL_DIR_ENV, OpenSSHTransport, split_target
 from waiting import alive, wait_for
@@ -58,8 +58,8 @@ def test_one_master_serves_commands_of_this_process_and_the_next(rig, box, tmp_p
     assert master is not None
     assert connection_of(transport.run(["sh", "-c", ANCESTRY]).stdout.decode(), box) == first
     other = subprocess.run(
-        [sys.executable, "-c", "import sys; from kpremote.config import load_inventory; "
-         "from kpremote.connect import open_transport; "
+        [sys.executable, "-c", "import sys; from kpremote.hosts.config import load_inventory; "
+         "from kpremote.hosts.connect import open_transport; "
          "t = open_transport(load_inventory(sys.argv[1]).hosts[sys.argv[2]]); "
          "print(t.master_pid()); print(t.run(['sh', '-c', sys.argv[3]]).stdout.decode())",
          str(toml), box.name, ANCESTRY], capture_output=True, text=True, timeout=60)
@@ -172,7 +172,7 @@ def test_without_an_ssh_client_the_default_is_paramiko_and_openssh_is_one_line(r
 
 
 def test_a_connection_started_early_is_the_one_the_command_then_uses(rig, box, tmp_path):
-    from kpremote.connect import connect_early
+    from kpremote.hosts.connect import connect_early
 
     transport, toml = transport_for(rig, box, tmp_path)
     subprocess.run(transport.ssh_argv("-O", "exit"), capture_output=True)  # no master: the day's first command
@@ -189,7 +189,7 @@ def test_an_early_connection_that_failed_is_said_once_and_not_tried_again(rig, t
     connect_soon and command: one connection, one line."""
     import socket
 
-    from kpremote.connect import connect_early
+    from kpremote.hosts.connect import connect_early
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))

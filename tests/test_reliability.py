@@ -26,12 +26,12 @@ import pytest
 from kpremote.agent.lease import holders
 from kpremote.agent.procfs import descendants
 from kpremote.agent.run.runstate import TERMINAL
-from kpremote.agentclient import Agent
-from kpremote.config import parse_inventory
-from kpremote.runs import HEARTBEAT_GRACE_S
-from kpremote.sync import build_sync_request, plan_sync, sync_task
-from kpremote.taskdir import find_task
-from kpremote.taskscan import scan_task
+from kpremote.hosts.agentclient import Agent
+from kpremote.hosts.config import parse_inventory
+from kpremote.runs.remote import HEARTBEAT_GRACE_S
+from kpremote.runs.sync import build_sync_request, plan_sync, sync_task
+from kpremote.task.taskdir import find_task
+from kpremote.task.taskscan import scan_task
 from kpremote.transport import LocalTransport
 from rig import REPO, SSHD, SshHost, idle_gpu
 from waiting import alive, processes_mentioning, state_of, wait_for

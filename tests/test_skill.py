@@ -15,7 +15,7 @@ from localproject import make_project
 from rig import REPO
 
 from kpremote.agent.provenance import task_provenance
-from kpremote.ledger import read_ledger
+from kpremote.results.ledger import read_ledger
 from kpremote.skill import skill_text
 
 STAND_IN_NCU = REPO / "tests" / "fixtures" / "ncu"

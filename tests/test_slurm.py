@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from kpremote.config import parse_inventory
+from kpremote.hosts.config import parse_inventory
 from kpremote.errors import ConfigError
 from rig import REPO, idle_gpu
 from slurm_rig import PACKAGES, SlurmRig, missing_tools

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agentclient import Agent
-from kpremote.config import Host, load_inventory, parse_inventory
-from kpremote.connect import open_transport
+from kpremote.hosts.agentclient import Agent
+from kpremote.hosts.config import Host, load_inventory, parse_inventory
+from kpremote.hosts.connect import open_transport
 from kpremote.errors import ConfigError
-from kpremote.sync import build_sync_request, plan_sync, sync_task
-from kpremote.taskdir import find_task
-from kpremote.taskscan import HashCache, scan_task
+from kpremote.runs.sync import build_sync_request, plan_sync, sync_task
+from kpremote.task.taskdir import find_task
+from kpremote.task.taskscan import HashCache, scan_task
 from kpremote.transport import LocalTransport
 
 TASK = "demo"

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from kpremote.config import load_inventory
+from kpremote.hosts.config import load_inventory
 from kpremote.errors import HostError, HostKeyError
-from kpremote.hostkeys import trust
-from kpremote.connect import open_transport
+from kpremote.hosts.hostkeys import trust
+from kpremote.hosts.connect import open_transport
 from kpremote.transport import ContainerTransport, LocalTransport
 from rig import free_port
 
@@ -108,8 +108,8 @@ def test_connecting_in_the_background_is_one_attempt_whose_outcome_run_gets(rig,
     host = inventory_for(rig, tmp_path, [plain], **overrides).hosts["plain"]
     transport = open_transport(host)
     attempts = []
-    real_open = transport._open
-    transport._open = lambda: (attempts.append(time.monotonic()), real_open())
+    real_open = transport.open_connection
+    transport.open_connection = lambda: (attempts.append(time.monotonic()), real_open())
     transport.connect_soon()
     time.sleep(0.3)  # the scan the caller does meanwhile
     if reachable:

@@ -1,7 +1,7 @@
 """No committed baseline or adapter file repeats more than five consecutive lines of the pinned upstream files.
 
 The upstream files are not committed (they are materialized from the pinned wheel), so each task commits
-baseline/upstream_lines.sha256, every 6-line window of them (kpremote/upstreamlines.py). The copy check runs on
+baseline/upstream_lines.sha256, every 6-line window of them (kpremote/task/upstreamlines.py). The copy check runs on
 that digest alone; a second test re-generates the digest from the pinned wheel (kpremote's cache, else pip) and
 compares, so a digest cut short or left from an older pin fails here wherever the wheel can be had.
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kpremote import upstreamlines, wheels
-from kpremote.baseline import wheel_pin
+from kpremote.task import upstreamlines, wheels
+from kpremote.task.baseline import wheel_pin
 
 KERNELS = Path(__file__).resolve().parents[1] / "kernels"
 PINNED = sorted(p.parent.name for p in KERNELS.glob("*/task.toml") if wheel_pin(p.parent)[2])

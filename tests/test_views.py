@@ -490,12 +490,13 @@ def test_an_error_in_a_kernels_body_points_at_its_line_not_the_launch(project):
 
 
 def test_a_leased_gpu_names_its_run_and_who_started_it():
-    from kpremote.gpustatus import GpuReport, HostReport
+    from kpremote.agent.protocol import ProbedGpu
+    from kpremote.hosts.gpustatus import HostReport
     from kpremote.views.gpus import gpu_view
 
-    gpu = GpuReport.model_validate({"index": 0, "uuid": "GPU-0", "name": "NVIDIA H200", "cc": [9, 0],
-                                    "memory_used_mib": 0, "memory_total_mib": 143771, "util_pct": 0, "idle": True,
-                                    "lease": {"run_id": "20261126-070000-abcdef", "user": "alice", "pid": 7}})
+    gpu = ProbedGpu.from_json({"index": 0, "uuid": "GPU-0", "name": "NVIDIA H200", "cc": [9, 0],
+                               "memory_used_mib": 0, "memory_total_mib": 143771, "util_pct": 0, "idle": True,
+                               "lease": {"run_id": "20261126-070000-abcdef", "user": "alice", "pid": 7}})
     console = Console(width=100, color_system=None, record=True, file=__import__("io").StringIO())
     console.print(gpu_view([HostReport(host="box", ok=True, hostname="box", source="fixture", gpus=[gpu])]))
     assert "leased by 20261126-070000-abcdef (alice)" in console.export_text()

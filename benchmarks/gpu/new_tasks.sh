@@ -64,7 +64,7 @@ upstream() {
 """Put each task's upstream files from the sglang wheel its task.toml pins at baseline/upstream/<path>,
 <path> as the wheel holds it (sglang/..., no python/ prefix: the layout `inv baseline --materialize`
 writes), the wheel and each file checked against the sha256 that task.toml pins ([baseline] wheel,
-wheel_sha256 and [baseline.sha256], as kpremote.baseline checks them)."""
+wheel_sha256 and [baseline.sha256], as kpremote.task.baseline checks them)."""
 import hashlib, os, pathlib, sys, tomllib, zipfile
 folders, kernels = [pathlib.Path(p) for p in sys.argv[1:3]], pathlib.Path(sys.argv[3])
 for task in [t for t in os.environ["KP_TASKS"].split(",") if t]:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from .protocol import AgentError, ExitCode, UsageError
+from .protocol import AgentError, ExitCode, ProbedGpu, UsageError
 
 DELEGATED = {"run": "kpremote.agent.run.runner", "sync-apply": "kpremote.agent.sync"}
 BINARY_STDOUT = {"pack-summary"}  # errors of these go to stderr only: stdout carries data, not JSON
@@ -245,21 +245,24 @@ def _probe(args: argparse.Namespace) -> int:
     snap = snapshot()
     held = holders(_root(args)) if snap.gpus else {}
     report = snap.to_json()
-    for gpu, record in zip(snap.gpus, report["gpus"], strict=True):
+    report["gpus"] = []
+    for gpu in snap.gpus:
         # idle means "a run would lease it now": idle by the policy and nobody's lease on it.
         idle, reason = idle_verdict(gpu, policy)
         lease = held.get(gpu.uuid)
         if lease is not None:
             idle, reason = False, "leased: " + describe_holder(lease) + ("" if idle else f"; {reason}")
         refusal = arch_refusal(arch, gpu)
-        record.update(lease=lease, idle=idle, reason=reason, arch_ok=refusal is None, arch_reason=refusal)
+        report["gpus"].append(ProbedGpu(**vars(gpu), lease=lease, idle=idle, reason=reason, arch_ok=refusal is None,
+                                        arch_reason=refusal).to_json())
     _print_json(report)
     return 0
 
 
 def _start(args: argparse.Namespace) -> int:
     from .lease import IdlePolicy
-    from .run.start import StartRequest, start
+    from .run.start import start
+    from .run.startchecks import StartRequest
     from .sync import sync_answer
 
     request = StartRequest(

@@ -730,6 +730,26 @@ class GpuState:
 
 
 @dataclass
+class ProbedGpu(GpuState):
+    """One GPU as `probe` answers for it (gpu-status reads it as it is): its state, then whether a run would lease
+    it now and why not, its lease's holder record, and whether the host's arch runs on it."""
+
+    lease: dict[str, Any] | None = None  # the holder record of the lease on it (lease.py), if any
+    idle: bool = False  # a run would lease it now: idle by the host's policy and nobody's lease on it
+    reason: str | None = None  # "idle", or why it is not
+    arch_ok: bool = True
+    arch_reason: str | None = None  # why the host's arch does not run on this GPU
+
+    PROBE_FIELDS: ClassVar[tuple[str, ...]] = ("lease", "idle", "reason", "arch_ok", "arch_reason")
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> "ProbedGpu":
+        """GpuState.from_json's reading of the state, and the probe's own fields as they came."""
+        state = GpuState.from_json({key: value for key, value in record.items() if key not in cls.PROBE_FIELDS})
+        return cls(**vars(state), **{key: record[key] for key in cls.PROBE_FIELDS if key in record})
+
+
+@dataclass
 class Snapshot:
     """A host's GPUs at one moment (nvml.snapshot): where the readings came from, and why there are none."""
 

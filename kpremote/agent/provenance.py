@@ -40,7 +40,7 @@ FETCH_WRITTEN = {"docs/results.md", "docs/run_log.md"}
 make every repeat run a changed one."""
 KPREMOTE_OUTPUT = (*sorted(FETCH_WRITTEN), "results", ".kpremote", "ledger.jsonl")
 """What kpremote itself writes into a task folder (relative to it): fetched summaries and checks (results/), every
-run's ledger line (kpremote/ledger.py), the two docs fetch writes, its own state; left out of the git state as well as
+run's ledger line (kpremote/results/ledger.py), the two docs fetch writes, its own state; left out of the git state as well as
 the digests: they change with every run and are no part of what is measured."""
 IGNORE_FILE = ".kpremoteignore"
 RECORDED = Path(".kpremote") / "provenance.json"

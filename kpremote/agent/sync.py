@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Mapping
 
 from .atomicfile import write_json_atomically
+from .filelock import held
 from .protocol import NAME_RULE, SYNC_VERSION, SyncError, is_name, manifest_digest
 from .provenance import file_sha256
 from .tarstream import Member, TarStream, TarStreamError
@@ -102,7 +103,7 @@ def snapshot_workspace(workspace: Path, into: Path) -> Path:
         except OSError:
             shutil.copy2(source, target)
 
-    with exclusive_lock(workspace.parent / ".sync.lock"):
+    with held(workspace.parent / ".sync.lock"):
         shutil.copytree(workspace, into, symlinks=True, copy_function=link_or_copy,
                         ignore=shutil.ignore_patterns("__pycache__", STAGING_PREFIX + "*"))
     return into
@@ -147,7 +148,7 @@ def apply_sync_stream(root: Path, task: str, stream: BinaryIO) -> dict[str, Any]
     workspace.parent.mkdir(parents=True, exist_ok=True)
     lock = workspace.parent / ".sync.lock"
     with ExitStack() as stack:
-        with exclusive_lock(lock):
+        with held(lock):
             remove_stale_staging(workspace.parent)
             refusal = need_full_answer(workspace, header)
             if refusal:
@@ -157,7 +158,7 @@ def apply_sync_stream(root: Path, task: str, stream: BinaryIO) -> dict[str, Any]
             # Received holding no lock: the stream comes over the network, and on a dead link its reader can stay
             # blocked for hours (until the host's sshd notices); such a stalled sync must not block the next one.
             received = receive_files(stream, header, staging) if header.changed else {}
-            with exclusive_lock(lock):
+            with held(lock):
                 refusal = need_full_answer(workspace, header)  # another sync may have landed meanwhile
                 if refusal:
                     return refusal
@@ -202,27 +203,14 @@ def _hashes(files: Mapping[str, FileState]) -> dict[str, str]:
 
 
 @contextmanager
-def exclusive_lock(path: Path) -> Iterator[None]:
-    """One sync per task at a time: a second one waits, then sees the first one's manifest."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-@contextmanager
 def claimed_staging(task_dir: Path) -> Iterator[Path]:
     """A fresh staging folder, flock'd while this sync lives: remove_stale_staging leaves it alone until then."""
     staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=task_dir))
-    fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield staging
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        os.close(fd)
+    with held(staging, os.O_RDONLY | os.O_DIRECTORY):
+        try:
+            yield staging
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def remove_stale_staging(task_dir: Path) -> None:

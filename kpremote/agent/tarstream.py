@@ -2,7 +2,7 @@
 
 tarfile's streaming mode builds a TarInfo per member and reads through a 10 KiB record buffer: for 10,000 small
 files that is ~0.6 s of CPU on the host, and syscalls (several per file) are what a first sync pays most for on
-a slow or sandboxed kernel. This reader takes what the client sends (kpremote/sync.py): ustar headers of regular
+a slow or sandboxed kernel. This reader takes what the client sends (kpremote/runs/sync.py): ustar headers of regular
 files, a PAX 'x' header before a long or non-ASCII name, zero blocks at the end. Anything else is refused, never
 skipped: the sync stream has no business carrying links, devices or GNU extensions.
 """

@@ -9,6 +9,7 @@ connection.
 from __future__ import annotations
 
 import shlex
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Sequence, Union
@@ -92,6 +93,45 @@ class Transport:
 
     def close(self) -> None:
         """Let the connection go; a no-op where there is none."""
+
+
+class ConnectsInBackground(Transport):
+    """A transport with a connection to open (OpenSSH's master, paramiko's connection): connect_soon() opens it in a
+    thread while the caller scans the task, and connect() waits for that attempt and raises what stopped it. Once:
+    while an attempt is under way, or its failure waits for connect() to raise it, a second would only wait again.
+    A transport gives is_open() and open_connection()."""
+
+    def __init__(self) -> None:
+        self._connecting = threading.Lock()  # one connect at a time: the background one and send()'s
+        self._background_failure: BaseException | None = None
+
+    def is_open(self) -> bool:
+        raise NotImplementedError
+
+    def open_connection(self) -> None:
+        """Open the connection now, in the calling thread (HostError when the host cannot be reached)."""
+        raise NotImplementedError
+
+    def connect_soon(self) -> None:
+        if not self.is_open() and self._background_failure is None and not self._connecting.locked():
+            threading.Thread(target=self._connect_in_background, name="kpremote-connect", daemon=True).start()
+
+    def _connect_in_background(self) -> None:
+        with self._connecting:  # the failure is recorded before send()'s connect can look for it
+            if self.is_open():
+                return
+            try:
+                self.open_connection()
+            except BaseException as exc:  # noqa: BLE001 - raised by the next connect(), in the caller's thread
+                self._background_failure = exc
+
+    def connect(self) -> None:
+        with self._connecting:
+            failure, self._background_failure = self._background_failure, None
+            if failure is not None:
+                raise failure  # a second attempt would wait out the connect timeout all over again
+            if not self.is_open():
+                self.open_connection()
 
 
 def command_line(argv: Sequence[str]) -> str:

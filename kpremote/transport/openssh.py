@@ -9,7 +9,6 @@ argv: one `ssh` argument list, the remote command one quoted string (command_lin
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import math
 import os
@@ -19,13 +18,13 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
-from .base import ChannelCounter, Command, Completed, Transport, command_line
+from ..agent.filelock import held  # standard library only, shared by both halves (test_transport_seam.py)
+from .base import ChannelCounter, Command, Completed, ConnectsInBackground, command_line
 from .errors import HostError, HostKeyError, changed_host_key, no_greeting, not_ssh, unknown_host_key
 from .streams import Output, feed_in_background
 
@@ -79,7 +78,7 @@ def _quoted(path: str, tokens: bool = True) -> str:
     return '"' + (path.replace("%", "%%") if tokens else path) + '"'
 
 
-class OpenSSHTransport(Transport):
+class OpenSSHTransport(ConnectsInBackground):
     """One `ssh` client process per command, multiplexed over the host's master connection."""
 
     def __init__(
@@ -102,8 +101,7 @@ class OpenSSHTransport(Transport):
         self.persist = persist
         self.channels = ChannelCounter()
         self._port_args, self._destination = split_target(target)
-        self._connecting = threading.Lock()
-        self._background_failure: Optional[BaseException] = None
+        super().__init__()
         self._master: Optional[int] = None  # the pid of the master this transport's commands go through
         self._files: Optional[tuple[Path, str]] = None  # the policy file and the control path, made on first use
         self._probed: Optional[str] = None  # what a verbose ssh said after a failure (probe)
@@ -192,30 +190,10 @@ class OpenSSHTransport(Transport):
         found = re.search(r"pid=([0-9]+)", check.stderr)
         return int(found[1]) if check.returncode == 0 and found else None
 
-    def connect_soon(self) -> None:
-        """Start the master in a thread while the caller scans the task; the next send() waits for it. Once: while
-        an attempt is under way, or its failure waits for connect() to raise it, a second would only wait again."""
-        if self._master is None and self._background_failure is None and not self._connecting.locked():
-            threading.Thread(target=self._connect_in_background, name="kpremote-connect", daemon=True).start()
+    def is_open(self) -> bool:
+        return self._master is not None
 
-    def _connect_in_background(self) -> None:
-        with self._connecting:
-            if self._master is not None:
-                return
-            try:
-                self._open()
-            except BaseException as exc:  # noqa: BLE001 - raised by the next connect(), in the caller's thread
-                self._background_failure = exc
-
-    def connect(self) -> None:
-        with self._connecting:
-            failure, self._background_failure = self._background_failure, None
-            if failure is not None:
-                raise failure  # a second attempt would wait out the connect timeout all over again
-            if self._master is None:
-                self._open()
-
-    def _open(self) -> None:
+    def open_connection(self) -> None:
         """Use the host's master, or start it: one process at a time (a lock file), so two panes that start
         together share one master instead of racing for the socket."""
         self._master = self.master_pid()
@@ -233,8 +211,7 @@ class OpenSSHTransport(Transport):
     def _creating(self) -> Iterator[None]:
         config, _ = self._prepare()
         name = hashlib.sha256(f"{config}\0{self.target}".encode()).hexdigest()[:16]
-        with open(config.parent / f"{name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with held(config.parent / f"{name}.lock"):
             yield
 
     def _start_master(self) -> None:

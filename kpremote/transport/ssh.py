@@ -11,7 +11,6 @@ import logging
 import os
 import select
 import socket
-import threading
 import time
 from typing import Optional
 
@@ -19,7 +18,7 @@ import paramiko
 from fabric import Config, Connection
 
 from . import known_hosts as known
-from .base import ChannelCounter, Command, Completed, Transport, command_line
+from .base import ChannelCounter, Command, Completed, ConnectsInBackground, command_line
 from .errors import HostError, HostKeyError, changed_host_key, no_greeting, not_ssh, unknown_host_key
 from .streams import Output, feed_in_background
 
@@ -56,7 +55,7 @@ def hops(connection: Connection) -> list[Connection]:
     return chain[::-1]
 
 
-class SSHTransport(Transport):
+class SSHTransport(ConnectsInBackground):
     def __init__(
         self,
         host: str,
@@ -78,12 +77,11 @@ class SSHTransport(Transport):
         if identity_file:
             connect_kwargs["key_filename"] = [os.path.expanduser(identity_file)]
         config = Config(runtime_ssh_path=os.path.expanduser(ssh_config)) if ssh_config else Config()
+        super().__init__()
         self.connection = Connection(
             target, config=config, connect_timeout=int(max(1, connect_timeout)), connect_kwargs=connect_kwargs
         )
         self._verify_host_keys(self.connection)
-        self._connecting = threading.Lock()  # one connect at a time: the background one and run()'s
-        self._background_failure: Optional[BaseException] = None
 
     def _verify_host_keys(self, connection: Connection) -> None:
         """Apply strict checking to this connection and to every ProxyJump hop before it."""
@@ -104,30 +102,10 @@ class SSHTransport(Transport):
     def port(self) -> int:
         return int(self.connection.port)
 
-    def connect_soon(self) -> None:
-        """Connect in a thread: over a long link the handshake takes ~5 round trips, time the caller can spend
-        scanning the task instead of waiting after it."""
-        if not self.connection.is_connected:
-            threading.Thread(target=self._connect_in_background, name="kpremote-connect", daemon=True).start()
+    def is_open(self) -> bool:
+        return bool(self.connection.is_connected)
 
-    def _connect_in_background(self) -> None:
-        with self._connecting:  # the failure is recorded before run()'s connect can look for it
-            if self.connection.is_connected:
-                return
-            try:
-                self._open()
-            except BaseException as exc:  # noqa: BLE001 - raised by the next connect(), in the caller's thread
-                self._background_failure = exc
-
-    def connect(self) -> None:
-        with self._connecting:
-            failure, self._background_failure = self._background_failure, None
-            if failure is not None:
-                raise failure  # a second attempt would wait out the connect timeout all over again
-            if not self.connection.is_connected:
-                self._open()
-
-    def _open(self) -> None:
+    def open_connection(self) -> None:
         started = time.monotonic()
         try:
             self.connection.open()

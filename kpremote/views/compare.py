@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.text import Text
 
 from ..agent.protocol import CONTEXT_REGIMES, TASK_LABELS
-from ..history import commit_label
+from ..results.history import commit_label
 from .layout import Column, fitted_table
 from .results import VERDICT_STYLE, number
 from .terminal import Unbroken

@@ -15,7 +15,8 @@ from . import terminal
 from .terminal import error_lines
 
 if TYPE_CHECKING:  # annotations only: `inv run` need not import the gpu-status models
-    from ..gpustatus import GpuReport, HostReport
+    from ..agent.protocol import ProbedGpu
+    from ..hosts.gpustatus import HostReport
 
 
 @dataclass
@@ -27,7 +28,7 @@ class GpuViewOptions:
     all: bool = False    # -a: power, SM clock, clock events and the busy reason as well
 
 
-def _verdict(gpu: GpuReport) -> Text:
+def _verdict(gpu: ProbedGpu) -> Text:
     if gpu.lease:
         holder = gpu.lease.get("run_id") or f"pid {gpu.lease.get('pid')}"
         user = f" ({gpu.lease['user']})" if gpu.lease.get("user") else ""  # whom to ask about it
@@ -41,12 +42,12 @@ def _verdict(gpu: GpuReport) -> Text:
     return Text("busy", style="red")
 
 
-def _processes(gpu: GpuReport, pids: bool) -> str:
-    return " ".join(f"{p.name or '?'}{'/' + str(p.pid) if pids else ''}({p.used_mib if p.used_mib is not None else '?'}M)"
-                    for p in gpu.processes)
+def _processes(gpu: ProbedGpu, pids: bool) -> str:
+    return " ".join(f"{p['name'] or '?'}{'/' + str(p['pid']) if pids else ''}"
+                    f"({p['used_mib'] if p['used_mib'] is not None else '?'}M)" for p in gpu.processes)
 
 
-def _details(gpu: GpuReport, options: GpuViewOptions) -> list[str]:
+def _details(gpu: ProbedGpu, options: GpuViewOptions) -> list[str]:
     details = []
     if options.uuid or options.all:
         details.append(gpu.uuid)
@@ -105,7 +106,7 @@ def gpu_view(reports: list[HostReport], options: Optional[GpuViewOptions] = None
     return Group(*parts)
 
 
-def _gpu_lines(gpu: GpuReport, options: GpuViewOptions, width: int, widths: tuple[int, int, int]) -> list[Text]:
+def _gpu_lines(gpu: ProbedGpu, options: GpuViewOptions, width: int, widths: tuple[int, int, int]) -> list[Text]:
     name_w, used_w, total_w = widths
     temperature = "  -" if gpu.temperature_c is None else f"{gpu.temperature_c:>3}"
     line = Text.assemble(

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Iterable, Optional
 from rich.console import Group
 from rich.text import Text
 
-from ..config import Host
+from ..hosts.config import Host
 from . import terminal
 from .layout import Column, fitted_table
 from .terminal import error_lines
 
 if TYPE_CHECKING:  # annotations only
-    from ..gpustatus import HostInfo
+    from ..hosts.gpustatus import HostInfo
 
 
 def hosts_view(hosts: Iterable[Host], infos: Optional[dict[str, HostInfo]] = None) -> Group:

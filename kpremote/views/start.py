@@ -3,7 +3,7 @@ for a GPU; on a Slurm cluster, the job id once sbatch took it (then the run's li
 
 On a terminal the task's line in the live run view says it, with the seconds so far, until the run's own live line
 takes its place; elsewhere (a pipe, CI, --detach) one plain line per phase on stderr; with --json none of it; with
---json-stream each progress event as a JSON line on stdout (kpremote/eventstream.py).
+--json-stream each progress event as a JSON line on stdout (kpremote/runs/eventstream.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from .run import RunView
 
 if TYPE_CHECKING:
-    from ..eventstream import EventStream
+    from ..runs.eventstream import EventStream
 
 
 class StartView:

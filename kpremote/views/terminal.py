@@ -95,7 +95,7 @@ class Waiting:
             self._status.update(f"{self.what}: {text}")
 
     def hosts(self, total: int) -> Callable[[list[str]], None]:
-        """A waiting_for(names) for gpustatus.on_every_host."""
+        """A waiting_for(names) for fanout.on_every_host."""
         def update(pending: list[str]) -> None:
             if pending:
                 self.say(f"waiting for {', '.join(pending)} ({total - len(pending)} of {total} answered)")

@@ -14,7 +14,7 @@ import pytest
 from kpremote.agent.__main__ import main
 from kpremote.agent.boot import BOOT, NOT_SHIPPED, ship
 from kpremote.agent.lease import IdlePolicy, acquire
-from kpremote.agentclient import agent_bundle
+from kpremote.hosts.agentclient import agent_bundle
 
 
 def _installed(distribution: str) -> str | None:

@@ -17,8 +17,8 @@ from rich.console import Console
 from kpremote.agent.harness import stats
 from kpremote.agent.protocol import RowResult, RunResults
 from kpremote.agent.run import report, runner
-from kpremote.compare import compare_rows, compare_regimes
-from kpremote.ledger import ledger_entry
+from kpremote.results.compare import compare_rows, compare_regimes
+from kpremote.results.ledger import ledger_entry
 from kpremote.views.results import results_view
 from kpremote.views.run import row_pieces
 

@@ -9,7 +9,7 @@ import pytest
 from agent.test_runner import results_of, run_agent
 from kpremote.agent.task.taskspec import load_task
 from kpremote.errors import ScaffoldError
-from kpremote.scaffold import arch_for, new_task
+from kpremote.task.scaffold import arch_for, new_task
 
 
 def test_new_task_passes_a_cpu_smoke_run_at_once(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kpremote.agent.tarstream import TarStream, TarStreamError
-from kpremote.sync import write_tar_member
+from kpremote.runs.sync import write_tar_member
 
 
 def read_all(data: bytes, *, read1: bool = True) -> list[tuple[str, bytes, int, bool]]:

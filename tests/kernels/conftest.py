@@ -13,7 +13,7 @@ KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 
 
 def pytest_configure(config) -> None:
-    from kpremote.baseline import ensure_upstream
+    from kpremote.task.baseline import ensure_upstream
 
     folder = os.open(KERNELS, os.O_RDONLY)
     try:

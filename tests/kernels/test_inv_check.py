@@ -108,7 +108,7 @@ def test_the_norm_infer_baseline_runs_its_smoke_rows_on_the_cpu(tmp_path: Path) 
     reference: what `inv check` cannot show while the CUDA candidate is NOT CHECKED there."""
     task = "h200_diffusion_norm_infer__multi_shape"
     shutil.copytree(REPO / "kernels" / task, tmp_path / task, ignore=shutil.ignore_patterns("results", "upstream"))
-    from kpremote.baseline import ensure_upstream
+    from kpremote.task.baseline import ensure_upstream
 
     assert ensure_upstream(tmp_path / task)
     script = """

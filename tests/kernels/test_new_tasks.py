@@ -4,7 +4,7 @@ can be checked here is (both tvm-ffi sides compile for every production row; the
 reference in Triton's interpreter).
 
 The upstream files are git-ignored: each test works on a copy of the task whose baseline/upstream/ is materialized
-from the pinned sglang wheel by kpremote.baseline (what `inv baseline --task T --materialize` does: the wheel from
+from the pinned sglang wheel by kpremote.task.baseline (what `inv baseline --task T --materialize` does: the wheel from
 kpremote's cache, else pip, and every file's sha256 checked against task.toml [baseline.sha256]), at the wheel's own
 paths (baseline/upstream/sglang/...). `benchmarks/gpu/new_tasks.sh upstream`, the standalone GPU script's copy of
 that step, is checked against the same pins.
@@ -25,7 +25,7 @@ import pytest
 import tomllib
 from rig import REPO, run_inv
 
-from kpremote import baseline, wheels
+from kpremote.task import baseline, wheels
 from kpremote.agent.task import build, buildrules
 from kpremote.agent.task.builders import compiler, tvmffi
 from kpremote.agent.task.taskspec import load_task
@@ -240,7 +240,7 @@ def test_the_reduction_tree_gives_what_tritons_own_fold_gives() -> None:
 
 def test_new_tasks_sh_materializes_the_wheel_paths_as_task_toml_pins_them(tmp_path: Path) -> None:
     """The standalone script writes baseline/upstream/<path> with <path> as the wheel holds it (no python/ prefix),
-    the same bytes kpremote.baseline materializes."""
+    the same bytes kpremote.task.baseline materializes."""
     skip_without_the_pinned_wheel()
     kernels = tmp_path / "kernels"
     tasks = (QKNORM, CUTEDSL, NORM_TANH)

@@ -95,7 +95,7 @@ _SCRIPT = textwrap.dedent(
 
 @pytest.mark.timeout(600)
 def test_upstreams_wrappers_accept_every_row_and_launch_into_the_callers_out(tmp_path: Path) -> None:
-    from kpremote.baseline import materialize
+    from kpremote.task.baseline import materialize
 
     task = tmp_path / "kernels" / TASK
     shutil.copytree(ROOT / "kernels" / TASK, task, ignore=shutil.ignore_patterns("results", "upstream"))

@@ -155,7 +155,7 @@ def test_triton_sides_match_the_reference_on_the_interpreter(name: str, tmp_path
     pinned wheel as `inv baseline --materialize` does, every file's sha256 checked against task.toml. A side in
     REFUSES_THE_INTERPRETER must raise its one-line refusal there instead (and is checked on a GPU only)."""
     pytest.importorskip("triton")
-    from kpremote.baseline import materialize
+    from kpremote.task.baseline import materialize
 
     spec = _spec(name)
     rows = _smallest(spec, SMOKE_ROWS)

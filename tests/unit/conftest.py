@@ -15,9 +15,9 @@ import pytest
 from unit.helpers import FILES, STANDIN_HOME, TASK, gpu, write
 
 from kpremote.agent import protocol
-from kpremote.agentclient import Agent
-from kpremote.config import Host, parse_inventory
-from kpremote.inprocessagent import InProcessTransport
+from kpremote.hosts.agentclient import Agent
+from kpremote.hosts.config import Host, parse_inventory
+from kpremote.hosts.inprocessagent import InProcessTransport
 
 
 @pytest.fixture(autouse=True)

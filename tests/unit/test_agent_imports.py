@@ -16,8 +16,8 @@ from typing import Callable
 
 from unit.helpers import gpu
 
-from kpremote.agentclient import Agent
-from kpremote.config import Host
+from kpremote.hosts.agentclient import Agent
+from kpremote.hosts.config import Host
 from kpremote.transport.local import LocalTransport
 
 PROBE_NEEDS = {"kpremote", "kpremote.agent", "kpremote.agent.__main__", "kpremote.agent.protocol",

@@ -15,22 +15,15 @@ from unit.helpers import TASK, TASK_TOML, gpu, write
 
 from kpremote.agent.protocol import TERMINAL, ExitCode
 from kpremote.agent.run.records import seal_summary
-from kpremote.agentclient import Agent
+from kpremote.hosts.agentclient import Agent
 from kpremote.errors import KpremoteError
 from kpremote.errors import FetchRefused, HostBusy, UnsafeArchive
-from kpremote.fetch import fetch_results, fetch_run
-from kpremote.inprocessagent import InProcessTransport
-from kpremote.runs import (
-    RunOptions,
-    RunSession,
-    cancel_run,
-    follow_run,
-    list_runs,
-    open_session,
-    start_run,
-)
-from kpremote.sync import sync_task
-from kpremote.taskdir import find_task
+from kpremote.runs.fetch import fetch_results, fetch_run
+from kpremote.hosts.inprocessagent import InProcessTransport
+from kpremote.runs.remote import cancel_run, follow_run, list_runs, start_run
+from kpremote.runs.session import RunOptions, RunSession, open_session
+from kpremote.runs.sync import sync_task
+from kpremote.task.taskdir import find_task
 
 RUN_ID = "20260101-120000-abcdef"
 
@@ -137,8 +130,8 @@ def test_the_need_full_answer_is_exit_7_with_a_listing_and_starts_nothing(agent,
     sync_task(agent, find_task(kernels, TASK))
     (workspace(agent) / ".kpremote" / "manifest.json").unlink()
     (workspace(agent) / "task.toml").write_text("changed")
-    from kpremote.sync import build_sync_request, plan_sync
-    from kpremote.taskscan import scan_task
+    from kpremote.runs.sync import build_sync_request, plan_sync
+    from kpremote.task.taskscan import scan_task
 
     request = build_sync_request(plan_sync(agent.host, scan_task(find_task(kernels, TASK))))
     result = agent.call("start", "--task", TASK, "--sync", stdin=request)
@@ -300,8 +293,8 @@ def test_follow_with_summary_sends_no_summary_its_record_does_not_vouch_for(agen
 
 def test_logs_json_without_follow_of_a_running_run_ends_with_an_end_that_says_it_goes_on(agent, kernels, gpus,
                                                                                         standin_runs, monkeypatch):
-    import kpremote.placement as placement
-    from kpremote.eventstream import EventStream
+    import kpremote.runs.placement as placement
+    from kpremote.runs.eventstream import EventStream
 
     monkeypatch.setattr(placement, "open_session", lambda host: RunSession(agent))
     standin_runs(events=1, hold_s=30)

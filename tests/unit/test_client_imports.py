@@ -12,25 +12,22 @@ import pytest
 import kpremote
 
 PACKAGE = Path(kpremote.__file__).parent
-SEAM = {f"kpremote.agent.{name}" for name in ("protocol", "boot", "provenance", "atomicfile")}
+SEAM = {f"kpremote.agent.{name}" for name in ("protocol", "boot", "provenance", "atomicfile", "filelock")}
 ALLOWED_ELSEWHERE = {
     # The task folder is refused on the client by the host's own validator, so nothing the host would refuse is
     # sent (docs/architecture.md): one rule, not a client copy of the task contract.
-    ("options.py", "kpremote.agent.task.taskspec"),
+    ("cli/options.py", "kpremote.agent.task.taskspec"),
     # An earlier measurement stands for a new one only with the same harness version and pinned bench/ and task.toml,
     # computed by the runner's own rule (harness.py: standard library only, meant for the client too).
-    ("ledger.py", "kpremote.agent.harness"),
+    ("results/ledger.py", "kpremote.agent.harness"),
 }
-if "class ProfileRequest" in (PACKAGE / "agent" / "ncu" / "ncu.py").read_text():
-    # ProfileRequest moves into protocol.py (issue 12, profile as a kind of start); until then it lives in ncu.py.
-    ALLOWED_ELSEWHERE |= {("commands.py", "kpremote.agent.ncu.ncu"), ("profile.py", "kpremote.agent.ncu.ncu")}
 NOT_CLIENT_FOLDERS = {
     "agent",
     "templates",  # a new task's files: task code, which runs on the host beside the agent
 }
 NOT_CLIENT = {
     # The in-process transport *is* an agent, answered in the test process: it runs agent/__main__.py by design.
-    "inprocessagent.py",
+    "hosts/inprocessagent.py",
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from kpremote.interrupt import Cancels, Registry
+from kpremote.runs.interrupt import Cancels, Registry
 from kpremote.transport.base import Command, Completed, Transport
 from kpremote.transport.streams import Output
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kpremote.agent.run.start import StartRequest, _runner_command
-from kpremote.runs import RunOptions, _start_args
+from kpremote.agent.run.start import _runner_command
+from kpremote.agent.run.startchecks import StartRequest
+from kpremote.runs.remote import _start_args
+from kpremote.runs.session import RunOptions
 
 
 def test_the_client_asks_for_no_audit_only_when_told(host) -> None:

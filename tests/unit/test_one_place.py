@@ -178,3 +178,47 @@ def test_no_module_imports_another_modules_private_names():
                                     "from kpremote.agent.run.start import _runner_command\n"])
 def test_the_private_import_walk_can_fail(source):
     assert len(private_imports(PACKAGE / "agent" / "harness" / "x.py", source)) == 1
+
+
+def blocking_flocks(path: Path, source: str | None = None) -> list[str]:
+    """fcntl.flock(fd, fcntl.LOCK_EX) calls: a wait for an exclusive lock (a try, with LOCK_NB, is not one)."""
+    found = []
+    for node in nodes(path) if source is None else ast.walk(ast.parse(source, str(path))):
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("flock") and len(node.args) == 2 \
+                and "LOCK_EX" in ast.unparse(node.args[1]) and "LOCK_NB" not in ast.unparse(node.args[1]):
+            found.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno}")
+    return found
+
+
+def test_one_way_to_hold_a_lock_file():
+    """The agent's syncs, run claims and state.json, the client's ledger and the OpenSSH master's start all wait
+    for their lock through agent/filelock.py's held()."""
+    found = [where for path in sorted(PACKAGE.rglob("*.py")) for where in blocking_flocks(path)]
+    assert [where.split(":")[0] for where in found] == ["agent/filelock.py"]
+
+
+@pytest.mark.parametrize("source", ["fcntl.flock(fd, fcntl.LOCK_EX)\n", "import fcntl as f\nf.flock(lock, f.LOCK_EX)\n"])
+def test_the_flock_walk_can_fail(source):
+    assert len(blocking_flocks(PACKAGE / "x.py", source)) == 1
+    assert blocking_flocks(PACKAGE / "x.py", source.replace("LOCK_EX", "LOCK_EX | fcntl.LOCK_NB")) == []
+
+
+def test_a_held_lock_makes_the_next_holder_wait(tmp_path):
+    """held() waits for the lock a process holds, and closing the descriptor lets the next one in."""
+    import subprocess
+    import sys
+    import time
+
+    from kpremote.agent.filelock import held
+
+    lock = tmp_path / "x.lock"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom kpremote.agent.filelock import held\n"
+                               f"with held({str(lock)!r}):\n    print('in', flush=True)\n    time.sleep(0.5)\n"],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "in\n"
+    started = time.monotonic()
+    with held(lock) as fd:
+        waited = time.monotonic() - started
+        assert fd >= 0
+    holder.wait(10)
+    assert waited > 0.2  # it waited for the holder

@@ -1,36 +1,47 @@
-"""The probe's GPU record has two ends: the agent fills it from NVML (the seam's protocol.GpuState, plus the lease's
-fields) and the client reads it into gpu-status's documented model (gpustatus.GpuReport, which adds the idle verdict
-and the lease). They are declared apart on purpose (each side types the record for its own job), so this test keeps
-them one record: every field the client reads is one the agent sends, under the same name."""
+"""The probe's GPU record is one record, protocol.ProbedGpu (GpuState and the lease's, idle and arch fields): the
+agent writes it for each GPU and gpu-status reads it back with the same class, so a field renamed or added on one
+side is one on the other; what gpu-status prints and documents is read from it."""
 
 from __future__ import annotations
 
 import io
 import json
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import jsonschema
 from rich.console import Console
 from unit.helpers import gpu
 
-from kpremote.agent.protocol import GpuState
-from kpremote.gpustatus import GpuReport, gpu_status_body, probe_host
+from kpremote.agent.protocol import GpuState, ProbedGpu
+from kpremote.hosts.gpustatus import gpu_status_body, probe_host
 from kpremote.views.gpus import GpuViewOptions, gpu_view
 
-AGENT_ONLY = {"l2_bytes"}  # sent, but gpu-status does not show it
 
-
-def test_the_client_reads_each_field_of_the_agents_gpu_record_by_its_name(host, agent, gpus) -> None:
+def test_the_client_reads_the_agents_gpu_record_with_the_agents_own_class(host, agent, gpus) -> None:
     gpus(gpu(0, temperature_c=41, power_w=120.5, sm_clock_mhz=1980, sm_clock_max_mhz=1980,
              clock_event_reasons=["gpu_idle"], processes=[{"pid": 7, "name": "python", "used_mib": 500}]))
     [sent] = agent.call_json("probe", "--idle", host.idle.to_json(), "--arch", host.arch)["gpus"]
-    assert set(sent) - AGENT_ONLY == set(GpuReport.model_fields)  # what the agent sends is what the client reads
-    assert {f.name for f in fields(GpuState)} <= set(sent)
+    assert list(sent) == [f.name for f in fields(ProbedGpu)]  # what the agent sends is the record, in its order
+    assert {f.name for f in fields(GpuState)} < set(sent) and sent["idle"] is False  # a process runs on it
+    assert sent["reason"] == "1 compute process (pid 7 python)"
     [read] = probe_host(host, agent).gpus
-    shown = {k: v for k, v in sent.items() if k not in AGENT_ONLY | {"processes"}}
-    assert read.model_dump(exclude={"processes"}) == {**shown, "cc": tuple(sent["cc"])}
-    assert [p.model_dump() for p in read.processes] == sent["processes"]
+    assert isinstance(read, ProbedGpu) and read.to_json() == sent
+    [shown] = gpu_status_body([probe_host(host, agent)])["hosts"][0]["gpus"]
+    assert shown == {key: value for key, value in asdict(read).items() if key != "l2_bytes"}
+
+
+def test_a_gpu_record_with_a_field_the_class_lacks_is_refused() -> None:
+    record = ProbedGpu(index=0, uuid="GPU-0", name="H200", cc=(9, 0), memory_used_mib=0, memory_total_mib=1,
+                       util_pct=0, temperature_c=None, power_w=None, sm_clock_mhz=None, sm_clock_max_mhz=None,
+                       clock_event_reasons=[], processes=[], idle=True).to_json()
+    assert ProbedGpu.from_json(record).to_json() == record
+    try:
+        ProbedGpu.from_json({**record, "util": 3})
+    except ValueError as exc:
+        assert "unknown keys util" in str(exc)
+    else:
+        raise AssertionError("an unknown key was read")
 
 
 def test_an_unreadable_gpu_crosses_the_seam_as_null_and_shows_as_unreadable(host, agent, gpus) -> None:

@@ -4,6 +4,7 @@ client's idle defaults are the agent's."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -25,7 +26,9 @@ NOT_NAMES = ["", ".", "..", "-x", "_x", ".hidden", "a/b", "../demo", "de mo", "a
 
 def accepted_by_every_side(name: str, tmp_path: Path) -> dict[str, bool]:
     """Whether each place that checks a task name accepts name (True) or refuses it (False)."""
-    from kpremote import config, fetch, scaffold, taskdir
+    from kpremote.hosts import config
+    from kpremote.runs import fetch
+    from kpremote.task import scaffold, taskdir
     from kpremote.agent import sync as agent_sync
     from kpremote.agent.run import runpaths
     from kpremote.errors import KpremoteError
@@ -92,10 +95,11 @@ def test_each_error_kind_is_distinct():
 
 
 def test_the_clients_idle_defaults_are_the_agents():
-    from kpremote.hostsschema import IdlePolicy as HostsTomlIdle
+    from kpremote.hosts.hostrules import IDLE_FIELDS
 
-    assert HostsTomlIdle().model_dump() == dataclasses.asdict(IdlePolicy())
-    assert IdlePolicy.from_json(HostsTomlIdle().model_dump_json()) == IdlePolicy()
+    defaults = {field: default for field, (_, default) in IDLE_FIELDS.items()}
+    assert defaults == dataclasses.asdict(IdlePolicy())
+    assert IdlePolicy.from_json(json.dumps(defaults)) == IdlePolicy()
 
 
 @pytest.mark.parametrize("value, message", [

@@ -15,11 +15,11 @@ from unit.helpers import TASK, write
 from kpremote.agent.provenance import git_state, source_provenance, task_provenance
 from kpremote.agent.run.runner import Runner
 from kpremote.agent.run.runoptions import Options
-from kpremote.fetch import FetchReport, refresh_docs
+from kpremote.runs.fetch import FetchReport, refresh_docs
 from kpremote.agent.task.taskspec import load_task
-from kpremote.sync import sync_task
-from kpremote.taskdir import find_task
-from kpremote.taskscan import scan_task
+from kpremote.runs.sync import sync_task
+from kpremote.task.taskdir import find_task
+from kpremote.task.taskscan import scan_task
 
 DIGESTS = ("solution_sha256", "baseline_sha256")
 

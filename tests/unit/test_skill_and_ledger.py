@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from unit.helpers import FILES, write
 
-from kpremote import ledger, records
+from kpremote.results import ledger, records
 from kpremote.agent.provenance import hash_task
 from kpremote.skill import install, skill_text
 
@@ -136,7 +136,7 @@ def test_the_ledger_records_the_command_as_one_types_it(tmp_path: Path, argv: li
 
 APPENDER = """
 import sys
-from kpremote.ledger import append_line
+from kpremote.results.ledger import append_line
 for i in range(int(sys.argv[3])):
     append_line(sys.argv[1], {"writer": sys.argv[2], "i": i, "pad": sys.argv[2] * 300_000})
 """
@@ -169,7 +169,7 @@ def test_git_and_provenance_leave_the_ledger_out(tmp_path: Path) -> None:
 def test_a_summary_of_another_shape_still_gets_its_ledger_line() -> None:
     """A results.json the ledger cannot read row by row (a stand-in's, a foreign one) costs the run nothing: the line
     is written with what could be read (the follow benchmark's stand-in summary says "rows": 200)."""
-    from kpremote.ledger import ledger_entry
+    from kpremote.results.ledger import ledger_entry
 
     from kpremote.agent.protocol import RunResults
 

@@ -15,14 +15,18 @@ REPO = Path(__file__).resolve().parents[2]
 # (connect_early, the checks of its tasks, the ledger, placement) and the hosts file read through config.
 RUN_START = """
 import kpremote.commands
-from kpremote import connect, ledger, options, placement, runs, eventstream, baseline
+from kpremote.cli import options
+from kpremote.results import ledger
+from kpremote.runs import eventstream, placement, remote
+from kpremote.hosts import connect
+from kpremote.task import baseline
 from kpremote.agent.task import taskspec
 from kpremote.transport import openssh
-from kpremote.config import load_inventory
+from kpremote.hosts.config import load_inventory
 load_inventory({hosts!r}).select(None)
 """
 HEAVY = {"pydantic", "paramiko", "matplotlib", "numpy", "torch", "triton", "jsonschema",
-         "kpremote.hostsschema", "kpremote.transport.ssh", "kpremote.gpustatus"}
+         "kpremote.transport.ssh", "kpremote.hosts.gpustatus"}
 
 
 def imported_by(code: str) -> set[str]:
@@ -34,19 +38,22 @@ def imported_by(code: str) -> set[str]:
 
 def test_inv_runs_start_imports_none_of_the_heavy_modules():
     imported = imported_by(RUN_START.format(hosts=str(REPO / "hosts.toml")))
-    assert "kpremote.placement" in imported and "kpremote.config" in imported
+    assert "kpremote.runs.placement" in imported and "kpremote.hosts.config" in imported
     assert imported & HEAVY == set()
 
 
-@pytest.mark.parametrize("creeping", ["import pydantic", "from kpremote import gpustatus"])
+@pytest.mark.parametrize("creeping", ["import pydantic", "from kpremote.hosts import gpustatus"])
 def test_the_check_sees_a_heavy_import_creep_back(creeping):
     imported = imported_by(RUN_START.format(hosts=str(REPO / "hosts.toml")) + creeping + "\n")
     assert imported & HEAVY
 
 
-def test_a_hosts_file_with_a_value_to_coerce_still_reads_through_the_schema(tmp_path):
-    """The plain reader leaves what it does not take as written to pydantic: then, and only then, it is imported."""
+def test_a_hosts_file_with_a_mistake_is_refused_without_pydantic_too(tmp_path):
+    """hosts.toml has one reader, standard library only: a value it refuses is worded without pydantic as well."""
     hosts = tmp_path / "hosts.toml"
     hosts.write_text('[hosts.a]\nssh = "a"\nconnect_timeout = "10"\n')
-    imported = imported_by(RUN_START.format(hosts=str(hosts)))
-    assert {"pydantic", "kpremote.hostsschema"} <= imported
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", RUN_START.format(hosts=str(hosts))], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert "connect_timeout = '10': expected a number" in done.stderr
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "kpremote.hosts.config" in imported and imported & HEAVY == set()

@@ -12,9 +12,10 @@ from unit.helpers import TASK
 from kpremote.agent import protocol
 from kpremote.agent.protocol import ExitCode, ProfileRequest
 from kpremote.agent.run.runoptions import parse_profile_args
-from kpremote.runs import RunOptions, RunSession, follow_run, start_run
-from kpremote.sync import sync_task
-from kpremote.taskdir import find_task
+from kpremote.runs.remote import follow_run, start_run
+from kpremote.runs.session import RunOptions, RunSession
+from kpremote.runs.sync import sync_task
+from kpremote.task.taskdir import find_task
 
 
 def test_a_profile_start_spawns_the_profile_runner_with_the_request_and_records_its_mode(

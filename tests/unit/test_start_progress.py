@@ -13,11 +13,12 @@ from unit.helpers import FILES, TASK, gpu
 
 from kpremote.views import terminal
 from kpremote.views.run import RunView
-from kpremote.agentclient import Agent
-from kpremote.runs import RunOptions, RunSession, follow_run, start_run
+from kpremote.hosts.agentclient import Agent
+from kpremote.runs.remote import follow_run, start_run
+from kpremote.runs.session import RunOptions, RunSession
 from kpremote.views.start import StartView, phase_text, size_text
-from kpremote.sync import sync_task
-from kpremote.taskdir import find_task
+from kpremote.runs.sync import sync_task
+from kpremote.task.taskdir import find_task
 
 
 def started_with_progress(agent: Agent, kernels: Path) -> list[dict]:

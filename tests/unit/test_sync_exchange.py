@@ -9,9 +9,9 @@ import pytest
 from unit.helpers import TASK
 
 from kpremote.errors import HostError
-from kpremote.sync import exchange, over_sync_apply, remembered_tree
-from kpremote.taskdir import find_task
-from kpremote.taskscan import scan_task
+from kpremote.runs.sync import exchange, over_sync_apply, remembered_tree
+from kpremote.task.taskdir import find_task
+from kpremote.task.taskscan import scan_task
 
 
 def header_of(request: bytes) -> dict:

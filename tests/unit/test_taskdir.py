@@ -6,7 +6,7 @@ import pytest
 from unit.helpers import TASK
 
 from kpremote.errors import ConfigError, KpremoteError
-from kpremote.taskdir import find_task, find_tasks
+from kpremote.task.taskdir import find_task, find_tasks
 
 
 def test_a_task_is_its_folder_and_task_toml(kernels):

@@ -80,6 +80,7 @@ HARNESS_FILES = (
 # (tests/unit/test_harness_files.py: every module a run imports is in one of the two lists).
 OUTSIDE_THE_HARNESS = {
     "atomicfile.py": "writes files whole",
+    "filelock.py": "holds a lock file (state.json's, a run's claims) while a record is written",
     "run/events.py": "writes the event stream the client follows",
     "lease.py": "chooses and holds the GPU; the arch gate refuses, it never measures",
     "nvml.py": "reads GPU state for the record",

@@ -7,12 +7,11 @@ One lock per task (tasks/<task>/.claims.lock) makes a claim and the tombstone of
 
 from __future__ import annotations
 
-import fcntl
 import os
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
+from ..filelock import held
 from ..lease import utc_now_iso
 from ..protocol import NAME_RULE, RUN_ID_RULE, is_name, is_run_id, new_run_id
 from ..protocol import BadRequest, NotFound, StartCancelled
@@ -69,7 +68,7 @@ def claim_run(runs_dir: Path, run_id: str | None = None, **fields: Any) -> tuple
     """Create the run's record, or refuse: a tombstone says a cancel came first, an existing folder that the id
     is taken. One lock per task makes a claim and a cancel of a run that does not exist yet exclusive."""
     runs_dir.mkdir(parents=True, exist_ok=True)
-    with _claims_locked(runs_dir):
+    with held(runs_dir.parent / CLAIMS_LOCK):
         if run_id is None:
             run_id, run_dir = new_run(runs_dir)
         else:
@@ -92,19 +91,9 @@ def tombstone_unless_recorded(root: Path, task: str, run_id: str) -> bool:
     runs_dir = task_dir(root, task) / "runs"
     check_run_id(run_id)
     runs_dir.mkdir(parents=True, exist_ok=True)
-    with _claims_locked(runs_dir):
+    with held(runs_dir.parent / CLAIMS_LOCK):
         if (runs_dir / run_id / "state.json").is_file():
             return False
         (runs_dir.parent / TOMBSTONES).mkdir(exist_ok=True)
         (runs_dir.parent / TOMBSTONES / run_id).write_text(utc_now_iso())
         return True
-
-
-@contextmanager
-def _claims_locked(runs_dir: Path) -> Iterator[None]:
-    fd = os.open(runs_dir.parent / CLAIMS_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from ..atomicfile import write_json_atomically
+from ..filelock import held
 from ..protocol import TERMINAL, RunExit  # noqa: F401 - re-exported
 
 DISK_FULL_EXIT = RunExit.DISK_FULL
@@ -53,25 +52,15 @@ def update_state_if(run_dir: Path, still: Callable[[dict[str, Any]], bool], **fi
     than one writer (the runner, a Slurm job's step, a client's look that settles it with Slurm), and a writer that
     decided on a state read earlier must not undo what another wrote since (a pending run's queue record written
     over the step's record of the GPUs it was allocated)."""
-    with _state_lock(run_dir):
+    lock = state_path(run_dir).with_name("state.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)  # as the first write of state.json makes its folder
+    with held(lock):
         state = read_state(run_dir)
         if not still(state):
             return state
         state.update(fields)
         write_json_atomically(state_path(run_dir), state, indent=1)
         return state
-
-
-@contextlib.contextmanager
-def _state_lock(run_dir: Path) -> Iterator[None]:
-    path = state_path(run_dir).with_name("state.lock")
-    path.parent.mkdir(parents=True, exist_ok=True)  # as the first write of state.json makes its folder
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def is_disk_full(exc: BaseException) -> bool:

@@ -11,48 +11,22 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 from .. import AGENT_HOME
 from ..lease import Lease, acquire, utc_now_iso
 from ..nvml import GpuState, Snapshot, resolve_device, snapshot
-from ..protocol import (PROFILE_MODE_PREFIX, RUNNERS, AgentError, GpuNotFound, IdlePolicy, NotFound, StartCancelled,
-                        run_kind)
+from ..protocol import AgentError, GpuNotFound, NotFound, StartCancelled
 from .runpaths import claim_run, task_dir
 from .runstate import update_state
 from ..sync import snapshot_of, snapshot_workspace
-from .startchecks import refuse_bad_task, refuse_missing_packages, refuse_unusable_python, task_arch
+from .startchecks import (StartRequest, refuse_bad_task, refuse_missing_packages, refuse_unusable_python,
+                          task_arch)
 from .startguard import CLIENT_GONE, StartGuard, Waiter
 
 # The folder that holds the `kpremote` package this code runs from: the detached runner imports the same copy.
-
-
-@dataclass
-class StartRequest:
-    task: str
-    device: str = "auto"  # "auto" | "cuda" | "cpu"
-    gpu: str | None = None  # index or UUID
-    policy: IdlePolicy = field(default_factory=IdlePolicy)
-    arch: str = "any"
-    wait_s: float = 0.0
-    lease: bool = True
-    workloads: str | None = None
-    mode: str | None = None  # a timing run's mode
-    profile: str | None = None  # a profile run's request (protocol.ProfileRequest as JSON)
-    host_alias: str | None = None
-    run_id: str | None = None  # chosen by the client, so it can cancel the run before it hears back
-    audit: str | None = None  # "off": no Nsight Compute audit (the run reads "unaudited: --no-audit")
-
-    @property
-    def runner_module(self) -> str:
-        return RUNNERS[run_kind(self.profile)]
-
-    @property
-    def recorded_mode(self) -> str | None:
-        """The run record's mode: a timing run's, or "profile:" + the request."""
-        return self.mode if self.profile is None else PROFILE_MODE_PREFIX + self.profile
 
 
 def start(root: Path, request: StartRequest, snapshot_fn: Callable[[], Snapshot] = snapshot,

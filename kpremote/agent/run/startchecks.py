@@ -1,5 +1,6 @@
-"""What a start refuses before any run record or lease exists: a task the runner would refuse, a Python that
-cannot run it (no torch, a CPU-only torch for a CUDA run, a build kind's missing package); and the task's arch.
+"""A start's request (StartRequest), and what a start refuses before any run record or lease exists: a task the
+runner would refuse, a Python that cannot run it (no torch, a CPU-only torch for a CUDA run, a build kind's missing
+package); and the task's arch.
 """
 
 from __future__ import annotations
@@ -7,13 +8,38 @@ from __future__ import annotations
 import importlib.util
 import socket
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..protocol import TaskRefused, UnusablePython
+from ..protocol import PROFILE_MODE_PREFIX, RUNNERS, IdlePolicy, TaskRefused, UnusablePython, run_kind
 
-if TYPE_CHECKING:
-    from .start import StartRequest
+
+@dataclass
+class StartRequest:
+    task: str
+    device: str = "auto"  # "auto" | "cuda" | "cpu"
+    gpu: str | None = None  # index or UUID
+    policy: IdlePolicy = field(default_factory=IdlePolicy)
+    arch: str = "any"
+    wait_s: float = 0.0
+    lease: bool = True
+    workloads: str | None = None
+    mode: str | None = None  # a timing run's mode
+    profile: str | None = None  # a profile run's request (protocol.ProfileRequest as JSON)
+    host_alias: str | None = None
+    run_id: str | None = None  # chosen by the client, so it can cancel the run before it hears back
+    audit: str | None = None  # "off": no Nsight Compute audit (the run reads "unaudited: --no-audit")
+
+    @property
+    def runner_module(self) -> str:
+        return RUNNERS[run_kind(self.profile)]
+
+    @property
+    def recorded_mode(self) -> str | None:
+        """The run record's mode: a timing run's, or "profile:" + the request."""
+        return self.mode if self.profile is None else PROFILE_MODE_PREFIX + self.profile
+
 
 def refuse_bad_task(workspace: Path, request: StartRequest) -> Any:
     """The checks the runner would make first, made before any run record exists; messages name the task as the
