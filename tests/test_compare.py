@@ -36,7 +36,8 @@ def row(workload: str, baseline_us: float, candidate_us: float, rse: float = 0.0
 
 def write_run(project: Path, host: str, run_id: str, started: str, rows: list[dict], commit: str,
               geomean: float, smoke: bool = False, status: str = "passed", candidate: str | None = None,
-              command: str | None = "inv fetch-results --host box --task t", task_digest: str | None = None) -> None:
+              command: str | None = "inv fetch-results --host box --task t", task_digest: str | None = None,
+              headline: dict | None = None) -> None:
     """A run as inv fetch-results leaves it: its results.json, and (unless command is None) its signed ledger line."""
     folder = project / "kernels" / TASK / "results" / host / run_id
     folder.mkdir(parents=True)
@@ -47,7 +48,7 @@ def write_run(project: Path, host: str, run_id: str, started: str, rows: list[di
                                                "state": "pinned" if task_digest == "p" * 64 else "edited"}}
                                  if task_digest else {})},
                "rows": rows, "headline": {"geomean": geomean, "low": geomean * 0.99, "high": geomean * 1.01, "n": 3,
-                                          "of": 3, "level": 0.95} if geomean else {}}
+                                          "of": 3, "level": 0.95, **(headline or {})} if geomean else {}}
     (folder / "results.json").write_text(json.dumps(results))
     if command is not None:
         record_run(project / "kernels" / TASK, folder, host, 0, command.split())
@@ -332,3 +333,46 @@ def test_no_verdict_between_runs_of_different_tasks_and_the_usual_ones_within_on
     assert across["rows"][0]["change"] == pytest.approx(2.0) and across["rows"][0]["verdict"] is None
     assert across["headline"]["verdict"] is None and "different tasks" in across["other_tasks"]
     assert (across["base"]["task_state"], across["new"]["task_state"]) == ("pinned", "edited")
+
+
+def context_row(workload: str, baseline_us: float, candidate_us: float, in_context: tuple[float, float]) -> dict:
+    """A row that names a context (harness 2.18): its cold timing, and its warm and context regimes."""
+    cold = row(workload, baseline_us, candidate_us)
+    regimes = {"name": "block", "headline": "cold"}
+    for regime, (base, cand) in (("warm", (baseline_us, candidate_us)), ("context", in_context)):
+        regimes[regime] = {"timing": {"mode": regime, "baseline": side(base), "candidate": side(cand)},
+                           "speedup": base / cand, "verdict": {"speedup": base / cand, "verdict": "SAME"}}
+    return {**cold, "regimes": regimes}
+
+
+def test_compare_and_history_carry_the_rows_regimes(tmp_path):
+    """Issue 45: a row with a context is compared in each of its regimes too, by the same rule; history shows the
+    headline in the context regime beside the headline."""
+    root = tmp_path / "proj"
+    (root / "kernels" / TASK).mkdir(parents=True)
+    (root / "hosts.toml").write_text('[hosts.box]\ntransport = "local"\n')
+    (root / "kernels" / TASK / "task.toml").write_text("")
+    for run_id, day, in_context, geomean in (("20261120-100000-aaaaaa", "20", (40.0, 40.0), 1.0),
+                                             ("20261121-100000-bbbbbb", "21", (40.0, 32.0), 1.25)):
+        write_run(root, "box", run_id, f"2026-11-{day}T10:00:00Z", [context_row("q", 100, 80, in_context)], "1" * 40,
+                  1.25, headline={"regime": "cold", "regimes": {"context": {
+                      "geomean": geomean, "low": geomean * 0.99, "high": geomean * 1.01, "n": 1, "of": 1}}})
+    done = kp(root, "compare", "--task", TASK, "--json", "--base", "aaaaaa", "--new", "bbbbbb", program="kpremote")
+    assert done.returncode == 0, done.stderr
+    compared_runs = json.loads(done.stdout)
+    jsonschema.Draft202012Validator(json.loads((REPO / "docs/schemas/compare.json").read_text())).validate(compared_runs)
+    [entry] = compared_runs["rows"]
+    assert entry["verdict"] == "SAME" and entry["regimes"]["context"]["verdict"] == "FASTER"  # alone: no change
+    assert entry["regimes"]["context"]["change"] == pytest.approx(1.25) and entry["regimes"]["warm"]["verdict"] == "SAME"
+    assert compared_runs["headline"]["regimes"]["context"]["change"] == pytest.approx(1.25)
+    text = kp(root, "compare", "--task", TASK, "--base", "aaaaaa", "--new", "bbbbbb", columns=140,
+              program="kpremote").stdout
+    [line] = [line for line in text.splitlines() if line.startswith("q ")]
+    assert line.rstrip().endswith("FASTER") and "+25.0 %" in line, text
+    assert "headline in the context regime: 1.000x → 1.250x" in text
+    history = kp(root, "history", "--task", TASK, "--json", program="kpremote")
+    document = json.loads(history.stdout)
+    jsonschema.Draft202012Validator(json.loads((REPO / "docs/schemas/history.json").read_text())).validate(document)
+    assert [e["regimes"]["context"]["geomean"] for e in document["runs"]] == [1.0, 1.25]
+    shown = kp(root, "history", "--task", TASK, columns=140, program="kpremote").stdout
+    assert "in context" in shown and "1.250x (1.238–1.262)" in shown, shown

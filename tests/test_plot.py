@@ -74,7 +74,7 @@ def test_bars_are_coloured_by_verdict_not_by_which_side_of_one_they_fall(tmp_pat
 
 
 def test_results_md_says_why_there_is_no_plot_once(tmp_path):
-    from kpremote.agent.run.report import render_results_md
+    from kpremote.agent.run.resultsmd import render_results_md
 
     failed = results([{"workload": "a", "status": "INCORRECT", "speedup": None}], status="failed", exit_code=1,
                      headline={"note": "no rows"})

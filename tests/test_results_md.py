@@ -91,7 +91,7 @@ def test_a_run_that_counts_becomes_the_tasks_results_page(tmp_path):
     assert "every row of the task, all passed: 1 production rows and 2 rows of the regression grid" in page
     assert "on NVIDIA H200" in page and "audit agreed on 1 of 1 production rows" in page
     assert f"harness 2.10, digest {DIGEST}" in page
-    assert f"- harness: kpremote agent 2.10, digest {DIGEST}" in page  # the line report.harness_staleness reads
+    assert f"- harness: kpremote agent 2.10, digest {DIGEST}" in page  # the line resultsmd.harness_staleness reads
     # median, mean, std, min, p10, p90 of each workload and side
     assert "| workload | side | n | median | mean | std | min | p10 | p90 |" in page
     assert "| `prod_a` | baseline | 120 | 14.2 | 14.3 | 0.0371 | 14 | 14.1 | 14.4 |" in page

@@ -62,8 +62,8 @@ def test_a_cluster_host_takes_slurm_settings():
 @pytest.mark.parametrize("text, expected", [
     ('partition = "gpu"', '[hosts.c] partition: a Slurm setting, but the host has no scheduler = "slurm"'),
     ('scheduler = "pbs"', "[hosts.c] scheduler = 'pbs': allowed: 'slurm'"),
-    ('scheduler = "slurm"\ngres = "gpu h200"', "[hosts.c] gres = 'gpu h200': Value error, expected NAME[:TYPE][:COUNT]"),
-    ('scheduler = "slurm"\ntime_limit = "30 min"', "[hosts.c] time_limit = '30 min': Value error, expected Slurm's time"),
+    ('scheduler = "slurm"\ngres = "gpu h200"', "[hosts.c] gres = 'gpu h200': expected NAME[:TYPE][:COUNT]"),
+    ('scheduler = "slurm"\ntime_limit = "30 min"', "[hosts.c] time_limit = '30 min': expected Slurm's time"),
     ('scheduler = "slurm"\npartition = "gpu;rm"', "[hosts.c] partition = 'gpu;rm'"),
     ('scheduler = "slurm"\nsbatch_args = ["--output=/tmp/x"]', "'--output=/tmp/x': --output is not allowed"),
     ('scheduler = "slurm"\nsbatch_args = ["--time=5"]', "'--time=5': use the host's time_limit field instead"),

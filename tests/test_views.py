@@ -422,7 +422,7 @@ def test_status_says_why_a_run_failed_on_a_line_of_its_own_at_any_width(monkeypa
 
 
 def test_a_smoke_runs_rows_show_no_verdict_anywhere(tmp_path):
-    from kpremote.agent.run.report import render_results_md
+    from kpremote.agent.run.resultsmd import render_results_md
 
     document = results()
     document["smoke"] = True
@@ -515,7 +515,7 @@ def test_a_row_line_names_host_and_task_only_when_several_runs_are_followed():
 
 
 def test_a_change_too_few_process_pairs_read_is_shown_as_held(tmp_path):
-    from kpremote.agent.run.report import render_results_md
+    from kpremote.agent.run.resultsmd import render_results_md
 
     document = results()
     row = document["rows"][0]
@@ -526,6 +526,26 @@ def test_a_change_too_few_process_pairs_read_is_shown_as_held(tmp_path):
     assert note in markdown.splitlines(), markdown
     shown = " ".join(render(document, 140).split())  # the terminal's table and its notes, rewrapped
     assert f"{row['workload']}: SAME: FASTER by the pooled samples, but 1 of 4 process pairs read it FASTER" in shown, shown
+
+
+def test_results_md_shows_each_rows_numerical_contract_and_leaves_it_out_for_older_rows(tmp_path):
+    from kpremote.agent.run.resultsmd import render_results_md
+
+    document = results()
+    old = render_results_md(RunResults.from_json(document), plot_missing="not drawn")
+    assert "Numerical contract" not in old  # rows judged before the contract existed: no table
+    first, second = document["rows"][0], document["rows"][1]
+    first["correctness"] = {**(first.get("correctness") or {}), "numerics": {
+        "contract": "close", "checked": True, "reason": None,
+        "outputs": {"out": {"rms_ratio": 1.04, "max_ratio": 1.134, "bias": -0.0012}}}}
+    second["correctness"] = {**(second.get("correctness") or {}), "numerics": {
+        "contract": "close", "checked": False, "outputs": {},
+        "reason": "seed 1: the adapter's reference raised on float64 inputs: TypeError: a | b"}}
+    markdown = render_results_md(RunResults.from_json(document), plot_missing="not drawn").splitlines()
+    assert f"| `{first['workload']}` | close | `out` RMS 1.04x, max 1.13x the baseline's error, bias -0.00 of RMS |" \
+        in markdown, markdown
+    assert (f"| `{second['workload']}` | close | NOT CHECKED: seed 1: the adapter's reference raised on float64 "
+            "inputs: TypeError: a / b |") in markdown, markdown
 
 
 def test_the_command_a_failed_builds_message_names_is_whole_at_80_columns():

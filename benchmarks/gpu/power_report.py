@@ -40,7 +40,8 @@ def load(folder: Path) -> list[dict]:
         samples: dict[str, dict[str, list[float]]] = defaultdict(dict)
         for line in (run / "samples.jsonl").read_text().splitlines() if (run / "samples.jsonl").exists() else []:
             entry = json.loads(line)
-            samples[entry["workload"]][entry["side"]] = entry["times"]
+            if entry.get("regime", "cold") == "cold":  # a row with a context has warm and context samples too
+                samples[entry["workload"]][entry["side"]] = entry["times"]
         for row in json.loads(results.read_text())["rows"]:
             size, _, level = row["workload"].partition("_")
             timed = samples.get(row["workload"], {})

@@ -7,9 +7,10 @@
 #           GPU 0: the dial's A/A rows (ROWS=aa, four pairs, audit off), harness 2.16 then this tree in every round
 #           (WITH_27=1 with 2.16's tree): the false-verdict rate and each run's wall time, both versions on one GPU;
 #           GPU 1: the same rows under this tree alone (the A/A count)
-#   call 3: X2_GPU0='bash benchmarks/gpu/context.sh' bash benchmarks/gpu/x2_44.sh tiny
-#           GPU 1: the dial's twelve launch-bound A/A rows (ROWS=tiny, 384 elements: the red team's tiny row's size);
-#           GPU 0: X2_GPU0's command (its own $OUT files under $OUT; GPU 0 pinned by the command itself)
+#   call 3: X2_OTHER='CONTEXT_WORK=/tmp/kp-x2 OUT=$OUT/context bash benchmarks/gpu/context.sh tasks fuse aa'
+#           bash benchmarks/gpu/x2_44.sh tiny
+#           GPU 0: the dial's twelve launch-bound A/A rows (ROWS=tiny, 384 elements: the red team's tiny row's size);
+#           GPU 1: X2_OTHER's command (one lease root with the A/A copy)
 #   call 2: carry [.gpustage/remeasure-1] RT_LIST=... bash benchmarks/gpu/x2_44.sh tasks LIST redteam
 #           remeasure.sh with REMEASURE_PARALLEL=chain: the tasks of LIST one after another on one GPU, the red team
 #           on the other (one lease root: each job leases the idle GPU)
@@ -29,7 +30,7 @@ aa() {  # aa GPU WITH_27 [ROWS]: one copy of power_pairs.sh on GPU (its own work
   local g=$1 with=$2 rows=${3:-aa} folder=$out/aa/g$1
   mkdir -p "$folder"
   WITH_27=$with ROWS=$rows PAIRS=4 POWER_S=$((budget - ${X2_AA_MARGIN_S:-45})) POWER_RUN_LIMIT_S=200 POWER_GPU=$g \
-    POWER_ROOT=/tmp/kp-x2-root POWER_WORK=/tmp/kp-pairs-$g OUT=$folder bash benchmarks/gpu/power_pairs.sh \
+    POWER_ROOT=${X2_ROOT:-/tmp/kp-x2/root} POWER_WORK=/tmp/kp-pairs-$g OUT=$folder bash benchmarks/gpu/power_pairs.sh \
     > "$folder.log" 2>&1
   echo "aa on GPU $g (WITH_27=$with): exit $?"
 }
@@ -46,13 +47,15 @@ case ${1:-} in
       [ -f "$out/aa/g$g.log" ] && { echo "--- GPU $g"; tail -40 "$out/aa/g$g.log"; } >> "$out/x2.log"
       rm -rf "$out/aa/g$g" "$out/aa/g$g.log"
     done ;;
-  tiny)  # GPU 1: the dial's launch-bound A/A rows (ROWS=tiny); GPU 0: X2_GPU0 (a command line), if given
-    if [ -n "${X2_GPU0:-}" ]; then (bash -c "$X2_GPU0" > "$out/gpu0.log" 2>&1; echo "GPU 0 job: exit $?" >> "$out/gpu0.log") & first=$!; fi
-    aa 1 0 tiny
+  tiny)  # GPU 0: the dial's launch-bound A/A rows (ROWS=tiny); the other GPU: X2_OTHER (a command line), if given,
+    # whose runners lease through the same root (X2_ROOT: context.sh's CONTEXT_WORK=/tmp/kp-x2 makes it so): they
+    # take GPU 1 (the lease prefers the emptier GPU, the higher index on a tie), never the A/A copy's
+    if [ -n "${X2_OTHER:-}" ]; then (bash -c "$X2_OTHER" > "$out/other.log" 2>&1; echo "other job: exit $?" >> "$out/other.log") & first=$!; fi
+    aa 0 0 tiny
     wait ${first:-}
-    [ -f "$out/aa/g1/pairs.tgz" ] && mv "$out/aa/g1/pairs.tgz" "$out/aa/g1-pairs.tgz"
-    { echo "--- GPU 1"; tail -40 "$out/aa/g1.log"; [ -f "$out/gpu0.log" ] && { echo "--- GPU 0"; tail -60 "$out/gpu0.log"; }; } >> "$out/x2.log"
-    rm -rf "$out/aa/g1" "$out/aa/g1.log" ;;
+    [ -f "$out/aa/g0/pairs.tgz" ] && mv "$out/aa/g0/pairs.tgz" "$out/aa/g0-pairs.tgz"
+    { echo "--- GPU 0"; tail -40 "$out/aa/g0.log"; [ -f "$out/other.log" ] && { echo "--- other"; tail -60 "$out/other.log"; }; } >> "$out/x2.log"
+    rm -rf "$out/aa/g0" "$out/aa/g0.log" ;;
   tasks|redteam)
     case $gpu in *H100*) export REMEASURE_ARCH=h100 REMEASURE_HOST=h100 ;; esac
     REMEASURE_PARALLEL=chain REMEASURE_BUDGET_S=$budget bash benchmarks/gpu/remeasure.sh "$@" >> "$out/x2.log" 2>&1

@@ -10,7 +10,7 @@ agree on are protocol.py's).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Mapping
 
 
@@ -126,7 +126,44 @@ class RowVerdict(Record):
     absent: frozenset[str] = _absent_fields()
 
 
+HEADLINE_LEVEL = 0.95  # the level of the headline's interval (report.headline), where a record names none
 UNVERIFIED_FASTER = "FASTER (unverified)"  # a FASTER row whose audit cannot see a 5 % forge (forge_blind_spot_pct)
+
+COLD_REGIME = "cold"  # alone, the L2 flushed before every sample: every row, and the headline's regime
+CONTEXT_REGIMES = ("warm", "context")  # a row that names a context is timed in these too (harness/regimes.py)
+REGIME_WORDS = {"cold": "alone", "warm": "with its inputs warm", "context": "in its context"}
+
+
+@dataclass
+class RegimeResult(Record):
+    """One of a row's context regimes (warm or context, harness 2.18): its timing, speedup and verdict, judged as the
+    row's cold samples are (stats.row_verdict over the same process pairs)."""
+
+    timing: RowTiming | None = None
+    speedup: float | None = None
+    verdict: RowVerdict | None = None
+    gbps: dict[str, float | None] | None = None
+    checks: dict[str, Any] | None = None
+    extra: dict[str, Any] = _kept_fields()
+    absent: frozenset[str] = _absent_fields()
+    NESTED: ClassVar[dict[str, type[Record]]] = {"timing": RowTiming, "verdict": RowVerdict}
+
+    def side(self, name: str) -> SideStats | None:
+        return self.timing.side(name) if self.timing else None
+
+
+@dataclass
+class RowRegimes(Record):
+    """A row's context regimes: the context it names (bench/context.py), the regime the headline takes, and its warm
+    and context regimes (its cold one is the row's own timing and verdict)."""
+
+    name: str | None = None
+    headline: str | None = None
+    warm: RegimeResult | None = None
+    context: RegimeResult | None = None
+    extra: dict[str, Any] = _kept_fields()
+    absent: frozenset[str] = _absent_fields()
+    NESTED: ClassVar[dict[str, type[Record]]] = {"warm": RegimeResult, "context": RegimeResult}
 
 
 @dataclass
@@ -138,7 +175,8 @@ class RowResult(Record):
     params: dict[str, Any] | None = None
     status: str = "?"
     message: str | None = None
-    correctness: dict[str, Any] | None = None  # the gate's verdict: status, seeds checked, errors, traceback
+    correctness: dict[str, Any] | None = None  # the gate's verdict: status, seeds checked, errors, traceback, and
+    # numerics: the row's numerical contract (harness/numerics.py), its worst ratios or why it was not checked
     timing: RowTiming | None = None
     verdict: RowVerdict | None = None
     speedup: float | None = None  # set only for a PASSED row
@@ -148,9 +186,41 @@ class RowResult(Record):
     audit: dict[str, Any] | None = None
     smoke: bool = False
     label: str | None = None
+    regimes: RowRegimes | None = None  # a row with a context (harness 2.18): its warm and context regimes
     extra: dict[str, Any] = _kept_fields()
     absent: frozenset[str] = _absent_fields()
-    NESTED: ClassVar[dict[str, type[Record]]] = {"timing": RowTiming, "verdict": RowVerdict}
+    NESTED: ClassVar[dict[str, type[Record]]] = {"timing": RowTiming, "verdict": RowVerdict, "regimes": RowRegimes}
+
+    def regime(self, name: str) -> RegimeResult | None:
+        """The row in one regime: cold is its own timing and verdict; warm and context its regimes' (None where the
+        row was not timed so). A regime's speedup stands only where the row's does (a PASSED row, its timing valid)."""
+        if name == COLD_REGIME:
+            if self.timing is None:
+                return None
+            return RegimeResult(timing=self.timing, speedup=self.speedup, verdict=self.verdict, gbps=self.gbps)
+        found = getattr(self.regimes, name, None) if self.regimes is not None and name in CONTEXT_REGIMES else None
+        if found is None:
+            return None
+        return found if self.speedup else replace(found, speedup=None)
+
+    def regime_word(self, name: str) -> str | None:
+        """The row's verdict in one regime (cold: verdict_word, FASTER (unverified) included)."""
+        if name == COLD_REGIME:
+            return self.verdict_word
+        found = self.regime(name)
+        return found.verdict.verdict if found is not None and found.verdict is not None else None
+
+    @property
+    def context_note(self) -> str | None:
+        """One plain line for a row FASTER alone but not in its context: "qwen_s19: FASTER alone (1.20x), SAME in its
+        context (0.999x): the win does not reach the model"; None otherwise."""
+        alone, there = self.regime_word(COLD_REGIME), self.regime_word("context")
+        context = self.regime("context")
+        if not alone or not alone.startswith("FASTER") or there not in ("SAME", "SLOWER") or not context \
+                or not context.speedup or not self.speedup:
+            return None
+        return (f"{self.workload}: {alone} {REGIME_WORDS[COLD_REGIME]} ({self.speedup:.2f}x), {there} "
+                f"{REGIME_WORDS['context']} ({context.speedup:.3f}x): the win does not reach the model")
 
     @property
     def interval(self) -> tuple[float, float] | None:
@@ -192,6 +262,10 @@ class Headline(Record):
     note: str | None = None
     verdicts: dict[str, int] | None = None
     method: str | None = None
+    regime: str | None = None  # which regime the geomean is computed from (harness 2.18 on: "cold")
+    # the same geomean in each context regime, over the production rows that name a context (harness 2.18 on):
+    # {"warm": {"geomean", "low", "high", "n", "of", "verdicts"}, "context": {...}}
+    regimes: dict[str, Any] | None = None
     extra: dict[str, Any] = _kept_fields()
     absent: frozenset[str] = _absent_fields()
 

@@ -15,10 +15,11 @@ gets no verdict: skipped by default, refused when named.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
-from ..agent.results import Headline, RowResult, SideStats
+from ..agent.results import CONTEXT_REGIMES, Headline, RowResult, SideStats
 from ..errors import KpremoteError
 from .ledger import lines_by_run
 from .runstore import FetchedRun, fetched_runs, find_run
@@ -96,6 +97,27 @@ def compare_rows(base: RowResult, new: RowResult) -> dict[str, Any]:
     return entry
 
 
+def in_regime(row: RowResult, regime: str) -> Optional[RowResult]:
+    """The row as one of its context regimes timed it (its timing, verdict and speedup there), or None."""
+    part = row.regime(regime)
+    if part is None:
+        return None
+    return replace(row, timing=part.timing, verdict=part.verdict, speedup=part.speedup)
+
+
+def compare_regimes(base: RowResult, new: RowResult) -> dict[str, Any]:
+    """A row with a context in both runs: the change of its speedup in each context regime, by the same rule as its
+    cold one (compare_rows); {} where either run did not time it so."""
+    found = {}
+    for regime in CONTEXT_REGIMES:
+        old, now = in_regime(base, regime), in_regime(new, regime)
+        if old is not None and now is not None:
+            entry = compare_rows(old, now)
+            found[regime] = {key: entry.get(key) for key in ("change", "low", "high", "verdict", "note")}
+            found[regime]["base"], found[regime]["new"] = old.speedup, now.speedup
+    return found
+
+
 def headline_change(base: Headline, new: Headline) -> dict[str, Any]:
     """The geometric means' ratio (new / base) with an interval from the two bootstrap intervals."""
     result: dict[str, Any] = {"base": base.geomean, "new": new.geomean, "change": None, "low": None,
@@ -146,16 +168,29 @@ def compare(base: FetchedRun, new: FetchedRun) -> dict[str, Any]:
     rows = []
     for workload in order:
         if workload in base_rows and workload in new_rows:
-            rows.append({"workload": workload, **compare_rows(base_rows[workload], new_rows[workload])})
+            entry = {"workload": workload, **compare_rows(base_rows[workload], new_rows[workload])}
+            regimes = compare_regimes(base_rows[workload], new_rows[workload])
+            if regimes:
+                entry["regimes"] = regimes
+            rows.append(entry)
         else:
             only = "base" if workload in base_rows else "new"
             rows.append({"workload": workload, "base": _side(base_rows.get(workload)),
                          "new": _side(new_rows.get(workload)), "change": None, "low": None, "high": None,
                          "verdict": None, "note": f"only in the {only} run"})
     head = headline_change(base.headline, new.headline)
+    in_context = {}
+    for regime in CONTEXT_REGIMES:  # the headline's geomean in a context regime, where both runs have it
+        parts = [(h.regimes or {}).get(regime) for h in (base.headline, new.headline)]
+        if all(isinstance(p, dict) and p.get("geomean") for p in parts):
+            in_context[regime] = headline_change(*(Headline(geomean=p["geomean"], low=p.get("low"), high=p.get("high"))
+                                                   for p in parts))
+    if in_context:
+        head["regimes"] = in_context
     apart = other_tasks(base, new)
     if apart:
-        for entry in [*rows, head]:
+        for entry in [*rows, head, *(head.get("regimes") or {}).values(),
+                      *(part for row in rows for part in (row.get("regimes") or {}).values())]:
             entry["verdict"] = None
     return {"task": new.task, "base": run_summary(base), "new": run_summary(new), "rows": rows,
             "headline": head, "smoke": base.smoke or new.smoke, "same_candidate": same_candidate(base, new),
@@ -238,4 +273,7 @@ def compare_document(kernels: Path, task: str, host: Optional[str], new: str, ba
 def series(runs: list[FetchedRun]) -> list[dict[str, Any]]:
     """--last N: each run's headline and each row's speedup, oldest first."""
     return [{"run_id": r.run_id, "host": r.host, "headline": r.headline.geomean, "task_digest": r.task_digest,
-             "speedups": {w: row.speedup for w, row in r.rows().items()}} for r in runs]
+             "speedups": {w: row.speedup for w, row in r.rows().items()},
+             **({"in_context": {w: part.speedup for w, row in r.rows().items()
+                                if (part := row.regime("context")) is not None}}
+                if any(row.regime("context") for row in r.rows().values()) else {})} for r in runs]

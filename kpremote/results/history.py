@@ -26,7 +26,10 @@ def history_entry(run: FetchedRun, ledger_line: Optional[dict[str, Any]] = None)
     not verify shows no number: "record" says why, and its headline is null."""
     head = run.headline
     numbers = {"geomean": head.geomean, "low": head.low, "high": head.high, "n": head.n, "of": head.of,
-               "note": head.note}
+               "note": head.note, "regime": head.regime,
+               # the headline's geomean in each context regime (harness 2.18 on; rows that name a context)
+               "regimes": {name: {key: part.get(key) for key in ("geomean", "low", "high", "n", "of")}
+                           for name, part in (head.regimes or {}).items() if isinstance(part, dict)} or None}
     if run.record:
         numbers = {key: None for key in numbers}
     return {"host": run.host, "run_id": run.run_id, "started": run.started, "commit": run.commit, "dirty": run.dirty,

@@ -25,7 +25,7 @@ from typing import Any, Optional
 from ..agent.atomicfile import read_json_lines
 from ..agent.filelock import held
 from ..agent.protocol import PROFILE_MODE_PREFIX
-from ..agent.results import Headline, RowResult, RunResults
+from ..agent.results import CONTEXT_REGIMES, Headline, RowResult, RunResults
 from ..errors import KpremoteError
 from .records import line_verifies, record_problem, results_json, signed
 
@@ -131,15 +131,20 @@ def lines_by_run(task_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
 
 def _headline(head: Headline) -> Optional[dict[str, Any]]:
     """The headline's numbers and why; None for a summary that had none."""
-    keep = ("geomean", "low", "high", "level", "n", "of", "verdicts", "label", "note")
+    keep = ("geomean", "low", "high", "level", "n", "of", "verdicts", "label", "note", "regime", "regimes")
     written = head.to_json()
     return {key: written[key] for key in keep if key in written} or None
 
 
 def _row(row: RowResult) -> dict[str, Any]:
     verdict = row.verdict
-    return {"status": row.status, "verdict": verdict.verdict if verdict else None,
+    line = {"status": row.status, "verdict": verdict.verdict if verdict else None,
             "speedup": verdict.speedup if verdict else None, "implausible": row.implausible, "invalid": row.invalid}
+    if row.regimes is not None:  # a row with a context (harness 2.18): each context regime's verdict and speedup
+        line["regimes"] = {regime: {"verdict": part.verdict.verdict if part.verdict else None,
+                                    "speedup": part.verdict.speedup if part.verdict else None}
+                           for regime in CONTEXT_REGIMES if (part := getattr(row.regimes, regime)) is not None}
+    return line
 
 
 def measured_before(task_dir: Path, host_names: list[str]) -> tuple[Optional[dict[str, Any]], Optional[str]]:

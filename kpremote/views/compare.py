@@ -8,7 +8,7 @@ from typing import Any, Optional
 from rich.console import Group
 from rich.text import Text
 
-from ..agent.results import TASK_LABELS
+from ..agent.results import CONTEXT_REGIMES, TASK_LABELS
 from ..results.history import commit_label
 from .layout import Column, fitted_table
 from .results import VERDICT_STYLE, number
@@ -66,6 +66,10 @@ def compare_view(document: dict[str, Any], width: int) -> Group:
         Column("speedup change (95 %)", [_change(r) for r in rows], whole=True, justify="right"),
         Column("verdict", [_verdict(r.get("verdict")) for r in rows], whole=True),
     ]
+    for regime in CONTEXT_REGIMES:  # rows with a context in both runs: the change there too (harness 2.18)
+        if any(regime in (r.get("regimes") or {}) for r in rows):
+            columns.append(Column(f"{regime} change", [_regime_change(r, regime) for r in rows], whole=True,
+                                  drop=5 if regime == "warm" else 4, justify="right"))
     parts.append(fitted_table(columns, width))
     parts += [Text.assemble((f"{r['workload']}: ", "bold"), r["note"]) for r in rows if r.get("note")]
     if document.get("other_tasks"):
@@ -80,9 +84,30 @@ def compare_view(document: dict[str, Any], width: int) -> Group:
     else:
         parts.append(Text(f"headline: {_ratio(head.get('base'))} → {_ratio(head.get('new'))} (no change to compute)",
                           style="bold"))
+    for regime, part in (head.get("regimes") or {}).items():
+        parts.append(Text.assemble((f"headline in the {regime} regime: ", "bold"),
+                                   f"{_ratio(part.get('base'))} → {_ratio(part.get('new'))}  ", _change(part), "  ",
+                                   _verdict(part.get("verdict"))))
     if document.get("series"):
         parts.append(series_table(document["series"], width))
     return Group(*parts)
+
+
+def _in_context(entry: dict[str, Any]) -> str:
+    """A run's headline geomean in the context regime, over its rows with a context: `0.998x (0.990–1.006)`."""
+    part = (entry.get("regimes") or {}).get("context") or {}
+    if entry.get("record") or not part.get("geomean"):
+        return "–"
+    interval = f" ({part['low']:.3f}–{part['high']:.3f})" if part.get("low") and part.get("high") else ""
+    return f"{part['geomean']:.3f}x{interval}"
+
+
+def _regime_change(entry: dict[str, Any], regime: str) -> Text:
+    """`+1.2 % (-0.5…+2.9) SAME`: a row's speedup change in one context regime, or "–"."""
+    part = (entry.get("regimes") or {}).get(regime)
+    if not part:
+        return Text("–")
+    return Text.assemble(_change(part), "  ", _verdict(part.get("verdict")))
 
 
 def series_table(series: list[dict[str, Any]], width: int) -> Group:
@@ -90,11 +115,13 @@ def series_table(series: list[dict[str, Any]], width: int) -> Group:
     its id (a unique part, as --new and --base take it) and the whole ids below, so that the same runs show at any
     width; only when even that is too wide do the oldest columns go (the newest never)."""
     workloads = list(dict.fromkeys(w for run in series for w in run["speedups"]))
+    in_context = list(dict.fromkeys(w for run in series for w in run.get("in_context") or {}))
     labels = short_ids([run["run_id"] for run in series])
-    columns = [Column("workload", workloads, whole=True)]
+    columns = [Column("workload", workloads + [f"{w} in context" for w in in_context], whole=True)]
     for age, (run, label) in enumerate(zip(series, labels)):
-        columns.append(Column(label, [_ratio(run["speedups"].get(w)) for w in workloads],
-                              whole=True, drop=age + 1 if age < len(series) - 1 else 0, justify="right"))
+        cells = [_ratio(run["speedups"].get(w)) for w in workloads]
+        cells += [_ratio((run.get("in_context") or {}).get(w)) for w in in_context]
+        columns.append(Column(label, cells, whole=True, drop=age + 1 if age < len(series) - 1 else 0, justify="right"))
     table = fitted_table(columns, width, title=f"the last {len(series)} runs: speedup per row, oldest left")
     legend = [Text.assemble(f"{label}: ", (run["run_id"], "cyan"), f" ({run['host']})")
               for run, label in zip(series, labels) if label != run["run_id"]]
@@ -134,6 +161,8 @@ def history_view(document: dict[str, Any], width: int) -> Group:
         Column("status", [str(e.get("status")) for e in runs], whole=True),
         Column("headline", [headline(e) for e in runs], whole=True),
     ]
+    if any((e.get("regimes") or {}).get("context") for e in runs):  # rows with a context (harness 2.18)
+        columns.append(Column("in context", [_in_context(e) for e in runs], whole=True, justify="right"))
     parts.append(fitted_table(columns, width))
     parts += [Text.assemble((e["run_id"], "cyan"), (f": not verified: {e['record']}", "bold red"))
               for e in runs if e.get("record")]

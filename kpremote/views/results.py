@@ -10,7 +10,8 @@ from typing import Any, Optional
 from rich.console import Group
 from rich.text import Text
 
-from ..agent.results import TASK_LABELS, UNVERIFIED_FASTER, Headline, RowResult, RunResults
+from ..agent.results import (CONTEXT_REGIMES, REGIME_WORDS, TASK_LABELS, UNVERIFIED_FASTER, Headline, RowResult,
+                              RunResults)
 from . import terminal
 from .layout import Column, fitted_table
 
@@ -18,7 +19,8 @@ STATUS_STYLE = {"PASSED": "green", "INCORRECT": "red", "ERROR": "red", "TIMEOUT"
                 "INVALID": "red", "NOT CHECKED": "yellow"}
 VERDICT_STYLE = {"FASTER": "green", UNVERIFIED_FASTER: "yellow", "SAME": "", "SLOWER": "red"}
 # Row keys that describe the workload rather than its shape (as the agent's results.md leaves them out).
-NOT_SHAPE = {"id", "production", "preset", "atol", "rtol", "seed", "note", "notes", "function", "source", "smoke"}
+NOT_SHAPE = {"id", "production", "preset", "atol", "rtol", "seed", "note", "notes", "function", "source", "smoke",
+             "context"}
 
 
 def number(value: Optional[float]) -> str:
@@ -43,6 +45,15 @@ def _speedup_cell(row: RowResult) -> str:
     return f"{row.speedup:.3f}x" + (f" ({interval[0]:.3f}–{interval[1]:.3f})" if interval else "")
 
 
+def _regime_cell(row: RowResult, regime: str) -> Text:
+    """`0.999x SAME`: the row's speedup and verdict in a context regime ("–" where it has none)."""
+    part = row.regime(regime)
+    if part is None or not part.speedup:
+        return Text("–")
+    word = row_verdict(row) and row.regime_word(regime)
+    return Text.assemble(f"{part.speedup:.3f}x", (f" {word}" if word else "", VERDICT_STYLE.get(word or "", "")))
+
+
 def _median(row: RowResult, side: str) -> str:
     summary = row.side(side)
     return number(summary.median) if summary else "–"
@@ -63,8 +74,12 @@ def results_columns(rows: list[RowResult], copy_gbps: Optional[float]) -> list[C
     if any(row_verdict(row) for row in rows):
         columns.append(Column("verdict", [Text(row_verdict(row) or "–", style=VERDICT_STYLE.get(row_verdict(row), ""))
                                           for row in rows], whole=True))
+    columns.append(Column("speedup", [_speedup_cell(row) for row in rows], whole=True, justify="right"))
+    for regime in CONTEXT_REGIMES:  # the rows with a context: their speedup and verdict there (harness 2.18)
+        if any(row.regime(regime) for row in rows):
+            columns.append(Column(regime, [_regime_cell(row, regime) for row in rows], whole=True,
+                                  drop=7 if regime == "warm" else 0, justify="right"))
     columns += [
-        Column("speedup", [_speedup_cell(row) for row in rows], whole=True, justify="right"),
         Column("base µs", [_median(row, "baseline") for row in rows], whole=True, drop=4, justify="right"),
         Column("cand µs", [_median(row, "candidate") for row in rows], whole=True, drop=5, justify="right"),
         Column("GB/s", [number(gbps(row)) for row in rows], whole=True, drop=2, justify="right"),
@@ -132,6 +147,9 @@ def _notes(rows: list[RowResult]) -> list[Text]:
             parts[0] += f" (at {where})"
         if parts:
             notes.append(Text.assemble((f"{row.workload}: ", "bold"), "; ".join(dict.fromkeys(parts))))
+    for row in rows:
+        if row.context_note and row_verdict(row):
+            notes.append(Text(row.context_note, style="yellow"))
     return notes
 
 
@@ -139,9 +157,16 @@ def headline_line(head: Headline) -> Text:
     label = f" ({head.label})" if head.label else ""
     if head.geomean is None:
         return Text(f"headline: none ({head.note or 'no rows'}){label}", style="bold")
-    return Text(f"headline: {head.geomean:.3f}x geometric-mean speedup over {head.n} of {head.of} "
-                f"production rows, {int(100 * (head.level or 0.95))} % interval {head.low:.3f}–"
+    regime = f" in the {head.regime} regime ({REGIME_WORDS.get(head.regime, head.regime)})" if head.regime else ""
+    line = Text(f"headline: {head.geomean:.3f}x geometric-mean speedup over {head.n} of {head.of} "
+                f"production rows{regime}, {int(100 * (head.level or 0.95))} % interval {head.low:.3f}–"
                 f"{head.high:.3f}{label}", style="bold")
+    for name, part in (head.regimes or {}).items():
+        if isinstance(part, dict) and part.get("geomean"):
+            line.append(f"\n  {name} regime ({REGIME_WORDS.get(name, name)}): {part['geomean']:.3f}x over "
+                        f"{part.get('n')} of {part.get('of')} production rows with a context, interval "
+                        f"{part.get('low', 0):.3f}–{part.get('high', 0):.3f}", style="")
+    return line
 
 
 def results_view(results: RunResults, width: int) -> Group:

@@ -112,6 +112,14 @@ def row_pieces(event: dict) -> list[tuple[str, Optional[str]]]:
         pieces.append((f"  {event['verdict']}", VERDICT_STYLE.get(str(event["verdict"]))))
     if event.get("speedup"):
         pieces.append((f"  speedup {event['speedup']:.3f}x", None))
+    smoke = event.get("label") or event.get("smoke")
+    for regime, part in (event.get("regimes") or {}).items():  # a row with a context: its other regimes, in short
+        if isinstance(part, dict) and part.get("speedup") and event.get("speedup") and not smoke:
+            word = part.get("verdict")
+            pieces.append((f"  {regime} {part['speedup']:.3f}x" + (f" {word}" if word else ""),
+                           VERDICT_STYLE.get(str(word))))
+    if event.get("context_note"):
+        pieces.append((f"  {event['context_note'].split(': ', 1)[-1]}", "yellow"))
     if event.get("label") or event.get("smoke"):
         pieces.append(("  (smoke)", "yellow"))
     for key in ("message", "invalid", "implausible"):

@@ -23,7 +23,7 @@ import pytest
 
 from kpremote.agent import harness
 from kpremote.agent.task import build
-from kpremote.agent.run import guards, report, runner
+from kpremote.agent.run import guards, report, resultsmd, runner
 from kpremote.agent.harness import stats
 from kpremote.agent.harness.judge import TIMING_CASES_CPU
 from kpremote.agent.run.events import read_events
@@ -133,8 +133,23 @@ def test_results_md_reports_every_statistic_the_rule_sheet_asks_for(
     for row in results_of(run_dir)["rows"]:
         for side in ("baseline", "candidate"):
             stats = row["timing"][side]
-            cells = [str(stats["n"])] + [report._number(stats[k]) for k in ("median", "mean", "std", "min", "p10", "p90")]
+            cells = [str(stats["n"])] + [resultsmd._number(stats[k]) for k in ("median", "mean", "std", "min", "p10", "p90")]
             assert f"| `{row['workload']}` | {side} | " + " | ".join(cells) + " |" in markdown
+
+
+def test_each_row_carries_its_numerical_contract_through_the_judge(
+    smoke_run: tuple[Path, subprocess.CompletedProcess],
+) -> None:
+    """The judge scores every correctness case against the float64 reference (harness/numerics.py): a float32 row's
+    worst ratios reach results.json and results.md."""
+    run_dir, _ = smoke_run
+    markdown = (run_dir / "summary" / "results.md").read_text()
+    for row in results_of(run_dir)["rows"]:
+        record = row["correctness"]["numerics"]
+        assert record["contract"] == "close" and record["checked"] is True, record
+        entry = record["outputs"]["out"]
+        assert 0 < entry["rms_ratio"] <= 1.5 and 0 < entry["max_ratio"] <= 1.5 and entry["baseline_rms"] > 0
+        assert f"| `{row['workload']}` | close | `out` RMS {entry['rms_ratio']:.2f}x" in markdown
 
 
 def test_results_json_carries_provenance_rows_and_headline(smoke_run: tuple[Path, subprocess.CompletedProcess]) -> None:
@@ -182,13 +197,13 @@ def test_summary_and_raw_files(smoke_run: tuple[Path, subprocess.CompletedProces
     run_dir, _ = smoke_run
     markdown = (run_dir / "summary" / "results.md").read_text()
     assert "**SMOKE RUN**" in markdown and "**Headline:**" in markdown
-    assert report.harness_staleness(markdown) is None  # measured by this very harness
+    assert resultsmd.harness_staleness(markdown) is None  # measured by this very harness
     older = markdown.replace(harness.harness_digest(), "0" * 64)
-    assert report.harness_staleness(older).startswith("measured by an older harness (version")
+    assert resultsmd.harness_staleness(older).startswith("measured by an older harness (version")
     task = run_dir.parents[1] / "tiny_rmsnorm"
-    assert report.pinned_staleness(markdown, task) == []
+    assert resultsmd.pinned_staleness(markdown, task) == []
     changed = markdown.replace(harness.pinned_inputs(task)["task_toml_sha256"], "f" * 64)
-    assert report.pinned_staleness(changed, task) == ["task.toml changed since these results were measured "
+    assert resultsmd.pinned_staleness(changed, task) == ["task.toml changed since these results were measured "
                                                       "(ffffffffffff -> " + harness.pinned_inputs(task)["task_toml_sha256"][:12] + ")"]
     assert all(f"| `{w}` |" in markdown for w in ("prod_r4_c64", "prod_r3_c100", "grid_r1_c33"))
     assert "row 3/3 `grid_r1_c33`: PASSED" in (run_dir / "summary" / "run_log.md").read_text()
@@ -410,7 +425,7 @@ def test_no_headline_while_any_production_row_failed_or_is_in_doubt() -> None:
     head = report.headline(rows, {}, smoke=False)
     assert head.geomean is None and head.n == 0 and head.of == 5
     assert head.note == "withheld: c invalid, d implausible, f TIMEOUT"  # a regression-grid ERROR does not block
-    markdown = report.render_results_md(RunResults(status="failed", exit_code=1, rows=rows, headline=head))
+    markdown = resultsmd.render_results_md(RunResults(status="failed", exit_code=1, rows=rows, headline=head))
     assert "| PASSED (invalid) |" in markdown and "| INCORRECT (implausible) |" in markdown
     assert "- `c`: foreign process" in markdown
     assert "**Headline:** none (withheld: c invalid, d implausible, f TIMEOUT)" in markdown

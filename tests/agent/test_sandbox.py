@@ -15,7 +15,7 @@ import pytest
 
 from kpremote.agent import sandbox
 from kpremote.agent.task import build
-from kpremote.agent.run import report
+from kpremote.agent.run import report, resultsmd
 from kpremote.agent.harness import guard
 from kpremote.agent.task.taskspec import TaskSpecError, load_task
 
@@ -426,10 +426,10 @@ def test_an_unsandboxed_run_says_so_in_its_results_and_headline() -> None:
     results = report.build_results(provenance={"task": {"name": "t"}}, rows=[], samples={}, status="passed",
                                    exit_code=0, message=None, smoke=False, unsandboxed="no Landlock in this kernel")
     assert results.headline.label == "unsandboxed" and results.to_json()["unsandboxed"] == "no Landlock in this kernel"
-    assert "**UNSANDBOXED**" in report.render_results_md(results)
+    assert "**UNSANDBOXED**" in resultsmd.render_results_md(results)
     clean = report.build_results(provenance={"task": {"name": "t"}}, rows=[], samples={}, status="passed",
                                  exit_code=0, message=None, smoke=False)
-    assert clean.headline.label is None and "UNSANDBOXED" not in report.render_results_md(clean)
+    assert clean.headline.label is None and "UNSANDBOXED" not in resultsmd.render_results_md(clean)
 
 
 def test_task_code_is_imported_from_source_never_from_a_planted_pyc(tmp_path: Path) -> None:

@@ -159,6 +159,27 @@ def test_four_process_pairs_halve_the_floor() -> None:
     assert stats.row_verdict(baseline, slower, process_floor_us=stats.process_floor_us(1))["verdict"] == stats.SAME
 
 
+def test_a_context_graph_has_a_wider_floor_than_one_kernel() -> None:
+    # The two-H200 host under 2.18: the dial's A/A row t384_ctx_aa3 in its context (a 14.5 us graph of the previous
+    # op, the call and the next op) read SLOWER 0.988x with all four pairs the candidate's way (0.05-0.24 us), under
+    # one kernel's floor. These are its four pairs' medians.
+    baseline, candidate, pairs = _pooled([(14.56, 14.752, 52), (14.72, 14.816, 56), (14.64, 14.688, 58),
+                                          (14.384, 14.624, 62)])
+    medians = (14.56, 14.736)  # the judge's pooled medians of that row
+    one_kernel = stats.row_verdict(baseline, candidate, medians=medians, pair_medians=pairs,
+                                   process_floor_us=stats.process_floor_us(4))
+    assert one_kernel["verdict"] == stats.SLOWER
+    in_context = stats.process_floor_us(4, in_context=True)
+    assert in_context == stats.process_floor_us(4) * stats.CONTEXT_FLOOR_FACTOR
+    assert stats.row_verdict(baseline, candidate, medians=medians, pair_medians=pairs,
+                             process_floor_us=in_context)["verdict"] == stats.SAME
+    # fuse_scale_shift's qwen_s19 in its context on the same host: 0.8 us off a 50 us graph stays a change
+    faster, _, _ = _pooled([(49.248, 0, 60)] * 4)
+    slower_base, _, _ = _pooled([(50.064, 0, 60)] * 4)
+    assert stats.row_verdict(slower_base, faster, pair_medians=[(50.064, 49.248)] * 4,
+                             process_floor_us=in_context)["verdict"] == stats.FASTER
+
+
 def _pooled(pairs: list[tuple[float, float, int]]) -> tuple[list[float], list[float], list[tuple[float, float]]]:
     """Samples of a row timed by process pairs: each pair's sides read their median, +-1 timer tick, n times."""
     tick = 0.032

@@ -145,3 +145,28 @@ def test_work_on_a_side_stream_is_implausible(tmp_path: Path) -> None:
         assert gpu_run(task, run_dir, "--mode", mode).returncode == 1
         for row in rows_by_id(run_dir).values():
             assert row["status"] == "INCORRECT" and row.get("implausible"), (mode, row["workload"], row["message"])
+
+
+def test_rows_in_their_context_on_the_gpu(tmp_path: Path) -> None:
+    """Issue 45: tests/fixtures/tasks/tiny_context on a GPU: the honest row timed cold, warm (after the flush, the
+    context's before() then the call alone) and in its context (before -> call -> after captured as one CUDA graph per
+    side, its replays timed); the candidate that computes half its rows only inside the context's graph and the one
+    that empties the context's next op are INCORRECT there, as on the CPU (tests/agent/test_context.py)."""
+    task = copy_fixture(tmp_path, "tiny_context")
+    done = gpu_run(task, tmp_path / "run")
+    assert done.returncode == 1, done.stderr[-3000:]  # two rows are meant to fail
+    rows = rows_by_id(tmp_path / "run")
+    honest = rows["honest"]
+    assert honest["status"] == "PASSED" and not honest.get("invalid"), honest
+    assert honest["timing"]["mode"] == "cold" and honest["verdict"]["process_floor_us"] == 0.15
+    for regime in ("warm", "context"):
+        part = honest["regimes"][regime]
+        assert part["timing"]["mode"] == regime and part["verdict"]["verdict"] in ("FASTER", "SAME", "SLOWER"), part
+        assert len(part["timing"]["process_pairs"]) == 4 and part["timing"]["baseline"]["n"] >= 10
+        assert all(n >= 1 for n in part["checks"]["checked_samples"].values()), part["checks"]
+    # the whole graph (a LayerNorm, the kernel, a matmul) takes longer than the kernel alone
+    assert honest["regimes"]["context"]["timing"]["baseline"]["median"] > honest["timing"]["baseline"]["median"]
+    assert "regimes" not in rows["alone"] and rows["alone"]["status"] == "PASSED"
+    assert rows["lazy_in_context"]["status"] == "INCORRECT" and "context regime" in rows["lazy_in_context"]["message"]
+    assert rows["skips_the_next_op"]["status"] == "INCORRECT", rows["skips_the_next_op"]
+    assert "after() wrote into 'next'" in rows["skips_the_next_op"]["message"], rows["skips_the_next_op"]["message"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kpremote.agent.run import report
+from kpremote.agent.run import report, resultsmd
 from kpremote.agent.results import Headline, RowResult, RunResults, SideStats, row_interval
 
 KEPT = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "results").glob("*.json"))
@@ -96,7 +96,7 @@ def test_a_faster_row_the_audit_cannot_vouch_for_is_counted_and_shown_as_unverif
     assert small.unverified == "FASTER — unverified: the audit cannot see a forge under 12 % on this row"
     assert large.unverified is None
     assert read.headline.verdicts == {"FASTER": 1, "FASTER (unverified)": 1} and read.headline.n == 2
-    page = report.render_results_md(read)
+    page = resultsmd.render_results_md(read)
     line = next(line for line in page.splitlines() if line.startswith("| `small`"))
     assert "| FASTER (unverified) |" in line
     assert "- `small`: FASTER — unverified: the audit cannot see a forge under 12 % on this row" in page

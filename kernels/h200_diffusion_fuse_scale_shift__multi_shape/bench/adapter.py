@@ -15,6 +15,8 @@ A row's keys (bench/workloads.toml):
                     chunk2_b1c  both halves of one [B, 1, 2C] tensor (non-contiguous views)
                     chunk2_blc  both halves of one [B, L, 2C] tensor (non-contiguous views)
                     scalar      0-D tensors
+                    gate_residual  scale [1, 1, C] (mod_dtype), shift [B, L, C] (dtype): the model's call on a CUDA
+                                host, MulAdd: out = mlp_out * gate + residual (scale_constant 0; docs/model-context.md)
   num_frames      F for bf1c
   scale_constant  0 or 1: out = x * (scale_constant + scale) + shift
   atol, rtol      tolerance against the float64 reference
@@ -68,6 +70,8 @@ def _modulation_shapes(workload: dict) -> tuple[tuple[int, ...], tuple[int, ...]
         return plain[layout], plain[layout], None
     if layout == "bf1c":
         return (B, workload["num_frames"], 1, C), (B, L, C), None
+    if layout == "gate_residual":
+        return (1, 1, C), (B, L, C), None
     if layout == "chunk2_b1c":
         return (B, 1, C), (B, 1, C), (B, 1, 2 * C)
     if layout == "chunk2_blc":
@@ -86,6 +90,9 @@ def _make_inputs(workload: dict, device: str, gen: torch.Generator) -> dict[str,
     scale_shape, shift_shape, chunked_from = _modulation_shapes(workload)
     if chunked_from is not None:
         inputs["scale"], inputs["shift"] = _randn(chunked_from, mod, gen, device, std=0.5).chunk(2, dim=-1)
+    elif workload["layout"] == "gate_residual":  # the residual stream is a [B, L, C] activation of x's dtype
+        inputs["scale"] = _randn(scale_shape, mod, gen, device, std=0.5)
+        inputs["shift"] = _randn(shift_shape, _dtype(workload), gen, device)
     else:
         inputs["scale"] = _randn(scale_shape, mod, gen, device, std=0.5)
         inputs["shift"] = _randn(shift_shape, mod, gen, device, std=0.5)
@@ -161,4 +168,5 @@ def bytes_moved(workload: dict) -> int:
     x_bytes = B * L * C * _dtype(workload).itemsize
     mod_size = _mod_dtype(workload).itemsize
     scale_shape, shift_shape, _ = _modulation_shapes(workload)
-    return 2 * x_bytes + (_numel(scale_shape) + _numel(shift_shape)) * mod_size
+    shift_size = _dtype(workload).itemsize if workload["layout"] == "gate_residual" else mod_size
+    return 2 * x_bytes + _numel(scale_shape) * mod_size + _numel(shift_shape) * shift_size

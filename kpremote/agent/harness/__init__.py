@@ -5,7 +5,7 @@ harness_digest; harness_record: both, as a run records them), and the pinned tas
 A result is only as good as the code that judged it. results.json and results.md carry HARNESS_VERSION, the
 sha256 of the harness files below, and the sha256 of the task's trusted inputs (bench/ and task.toml), so a
 task's docs/results.md measured by an older harness, or against a changed bench, says so by itself
-(report.harness_staleness). Standard library only: the client imports it.
+(resultsmd.harness_staleness). Standard library only: the client imports it.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 from ..provenance import file_sha256
 
 __all__ = ["HARNESS_FILES", "HARNESS_VERSION", "cases", "correctness", "deviceprobe", "floors", "guard",
-           "harness_digest", "harness_record", "judge", "judgeprocess", "pinned_inputs", "profiledcall", "rowlog",
-           "side", "stats", "timing"]
+           "harness_digest", "harness_record", "judge", "judgeprocess", "numerics", "pinned_inputs", "profiledcall",
+           "rowlog", "side", "stats", "timing"]
 
-HARNESS_VERSION = "2.17"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+HARNESS_VERSION = "2.18"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
 # 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
 # 2.3: a row's noise threshold covers two timer ticks; the flush probe ramps the clocks first (no timed number moves)
@@ -60,22 +60,25 @@ HARNESS_VERSION = "2.17"  # 2.0: process boundary (judge + one process per side)
 #      while the other side is timed voids the row; trace/profile/monitoring hooks and a changed channel void the
 #      reply; the audited calls run on secret cases and their outputs are judged; a FASTER the audit cannot vouch for
 #      under 5 % reads FASTER (unverified); a smoke row has no verdict; a row's log holds its first 8 MiB
+# 2.18: each row judged by SGLang's numerical contract too (numerics.py: float64 error ratios against the baseline's,
+#      or bitwise exact), on top of the atol/rtol floor
 AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".
 HARNESS_FILES = (
     "children.py", "contract.py", "harness/__init__.py", "harness/bench.py", "harness/cases.py", "harness/channel.py",
-    "harness/correctness.py", "harness/deviceprobe.py", "harness/floors.py", "harness/guard.py", "harness/judge.py",
-    "harness/judgeprocess.py", "harness/profiledcall.py", "harness/rowlog.py", "harness/sampling.py",
-    "harness/seal.py", "harness/side.py", "harness/sideprocess.py", "harness/sidestarter.py", "harness/smclock.py",
-    "harness/stats.py", "harness/streamcheck.py", "harness/timing.py", "ncu/audit.py", "ncu/auditcases.py",
-    "ncu/auditprocesses.py", "ncu/ncu.py", "run/auditstep.py", "run/guards.py", "run/leasestep.py", "run/report.py",
-    "run/runchildren.py", "run/runner.py", "run/runoptions.py", "run/stopping.py", "run/worker.py",
-    "sandbox/__init__.py", "sandbox/landlock.py", "sandbox/members.py", "sandbox/namespace.py",
-    "sandbox/privileges.py", "sandbox/seccomp.py", "task/build.py", "task/builders/__init__.py",
-    "task/builders/base.py", "task/builders/compiler.py", "task/builders/cuda.py", "task/builders/imported.py",
-    "task/builders/tvmffi.py", "task/buildrules.py", "task/sourceonly.py", "task/taskfiles.py", "task/taskrecords.py",
-    "task/taskspec.py",
+    "harness/comparison.py", "harness/contexts.py", "harness/correctness.py", "harness/deviceprobe.py",
+    "harness/floors.py", "harness/guard.py", "harness/judge.py", "harness/judgeprocess.py", "harness/judgetiming.py",
+    "harness/numerics.py", "harness/profiledcall.py", "harness/regimes.py", "harness/rowjudge.py",
+    "harness/rowlog.py", "harness/sampling.py", "harness/seal.py", "harness/side.py", "harness/sideprocess.py",
+    "harness/sidestarter.py", "harness/smclock.py", "harness/stats.py", "harness/streamcheck.py", "harness/timing.py",
+    "ncu/audit.py", "ncu/auditcases.py", "ncu/auditprocesses.py", "ncu/ncu.py", "run/auditstep.py", "run/guards.py",
+    "run/leasestep.py", "run/report.py", "run/resultsmd.py", "run/runchildren.py", "run/runner.py",
+    "run/runoptions.py", "run/stopping.py", "run/worker.py", "sandbox/__init__.py", "sandbox/landlock.py",
+    "sandbox/members.py", "sandbox/namespace.py", "sandbox/privileges.py", "sandbox/seccomp.py", "task/build.py",
+    "task/builders/__init__.py", "task/builders/base.py", "task/builders/compiler.py", "task/builders/cuda.py",
+    "task/builders/imported.py", "task/builders/tvmffi.py", "task/buildrules.py", "task/sourceonly.py",
+    "task/taskfiles.py", "task/taskrecords.py", "task/taskspec.py",
 )
 # The other agent modules a run imports, and why none of them decides a verdict or a number
 # (tests/unit/test_harness_files.py: every module a run imports is in one of the two lists).

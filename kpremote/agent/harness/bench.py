@@ -9,7 +9,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import timing
+from . import regimes, timing
 from ..sandbox import side_scratch
 from .cases import Sharing
 from .correctness import ERROR, SideFailed
@@ -103,3 +103,7 @@ class Bench:
             process.stop()
         self.pairs = []
         self.active = 0
+
+    def context(self, name: str) -> Any:
+        """The contract.Context bench/context.py names `name` (regimes.load_context; ContextProblem if it cannot)."""
+        return regimes.load_context(self.spec, name)

@@ -50,6 +50,7 @@ class SharedCase:
     expected: dict[str, Any] | None = None
     generation: int = 0  # bumped by each in-place refresh of the inputs
     mutates: tuple[str, ...] = ()  # inputs a call rewrites in place: restored from `pristine` before every call
+    context: Any = None  # a row with a context: this case's (regimes.ContextCase), once its cold samples are taken
 
     def results(self, side: str) -> dict[str, Any]:
         return results_of(self.outputs[side], self.inputs[side], self.mutates)

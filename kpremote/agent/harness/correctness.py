@@ -5,14 +5,21 @@ baseline's outputs; either way the reference must itself be finite, and with an 
 baseline must agree with it too (a baseline outside the tolerance makes the comparison meaningless).
 An in-place call's mutated inputs (the row's `mutates`, Case.mutates) are restored from the pristine copy before
 each call and then judged like outputs; every other input must come back bit-identical.
+On top of that floor, the row's numerical contract (numerics.py: SGLang's float64 test, or bitwise equality to the
+baseline) judges the candidate once per case, at one place (_require_contract).
 torch is imported lazily: the runner reads the status names without it.
 """
 
 from __future__ import annotations
 
+import os
 import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
+
+from . import numerics
+from .comparison import INT_POISON, compare_output, describe, non_finite
+from ..task.taskrecords import DEFAULT_CONTRACT
 
 PASSED = "PASSED"
 INCORRECT = "INCORRECT"
@@ -22,7 +29,6 @@ SKIPPED = "SKIPPED"
 NOT_CHECKED = "NOT CHECKED"  # a check that could not run here: never a pass
 STATUSES = (PASSED, INCORRECT, ERROR, TIMEOUT, SKIPPED, NOT_CHECKED)
 
-INT_POISON = -17
 TRACEBACK_LINES = 20
 
 
@@ -35,6 +41,7 @@ class Verdict:
     seeds_checked: int = 0
     max_abs_err: dict[str, float] = field(default_factory=dict)  # per output, over all seeds (candidate vs ref)
     traceback: str | None = None
+    numerics: dict[str, Any] | None = None  # the row's numerical contract: its worst ratios, or why not checked
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -104,6 +111,7 @@ class CaseView:
     atol: float
     rtol: float
     mutates: tuple[str, ...] = ()  # inputs a call rewrites in place: restored before it, judged like outputs
+    contract: str = DEFAULT_CONTRACT  # the row's `contract`: numerics.CLOSE or numerics.EXACT
 
     def results(self, side: str) -> dict[str, Any]:
         """What a side's call produced: its outputs and its mutated inputs, by name."""
@@ -137,10 +145,11 @@ def restore_mutated(pristine: dict[str, Any], inputs: dict[str, Any], mutates: t
 
 
 def check_case(adapter: Any, workload: dict[str, Any], view: CaseView, *, device: str,
-               largest: dict[str, float]) -> dict[str, Any]:
+               largest: dict[str, float], record: dict[str, Any] | None = None) -> dict[str, Any]:
     """Both sides on one case, poisoned first, inputs checked after; returns the expected results (detached).
 
-    The results are the outputs and the mutated inputs (restored from the pristine copy before each call)."""
+    The results are the outputs and the mutated inputs (restored from the pristine copy before each call).
+    record: the row's numerics record (numerics.new_record), filled case after case; None: this case's alone."""
     label = view.label
     for side in ("baseline", "candidate"):
         restore_mutated(view.pristine, view.inputs[side], view.mutates)
@@ -150,6 +159,8 @@ def check_case(adapter: Any, workload: dict[str, Any], view: CaseView, *, device
     expected = judge_results(adapter, workload, label, reference_inputs(view.inputs["baseline"], view.pristine),
                              baseline_out, baseline_out, candidate_out, view.atol, view.rtol, device=device,
                              largest=largest)
+    _require_contract(adapter, workload, view, device, largest,
+                      record if record is not None else numerics.new_record(view.contract))
     return {name: expected[name].detach().clone() for name in baseline_out}
 
 
@@ -171,6 +182,29 @@ def judge_results(adapter: Any, workload: dict[str, Any], label: str, fresh_inpu
     _require_agreement("candidate", label, expected, candidate_out, layout, atol, rtol, status=INCORRECT,
                        largest=largest)
     return expected
+
+
+def _require_contract(adapter: Any, workload: dict[str, Any], view: CaseView, device: str, largest: dict[str, float],
+                      record: dict[str, Any]) -> None:
+    """The row's numerical contract on top of the floor (numerics.check); a breach is the candidate's INCORRECT,
+    its verdict carrying the contract's record and the floor's largest errors (which passed)."""
+    reference = getattr(adapter, "reference", None)
+
+    def reference64() -> Any:
+        pristine = {name: view.pristine.get(name, value) for name, value in view.inputs["baseline"].items()}
+        expected = reference(workload, numerics.float64_inputs(pristine))
+        _sync(device, f"{view.label}, float64 reference")
+        return expected
+
+    interpreted = not device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") == "1"
+    problem = numerics.check(record, view.results("baseline"), view.results("candidate"),
+                             reference64 if callable(reference) else None, view.label, interpreted)
+    if problem is not None:
+        name = problem["output"]
+        raise Refused(Verdict(INCORRECT, f"candidate output {name!r} breaks the row's numerical contract "
+                                         f"({record['contract']}): {problem['detail']}",
+                              f"{view.label}, candidate output {name!r}", problem, max_abs_err=dict(largest),
+                              numerics=record))
 
 
 def reference_inputs(inputs: dict[str, Any], pristine: dict[str, Any]) -> dict[str, Any]:
@@ -282,85 +316,6 @@ def _require_agreement(
             _fail(status, f"{side} output {name!r} {what}: {describe(mismatch)}", where, {"output": name, **mismatch})
 
 
-def compare_output(
-    expected: Any,
-    got: Any,
-    layout: Any,
-    *,
-    atol: float,
-    rtol: float,
-    largest: dict[str, float] | None = None,
-    name: str = "out",
-) -> dict[str, Any] | None:
-    """The first problem with `got` (shape and dtype against the baseline's `layout`, values against `expected`)."""
-    import torch
-
-    if not torch.is_tensor(got):
-        return {"kind": "type", "detail": f"expected a tensor, got {type(got).__name__}"}
-    if tuple(got.shape) != tuple(layout.shape):
-        return {"kind": "shape", "detail": f"shape {list(got.shape)}, expected {list(layout.shape)}"}
-    if got.dtype != layout.dtype:
-        return {"kind": "dtype", "detail": f"dtype {got.dtype}, expected {layout.dtype}"}
-    bad = non_finite(got)
-    if bad is not None:
-        return bad
-    wide = torch.float64 if torch.float64 in (got.dtype, expected.dtype) else torch.float32
-    got_w = got.to(wide)
-    expected_w = expected.to(device=got.device, dtype=wide)
-    error = (got_w - expected_w).abs()
-    if error.numel():
-        worst = float(error.max())
-        if largest is not None:
-            largest[name] = max(largest.get(name, 0.0), worst)
-    else:
-        worst = 0.0
-    outside = error > atol + rtol * expected_w.abs()
-    if not bool(outside.any()):
-        return None
-    flat = int(outside.reshape(-1).to(torch.uint8).argmax())  # argmax returns the first maximal element
-    index = _unravel(flat, tuple(got.shape))
-    got_value, expected_value = got_w.reshape(-1)[flat].item(), expected_w.reshape(-1)[flat].item()
-    hint = " (still the poison value: never written?)" if got_value == INT_POISON and not got.dtype.is_floating_point else ""
-    return {
-        "kind": "tolerance",
-        "index": index,
-        "got": got_value,
-        "expected": expected_value,
-        "max_abs_err": worst,
-        "atol": atol,
-        "rtol": rtol,
-        "detail": f"first mismatch at {index}: got {got_value!r}, expected {expected_value!r}; max abs err {worst:.3g} "
-        f"(atol {atol:g}, rtol {rtol:g}){hint}",
-    }
-
-
-def describe(mismatch: dict[str, Any]) -> str:
-    return mismatch.get("detail") or mismatch["kind"]
-
-
-def non_finite(tensor: Any) -> dict[str, Any] | None:
-    import torch
-
-    if not (tensor.dtype.is_floating_point or tensor.dtype.is_complex) or tensor.numel() == 0:
-        return None
-    finite = torch.isfinite(tensor)
-    if bool(finite.all()):
-        return None
-    flat = int((~finite).reshape(-1).to(torch.uint8).argmax())
-    index = _unravel(flat, tuple(tensor.shape))
-    value = tensor.reshape(-1)[flat].item()
-    kind = "nan" if value != value else "inf"
-    unwritten = " (never written, or written as NaN)" if kind == "nan" else ""
-    count = int((~finite).sum())
-    return {
-        "kind": kind,
-        "index": index,
-        "got": repr(value),
-        "count": count,
-        "detail": f"{kind.upper()} at {index}{unwritten}; {count} of {tensor.numel()} elements are not finite",
-    }
-
-
 # --------------------------------------------------------------------------------------------- helpers
 
 
@@ -413,11 +368,3 @@ def clone_tensors(values: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     return {name: v.detach().clone() for name, v in values.items() if torch.is_tensor(v)}
-
-
-def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
-    index = []
-    for size in reversed(shape):
-        index.append(flat % size)
-        flat //= size
-    return list(reversed(index))

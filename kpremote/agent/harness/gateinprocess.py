@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import numerics
+from ..task.taskrecords import DEFAULT_CONTRACT
 from .correctness import (PASSED, CaseView, Refused, Verdict, changed_output, check_case, clone_tensors, guarded,
                           layout_of, mutated_inputs)
 
@@ -24,21 +26,23 @@ def check_workload(
     base_seed = int(workload.get("seed", 0))
     mutates = workload.get("mutates")
     largest: dict[str, float] = {}
+    record = numerics.new_record(workload.get("contract", DEFAULT_CONTRACT))
     for k in range(seeds):
         seed = base_seed + k
         try:
             case = guarded(f"seed {seed}, make_case", lambda: adapter.make_case(workload, device=device, seed=seed))
             view = in_process_view(adapter, workload, case, f"seed {seed}", atol, rtol,
-                                   mutated_inputs(mutates, case, f"seed {seed}"))
-            check_case(adapter, workload, view, device=device, largest=largest)
+                                   mutated_inputs(mutates, case, f"seed {seed}"), record["contract"])
+            check_case(adapter, workload, view, device=device, largest=largest, record=record)
         except Refused as refused:
             refused.verdict.seeds_checked = k
             return refused.verdict
-    return Verdict(PASSED, seeds_checked=seeds, max_abs_err=largest)
+    return Verdict(PASSED, seeds_checked=seeds, max_abs_err=largest, numerics=record)
 
 
 def in_process_view(adapter: Any, workload: dict[str, Any], case: Any, label: str, atol: float | None,
-                    rtol: float | None, mutates: tuple[str, ...] = ()) -> CaseView:
+                    rtol: float | None, mutates: tuple[str, ...] = (),
+                    contract: str = DEFAULT_CONTRACT) -> CaseView:
     """Both sides share the case's inputs, except the mutated ones: each side has its own copy of those."""
     outputs = {"baseline": case.outputs_baseline, "candidate": case.outputs_candidate}
     functions = {"baseline": adapter.call_baseline, "candidate": adapter.call_candidate}
@@ -51,4 +55,5 @@ def in_process_view(adapter: Any, workload: dict[str, Any], case: Any, label: st
         return changed_output(before, held, outputs[side])
 
     return CaseView(label, inputs, outputs, clone_tensors(case.inputs), call,
-                    float(case.atol if atol is None else atol), float(case.rtol if rtol is None else rtol), mutates)
+                    float(case.atol if atol is None else atol), float(case.rtol if rtol is None else rtol), mutates,
+                    contract)

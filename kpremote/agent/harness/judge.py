@@ -17,9 +17,10 @@ log (the judge and both sides write to raw/workloads/<row>.log while it runs). T
 keeps them only after a row that PASSED with nothing invalid; any other row ends them and the next row gets fresh
 ones.
 
-Its helpers, one job each: sideprocess.py (a side's process and the judge's end of its socket), cases.py (the
-secret seeds, each case copied into memory each side may see), sampling.py (the timed loop with its checked
-samples and refreshes), floors.py (the physical floors).
+Its helpers, one job each: bench.py (what the rows share), judgetiming.py (the row's timing, once it passed),
+sideprocess.py (a side's process and the judge's end of its socket), cases.py (the secret seeds, each case copied
+into memory each side may see), sampling.py (the timed loop with its checked samples and refreshes), regimes.py (a
+row's context regimes), floors.py (the physical floors).
 
 Results go to the runner through the inherited pipe N (per row a "ready" line once both sides are up, then the
 result), never through a file a side could reach. The judge makes itself undumpable first.
@@ -33,18 +34,17 @@ import os
 import random
 import secrets
 import sys
-import time
 import traceback
 from typing import Any
 
-from . import floors, guard, sampling, stats, timing
+from . import guard, numerics
 from .bench import Bench
+from .judgetiming import JudgeTiming
 from .rowlog import open_log, write_output_to
 from ..sandbox import members
 from .cases import SharedCase, Sharing, derive_seed, make_case_guarded
 from .channel import encode_values
-from .correctness import (ERROR, INCORRECT, PASSED, CaseView, Refused, SideFailed, Verdict, check_case,
-                          mutated_inputs, require_inputs_untouched)
+from .correctness import ERROR, PASSED, CaseView, Refused, SideFailed, Verdict, check_case, mutated_inputs
 from .sideprocess import SideProcess, request_guarded
 from .sidestarter import SideStarter
 from ..task.taskspec import SIDES, Workload
@@ -56,7 +56,7 @@ TIMING_CASES_CPU = 2  # the interpreter is slow: fewer on a smoke run, the same 
 # --------------------------------------------------------------------------------------------- the row
 
 
-class Judge:
+class Judge(JudgeTiming):
     """One row, start to end, with both sides in their own processes (the bench's)."""
 
     def __init__(self, bench: Bench, job: dict[str, Any], secret: bytes, announce_ready: Any) -> None:
@@ -75,8 +75,10 @@ class Judge:
         self.checked = {side: 0 for side in SIDES}
         self.refreshes = 0
         self.largest: dict[str, float] = {}
+        self.numerics = numerics.new_record(self.workload.contract)  # the row's contract, filled case by case
         self.idle_cpu_s = {side: 0.0 for side in SIDES}  # each side's CPU while the other's were timed (takes kept)
         self.take_idle_cpu_s: dict[str, float] = {}  # the same, of the last take only
+        self.regime_refreshes: dict[str, int] = {}  # per context regime: its in-place refreshes of the state
 
     @property
     def sides(self) -> dict[str, SideProcess]:
@@ -152,7 +154,8 @@ class Judge:
         def call(side: str) -> dict[str, Any] | None:
             return self.sides[side].request({"op": "call", "id": shared.id}).get("problem")
 
-        return CaseView(shared.label, shared.inputs, shared.outputs, shared.pristine, call, atol, rtol, shared.mutates)
+        return CaseView(shared.label, shared.inputs, shared.outputs, shared.pristine, call, atol, rtol, shared.mutates,
+                        self.workload.contract)
 
     # ---------------------------------------------------------------- correctness
 
@@ -167,7 +170,8 @@ class Judge:
                 seed = derive_seed(self.secret, self.workload.id, "correctness", k)
                 self.seeds["correctness"].append(seed)
                 shared = self.new_case(f"seed {seed}", seed)
-                check_case(self.adapter, self.params, self.view(shared), device=self.device, largest=self.largest)
+                check_case(self.adapter, self.params, self.view(shared), device=self.device, largest=self.largest,
+                           record=self.numerics)
                 checked += 1
                 self.drop_case(shared)
             for k in range(k_timing):
@@ -175,140 +179,14 @@ class Judge:
                 self.seeds["timing"].append(seed)
                 shared = self.new_case(f"timing case {k} (seed {seed})", seed)
                 shared.expected = check_case(self.adapter, self.params, self.view(shared), device=self.device,
-                                             largest=self.largest)
+                                             largest=self.largest, record=self.numerics)
                 checked += 1
                 timing_cases.append(shared)
         except Refused as refused:
             refused.verdict.seeds_checked = checked
             return refused.verdict, timing_cases
-        return Verdict(PASSED, seeds_checked=checked, max_abs_err=self.largest), timing_cases
-
-    # ---------------------------------------------------------------- timing
-
-    def time_row(self, cases: list[SharedCase]) -> dict[str, Any]:
-        settings = self.spec.timing
-        mode = settings.mode if self.device == "cuda" else "smoke"
-        bytes_moved = self._bytes_moved(cases[0].case)
-        result: dict[str, Any] = {"bytes_moved": bytes_moved, "flops": cases[0].case.flops, "implausible": None}
-        pairs = len(self.bench.pairs) if mode != "graph" else 1
-        if self.device == "cuda":
-            if not bytes_moved:
-                return {**result, "status": ERROR, "where": "timing",
-                        "message": "bench/adapter.py gives no bytes_moved for this row: a GPU timing needs it for "
-                                   "its physical floor (define bytes_moved(workload) or set Case.bytes_moved)"}
-            for k in range(pairs):
-                for side in ("candidate", "baseline"):
-                    reason = self.bench.pairs[k][side].request({"op": "stream_check", "id": cases[0].id}).get("reason")
-                    if reason:
-                        return _implausible(side, str(reason), {**result, "timing": None})
-        ids = [case.id for case in cases]
-        hosts = []
-        for k in range(pairs):  # the first pair warms the GPU up; the others only their own processes
-            warmup_s = (settings.warmup_s if k == 0 else settings.warmup_s / pairs) if self.device == "cuda" else 0.0
-            hosts += [self.bench.pairs[k][side].request({"op": "warm_up", "ids": ids, "seconds": warmup_s})
-                      .get("host_us") for side in SIDES]
-        head_start = timing.head_start_us(max(float(h or 0.0) for h in hosts)) if self.device == "cuda" else 0.0
-        timings, voids, retaken, threads = [], [], [], {"before": {}, "after": {}}
-        try:
-            for k in range(pairs):
-                self.bench.active = k
-                if self.device == "cuda":
-                    for side in SIDES:
-                        self.sides[side].request({"op": "head_start", "us": head_start})
-                sampler = sampling.Sampler(self, cases, mode, head_start)
-                timings.append(self._time_pair(sampler, timing.share_of(settings, pairs), mode, voids, threads,
-                                               suffix="" if k == 0 else f"_{k + 1}", retaken=retaken))
-                head_start = sampler.head_start_us
-        finally:
-            self.bench.active = 0
-        pair = timing.pooled(timings)
-        for case in cases:
-            for side in SIDES:
-                require_inputs_untouched(side, f"{case.label}, after timing", case.pristine, case.inputs[side],
-                                         skip=case.mutates)
-        medians = {side: getattr(pair, side).summary().median for side in SIDES}  # computed once, read everywhere
-        result.update(
-            timing=pair.to_json(),
-            samples={side: getattr(pair, side).times_us for side in SIDES},
-            gbps={side: floors.achieved_gbps(bytes_moved, medians[side]) for side in SIDES},
-            verdict=stats.row_verdict(pair.baseline.times_us, pair.candidate.times_us,
-                                      medians=(medians["baseline"], medians["candidate"]),
-                                      pair_medians=[(p["baseline"], p["candidate"]) for p in pair.process_pairs
-                                                    if p["baseline"] is not None and p["candidate"] is not None],
-                                      process_floor_us=stats.process_floor_us(pairs) if self.device == "cuda" else 0.0,
-                                      meaningful=self.device == "cuda"),  # a smoke row has no verdict
-            checks={"timing_cases": len(cases), "checked_samples": dict(self.checked), "refreshes": self.refreshes,
-                    "check_fraction": sampling.CHECK_FRACTION, "memory_isolation": self.sharing.isolation,
-                    "process_pairs": pairs, "retaken": retaken,
-                    "idle_cpu_s": {side: round(used, 4) for side, used in self.idle_cpu_s.items()}},
-            side_threads=threads,
-        )
-        if pair.candidate.host_bound:
-            result["message"] = (f"the candidate's calls wait on the host: {sampling.LATE_TRIES} samples in a row "
-                                 f"opened their window before it had queued the call, at a "
-                                 f"{timing.HEAD_START_MAX_US:.0f} us head start; its times hold that host time")
-        if voids:
-            result["invalid"] = "; ".join(voids)
-        if self.device == "cuda":
-            floor = floors.floor_bandwidth(mode, bytes_moved, self.job.get("l2_bytes") or 0, self.job.get("copy_gbps"),
-                                           self.job.get("l2_copy_gbps"))
-            for side in ("candidate", "baseline"):
-                reason = floors.floor_check(bytes_moved, medians[side], *floor)
-                if reason:
-                    return _implausible(side, reason, result)
-        return result
-
-    def _time_pair(self, sampler: sampling.Sampler, settings: Any, mode: str, voids: list[str],
-                   threads: dict[str, dict[str, Any]], suffix: str, retaken: list[str]) -> timing.PairTiming:
-        """The active pair's share of the row's samples; what disturbed it goes to voids, its thread counts to
-        threads (keyed side + suffix), a take dropped for starvation and timed again to retaken."""
-        if mode == "graph":
-            sampler.capture_graphs()
-        # Counted before the first sample command: a side that recognises a timed call and starts a thread then
-        # is seen, however early (the correctness calls and the warm-up have run every other code path).
-        threads_before = {side: self.sides[side].threads() for side in SIDES}
-        sampler.prime()
-        pair, disturbed, dropped = guard.take_until_undisturbed(lambda: self._timed_take(sampler, settings))
-        retaken += [f"{why}: timed again" for why in dropped]
-        for side, used in self.take_idle_cpu_s.items():
-            self.idle_cpu_s[side] += used
-        threads_after = {side: self.sides[side].threads() for side in SIDES}
-        sampler.final_checks()
-        for side in SIDES:
-            threads["before"][side + suffix] = threads_before[side]
-            threads["after"][side + suffix] = threads_after[side]
-        voids += [f"the {side} side started {threads_after[side] - threads_before[side]} thread(s) during timing"
-                  for side in SIDES if (threads_after[side] or 0) > (threads_before[side] or 0)]
-        voids += disturbed
-        return pair
-
-    def _timed_take(self, sampler: sampling.Sampler, settings: Any) -> tuple[timing.PairTiming, list[str]]:
-        """One take of the active pair's samples, and what disturbed either side's schedule meanwhile."""
-        schedules = {side: guard.schedule_of(self.sides[side].pid) for side in SIDES}
-        idle_before, idle_s_before = dict(sampler.idle_cpu_s), dict(sampler.idle_s)
-        timed_from = time.monotonic()
-        pair = sampler.run(settings)
-        timed_s = time.monotonic() - timed_from
-        afterwards = {side: guard.schedule_of(self.sides[side].pid) for side in SIDES}
-        self.take_idle_cpu_s = {side: sampler.idle_cpu_s[side] - idle_before[side] for side in SIDES}
-        waits = {side: guard.waited_s(schedules[side], afterwards[side]) for side in SIDES}
-        disturbed = [guard.interference(side, schedules[side], afterwards[side], timed_s,
-                                        starvation=self.device == "cuda",
-                                        other_waited_s=next(waits[o] for o in SIDES if o != side))
-                     for side in SIDES]
-        disturbed += [guard.idle_interference(side, next(o for o in SIDES if o != side), self.take_idle_cpu_s[side],
-                                              sampler.idle_s[side] - idle_s_before[side]) for side in SIDES]
-        return pair, [why for why in disturbed if why]
-
-    def _bytes_moved(self, case: Any) -> int | None:
-        if case.bytes_moved:
-            return int(case.bytes_moved)
-        if callable(getattr(self.adapter, "bytes_moved", None)):
-            value = self.adapter.bytes_moved(self.params)
-            return int(value) if value else None
-        return None
-
-    # ---------------------------------------------------------------- one row
+        return Verdict(PASSED, seeds_checked=checked, max_abs_err=self.largest,
+                       numerics=self.numerics), timing_cases
 
     def run(self) -> dict[str, Any]:
         failed = self.start()
@@ -327,6 +205,7 @@ class Judge:
             result.update(status=refused.verdict.status, message=refused.verdict.message,
                           where=refused.verdict.where, mismatch=refused.verdict.mismatch, timing=None)
             result.pop("samples", None)
+            result.pop("regime_samples", None)
         except SideFailed as exc:
             result.update(status=ERROR, message=f"timing: {exc.message}", where="timing", timing=None,
                           traceback=exc.traceback_text)
@@ -344,12 +223,6 @@ _ROW_STARTED = [__import__("time").monotonic()]
 def _log(what: str) -> None:
     """A line in the row's log with the seconds since the row began: where a row's time went."""
     print(f"judge +{__import__('time').monotonic() - _ROW_STARTED[0]:.2f} s: {what}", file=sys.stderr, flush=True)
-
-
-def _implausible(side: str, reason: str, result: dict[str, Any]) -> dict[str, Any]:
-    """A candidate under a floor or off the current stream fails its row; a baseline doing it voids the row."""
-    return {**result, "status": INCORRECT if side == "candidate" else ERROR, "implausible": f"{side}: {reason}",
-            "message": f"{side}: {reason}", "where": f"timing, {side}"}
 
 
 # --------------------------------------------------------------------------------------------- entry point

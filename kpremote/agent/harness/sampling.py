@@ -9,17 +9,17 @@ L2 flush before every sample runs here in the judge's process.
 from __future__ import annotations
 
 import math
-import random
 import time
-from typing import Any, Protocol
+from typing import Any
 
-from . import floors, guard, stats, timing
+from . import floors, guard, regimes, stats, timing
 from .cases import SharedCase, derive_seed, make_case_guarded
-from .correctness import (ERROR, INCORRECT, CaseView, Refused, SideFailed, Verdict, compare_output, describe,
-                          poison_outputs, reference_inputs)
-from .sideprocess import SideProcess, request_guarded
+from .comparison import compare_output, describe
+from .correctness import ERROR, INCORRECT, Refused, SideFailed, Verdict, poison_outputs, reference_inputs
+from .rowjudge import RowJudge
+from .sideprocess import request_guarded
 from .smclock import ClockGuard
-from ..task.taskspec import SIDES, Workload
+from ..task.taskspec import SIDES
 
 CHECK_FRACTION = 0.25  # samples whose outputs are compared afterwards (plus each side's last one)
 MAX_REFRESHES = 2  # times a case's inputs are rewritten in place (same addresses) before a checked sample
@@ -29,36 +29,15 @@ HEAD_START_GROWTH = 1.5  # after a late sample, both sides' head start grows by 
 MAX_TAKES = 24  # one sample's takes at most: the head start reaches its cap from 20 us in 12 growths
 
 
-class RowJudge(Protocol):
-    """What a Sampler reads and keeps of the judge of its row (judge.Judge, which drives it and imports this module):
-    the row's job, device and sides, the run's secret, the checks and refreshes counted so far."""
-
-    job: dict[str, Any]
-    secret: bytes
-    workload: Workload
-    params: dict[str, Any]
-    device: str
-    adapter: Any
-    seeds: dict[str, list[int]]
-    rng: random.Random
-    checked: dict[str, int]
-    refreshes: int
-
-    @property
-    def sides(self) -> dict[str, SideProcess]: ...
-
-    def pids_of(self, side: str) -> list[int]: ...
-
-    def view(self, shared: SharedCase) -> CaseView: ...
-
-
 class Sampler:
     """The timed loop: ABBA over the sides, rotating over the timing cases, poisoning and checking outputs."""
 
-    def __init__(self, judge: RowJudge, cases: list[SharedCase], mode: str, head_start_us: float = 0.0) -> None:
+    def __init__(self, judge: RowJudge, cases: list[SharedCase], mode: str, head_start_us: float = 0.0,
+                 regime: str = regimes.COLD) -> None:
         self.judge = judge
         self.cases = cases
         self.mode = mode
+        self.regime = regime  # cold (every row), or warm / context (a row with a context: regimes.py)
         self.head_start_us = head_start_us
         self.late = {side: 0 for side in SIDES}  # samples taken again: the window opened before the call was queued
         self.host_bound: set[str] = set()  # sides whose calls wait on the host: their late samples are kept
@@ -69,6 +48,17 @@ class Sampler:
         self.idle_cpu_s = {side: 0.0 for side in SIDES}  # each side's CPU time while the other's samples were taken
         self.idle_s = {side: 0.0 for side in SIDES}  # the wall time of those samples
         self.flusher = timing.L2Flusher(judge.job.get("l2_bytes")) if judge.device == "cuda" else None
+
+    def prepare(self) -> None:
+        """What the regime needs before its first sample: graph mode's graphs of N calls (cold), the context's graph
+        of before -> call -> after per case (context, on a GPU)."""
+        if self.regime == regimes.COLD and self.mode == "graph":
+            self.capture_graphs()
+        elif self.regime == regimes.CONTEXT and self.judge.device == "cuda":
+            for side in SIDES:
+                for case in self.cases:
+                    request_guarded(self.judge.sides[side], {"op": "capture_context", "id": case.id},
+                                    f"{case.label}, {side} context graph capture")
 
     def capture_graphs(self) -> None:
         singles = []
@@ -95,14 +85,19 @@ class Sampler:
         reason = timing.sample_abba(sides, lambda s: self.measure(s.name), settings, clock)
         for side in sides:
             side.late, side.host_bound = self.late[side.name], side.name in self.host_bound
-        return timing.PairTiming(self.mode, self.calls_per_sample, sides[0], sides[1], reason, clock_check,
+        mode = self.mode if self.regime == regimes.COLD else self.regime
+        return timing.PairTiming(mode, self.calls_per_sample, sides[0], sides[1], reason, clock_check,
                                  self.head_start_us)
 
     def measure(self, side: str) -> float:
         case = self.cases[self.turn[side] % len(self.cases)]
         self.turn[side] += 1
         checked = self.judge.rng.random() < CHECK_FRACTION
-        if checked and side == "candidate" and self.judge.refreshes < MAX_REFRESHES and self.judge.rng.random() < REFRESH_CHANCE:
+        if self.regime != regimes.COLD:
+            if checked and side == "candidate" and self.judge.regime_refreshes.get(self.regime, 0) < \
+                    regimes.MAX_REFRESHES and self.judge.rng.random() < REFRESH_CHANCE:
+                regimes.refresh(self.judge, case, self.regime)
+        elif checked and side == "candidate" and self.judge.refreshes < MAX_REFRESHES and self.judge.rng.random() < REFRESH_CHANCE:
             self.refresh(case)
         elapsed = self._timed(side, case) / self.calls_per_sample
         self.last[side], self.last_checked[side] = (case, case.generation), checked
@@ -155,9 +150,11 @@ class Sampler:
 
     def _timed_once(self, side: str, case: SharedCase, *, graph: bool | None) -> tuple[float, float | None]:
         """The sample's time, and None or, when its window opened too early, the host time its side took to queue."""
-        graph = self.mode == "graph" if graph is None else graph
+        graph = (self.mode == "graph" and self.regime == regimes.COLD) if graph is None else graph
         poison_outputs(case.outputs[side])
         case.restore(side)  # fresh copies of the mutated inputs, outside the timed window like the poison
+        if self.regime != regimes.COLD:
+            regimes.poison(case, side, self.regime)  # what before() (and after()) write: a side that skips it fails
         if self.flusher is not None:
             import torch
 
@@ -165,7 +162,10 @@ class Sampler:
             torch.cuda.synchronize()
         idle = next(other for other in SIDES if other != side)
         idle_from, wall_from = self._cpu_of_every_process(idle), time.perf_counter()  # this sample's alone
-        reply = self.judge.sides[side].request({"op": "sample", "id": case.id, "graph": graph})
+        command = {"op": "sample", "id": case.id, "graph": graph}
+        if self.regime != regimes.COLD:
+            command["regime"] = self.regime
+        reply = self.judge.sides[side].request(command)
         idle_to, wall_to = self._cpu_of_every_process(idle), time.perf_counter()
         if idle_from is not None and idle_to is not None:
             self.idle_cpu_s[idle] += idle_to - idle_from
@@ -193,8 +193,12 @@ class Sampler:
         return None if None in readings else sum(readings)
 
     def verify(self, side: str, case: SharedCase, when: str) -> None:
-        """The outputs (and mutated inputs) of the sample just taken against the case's expected result."""
+        """The outputs (and mutated inputs) of the sample just taken against the case's expected result; in a
+        context regime, what regimes.check_sample checks."""
         self.judge.checked[side] += 1
+        if self.regime != regimes.COLD:
+            regimes.check_sample(self.judge, case, side, self.regime, when)
+            return
         view = self.judge.view(case)
         status = INCORRECT if side == "candidate" else ERROR
         got_all, layout = case.results(side), case.results("baseline")
@@ -251,7 +255,7 @@ class Sampler:
         self.verify_expected_finite(case)
 
     def verify_expected_finite(self, case: SharedCase) -> None:
-        from .correctness import non_finite as _non_finite
+        from .comparison import non_finite as _non_finite
 
         for name, value in case.expected.items():
             bad = _non_finite(value)

@@ -57,6 +57,11 @@ class Side:
         self.translation_reads: dict[int, Any] = {}  # per case on a GPU: timing.TranslationReads of its tensors
         self.graph_calls = 1
         self.sleep_cycles = 0
+        self.spec: Any = None
+        self.context: Any = None  # the row's contract.Context (bench/context.py), when the row names one
+        self.states: dict[int, dict[str, Any]] = {}  # per case: this side's copy of the context's state
+        self.context_graphs: dict[int, Any] = {}  # per case on a GPU: before -> call -> after, captured
+        self.context_reads: dict[int, Any] = {}  # per case on a GPU: the translation reads of its tensors and state
         self.clock: seal.Clock | None = None  # on a GPU: the timed window's C functions, taken at the seal
 
     # ---------------------------------------------------------------- commands
@@ -68,7 +73,7 @@ class Side:
 
         from ..task import build
         from ..task.taskspec import SIDES, load_task
-        from . import correctness, rowlog, streamcheck, timing  # noqa: F401 - every harness module this side runs, under the seal
+        from . import contexts, correctness, rowlog, streamcheck, timing  # noqa: F401 - every harness module this side runs, sealed
 
         self.side, self.device = command["side"], command["device"]
         if self.device == "cuda":
@@ -77,7 +82,7 @@ class Side:
         else:
             torch.set_num_threads(1)  # no intra-op pool on a smoke run: every other thread is the side's own
         entries = seal.take({"side": self, "clock": self.clock} if self.clock else {"side": self})
-        spec = load_task(Path(command["task_dir"]))
+        spec = self.spec = load_task(Path(command["task_dir"]))
         module = build.import_side(spec, self.side, command.get("module_file"))
         self.adapter = build.import_adapter(spec)
         if callable(getattr(self.adapter, "bind", None)):
@@ -100,6 +105,13 @@ class Side:
         self.graphs.clear()
         self.mutates.clear()
         self.translation_reads.clear()
+        for kept in (self.states, self.context_graphs, self.context_reads):
+            kept.clear()
+        self.context = None
+        if self.workload.get("context") is not None:
+            from .contexts import load_context
+
+            self.context = load_context(self.spec, self.workload["context"])
         return {"ok": True}
 
     def case(self, command: dict[str, Any], fds: list[int]) -> dict[str, Any]:
@@ -115,10 +127,34 @@ class Side:
         return {"ok": True}
 
     def drop(self, command: dict[str, Any]) -> dict[str, Any]:
-        self.cases.pop(command["id"], None)
-        self.graphs.pop(command["id"], None)
-        self.mutates.pop(command["id"], None)
-        self.translation_reads.pop(command["id"], None)
+        for kept in (self.cases, self.graphs, self.mutates, self.translation_reads, self.states, self.context_graphs,
+                     self.context_reads):
+            kept.pop(command["id"], None)
+        return {"ok": True}
+
+    def context_state(self, command: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        """This side's copy of a case's context state (regimes.prepare), for the row's context regimes."""
+        if self.context is None:
+            return {"ok": False, "error": "this row names no context"}
+        case_id = command["id"]
+        self.states[case_id] = decode_values(command["state"], fds)
+        self.context_graphs.pop(case_id, None)
+        if self.device == "cuda":
+            from .timing import TranslationReads
+
+            inputs, outputs = self.cases[case_id]
+            self.context_reads[case_id] = TranslationReads([*inputs.values(), *outputs.values(),
+                                                            *self.states[case_id].values()])
+        return {"ok": True}
+
+    def capture_context(self, command: dict[str, Any]) -> dict[str, Any]:
+        """The case's context as one CUDA graph: before -> call -> after."""
+        from . import timing
+
+        case_id = command["id"]
+        if case_id not in self.states:
+            return {"ok": False, "error": f"no context state for case {case_id}"}
+        self.context_graphs[case_id], _ = timing.capture_graph(lambda: self._in_context(case_id), 1)
         return {"ok": True}
 
     def call(self, command: dict[str, Any]) -> dict[str, Any]:
@@ -186,11 +222,19 @@ class Side:
         """One timed sample: the judge flushed the L2 and poisoned the outputs; this side's address translations
         of the case are made warm, then microseconds of the call(s)."""
         case_id = command["id"]
+        regime = command.get("regime", "cold")  # warm / context: a row with a context (regimes.py)
+        if regime != "cold" and case_id not in self.states:
+            return {"ok": False, "error": f"no context state for case {case_id}"}
         if self.device != "cuda":
             inputs, outputs = self.cases[case_id]
             now = PERF_COUNTER
+            if regime == "warm":
+                self._before(case_id)
             started = now()
-            self._call(inputs, outputs)
+            if regime == "context":
+                self._in_context(case_id)
+            else:
+                self._call(inputs, outputs)
             return {"ok": True, "us": (now() - started) * 1e6}
         from . import timing
 
@@ -202,13 +246,19 @@ class Side:
         graph = self.graphs.get(case_id) if command.get("graph") else None
         if command.get("graph") and graph is None:
             return {"ok": False, "error": f"no graph captured for case {case_id}"}
+        if regime == "context":
+            graph = self.context_graphs.get(case_id)
+            if graph is None:
+                return {"ok": False, "error": f"no context graph captured for case {case_id}"}
         # Everything the window calls once the side's call has returned is in this frame before the call, from
         # the Clock's C functions (seal.py): a patch the call makes cannot act before serve's check sees it.
         clock = self.clock
         record, query, synchronize, elapsed_ms, now, stream = (clock.record, clock.query, clock.synchronize,
                                                                 clock.elapsed_ms, clock.now, clock.stream)
         start, end = clock.event_type(enable_timing=True), clock.event_type(enable_timing=True)
-        self.translation_reads[case_id].queue()  # before the head start: done before the call, not in its window
+        (self.translation_reads if regime == "cold" else self.context_reads)[case_id].queue()  # before the head start
+        if regime == "warm":
+            self._before(case_id)  # the previous op, queued before the head start: its writes in the L2, untimed
         queueing = now()
         if self.sleep_cycles:
             clock.sleep(self.sleep_cycles)
@@ -231,6 +281,19 @@ class Side:
     def _call(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         self._call_function(self.workload, inputs, outputs)
 
+    def _before(self, case_id: int) -> None:
+        self.context.before(self.workload, self.states[case_id], self.cases[case_id][0])
+
+    def _in_context(self, case_id: int) -> None:
+        """The context's previous op, the call, the next op (on the call's results: outputs and mutated inputs)."""
+        from .correctness import results_of
+
+        inputs, outputs = self.cases[case_id]
+        state = self.states[case_id]
+        self.context.before(self.workload, state, inputs)
+        self._call(inputs, outputs)
+        self.context.after(self.workload, state, results_of(outputs, inputs, self.mutates.get(case_id, ())))
+
     def _sync(self) -> None:
         if self.device == "cuda":
             import torch
@@ -245,6 +308,7 @@ SANDBOX = ["unsandboxed: not entered"]  # what main() entered, in words, before 
 COMMANDS = {
     "start": Side.start, "drop": Side.drop, "call": Side.call, "stream_check": Side.stream_check,
     "warm_up": Side.warm_up, "head_start": Side.head_start, "capture": Side.capture, "sample": Side.sample,
+    "capture_context": Side.capture_context,
 }
 
 
@@ -266,7 +330,8 @@ def serve(channel: Channel) -> None:
     commands = dict(COMMANDS)
     # Trace, profile and monitoring hooks are refused from here on (seal.HookWatch); any attempted or in place is
     # named with the seal's names: such a hook sees sample()'s reply on its return event and could edit it.
-    hooks = seal.HookWatch(tuple(f.__code__ for f in (serve, Side.case, Side.row, *COMMANDS.values())))
+    hooks = seal.HookWatch(tuple(f.__code__ for f in (serve, Side.case, Side.row, Side.context_state, Side._before,
+                                                      Side._in_context, *COMMANDS.values())))
     hooks_set, hooks_code = hooks.set, seal.HookWatch.set.__code__
     # The channel itself: task code can reach it through this frame and wrap its socket (or shadow send_reply on
     # the instance), so what the reply goes through is the object bound here, checked before every reply.
@@ -283,6 +348,8 @@ def serve(channel: Channel) -> None:
         try:
             if op == "case":
                 reply = side.case(command, fds)
+            elif op == "context":
+                reply = side.context_state(command, fds)
             elif op == "row":
                 reply = side.row(command, fds)
             else:

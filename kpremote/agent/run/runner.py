@@ -42,6 +42,7 @@ from .events import EventLog, read_events
 from .guards import DiskReserve, ForeignWatch, ours_per_row
 from .leasestep import LeaseStep
 from ..protocol import RunExit
+from ..results import CONTEXT_REGIMES, RowResult
 from ..provenance import baseline_upstream, source_provenance, task_pin_record
 from .runchildren import RunChildren
 from .runoptions import Options, parse_args
@@ -76,6 +77,8 @@ class RunContext:
     prepared: dict[str, Any] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)
     samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    # a row with a context: each context regime's samples, {regime: {workload: {side: times}}}
+    regime_samples: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
     watch: ForeignWatch | None = None
     gpu_readings: str | None = None  # "nvml" or "fixture": where the GPU's state came from
     audit: str | None = None  # what the audit did: "on", "unaudited: ..."
@@ -224,6 +227,9 @@ class Runner(LeaseStep, RunChildren, AuditStep):
         if samples:
             self.ctx.samples[workload.id] = samples
             self._append_samples(workload.id, row.get("timing", {}).get("mode"), samples)
+        for regime, timed in (row.pop("regime_samples", None) or {}).items():
+            self.ctx.regime_samples.setdefault(regime, {})[workload.id] = timed
+            self._append_samples(workload.id, regime, timed, regime=regime)
         self.ctx.rows.append(row)
         event = self.events.emit("row", **_row_event(row, number, total))
         speedup = f" {event['speedup']:.3f}x" if event.get("speedup") else ""
@@ -270,11 +276,12 @@ class Runner(LeaseStep, RunChildren, AuditStep):
             why["task"] = f"checked on a GPU only: {self.ctx.spec.task.gpu_only}"
         return why
 
-    def _append_samples(self, workload_id: str, mode: str | None, samples: dict[str, list[float]]) -> None:
+    def _append_samples(self, workload_id: str, mode: str | None, samples: dict[str, list[float]],
+                        regime: str = "cold") -> None:
         with open(self.raw / "samples.jsonl", "a") as f:
             for side, times in samples.items():
-                f.write(json.dumps({"workload": workload_id, "side": side, "mode": mode, "unit": "us",
-                                    "times": times}) + "\n")
+                f.write(json.dumps({"workload": workload_id, "side": side, "mode": mode, "regime": regime,
+                                    "unit": "us", "times": times}) + "\n")
 
     # ---------------------------------------------------------------- ending
 
@@ -294,7 +301,8 @@ class Runner(LeaseStep, RunChildren, AuditStep):
             self._release_gpu()
             self._phase("report")
             results = report.build_results(provenance=self._provenance(), rows=self.ctx.rows,
-                                           samples=self.ctx.samples, status=status, exit_code=exit_code,
+                                           samples=self.ctx.samples, regime_samples=self.ctx.regime_samples,
+                                           status=status, exit_code=exit_code,
                                            message=message, smoke=self.ctx.device != "cuda",
                                            unsandboxed=self._unsandboxed(), ended_by=ended_by)
             report.write_summary(self.run_dir, results, read_events(self.raw / "events.jsonl")[0])
@@ -412,6 +420,12 @@ def _row_event(row: dict[str, Any], number: int, total: int) -> dict[str, Any]:
         summary = timing.get(side) or {}
         for key in ("n", "median", "p10", "p90"):
             event[f"{side}_{key}" + ("_us" if key != "n" else "")] = summary.get(key)
+    if isinstance(row.get("regimes"), dict):  # a row with a context: each regime's word, as the cold one's above
+        typed = RowResult.from_json(row)
+        event["regimes"] = {regime: {"verdict": None if row.get("smoke") else typed.regime_word(regime),
+                                     "speedup": part.speedup if (part := typed.regime(regime)) else None}
+                            for regime in CONTEXT_REGIMES}
+        event["context_note"] = None if row.get("smoke") else typed.context_note
     return event
 
 

@@ -4,4 +4,4 @@ files (taskfiles.py), task code imported from source only (sourceonly.py), which
 (run/worker.py). The adapter's Case stays at kpremote/agent/contract.py: task code imports it by that name.
 """
 
-__all__ = ["build", "builders", "buildrules", "taskspec"]
+__all__ = ["build", "builders", "buildrules", "taskrecords", "taskspec"]

@@ -189,6 +189,18 @@ def import_adapter(spec: TaskSpec) -> types.ModuleType:
     return import_file("kp_adapter", spec.adapter_path)
 
 
+_CONTEXTS: dict[str, types.ModuleType] = {}
+
+
+def import_context(spec: TaskSpec) -> types.ModuleType:
+    """bench/context.py (the contexts rows may name), imported once per process, from its source."""
+    key = str(spec.context_path)
+    if key not in _CONTEXTS:
+        sourceonly.install(spec.root)
+        _CONTEXTS[key] = import_file("kp_context", spec.context_path)
+    return _CONTEXTS[key]
+
+
 # --------------------------------------------------------------------------------------------- toolchain
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .buildrules import needed_field, needed_files
-from .taskrecords import SIDES, TaskSpec, TaskSpecError, listed, shown
+from .taskrecords import SIDES, TaskSpec, TaskSpecError, listed, shown, suggestion, toml_text
 
 ADAPTER_REQUIRED = ("make_case", "call_baseline", "call_candidate")
 # Names whose use means a side compiles or loads its own binary, outside the one symmetric builder.
@@ -66,7 +66,7 @@ def check_sides_symmetric(spec: TaskSpec) -> None:
                     f"{'in the ' + side + ' side' if spec.build.kinds[:1] != spec.build.kinds[1:] else 'on both sides'}; "
                     f"missing in {shown(spec.side_dir(side))}"
                 )
-    for python_file in [*_python_files(spec.side_dir("baseline")), spec.adapter_path]:
+    for python_file in [*_python_files(spec.side_dir("baseline")), spec.adapter_path, spec.context_path]:
         _refuse_self_build(python_file, dynamic_code=False)  # trusted and pinned (docs/trust.md): symmetry only
     for python_file in _python_files(spec.side_dir("candidate")):
         _refuse_self_build(python_file, dynamic_code=True)
@@ -151,3 +151,48 @@ def _parameter_shape(args: ast.arguments) -> tuple[Any, ...]:
         args.vararg is not None,
         args.kwarg is not None,
     )
+
+
+CONTEXTS_NAME = "CONTEXTS"
+
+
+def check_contexts(spec: TaskSpec) -> None:
+    """Every row's `context` names an entry of bench/context.py's CONTEXTS (read as a syntax tree: the names are its
+    dict's keys, written as strings). The values are the judge's to check when it imports the file."""
+    rows = [(number, w) for number, w in enumerate(spec.workloads, start=1) if w.context is not None]
+    if not rows:
+        return
+    workloads, path = shown(spec.root / "bench" / "workloads.toml"), spec.context_path
+    number, first = rows[0]
+    if not path.is_file():
+        raise TaskSpecError(f"{workloads}: [[workload]] #{number} ({first.id}) context = {toml_text(first.context)} — "
+                            f"{shown(path)} is missing (it defines {CONTEXTS_NAME}: docs/task-contract.md, "
+                            f"\"In-context rows\")")
+    names = context_names(path)
+    for number, workload in rows:
+        if workload.context not in names:
+            has = f"it has {listed(names)}" if names else "it has none"
+            raise TaskSpecError(f"{workloads}: [[workload]] #{number} ({workload.id}) context = "
+                                f"{toml_text(workload.context)} — not in {shown(path)}'s {CONTEXTS_NAME}"
+                                f"{suggestion(str(workload.context), names)}; {has}")
+
+
+def context_names(path: Path) -> list[str]:
+    """The keys of bench/context.py's top-level `CONTEXTS = {"name": ..., ...}`, or the refusal naming the file."""
+    try:
+        tree = ast.parse(path.read_text(errors="replace"), filename=str(path))
+    except SyntaxError as exc:
+        raise TaskSpecError(f"{shown(path)}:{exc.lineno}: not valid Python: {exc.msg}") from None
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        if not any(isinstance(t, ast.Name) and t.id == CONTEXTS_NAME for t in targets):
+            continue
+        value = node.value
+        if not isinstance(value, ast.Dict) or not all(isinstance(k, ast.Constant) and isinstance(k.value, str)
+                                                      for k in value.keys):
+            raise TaskSpecError(f"{shown(path)}:{node.lineno}: {CONTEXTS_NAME} must be a dict written out with string "
+                                f"keys: {CONTEXTS_NAME} = {{\"name\": Context(...), ...}}")
+        return [k.value for k in value.keys]  # type: ignore[union-attr]
+    raise TaskSpecError(f"{shown(path)}: no {CONTEXTS_NAME} at its top level: {CONTEXTS_NAME} = {{\"name\": "
+                        f"Context(...), ...}} (kpremote.agent.contract.Context)")

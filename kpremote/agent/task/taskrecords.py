@@ -77,6 +77,13 @@ class TimingSettings:
         return cls(**{f.name: record[f.name] for f in fields(cls) if f.name in record})
 
 
+# A row's numerical contract, as workloads.toml names it (`contract`); harness/numerics.py judges a row by it.
+CLOSE = "close"
+EXACT = "exact"
+CONTRACTS = (CLOSE, EXACT)
+DEFAULT_CONTRACT = CLOSE
+
+
 @dataclass(frozen=True)
 class Workload:
     id: str
@@ -85,6 +92,8 @@ class Workload:
     atol: float | None = None  # per-row override of the adapter's Case tolerance
     rtol: float | None = None
     mutates: tuple[str, ...] = ()  # inputs a call rewrites in place (the row's `mutates`)
+    contract: str = DEFAULT_CONTRACT  # the row's numerical contract (harness/numerics.py): CLOSE or EXACT
+    context: str | None = None  # the row's context: a name in bench/context.py's CONTEXTS (timed in it too)
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,11 @@ class TaskSpec:
     @property
     def adapter_path(self) -> Path:
         return self.root / "bench" / "adapter.py"
+
+    @property
+    def context_path(self) -> Path:
+        """bench/context.py: the contexts a row may name (its `context` key); trusted and pinned, like the adapter."""
+        return self.root / "bench" / "context.py"
 
     def smoke_rows(self) -> list[Workload]:
         """Rows marked `smoke = true`, or all when none is: what a CPU run takes when no row is named.

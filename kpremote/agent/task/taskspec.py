@@ -21,6 +21,8 @@ from ..protocol import TIMING_MODES
 from . import taskfiles
 from .buildrules import check_packages, parse_build
 from .taskrecords import (
+    CONTRACTS,
+    DEFAULT_CONTRACT,
     SIDES,  # noqa: F401 - its importers ask the task's sides of taskspec
     BaselineInfo,
     BuildSpec,
@@ -77,6 +79,7 @@ def load_task(task_dir: Path, *, timing_mode: str | None = None, packages: bool 
     taskfiles.check_sides_symmetric(spec)
     taskfiles.check_upstream_files(spec)
     taskfiles.check_adapter(spec.adapter_path)
+    taskfiles.check_contexts(spec)
     return spec
 
 
@@ -121,8 +124,17 @@ def _workload(path: Path, number: int, merged: dict[str, Any]) -> Workload:
             or len(set(mutates)) != len(mutates)):
         raise TaskSpecError(f"{where} ({wid}) mutates = {mutates!r} — allowed: a list of distinct input names "
                             f"(strings), the inputs a call rewrites in place")
+    contract = merged.get("contract", DEFAULT_CONTRACT)
+    if contract not in CONTRACTS:
+        raise TaskSpecError(f"{where} ({wid}) contract = {toml_text(contract)} — allowed: {listed(CONTRACTS)} "
+                            f"(\"exact\": bitwise equal to the baseline, where upstream's contract is exact; "
+                            f"\"close\": SGLang's float64 error test, docs/task-contract.md)")
+    context = merged.get("context")
+    if context is not None and (not isinstance(context, str) or not WORKLOAD_ID.fullmatch(context)):
+        raise TaskSpecError(f"{where} ({wid}) context = {toml_text(context)} — allowed: the name of a context in "
+                            f"bench/context.py's CONTEXTS (letters, digits, '_', '.', '-')")
     return Workload(id=wid, production=production, params={**merged, "production": production},
-                    mutates=tuple(mutates), **tolerances)
+                    mutates=tuple(mutates), contract=contract, context=context, **tolerances)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
