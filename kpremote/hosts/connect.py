@@ -7,7 +7,7 @@ one master connection reused by every command), else through paramiko (SSHTransp
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from .config import Host, load_inventory
 from ..transport import ContainerTransport, LocalTransport, Transport
@@ -79,14 +79,7 @@ def openssh_transport(host: Host) -> OpenSSHTransport:
     if not ssh_client():
         raise HostError(host.name, 'transport = "openssh", but there is no ssh client on PATH (install '
                                    'openssh-client, or set transport = "paramiko")')
-    return OpenSSHTransport(
-        host.name,
-        host.ssh or host.name,
-        connect_timeout=host.connect_timeout,
-        known_hosts=host.known_hosts,
-        identity_file=host.identity_file,
-        ssh_config=host.ssh_config,
-    )
+    return OpenSSHTransport(*_target(host), **_ssh_options(host))
 
 
 def ssh_transport(host: Host) -> SSHTransport:
@@ -94,11 +87,15 @@ def ssh_transport(host: Host) -> SSHTransport:
     `inv trust-host` walks a host's hops with it, whichever client runs the commands."""
     from ..transport.ssh import SSHTransport  # paramiko is slow to import; local-only commands skip it
 
-    return SSHTransport(
-        host.name,
-        host.ssh or host.name,
-        connect_timeout=host.connect_timeout,
-        known_hosts=host.known_hosts,
-        identity_file=host.identity_file,
-        ssh_config=host.ssh_config,
-    )
+    return SSHTransport(*_target(host), **_ssh_options(host))
+
+
+def _target(host: Host) -> tuple[str, str]:
+    """The host's name and what ssh connects to (its `ssh` target, or its name)."""
+    return host.name, host.ssh or host.name
+
+
+def _ssh_options(host: Host) -> dict[str, Any]:
+    """What both SSH clients take from a host's entry: its timeout, known_hosts, key and ssh_config."""
+    return {"connect_timeout": host.connect_timeout, "known_hosts": host.known_hosts,
+            "identity_file": host.identity_file, "ssh_config": host.ssh_config}

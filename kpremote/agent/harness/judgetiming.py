@@ -41,20 +41,8 @@ class JudgeTiming:
             hosts += [self.bench.pairs[k][side].request({"op": "warm_up", "ids": ids, "seconds": warmup_s})
                       .get("host_us") for side in SIDES]
         head_start = timing.head_start_us(max(float(h or 0.0) for h in hosts)) if self.device == "cuda" else 0.0
-        timings, voids, retaken, threads = [], [], [], {"before": {}, "after": {}}
-        try:
-            for k in range(pairs):
-                self.bench.active = k
-                if self.device == "cuda":
-                    for side in SIDES:
-                        self.sides[side].request({"op": "head_start", "us": head_start})
-                sampler = sampling.Sampler(self, cases, mode, head_start)
-                timings.append(self._time_pair(sampler, timing.share_of(settings, pairs), mode, voids, threads,
-                                               suffix="" if k == 0 else f"_{k + 1}", retaken=retaken))
-                head_start = sampler.head_start_us
-        finally:
-            self.bench.active = 0
-        pair = timing.pooled(timings)
+        voids, retaken, threads = [], [], {"before": {}, "after": {}}
+        pair, head_start = self._time_over_pairs(cases, mode, head_start, pairs, voids, threads, retaken)
         for case in cases:
             for side in SIDES:
                 require_inputs_untouched(side, f"{case.label}, after timing", case.pristine, case.inputs[side],
@@ -64,12 +52,7 @@ class JudgeTiming:
             timing=pair.to_json(),
             samples={side: getattr(pair, side).times_us for side in SIDES},
             gbps={side: floors.achieved_gbps(bytes_moved, medians[side]) for side in SIDES},
-            verdict=stats.row_verdict(pair.baseline.times_us, pair.candidate.times_us,
-                                      medians=(medians["baseline"], medians["candidate"]),
-                                      pair_medians=[(p["baseline"], p["candidate"]) for p in pair.process_pairs
-                                                    if p["baseline"] is not None and p["candidate"] is not None],
-                                      process_floor_us=stats.process_floor_us(pairs) if self.device == "cuda" else 0.0,
-                                      meaningful=self.device == "cuda"),  # a smoke row has no verdict
+            verdict=self._verdict(pair, medians, pairs, in_context=False),  # a smoke row has no verdict
             checks={"timing_cases": len(cases), "checked_samples": dict(self.checked), "refreshes": self.refreshes,
                     "check_fraction": sampling.CHECK_FRACTION, "memory_isolation": self.sharing.isolation,
                     "process_pairs": pairs, "retaken": retaken,
@@ -113,21 +96,8 @@ class JudgeTiming:
         bytes_moved = result.get("bytes_moved")
         for regime in regimes.CONTEXT_REGIMES:
             checked_before = dict(self.checked)
-            timings = []
-            try:
-                for k in range(pairs):
-                    self.bench.active = k
-                    if self.device == "cuda":
-                        for side in SIDES:
-                            self.sides[side].request({"op": "head_start", "us": head_start})
-                    sampler = sampling.Sampler(self, cases, mode, head_start, regime=regime)
-                    timings.append(self._time_pair(sampler, timing.share_of(settings, pairs), mode, voids, threads,
-                                                   suffix=f"_{regime}" + ("" if k == 0 else f"_{k + 1}"),
-                                                   retaken=retaken))
-                    head_start = sampler.head_start_us
-            finally:
-                self.bench.active = 0
-            pair = timing.pooled(timings)
+            pair, head_start = self._time_over_pairs(cases, mode, head_start, pairs, voids, threads, retaken,
+                                                     regime=regime)
             medians = {side: getattr(pair, side).summary().median for side in SIDES}
             samples[regime] = {side: getattr(pair, side).times_us for side in SIDES}
             record[regime] = {
@@ -155,6 +125,27 @@ class JudgeTiming:
         if voids:
             result["invalid"] = "; ".join(filter(None, [result.get("invalid"), *voids]))
         return result
+
+    def _time_over_pairs(self, cases: list[SharedCase], mode: str, head_start: float, pairs: int, voids: list[str],
+                         threads: dict[str, dict[str, Any]], retaken: list[str],
+                         regime: str = regimes.COLD) -> tuple[timing.PairTiming, float]:
+        """A regime's samples, each process pair's share in turn (pooled), and the head start they ended with."""
+        timings = []
+        prefix = "" if regime == regimes.COLD else f"_{regime}"
+        try:
+            for k in range(pairs):
+                self.bench.active = k
+                if self.device == "cuda":
+                    for side in SIDES:
+                        self.sides[side].request({"op": "head_start", "us": head_start})
+                sampler = sampling.Sampler(self, cases, mode, head_start, regime=regime)
+                timings.append(self._time_pair(sampler, timing.share_of(self.spec.timing, pairs), mode, voids,
+                                               threads, suffix=prefix + ("" if k == 0 else f"_{k + 1}"),
+                                               retaken=retaken))
+                head_start = sampler.head_start_us
+        finally:
+            self.bench.active = 0
+        return timing.pooled(timings), head_start
 
     def _verdict(self, pair: timing.PairTiming, medians: dict[str, float], pairs: int, *,
                  in_context: bool) -> dict[str, Any]:
