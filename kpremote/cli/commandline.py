@@ -7,7 +7,6 @@ import functools
 import json
 import shlex
 import sys
-import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from invoke import Task, task
@@ -73,10 +72,11 @@ def command(help: dict[str, str] | None = None, short: dict[str, str] | None = N
                     say(exc.line)
                 else:
                     error_line("interrupted")
-                if threading.active_count() > 1:  # a start or follow thread may be in native code: no shutdown
-                    interrupt.leave_now(EXIT_INTERRUPTED)
-                interrupt.exit_now_after(interrupt.EXIT_WATCHDOG_S, EXIT_INTERRUPTED)
-                raise Exit(code=EXIT_INTERRUPTED) from None
+                # Never through Python's own exit: a start or follow thread may be in native code, and a press that
+                # came inside an exec() of a string (a dataclass being made by a lazy import) leaves CPython marked
+                # "KeyboardInterrupt unhandled", so `python -m invoke` would end by SIGINT (-2), not 130, though the
+                # interrupt was handled here (leave_now says more).
+                interrupt.leave_now(EXIT_INTERRUPTED)
 
         return task(wrapper, help=help or {}, auto_shortflags=False, klass=FlagTask, short_flags=short, **task_kwargs)
 

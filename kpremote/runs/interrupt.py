@@ -8,7 +8,7 @@ The model (docs/architecture.md, "Interruptions"):
   `cancel --pending` (a start still on its way refuses to begin) and a short SIGTERM grace, within
   CANCEL_BUDGET_S, prints what happened to each run id, and exits 130;
 - later presses are noted and ignored, so a second Ctrl-C cannot cut the cancels short;
-- work threads are daemons and a watchdog ends the process if anything still holds it: the exit never waits.
+- the exit is os._exit(130) after a flush (leave_now), never Python's shutdown: it never waits on a thread.
 The host side backs this up: a start whose client vanished stops by itself before its runner begins.
 """
 
@@ -33,7 +33,6 @@ CANCEL_BUDGET_S = 1.4
 """How long the cancels may take, all together: connect, cancel on the host, answer."""
 HOST_GRACE_S = 0.5
 """SIGTERM to SIGKILL on the host, for a cancel made by Ctrl-C (`inv cancel` gives a run longer)."""
-EXIT_WATCHDOG_S = 0.2
 
 
 @dataclass(frozen=True, eq=False)
@@ -222,23 +221,12 @@ def leave_now(code: int) -> None:
     """Exit at once with code, output flushed, without Python's shutdown: a start thread may be inside native code
     (paramiko's key exchange in cryptography's Rust), and a daemon thread stopped there at shutdown aborts the whole
     process ("FATAL: exception not rethrown", exit -6) instead of exiting 130. Nothing is left to tidy by then: the
-    cancels are done and every `with` block the KeyboardInterrupt crossed has closed."""
+    cancels are done and every `with` block the KeyboardInterrupt crossed has closed.
+    Python's own exit would also lose the code: under `python -m` (how `inv` is often run) CPython kills itself with
+    SIGINT at the end when a KeyboardInterrupt once passed out of an exec() of a string, caught or not (dataclasses
+    and namedtuple make their methods that way, at import), so a press landing in a lazy import ended -2, not 130."""
     try:
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
         os._exit(code)
-
-
-def exit_now_after(seconds: float, code: int) -> None:
-    """A watchdog: if something (a thread, a stuck flush) still holds the process after `seconds`, leave anyway."""
-
-    def leave() -> None:
-        time.sleep(seconds)
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
-
-    threading.Thread(target=leave, daemon=True, name="kpremote-exit").start()
