@@ -14,6 +14,9 @@
 #   call 2: carry [.gpustage/remeasure-1] RT_LIST=... bash benchmarks/gpu/x2_44.sh tasks LIST redteam
 #           remeasure.sh with REMEASURE_PARALLEL=chain: the tasks of LIST one after another on one GPU, the red team
 #           on the other (one lease root: each job leases the idle GPU)
+#   jobs:   X2_PREP="stage install" X2_JOB_A='bash benchmarks/gpu/remeasure.sh tasks qknorm_rope'
+#           X2_JOB_B='bash benchmarks/gpu/context.sh aa 3' bash benchmarks/gpu/x2_44.sh jobs
+#           (issue 45's re-measure under 2.19): the prep alone, then the two jobs side by side, one per GPU
 # Environment: X2_BUDGET_S (540: the call's own limit; A/A stops X2_AA_MARGIN_S=45 before it, for the packing).
 # $OUT gets aa/ (pairs.tgz and machine.txt of each GPU's copy: aa/g0-pairs.tgz ...) or remeasure.sh's four files,
 # and x2.log (every job's output). Here: python3 benchmarks/gpu/power_report.py DIR --tag h27 / --tag p4, and
@@ -60,6 +63,26 @@ case ${1:-} in
     case $gpu in *H100*) export REMEASURE_ARCH=h100 REMEASURE_HOST=h100 ;; esac
     REMEASURE_PARALLEL=chain REMEASURE_BUDGET_S=$budget bash benchmarks/gpu/remeasure.sh "$@" >> "$out/x2.log" 2>&1
     echo "remeasure.sh: exit $?" | tee -a "$out/x2.log" ;;
-  *) echo "usage: bash benchmarks/gpu/x2_44.sh aa | tiny | tasks LIST [redteam] | redteam"; exit 2 ;;
+  jobs)  # two jobs side by side, one per GPU, through one lease root (REMEASURE_WORK's and CONTEXT_WORK's: /tmp/kp-x2),
+    # after X2_PREP (remeasure.sh steps, e.g. "stage install", run first, alone): X2_JOB_A and X2_JOB_B are command
+    # lines (remeasure.sh or context.sh), each given OUT=$out/a or $out/b and the call's time left as its budget
+    export REMEASURE_WORK=/tmp/kp-x2 CONTEXT_WORK=/tmp/kp-x2 REMEASURE_PARALLEL=chain
+    case $gpu in *H100*) export REMEASURE_ARCH=h100 REMEASURE_HOST=h100 ;; esac
+    if [ -n "${X2_PREP:-}" ]; then
+      OUT=$out/prep REMEASURE_BUDGET_S=$budget bash benchmarks/gpu/remeasure.sh $X2_PREP >> "$out/x2.log" 2>&1
+      echo "prep ($X2_PREP): exit $?, $SECONDS s" | tee -a "$out/x2.log"; rm -rf "$out/prep"
+    fi
+    rest=$((budget - SECONDS))
+    for job in A B; do
+      line=X2_JOB_$job; [ -n "${!line:-}" ] || continue
+      folder=$out/$(echo $job | tr AB ab); mkdir -p "$folder"
+      (OUT=$folder REMEASURE_BUDGET_S=$rest CONTEXT_BUDGET_S=$rest bash -c "${!line}" > "$folder.log" 2>&1
+       echo "job $job: exit $?" >> "$folder.log") &
+      eval "pid_$job=\$!"; sleep 2  # a second apart: remeasure.sh names its steps file by the second it starts
+    done
+    wait ${pid_A:-} ${pid_B:-}
+    [ -f "$out/a/machine.txt" ] && rm -f "$out/b/machine.txt"  # the device brings back eight files
+    for job in a b; do [ -f "$out/$job.log" ] && { echo "--- job $job"; tail -60 "$out/$job.log"; } >> "$out/x2.log"; rm -f "$out/$job.log"; done ;;
+  *) echo "usage: bash benchmarks/gpu/x2_44.sh aa | tiny | tasks LIST [redteam] | redteam | jobs"; exit 2 ;;
 esac
 cat "$out/x2.log"
