@@ -16,9 +16,12 @@ from kpremote.agent.contract import Context
 from kpremote.agent.task.taskspec import load_workloads
 
 REPO = Path(__file__).resolve().parents[2]
-# a small shape of each context's rows: what its ops need to hold (a head count, a multiple of 24 rows, ...)
-SMALL_SHAPES = {"qwen_ffn_residual": [1, 5, 64], "qwen_residual_qkv": [1, 5, 64],
-                "helios_cross_attention_norm": [16, 64], "hunyuan_q_norm": [48, 128]}
+# a small copy of each context's rows: the row keys that set its size, what its ops need to hold (a head count, a
+# multiple of 24 rows, channels that split into the row's groups, ...)
+SMALL_PARAMS = {"qwen_ffn_residual": {"shape": [1, 5, 64]}, "qwen_residual_qkv": {"shape": [1, 5, 64]},
+                "helios_cross_attention_norm": {"shape": [16, 64]}, "hunyuan_q_norm": {"shape": [48, 128]},
+                "hunyuan_vae_resnet_norm1": {"shape": [1, 64, 3, 4, 5]},
+                "hunyuan_vae_up_resnet_norm1": {"shape": [1, 64, 3, 4, 5]}}
 TASKS_WITH_CONTEXTS = sorted(p.parents[1].name for p in (REPO / "kernels").glob("*/bench/context.py"))
 
 
@@ -33,36 +36,105 @@ def rows_with_contexts(task: str) -> list:
     return [w for w in load_workloads(REPO / "kernels" / task / "bench" / "workloads.toml") if w.context]
 
 
-def test_the_norm_tasks_and_fuse_scale_shift_have_contexts() -> None:
-    assert {"h200_diffusion_fuse_scale_shift__multi_shape", "h200_diffusion_cutedsl_norm_scale_shift__multi_shape",
-            "h200_diffusion_norm_infer__multi_shape"} <= set(TASKS_WITH_CONTEXTS)
-    for task in TASKS_WITH_CONTEXTS:
-        assert all(w.production for w in rows_with_contexts(task)), task  # the production rows' contexts
-
-
-@pytest.mark.parametrize("task", TASKS_WITH_CONTEXTS)
-def test_each_context_runs_its_ops_on_a_small_copy_of_its_rows(task: str) -> None:
+def small_rows(task: str) -> list[tuple[str, dict, Context, object]]:
+    """Each row of the task that names a context: its id, its small params, its Context, the task's adapter."""
     folder = REPO / "kernels" / task
     adapter = module(folder / "bench" / "adapter.py", f"adapter_{task}")
     contexts = module(folder / "bench" / "context.py", f"context_{task}").CONTEXTS
     rows = rows_with_contexts(task)
     assert rows, task
-    for row in rows:
-        context = contexts[row.context]
-        assert isinstance(context, Context) and context.writes == ("x",)
-        params = {**row.params, "shape": SMALL_SHAPES[row.context]}
+    return [(row.id, {**row.params, **SMALL_PARAMS[row.context]}, contexts[row.context], adapter) for row in rows]
+
+
+def results_of(case) -> dict[str, torch.Tensor]:
+    """What after() reads: the call's outputs and the inputs it rewrites in place, filled with random values."""
+    named = {**case.outputs_baseline, **{name: case.inputs[name] for name in case.mutates}}
+    return {name: torch.randn(value.shape).to(value.dtype) for name, value in named.items()}
+
+
+def test_the_shipped_tasks_have_contexts() -> None:
+    assert {"h200_diffusion_fuse_scale_shift__multi_shape", "h200_diffusion_cutedsl_norm_scale_shift__multi_shape",
+            "h200_diffusion_norm_infer__multi_shape", "h200_diffusion_group_norm_silu__multi_shape"} <= set(
+        TASKS_WITH_CONTEXTS)
+    for task in TASKS_WITH_CONTEXTS:
+        assert all(w.production for w in rows_with_contexts(task)), task  # the production rows' contexts
+
+
+def test_every_production_row_of_group_norm_silu_names_its_context() -> None:
+    rows = load_workloads(REPO / "kernels" / "h200_diffusion_group_norm_silu__multi_shape" / "bench" /
+                          "workloads.toml")
+    named = {w.id: w.context for w in rows if w.production}
+    assert set(named.values()) == {"hunyuan_vae_resnet_norm1", "hunyuan_vae_up_resnet_norm1"}, named
+    # the first resnet of up blocks 2 and 3 halves the channels: its conv1 writes C / 2 (the rows' notes place them)
+    assert {i for i, c in named.items() if c == "hunyuan_vae_up_resnet_norm1"} == {
+        "hunyuanvideo_vae_c512_t9_h128_bf16", "hunyuanvideo_vae_c256_t17_h256_bf16"}
+
+
+@pytest.mark.parametrize("task", TASKS_WITH_CONTEXTS)
+def test_each_context_runs_its_ops_on_a_small_copy_of_its_rows(task: str) -> None:
+    for row_id, params, context, adapter in small_rows(task):
+        assert isinstance(context, Context) and context.writes and context.results, row_id
         case = adapter.make_case(params, device="cpu", seed=1)
         pristine = {name: value.clone() for name, value in case.inputs.items() if torch.is_tensor(value)}
         state = context.state(params, case.inputs, device="cpu", seed=2)
         context.before(params, state, case.inputs)
-        for name, value in pristine.items():  # before() writes x, and only x, with finite values of x's layout
+        for name, value in pristine.items():  # before() writes its writes, and only them, with finite values
             written = case.inputs[name]
             assert (written.shape, written.dtype) == (value.shape, value.dtype)
-            assert torch.equal(written, value) == (name not in context.writes), (row.id, name)
-        assert torch.isfinite(case.inputs["x"].float()).all(), row.id
-        outputs = {"out": torch.randn(case.inputs["x"].shape).to(case.inputs["x"].dtype)}
+            assert torch.equal(written, value) == (name not in context.writes), (row_id, name)
+        for name in context.writes:
+            assert torch.isfinite(case.inputs[name].float()).all(), (row_id, name)
         for name in context.results:
             state[name].fill_(float("nan"))
-        context.after(params, state, outputs)
+        context.after(params, state, results_of(case))
         for name in context.results:  # after() writes every one of its results
-            assert torch.isfinite(state[name].float()).all(), (row.id, name)
+            assert torch.isfinite(state[name].float()).all(), (row_id, name)
+
+
+@pytest.mark.parametrize("task", TASKS_WITH_CONTEXTS)
+def test_each_contexts_after_reads_the_rows_results(task: str) -> None:
+    """after() on other results writes other values: it consumes what the kernel wrote (every output and mutated
+    input), so a side that left them unwritten would show in what after() makes."""
+    for row_id, params, context, adapter in small_rows(task):
+        case = adapter.make_case(params, device="cpu", seed=1)
+        state = context.state(params, case.inputs, device="cpu", seed=2)
+        torch.manual_seed(3)
+        results = results_of(case)
+        context.after(params, state, results)
+        first = {name: state[name].clone() for name in context.results}
+        for name in results:  # one result changed at a time: after() reads each
+            changed = {**results, name: torch.randn(results[name].shape).to(results[name].dtype)}
+            context.after(params, state, changed)
+            assert any(not torch.equal(first[n], state[n]) for n in context.results), (row_id, name)
+
+
+@pytest.mark.parametrize("task", TASKS_WITH_CONTEXTS)
+def test_each_contexts_state_and_writes_follow_from_its_seed(task: str) -> None:
+    """The judge hands each side a copy of the state it built from a secret seed and recomputes what before()
+    writes: the same seed makes the same state and the same writes, another seed other ones."""
+    for row_id, params, context, adapter in small_rows(task):
+        def built(seed: int) -> tuple[dict, dict]:
+            case = adapter.make_case(params, device="cpu", seed=1)
+            state = context.state(params, case.inputs, device="cpu", seed=seed)
+            kept = {n: v.clone() for n, v in state.items() if torch.is_tensor(v) and n not in context.results}
+            context.before(params, state, case.inputs)
+            return kept, {name: case.inputs[name] for name in context.writes}
+
+        (state_a, written_a), (state_b, written_b), (state_c, written_c) = built(5), built(5), built(6)
+        assert state_a.keys() == state_b.keys() and all(torch.equal(state_a[n], state_b[n]) for n in state_a), row_id
+        assert all(torch.equal(written_a[n], written_b[n]) for n in written_a), row_id
+        assert not all(torch.equal(written_a[n], written_c[n]) for n in written_a), row_id
+
+
+@pytest.mark.parametrize("task", TASKS_WITH_CONTEXTS)
+def test_each_context_writes_no_state_but_its_results(task: str) -> None:
+    """The judge holds every state tensor but after()'s results to its built bits after the context regimes
+    (regimes.check_inputs_after): a context that keeps an intermediate in its state fails every GPU run."""
+    for row_id, params, context, adapter in small_rows(task):
+        case = adapter.make_case(params, device="cpu", seed=1)
+        state = context.state(params, case.inputs, device="cpu", seed=2)
+        built = {n: v.clone() for n, v in state.items() if torch.is_tensor(v) and n not in context.results}
+        context.before(params, state, case.inputs)
+        context.after(params, state, results_of(case))
+        changed = [n for n, v in built.items() if not torch.equal(v, state[n])]
+        assert not changed, (row_id, changed)
