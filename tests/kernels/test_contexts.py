@@ -22,7 +22,8 @@ SMALL_PARAMS = {"qwen_ffn_residual": {"shape": [1, 5, 64]}, "qwen_residual_qkv":
                 "helios_cross_attention_norm": {"shape": [16, 64]}, "hunyuan_q_norm": {"shape": [48, 128]},
                 "hunyuan_vae_resnet_norm1": {"shape": [1, 64, 3, 4, 5]},
                 "hunyuan_vae_up_resnet_norm1": {"shape": [1, 64, 3, 4, 5]},
-                "zimage_attention_norm_scale": {"shape": [1, 5, 64]}, "zimage_attention_residual": {"shape": [1, 5, 64]}}
+                "zimage_attention_norm_scale": {"shape": [1, 5, 64]}, "zimage_attention_residual": {"shape": [1, 5, 64]},
+                "hunyuan_qkv_pack_reference": {"tokens": 6, "heads": 3, "head_dim": 16}}
 TASKS_WITH_CONTEXTS = sorted(p.parents[1].name for p in (REPO / "kernels").glob("*/bench/context.py"))
 
 
@@ -56,7 +57,8 @@ def results_of(case) -> dict[str, torch.Tensor]:
 def test_the_shipped_tasks_have_contexts() -> None:
     assert {"h200_diffusion_fuse_scale_shift__multi_shape", "h200_diffusion_cutedsl_norm_scale_shift__multi_shape",
             "h200_diffusion_norm_infer__multi_shape", "h200_diffusion_group_norm_silu__multi_shape",
-            "h200_diffusion_cutedsl_norm_tanh_mul_add__multi_shape"} <= set(TASKS_WITH_CONTEXTS)
+            "h200_diffusion_cutedsl_norm_tanh_mul_add__multi_shape",
+            "h200_diffusion_rotary_embedding__multi_shape"} <= set(TASKS_WITH_CONTEXTS)
     for task in TASKS_WITH_CONTEXTS:
         assert all(w.production for w in rows_with_contexts(task)), task  # the production rows' contexts
 
@@ -69,6 +71,14 @@ def test_every_production_row_of_norm_tanh_names_the_context_of_its_function() -
         if w.production:
             named[w.params["function"]].add(w.context)
     assert named == {"scale": {"zimage_attention_norm_scale"}, "tanh_residual": {"zimage_attention_residual"}}
+
+
+def test_only_rotary_embeddings_hunyuanvideo_row_has_a_context() -> None:
+    """On a CUDA host Qwen-Image and Wan rotate q and k with FlashInfer: their rows follow no call the model makes
+    there, and get no context (docs/model-context.md)."""
+    rows = load_workloads(REPO / "kernels" / "h200_diffusion_rotary_embedding__multi_shape" / "bench" /
+                          "workloads.toml")
+    assert {w.id: w.context for w in rows if w.context} == {"hunyuanvideo_t27030_h24_d128": "hunyuan_qkv_pack_reference"}
 
 
 def test_every_production_row_of_group_norm_silu_names_its_context() -> None:
