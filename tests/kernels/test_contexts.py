@@ -23,7 +23,9 @@ SMALL_PARAMS = {"qwen_ffn_residual": {"shape": [1, 5, 64]}, "qwen_residual_qkv":
                 "hunyuan_vae_resnet_norm1": {"shape": [1, 64, 3, 4, 5]},
                 "hunyuan_vae_up_resnet_norm1": {"shape": [1, 64, 3, 4, 5]},
                 "zimage_attention_norm_scale": {"shape": [1, 5, 64]}, "zimage_attention_residual": {"shape": [1, 5, 64]},
-                "hunyuan_qkv_pack_reference": {"tokens": 6, "heads": 3, "head_dim": 16}}
+                "hunyuan_qkv_pack_reference": {"tokens": 6, "heads": 3, "head_dim": 16},
+                **{name: {"tokens": 6, "q_heads": 2, "k_heads": 2, "head_dim": 16, "rope_dim": 16}
+                   for name in ("flux_image_join", "flux_text_join", "ernie_attention")}}
 TASKS_WITH_CONTEXTS = sorted(p.parents[1].name for p in (REPO / "kernels").glob("*/bench/context.py"))
 
 
@@ -58,7 +60,8 @@ def test_the_shipped_tasks_have_contexts() -> None:
     assert {"h200_diffusion_fuse_scale_shift__multi_shape", "h200_diffusion_cutedsl_norm_scale_shift__multi_shape",
             "h200_diffusion_norm_infer__multi_shape", "h200_diffusion_group_norm_silu__multi_shape",
             "h200_diffusion_cutedsl_norm_tanh_mul_add__multi_shape",
-            "h200_diffusion_rotary_embedding__multi_shape"} <= set(TASKS_WITH_CONTEXTS)
+            "h200_diffusion_rotary_embedding__multi_shape", "h200_diffusion_qknorm_rope__multi_shape"} <= set(
+        TASKS_WITH_CONTEXTS)
     for task in TASKS_WITH_CONTEXTS:
         assert all(w.production for w in rows_with_contexts(task)), task  # the production rows' contexts
 
