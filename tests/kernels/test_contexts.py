@@ -7,6 +7,9 @@ test_inv_check.py); the others' sides need a GPU, so this is what is checked of 
 from __future__ import annotations
 
 import importlib.util
+import json
+import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ import torch
 
 from kpremote.agent.contract import Context
 from kpremote.agent.task.taskspec import load_workloads
+from rig import run_inv
 
 REPO = Path(__file__).resolve().parents[2]
 # a small copy of each context's rows: the row keys that set its size, what its ops need to hold (a head count, a
@@ -162,3 +166,44 @@ def test_each_context_writes_no_state_but_its_results(task: str) -> None:
         context.after(params, state, results_of(case))
         changed = [n for n, v in built.items() if not torch.equal(v, state[n])]
         assert not changed, (row_id, changed)
+
+
+# the tasks whose sides both run on the CPU (Triton's interpreter), with a context row of each context they define
+CPU_SMOKE = {"h200_diffusion_group_norm_silu__multi_shape": ["hunyuanvideo_vae_c512_t5_h32_bf16",
+                                                             "hunyuanvideo_vae_c512_t9_h128_bf16"],
+             "h200_diffusion_rotary_embedding__multi_shape": ["hunyuanvideo_t27030_h24_d128"]}
+
+
+def small_smoke_copy(task: str, rows: list[str], root: Path) -> Path:
+    """A copy of the task (without results/ and baseline/upstream/) whose workloads.toml holds only `rows`, each
+    shrunk to its context's small shape and marked smoke."""
+    copy = root / "kernels" / task
+    shutil.copytree(REPO / "kernels" / task, copy, ignore=shutil.ignore_patterns("results", "upstream"))
+    document = tomllib.loads((copy / "bench" / "workloads.toml").read_text())
+    lines = []
+    for row in document["workload"]:
+        if row["id"] in rows:
+            small = {**row, **SMALL_PARAMS[row["context"]], "smoke": True}
+            lines += ["[[workload]]", *(f"{key} = {json.dumps(value)}" for key, value in small.items()), ""]
+    defaults = [f"{key} = {json.dumps(value)}" for key, value in document.get("defaults", {}).items()]
+    (copy / "bench" / "workloads.toml").write_text("\n".join(["[defaults]", *defaults, "", *lines]))
+    return copy
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("task", sorted(CPU_SMOKE))
+def test_the_context_rows_pass_a_cpu_smoke_run_in_every_regime(task: str, tmp_path: Path) -> None:
+    """The real judge and sides (`inv check`) on a small copy of the task's context rows: each PASSED, timed cold,
+    warm and in its context, every regime's checked samples taken (the context's writes, its after() and the
+    kernel's results in it checked against the judge's)."""
+    copy = small_smoke_copy(task, CPU_SMOKE[task], tmp_path)
+    result = run_inv("check", "--task", task, cwd=tmp_path, timeout=900)
+    output = result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, output
+    [summary] = (copy / "results" / "check").glob("*/summary/results.json")
+    rows = {row["workload"]: row for row in json.loads(summary.read_text())["rows"]}
+    assert set(rows) == set(CPU_SMOKE[task]), output
+    for row_id, row in rows.items():
+        assert row["status"] == "PASSED", (row_id, row.get("message"))
+        for regime in ("warm", "context"):
+            assert all(n >= 1 for n in row["regimes"][regime]["checks"]["checked_samples"].values()), (row_id, regime)
