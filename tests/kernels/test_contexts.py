@@ -28,6 +28,7 @@ SMALL_PARAMS = {"qwen_ffn_residual": {"shape": [1, 5, 64]}, "qwen_residual_qkv":
                 "hunyuan_vae_up_resnet_norm1": {"shape": [1, 64, 3, 4, 5]},
                 "zimage_attention_norm_scale": {"shape": [1, 5, 64]}, "zimage_attention_residual": {"shape": [1, 5, 64]},
                 "hunyuan_qkv_pack_reference": {"tokens": 6, "heads": 3, "head_dim": 16},
+                "wan_patch_embed_qkv": {"shape": [1, 5, 64]},
                 **{name: {"tokens": 6, "q_heads": 2, "k_heads": 2, "head_dim": 16, "rope_dim": 16}
                    for name in ("flux_image_join", "flux_text_join", "ernie_attention")}}
 TASKS_WITH_CONTEXTS = sorted(p.parents[1].name for p in (REPO / "kernels").glob("*/bench/context.py"))
