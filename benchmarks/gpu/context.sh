@@ -49,7 +49,7 @@ declare -A NEEDS=([cutedsl]="cutlass.cute" [qknorm_rope]="tvm_ffi")  # importabl
 # contexts and the audit under 2.18 (benchmarks/README.md). group_norm_silu: six rows up to 570 MB a tensor, each
 # context graph holding a 3x3x3 conv over the row's tensor (to be measured on a GPU under 2.19); rotary: one row
 # (estimates until a call measures them)
-declare -A ESTIMATE_S=([fuse]=200 [norm_infer]=300 [cutedsl]=240 [group_norm_silu]=360 [norm_tanh]=240 [rotary]=120
+declare -A ESTIMATE_S=([fuse]=200 [norm_infer]=300 [cutedsl]=300 [group_norm_silu]=360 [norm_tanh]=240 [rotary]=120
                        [qknorm_rope]=420)
 AA_RUN_S=150  # one run of the 12 A/A rows in three regimes (an estimate until a call measures it)
 arch=""
