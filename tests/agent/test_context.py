@@ -71,6 +71,19 @@ def test_an_in_place_candidate_that_does_less_work_in_its_context_is_incorrect(
     assert re.search(r"in the context regime: output 'x'", row["message"]), row["message"]
 
 
+def test_an_in_place_context_row_is_judged_against_the_baselines_call_without_a_reference(tmp_path: Path) -> None:
+    """Without an adapter reference the judge takes the baseline's call on what before() wrote as the expected result:
+    the mutated input must hold those values, not its pristine ones, when the baseline runs."""
+    task = copy_fixture(tmp_path, TASK)
+    adapter = task / "bench" / "adapter.py"
+    adapter.write_text(adapter.read_text().replace("def reference(", "def _no_reference("))
+    run_dir = tmp_path / "run"
+    run_agent(task, run_dir, "--workloads", "inplace,inplace_lazy_in_context")
+    rows = {row["workload"]: row for row in results_of(run_dir)["rows"]}
+    assert rows["inplace"]["status"] == "PASSED", rows["inplace"].get("message")
+    assert rows["inplace_lazy_in_context"]["status"] == "INCORRECT", rows["inplace_lazy_in_context"]
+
+
 def test_each_regimes_samples_go_to_the_raw_samples_with_their_regime(
         context_run: tuple[Path, subprocess.CompletedProcess]) -> None:
     run_dir, _ = context_run
