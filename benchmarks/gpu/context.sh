@@ -174,9 +174,13 @@ finish() {
 mkdir -p "$out" "$work"; : > "$out/steps.txt"
 # the tasks' upstream files, carried as one archive (remeasure.sh pack's, or `tar czf .gpustage/upstream.tgz
 # kernels/*/baseline/upstream` here) where their folders were not carried one by one
-for carried in .gpustage/upstream.tgz .gpustage/remeasure-*/upstream.tgz; do [ -f "$carried" ] && tar xzf "$carried"; done
+for carried in .gpustage/upstream.tgz .gpustage/remeasure-*/upstream.tgz; do
+  [ -f "$carried" ] && tar xzf "$carried"
+done
 # remeasure.sh's `stage install` left the wheels of cutedsl and qknorm_rope in KP_SITE on this warm machine
-[ -d "${KP_SITE:-/tmp/site}" ] && [ -f benchmarks/gpu/new_tasks.sh ] && eval "$(KP_SITE=${KP_SITE:-/tmp/site} bash benchmarks/gpu/new_tasks.sh env)"
+if [ -d "${KP_SITE:-/tmp/site}" ] && [ -f benchmarks/gpu/new_tasks.sh ]; then
+  eval "$(KP_SITE=${KP_SITE:-/tmp/site} bash benchmarks/gpu/new_tasks.sh env)"
+fi
 { nvidia-smi 2>&1 | head -20; "$py" -c 'import json, torch, triton; from kpremote.agent import harness
 print(torch.__version__, torch.version.cuda, triton.__version__); print(json.dumps(harness.harness_record()))' 2>&1
 } > "$out/machine.txt"

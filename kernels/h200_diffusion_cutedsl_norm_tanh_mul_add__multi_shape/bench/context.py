@@ -20,8 +20,8 @@ The neighbours are plain torch ops written here (mm, elementwise ops, Z-Image's 
 x * rsqrt(mean(x^2) + eps) * weight, all in bf16), not SGLang's code; in the model the RMSNorm neighbours are this
 task's own Triton kernels, so the context's window holds more neighbour time than the model's. The FFN's pair
 (ffn_norm1's scale op -> `w13`, D -> 2 x 10240; `w2`, 10240 -> D -> ffn_norm2's gated residual) reads and writes as
-the attention's pair does, around larger projections: the attention's contexts stand for both. Weights are random, seeded by the judge's secret: timing does not depend
-on their values.
+the attention's pair does, around larger projections: the attention's contexts stand for both. Weights are random,
+seeded by the judge's secret: timing does not depend on their values.
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ affine weight, eps 1e-6, then SiLU: `apply_group_norm_silu`). Around it, by data
   256 -> 128, as the rows' notes place them).
 The neighbours are plain torch ops written here (add, F.pad, F.conv3d), not SGLang's code. norm2's context (conv1
 before, conv2 after) reads and writes the same tensors in the same order; conv_norm_out's (the c128 row's other
-call site) has conv_out (128 -> 3) after it, a lighter conv than this context's. The conv is the heaviest neighbour of any shipped context (a 3x3x3 conv
-over the row's whole tensor: to be measured on a GPU under 2.19). Weights are random, seeded by the judge's secret:
-timing does not depend on their values.
+call site) has conv_out (128 -> 3) after it, a lighter conv than this context's. The conv is the heaviest
+neighbour of any shipped context (a 3x3x3 conv over the row's whole tensor: to be measured on a GPU under 2.19).
+Weights are random, seeded by the judge's secret: timing does not depend on their values.
 """
 
 from __future__ import annotations

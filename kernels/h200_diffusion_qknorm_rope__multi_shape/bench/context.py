@@ -10,9 +10,9 @@ LongCat-Image's double-stream attention, `models/dits/longcat_image.py`, reads a
 `fused_inplace_qknorm_rope`) on the text stream, then on the image stream -> `join_seqs`, the text tokens before
 the image's.
 - before: the stream's QKV projection (`to_qkv` for the image stream, the added projection for the text stream: one
-  Linear hidden -> 3 x hidden with its bias), of which q and k are two thirds: here two Linears hidden -> hidden with their
-  biases, written into q and k ([tokens, heads, head_dim], a head's channels contiguous); the model's GEMM also
-  writes v;
+  Linear hidden -> 3 x hidden with its bias), of which q and k are two thirds: here two Linears hidden -> hidden
+  with their biases, written into q and k ([tokens, heads, head_dim], a head's channels contiguous); the model's
+  GEMM also writes v;
 - after: the join, `torch.cat` of the text stream's q (and k) and the image stream's along the tokens, into buffers:
   flux_image_join for an image row (OTHER_TOKENS["image"] text tokens before it), flux_text_join for the text row (the
   image's 4096 tokens after it). The attention then reads the joined copies.
