@@ -1,8 +1,10 @@
 """The shipped tasks' contexts (their bench/context.py, harness 2.18) on the CPU: every row that names one names one
-the file defines, and each context's state, before() and after() run on a small copy of each such row with the
-task's own make_case (the production shapes are a GPU's: 12288-wide projections, 648720-row norms). Of the tasks with
-contexts only fuse_scale_shift's sides run on a CPU (its qwen_s19 MulAdd row is timed in its context by `inv check`:
-test_inv_check.py); the others' sides need a GPU, so this is what is checked of their contexts here."""
+the file defines; each context's state, before() and after() run on a small copy of each such row with the task's own
+make_case (the production shapes are a GPU's: 12288-wide projections, 648720-row norms): before() writes what the row
+reads and nothing else, after() reads the row's results, the state follows from its seed and stays as built but for
+after()'s results. Then the real judge on small copies of the rows: `inv check` where both sides run on the CPU
+(group_norm_silu, rotary_embedding; fuse_scale_shift's qwen_s19 row is timed in its context by test_inv_check.py),
+and the runner with both sides a torch stand-in (the adapter's reference) where they need a GPU."""
 
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ SMALL_PARAMS = {"qwen_ffn_residual": {"shape": [1, 5, 64]}, "qwen_residual_qkv":
                 "helios_cross_attention_norm": {"shape": [16, 64]}, "hunyuan_q_norm": {"shape": [48, 128]},
                 "hunyuan_vae_resnet_norm1": {"shape": [1, 64, 3, 4, 5]},
                 "hunyuan_vae_up_resnet_norm1": {"shape": [1, 64, 3, 4, 5]},
-                "zimage_attention_norm_scale": {"shape": [1, 5, 64]}, "zimage_attention_residual": {"shape": [1, 5, 64]},
+                "zimage_attention_norm_scale": {"shape": [1, 5, 64]},
+                "zimage_attention_residual": {"shape": [1, 5, 64]},
                 "hunyuan_qkv_pack_reference": {"tokens": 6, "heads": 3, "head_dim": 16},
                 "wan_patch_embed_qkv": {"shape": [1, 5, 64]},
                 **{name: {"tokens": 6, "q_heads": 2, "k_heads": 2, "head_dim": 16, "rope_dim": 16}
@@ -86,7 +89,8 @@ def test_only_rotary_embeddings_hunyuanvideo_row_has_a_context() -> None:
     there, and get no context (docs/model-context.md)."""
     rows = load_workloads(REPO / "kernels" / "h200_diffusion_rotary_embedding__multi_shape" / "bench" /
                           "workloads.toml")
-    assert {w.id: w.context for w in rows if w.context} == {"hunyuanvideo_t27030_h24_d128": "hunyuan_qkv_pack_reference"}
+    named = {w.id: w.context for w in rows if w.context}
+    assert named == {"hunyuanvideo_t27030_h24_d128": "hunyuan_qkv_pack_reference"}
 
 
 def test_every_production_row_of_group_norm_silu_names_its_context() -> None:
@@ -206,5 +210,115 @@ def test_the_context_rows_pass_a_cpu_smoke_run_in_every_regime(task: str, tmp_pa
     assert set(rows) == set(CPU_SMOKE[task]), output
     for row_id, row in rows.items():
         assert row["status"] == "PASSED", (row_id, row.get("message"))
+        for regime in ("warm", "context"):
+            assert all(n >= 1 for n in row["regimes"][regime]["checks"]["checked_samples"].values()), (row_id, regime)
+
+
+# The tasks whose sides need a GPU (a tvm-ffi JIT, a bf16 Triton kernel the interpreter refuses): their contexts go
+# through the real judge on the CPU with both sides a stand-in, the adapter's own float64 reference in torch (the
+# side finds the adapter it runs under in sys.modules). What this checks is the context against the task's adapter
+# and the judge (its writes, its after(), the in-place q and k), not the kernels.
+STAND_IN_SIDES = {
+    "h200_diffusion_qknorm_rope__multi_shape": (["flux_img_t4096_h24_d128", "flux_txt_t512_h24_d128",
+                                                 "ernie_img_t4096_h32_d128_neox_round_full"], '''
+"""Stand-in side: the adapter's float64 QK norm + RoPE, in place on q and k."""
+import sys
+
+
+class _Kernel:
+    def __init__(self, head_dim, rope_dim, is_neox, use_pdl, dtype, cache_dtype, round_norm, full_width, half_warp):
+        self.flags = {"rope_dim": rope_dim, "is_neox": is_neox, "round_norm_before_rope": round_norm,
+                      "cache_has_full_width": full_width}
+
+    def qknorm_rope(self, q, k, q_weight, k_weight, cache, positions, eps):
+        adapter, workload = sys.modules["kp_adapter"], {**self.flags, "eps": eps}
+        inputs = {"cos_sin_cache": cache, "positions": positions}
+        q.copy_(adapter._qknorm_rope(workload, q, q_weight, inputs))
+        k.copy_(adapter._qknorm_rope(workload, k, k_weight, inputs))
+
+
+def load(*template_args):
+    return _Kernel(*template_args)
+'''),
+    "h200_diffusion_cutedsl_norm_tanh_mul_add__multi_shape": (["zimage_1024_main_tanh_residual",
+                                                               "zimage_1024_main_scale"], '''
+"""Stand-in side: the adapter's bf16-native reference, into out."""
+import sys
+
+
+def rmsnorm_tanh_residual(x, gate, residual, weight, eps, out):
+    inputs = {"x": x, "gate": gate, "residual": residual, "weight": weight}
+    out.copy_(sys.modules["kp_adapter"].reference({"function": "tanh_residual", "eps": eps}, inputs)["out"])
+
+
+def rmsnorm_scale(x, weight, scale, eps, out):
+    inputs = {"x": x, "weight": weight, "scale": scale}
+    out.copy_(sys.modules["kp_adapter"].reference({"function": "scale", "eps": eps}, inputs)["out"])
+'''),
+    "h200_diffusion_cutedsl_norm_scale_shift__multi_shape": (["qwen_s19_c3072", "wan_s37800_c5120_fp32mod"], '''
+"""Stand-in side: the adapter's float64 norm + modulation, into out."""
+import sys
+
+
+def fused_norm_scale_shift(x, weight, bias, scale, shift, norm_type, eps, out):
+    inputs = {"x": x, "scale": scale, "shift": shift}
+    inputs.update({name: t for name, t in (("weight", weight), ("bias", bias)) if t is not None})
+    workload = {"norm_type": norm_type, "eps": eps}
+    out.copy_(sys.modules["kp_adapter"].reference(workload, inputs)["out"])
+'''),
+    "h200_diffusion_norm_infer__multi_shape": (["helios_layernorm_m8640_c5120_fp32",
+                                                "hunyuanvideo_rmsnorm_m648720_c128_bf16"], '''
+"""Stand-in side (both: a Triton baseline and a CUDA candidate in the task): the adapter's float64 norm, into out."""
+import sys
+
+
+def norm_infer(x, weight, bias, eps, is_rms_norm, out):
+    inputs = {"x": x, **{name: t for name, t in (("weight", weight), ("bias", bias)) if t is not None}}
+    workload = {"norm": "rms" if is_rms_norm else "layer", "eps": eps}
+    out.copy_(sys.modules["kp_adapter"].reference(workload, inputs)["out"])
+'''),
+}
+
+
+def stand_in_copy(task: str, root: Path) -> Path:
+    """small_smoke_copy with both sides the stand-in: a Python module `kernel` (build kind triton, no flags)."""
+    rows, source = STAND_IN_SIDES[task]
+    copy = small_smoke_copy(task, rows, root)
+    for side in ("baseline", "solution"):
+        shutil.rmtree(copy / side)
+        (copy / side).mkdir()
+        (copy / side / "kernel.py").write_text(source.lstrip())
+    toml = copy / "task.toml"
+    text = without_section(without_section(toml.read_text(), "[baseline.sha256]"), "[build]")
+    text += '\n[build]\nkind = "triton"\nflags = []\nentry = "kernel"\n'
+    toml.write_text("\n".join(line for line in text.splitlines() if not line.startswith("gpu_only")) + "\n")
+    return copy
+
+
+def without_section(text: str, header: str) -> str:
+    """task.toml's text without one [section] (its header to the next one): the stand-in's build replaces the task's,
+    and it pins no upstream file."""
+    lines, kept, inside = text.splitlines(), [], False
+    for line in lines:
+        if line.startswith("["):
+            inside = line.split("#")[0].strip() == header
+        if not inside:
+            kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("task", sorted(STAND_IN_SIDES))
+def test_the_gpu_tasks_contexts_pass_the_real_judge_with_stand_in_sides(task: str, tmp_path: Path) -> None:
+    from agent.test_runner import results_of, run_agent
+
+    copy = stand_in_copy(task, tmp_path)
+    contexts = {w.id: w.context for w in rows_with_contexts(task)}
+    done = run_agent(copy, tmp_path / "run")
+    rows = {row["workload"]: row for row in results_of(tmp_path / "run")["rows"]}
+    assert set(rows) == set(STAND_IN_SIDES[task][0]), done.stdout[-3000:] + done.stderr[-3000:]
+    for row_id, row in rows.items():
+        assert row["status"] == "PASSED", (row_id, row.get("message"), done.stderr[-2000:])
+        assert row["regimes"]["name"] == contexts[row_id], row_id
         for regime in ("warm", "context"):
             assert all(n >= 1 for n in row["regimes"][regime]["checks"]["checked_samples"].values()), (row_id, regime)
