@@ -5,10 +5,11 @@
 # cuda` on that machine (no SSH). Run from the repository root:
 #   bash benchmarks/gpu/context.sh STEP...          e.g.  tasks fuse,norm_infer aa
 # Steps (in the order given; each time-boxed so the call ends inside CONTEXT_BUDGET_S, default 540 s):
-#   tasks LIST   each task of LIST (fuse, norm_infer, cutedsl; comma-separated) on its production rows that name a
-#                context, the audit on (CONTEXT_AUDIT=off: without), then (CONTEXT_COST=1, the default) the same rows
-#                of a copy whose rows name no context, the audit off in both, for the cost of the warm and context
-#                regimes: runs tasks/<task>/with-<id> and without-<id>
+#   tasks LIST   each task of LIST (fuse, norm_infer, cutedsl, group_norm_silu, norm_tanh, rotary, qknorm_rope, or
+#                all: comma-separated) on its production rows that name a context, the audit on (CONTEXT_AUDIT=off:
+#                without), then (CONTEXT_COST=1, the default) the same rows of a copy whose rows name no context, the
+#                audit off in both, for the cost of the warm and context regimes: runs tasks/<task>/with-<id> and
+#                without-<id>. A task whose estimate does not fit what is left of the call is skipped and says so
 #   aa [N]       N runs (default CONTEXT_AA_RUNS, 3) of the dial's A/A rows in context
 #                (benchmarks/gpu/dial/bench/workloads.h200-context-aa.toml: 12 rows, launch-bound, ~5 us, ~16 us, the
 #                baseline against itself, each timed cold, warm and in context), the audit off: runs aa/<id>. Runs
@@ -16,9 +17,10 @@
 # The upstream files of the tasks are git-ignored: carry each task's baseline/upstream, e.g.
 #   carry ["kernels/h200_diffusion_fuse_scale_shift__multi_shape/baseline/upstream",
 #          "kernels/h200_diffusion_norm_infer__multi_shape/baseline/upstream"]
-# (here first, if missing: inv baseline --task <task> --materialize). cutedsl needs nvidia-cutlass-dsl on the GPU
-# machine: remeasure.sh's `stage install` (its wheel carries) on the same warm machine first, then `tasks cutedsl`;
-# without it the task is skipped and says so.
+# (here first, if missing: inv baseline --task <task> --materialize). cutedsl needs nvidia-cutlass-dsl and
+# qknorm_rope apache-tvm-ffi on the GPU machine: remeasure.sh's `stage install` (its wheel carries) on the same warm
+# machine first (this script then reads KP_SITE's packages, new_tasks.sh env), then `tasks cutedsl,qknorm_rope`;
+# without them the task is skipped and says so.
 # The tasks are H200 tasks (arch gate): on an H100 each copy's task.toml is marked h100, so its runs say TASK EDITED
 # (a harness measurement on the tasks' rows, never a task's result). The copies carry no sync stamp: TASK UNPINNED.
 # Each call leaves in $OUT: summary.md (the steps, then benchmarks/gpu/context_report.py's tables over this call's
@@ -36,12 +38,19 @@ py=${PYTHON:-python3}
 dry=${CONTEXT_DRY:-0}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 stamp=$(date -u +%Y%m%d-%H%M%S)
-declare -A FAMILY=([fuse]=fuse_scale_shift [norm_infer]=norm_infer [cutedsl]=cutedsl_norm_scale_shift)
-declare -A NEEDS=([cutedsl]="cutlass.cute")
+ORDER=(fuse norm_infer cutedsl group_norm_silu norm_tanh rotary qknorm_rope)  # `tasks all`
+declare -A FAMILY=([fuse]=fuse_scale_shift [norm_infer]=norm_infer [cutedsl]=cutedsl_norm_scale_shift
+                   [group_norm_silu]=group_norm_silu [norm_tanh]=cutedsl_norm_tanh_mul_add [rotary]=rotary_embedding
+                   [qknorm_rope]=qknorm_rope)
+declare -A NEEDS=([cutedsl]="cutlass.cute" [qknorm_rope]="tvm_ffi")  # importable only from KP_SITE's wheels
 # a task's run with its context (audit on), plus the run without: from harness 2.9-2.17's ~5 s a row and 10-15 s of
-# audit per production row, three regimes a row, the first row's 14-31 s, norm_infer's nvcc build (not measured yet
-# with contexts: the first call says)
-declare -A ESTIMATE_S=([fuse]=200 [norm_infer]=300 [cutedsl]=240)
+# audit per production row, three regimes a row, the first row's 14-31 s, the builds (norm_infer's nvcc,
+# qknorm_rope's three tvm-ffi template sets a side, in each of its two runs); fuse's three rows took 134 s with
+# contexts and the audit under 2.18 (benchmarks/README.md). group_norm_silu: six rows up to 570 MB a tensor, each
+# context graph holding a 3x3x3 conv over the row's tensor (to be measured on a GPU under 2.19); rotary: one row
+# (estimates until a call measures them)
+declare -A ESTIMATE_S=([fuse]=200 [norm_infer]=300 [cutedsl]=300 [group_norm_silu]=360 [norm_tanh]=240 [rotary]=120
+                       [qknorm_rope]=420)
 AA_RUN_S=150  # one run of the 12 A/A rows in three regimes (an estimate until a call measures it)
 arch=""
 ran=()
@@ -77,10 +86,11 @@ run_one() {  # run_one NAME TASK_DIR RUN_DIR AUDIT [RUNNER ARGS...]: one runner,
   say "$name: exit $code$([ $code = 124 ] && echo " (cut: the call's budget ran out)"), $((SECONDS - t0)) s"
 }
 
-step_tasks() {  # step_tasks LIST
-  local name task source rows id
-  for name in ${1//,/ }; do
-    [ -n "${FAMILY[$name]:-}" ] || { say "tasks: '$name' is not one of: ${!FAMILY[*]}"; continue; }
+step_tasks() {  # step_tasks LIST (all: ORDER)
+  local name task source rows id list=" ${1//,/ } "
+  list=${list// all / ${ORDER[*]} }
+  for name in $list; do
+    [ -n "${FAMILY[$name]:-}" ] || { say "tasks: '$name' is not one of: all ${ORDER[*]}"; continue; }
     task=h200_diffusion_${FAMILY[$name]}__multi_shape source=kernels/$task
     if [ "$(left)" -lt "${ESTIMATE_S[$name]}" ] && [ "$dry" != 1 ]; then
       say "$name: skipped, needs ~${ESTIMATE_S[$name]} s and $(left) s are left: 'tasks $name' in the next call"
@@ -95,7 +105,11 @@ step_tasks() {  # step_tasks LIST
       continue
     fi
     rows=$(context_rows "$source")
-    [ -n "$rows" ] || { say "$name: no row of it names a context"; continue; }
+    if [ -z "$rows" ]; then
+      if [ "$dry" = 1 ]; then say "$name: no smoke row of it names a context: nothing of it runs on the CPU (dry)"
+      else say "$name: no production row of it names a context"; fi
+      continue
+    fi
     id=$(new_id)
     copy_task "$source" "$work/copies/with/$task"
     run_one "$name-with" "$work/copies/with/$task" "$work/runs/tasks/$task/with-$id" "${CONTEXT_AUDIT:-on}" \
@@ -158,6 +172,15 @@ finish() {
 }
 
 mkdir -p "$out" "$work"; : > "$out/steps.txt"
+# the tasks' upstream files, carried as one archive (remeasure.sh pack's, or `tar czf .gpustage/upstream.tgz
+# kernels/*/baseline/upstream` here) where their folders were not carried one by one
+for carried in .gpustage/upstream.tgz .gpustage/remeasure-*/upstream.tgz; do
+  [ -f "$carried" ] && tar xzf "$carried"
+done
+# remeasure.sh's `stage install` left the wheels of cutedsl and qknorm_rope in KP_SITE on this warm machine
+if [ -d "${KP_SITE:-/tmp/site}" ] && [ -f benchmarks/gpu/new_tasks.sh ]; then
+  eval "$(KP_SITE=${KP_SITE:-/tmp/site} bash benchmarks/gpu/new_tasks.sh env)"
+fi
 { nvidia-smi 2>&1 | head -20; "$py" -c 'import json, torch, triton; from kpremote.agent import harness
 print(torch.__version__, torch.version.cuda, triton.__version__); print(json.dumps(harness.harness_record()))' 2>&1
 } > "$out/machine.txt"

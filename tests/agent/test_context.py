@@ -53,6 +53,37 @@ def test_a_row_with_a_context_is_timed_cold_warm_and_in_its_context(rows: dict[s
     assert "regimes" not in rows["alone"]  # a row without a context is timed as every row was
 
 
+def test_a_context_may_write_an_input_the_call_rewrites_in_place(rows: dict[str, dict[str, Any]]) -> None:
+    """An in-place call (the row's `mutates`: x is its result) whose context's before() writes x, as qknorm_rope's
+    QKV projection writes the q and k it rotates in place: timed in every regime, its result checked in each."""
+    row = rows["inplace"]
+    assert row["status"] == "PASSED", row.get("message")
+    for regime in ("warm", "context"):
+        timed = row["regimes"][regime]
+        assert timed["timing"]["baseline"]["n"] == timed["timing"]["candidate"]["n"] == SMOKE_SAMPLES
+        assert all(n >= 1 for n in timed["checks"]["checked_samples"].values())
+
+
+def test_an_in_place_candidate_that_does_less_work_in_its_context_is_incorrect(
+        rows: dict[str, dict[str, Any]]) -> None:
+    row = rows["inplace_lazy_in_context"]  # half of x rewritten in the context's graph: the rest is what before() wrote
+    assert row["status"] == "INCORRECT", row
+    assert re.search(r"in the context regime: output 'x'", row["message"]), row["message"]
+
+
+def test_an_in_place_context_row_is_judged_against_the_baselines_call_without_a_reference(tmp_path: Path) -> None:
+    """Without an adapter reference the judge takes the baseline's call on what before() wrote as the expected result:
+    the mutated input must hold those values, not its pristine ones, when the baseline runs."""
+    task = copy_fixture(tmp_path, TASK)
+    adapter = task / "bench" / "adapter.py"
+    adapter.write_text(adapter.read_text().replace("def reference(", "def _no_reference("))
+    run_dir = tmp_path / "run"
+    run_agent(task, run_dir, "--workloads", "inplace,inplace_lazy_in_context")
+    rows = {row["workload"]: row for row in results_of(run_dir)["rows"]}
+    assert rows["inplace"]["status"] == "PASSED", rows["inplace"].get("message")
+    assert rows["inplace_lazy_in_context"]["status"] == "INCORRECT", rows["inplace_lazy_in_context"]
+
+
 def test_each_regimes_samples_go_to_the_raw_samples_with_their_regime(
         context_run: tuple[Path, subprocess.CompletedProcess]) -> None:
     run_dir, _ = context_run
@@ -98,7 +129,8 @@ def test_a_context_the_file_does_not_define_is_one_line_exit_2(tmp_path: Path) -
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [
         f'error: {TASK}: kernels/{TASK}/bench/workloads.toml: [[workload]] #1 (honest) context = "ln_lineer" — not in '
-        f"kernels/{TASK}/bench/context.py's CONTEXTS (did you mean 'ln_linear'?); it has \"ln_linear\""], result.stderr
+        f"kernels/{TASK}/bench/context.py's CONTEXTS (did you mean 'ln_linear'?); it has \"ln_linear\", "
+        f"\"ln_linear_inplace\""], result.stderr
     assert not (task / "results").exists()  # refused before anything ran
 
 

@@ -154,7 +154,7 @@ def test_rows_in_their_context_on_the_gpu(tmp_path: Path) -> None:
     that empties the context's next op are INCORRECT there, as on the CPU (tests/agent/test_context.py)."""
     task = copy_fixture(tmp_path, "tiny_context")
     done = gpu_run(task, tmp_path / "run")
-    assert done.returncode == 1, done.stderr[-3000:]  # two rows are meant to fail
+    assert done.returncode == 1, done.stderr[-3000:]  # three rows are meant to fail
     rows = rows_by_id(tmp_path / "run")
     honest = rows["honest"]
     assert honest["status"] == "PASSED" and not honest.get("invalid"), honest
@@ -170,3 +170,7 @@ def test_rows_in_their_context_on_the_gpu(tmp_path: Path) -> None:
     assert rows["lazy_in_context"]["status"] == "INCORRECT" and "context regime" in rows["lazy_in_context"]["message"]
     assert rows["skips_the_next_op"]["status"] == "INCORRECT", rows["skips_the_next_op"]
     assert "after() wrote into 'next'" in rows["skips_the_next_op"]["message"], rows["skips_the_next_op"]["message"]
+    # an in-place call whose context writes the input it rewrites (qknorm_rope's q and k): in one graph on the GPU
+    assert rows["inplace"]["status"] == "PASSED" and set(rows["inplace"]["regimes"]) >= {"warm", "context"}, rows[
+        "inplace"]
+    assert rows["inplace_lazy_in_context"]["status"] == "INCORRECT", rows["inplace_lazy_in_context"]

@@ -10,7 +10,8 @@ The same process pairs, sandbox, seal, ABBA order and verdict rules apply to eve
 
 This module is the judge's part of it (and the side's loader of the contexts): per timing case the context's state
 (built here from a secret seed; each side gets its own copy, as it does a case's inputs), what before() writes into
-the kernel's inputs (computed here, on the pristine inputs) and the kernel's expected results on those inputs. Before
+the kernel's inputs (computed here, on the pristine inputs; an input the call rewrites in place may be one, as q and
+k of an in-place RoPE are the QKV projection's) and the kernel's expected results on those inputs. Before
 every sample in a context regime the judge poisons what before() writes (and, in `context`, what after() writes):
 a side that skips either leaves the poison, and its checked samples fail. The checked samples compare the kernel's
 results with the expected ones, the inputs before() wrote with what it should write, and (in `context`) after()'s
@@ -80,11 +81,10 @@ def prepare(judge: RowJudge, shared: SharedCase, context: Any, index: int) -> No
 
     label = f"{shared.label}, bench/context.py"
     tensors = {name for name, value in shared.case.inputs.items() if torch.is_tensor(value)}
-    for name in context.writes:
-        if name not in tensors or name in shared.mutates:
-            why = "is one of the inputs the call mutates" if name in shared.mutates else "is no tensor input of the case"
-            _error(f"bench/context.py: writes {name!r} {why} (tensor inputs: {', '.join(sorted(tensors)) or 'none'})",
-                   label)
+    for name in context.writes:  # an input the call rewrites in place may be one (e.g. q and k of an in-place RoPE)
+        if name not in tensors:
+            _error(f"bench/context.py: writes {name!r}, which is no tensor input of the case (tensor inputs: "
+                   f"{', '.join(sorted(tensors)) or 'none'})", label)
     seed = derive_seed(judge.secret, judge.workload.id, "context", index)
     judge.seeds.setdefault("context", []).append(seed)
     state = _build_state(judge, shared, context, seed, label)
@@ -146,9 +146,9 @@ def expect(judge: RowJudge, shared: SharedCase) -> None:
             _error(f"the reference gave no tensor {missing[0]!r} for the inputs before() wrote", shared.label)
         ctx.expected = {name: expected[name].detach().clone() for name in layout}
     else:
+        shared.restore("baseline")  # then what before() wrote: an input the call mutates holds it, not its pristine
         for name, value in ctx.written.items():
             shared.inputs["baseline"][name].copy_(value)
-        shared.restore("baseline")
         run_side(judge.view(shared), "baseline", judge.device)
         ctx.expected = {name: t.detach().clone() for name, t in shared.results("baseline").items()}
     for name, value in ctx.expected.items():
@@ -182,6 +182,8 @@ def check_sample(judge: RowJudge, shared: SharedCase, side: str, regime: str, wh
                         f"wrong ({shared.label}): {describe(mismatch)}", f"{where}, output {name!r}",
                   {"output": name, "regime": regime, **mismatch})
     for name, expected in ctx.written.items():
+        if name in shared.mutates:  # the call rewrote it: its result, checked above, is the kernel's on what before()
+            continue                # wrote (a side that skipped before() ran the kernel on the poison)
         mismatch = compare_output(expected, shared.inputs[side][name], expected, atol=view.atol, rtol=view.rtol,
                                   name=name)
         if mismatch is not None:
