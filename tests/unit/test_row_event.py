@@ -3,7 +3,12 @@ results.md shows them: a GPU row's FASTER / SAME / SLOWER, and none for a smoke 
 
 from __future__ import annotations
 
-from kpremote.agent.run.runner import _row_event
+from kpremote.agent.results import RowResult
+from kpremote.agent.run import events
+
+
+def _row_event(row: dict, number: int, total: int) -> dict:
+    return events.row_event(RowResult.from_json(row), number, total)  # the runner holds each row as its record
 
 TIMED = {"workload": "prod_r8_c256", "status": "PASSED", "production": True, "speedup": 1.21,
          "verdict": {"verdict": "FASTER", "speedup": 1.21, "low": 1.18, "high": 1.24, "process_floor_us": 0.3},
