@@ -1,7 +1,10 @@
 """The records of a run's results that cross the seam as JSON, each with to_json / from_json: a run's results
 (`RunResults`, the summary's results.json, schema docs/schemas/results.json) with its rows (`RowResult`: `RowTiming`
 with each side's `SideStats`, the judge's `RowVerdict`) and its `Headline`, and a row's speedup interval
-(`row_interval`). The agent's report.build_results makes them; every client reader takes them from from_json.
+(`row_interval`). Every key a row carries is a declared, typed field (record.py: from_json checks each; a newer
+harness's undeclared keys are kept apart in `newer`). The runner makes each row's record once from the judge's answer
+and report.build_results the run's; every client reader takes them from from_json. docs/schemas/results.json is drawn
+from them (python -m kpremote.results.schemas).
 
 Standard library only: it is shipped with the agent and the client imports it too (the other rules both halves
 agree on are protocol.py's).
