@@ -183,15 +183,45 @@ def json_schema(root: type[Record], parts: Mapping[str, Any]) -> dict[str, Any]:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **top, "$defs": {**dict(parts), **defs}}
 
 
+def field_notes(cls: type[Record]) -> dict[str, str]:
+    """Each field's comment in the record's source, its description in the schema: the comment on its line, with
+    the comment lines below it; comment lines above a field with none on its own line are that field's."""
+    import inspect
+
+    names = {f.name for f, _ in _declared(cls)}
+    notes: dict[str, str] = {}
+    pending: list[str] = []
+    last: str | None = None  # the field above, when its line has a comment that lines below may continue
+    for line in inspect.getsource(cls).splitlines()[1:]:
+        name, _, rest = line[4:].partition(":") if line.startswith("    ") and line[4:5].isalpha() else ("", "", "")
+        if name in names:
+            note = rest.partition("  # ")[2].strip()
+            if note and last and pending:
+                notes[last] += " " + " ".join(pending)
+            elif pending and not note:
+                note = " ".join(pending)
+            if note:
+                notes[name] = note
+            pending, last = [], name if "  # " in rest else None
+        elif line.strip().startswith("#"):
+            pending.append(line.strip().lstrip("#").strip())
+        else:
+            if last and pending:
+                notes[last] += " " + " ".join(pending)
+            pending, last = [], None
+    return notes
+
+
 def _record_schema(cls: type[Record], defs: dict[str, Any]) -> dict[str, Any]:
     properties = {}
+    notes = field_notes(cls)
     for f, hint in _declared(cls):
         extra = dict(f.metadata.get("schema", {}))
         drawn = _type_schema(hint, defs)
         if "ref" in extra:  # a plain object whose shape is hand-written (json_schema's parts)
             ref = {"$ref": f"#/$defs/{extra.pop('ref')}"}
             drawn = {"anyOf": [ref, {"type": "null"}]} if _arms(hint) else ref
-        properties[f.name] = {**drawn, **extra}
+        properties[f.name] = {**drawn, **extra, **({"description": notes[f.name]} if f.name in notes else {})}
     doc = " ".join((cls.__doc__ or "").split("\n\n")[0].split())
     return {"type": "object", "description": doc, **cls.SCHEMA, "properties": properties,
             "additionalProperties": False}

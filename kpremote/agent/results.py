@@ -48,7 +48,7 @@ class RowTiming(Record):
 
     SCHEMA: ClassVar[dict[str, Any]] = {"required": ["mode", "baseline", "candidate", "speedup"]}
 
-    mode: str | None = typed(enum=["cold", "graph", "smoke", "warm", "context", None])
+    mode: str | None = typed(enum=["cold", "graph", "smoke", "warm", "context", None])  # warm, context: a regime's
     calls_per_sample: int | None = None
     stop_reason: str | None = None
     clock_check: str | None = None
@@ -80,7 +80,7 @@ class RowVerdict(Record):
     noise: float | None = None
     timer_quantum_us: float | None = None
     process_floor_us: float | None = None
-    verdict: str | None = typed(enum=["FASTER", "SAME", "SLOWER", None])
+    verdict: str | None = typed(enum=["FASTER", "SAME", "SLOWER", None])  # null on a smoke row (harness 2.17)
     pairs_pointing: int | None = None  # process pairs that read the change on their own (a change of several pairs)
     pairs_needed: int | None = None
     held: str | None = None  # the change the pooled samples alone called, where too few pairs read it so
@@ -138,7 +138,7 @@ class RowResult(Record):
     SCHEMA: ClassVar[dict[str, Any]] = {"required": ["workload", "production", "status"]}
 
     workload: str = "?"
-    production: bool = False
+    production: bool = False  # counts in the headline
     params: dict[str, Any] | None = None
     tolerance_override: dict[str, float | None] | None = None  # the workload's own atol / rtol, where it sets them
     status: str = typed("?", enum=["PASSED", "INCORRECT", "ERROR", "TIMEOUT", "SKIPPED", "NOT CHECKED"])
@@ -158,9 +158,9 @@ class RowResult(Record):
     checks: dict[str, Any] | None = None  # the timing's own checks: cases, checked samples, refreshes, pairs, ...
     side_threads: dict[str, Any] | None = None  # each side's threads before and after its timing
     side_threads_in_context: dict[str, Any] | None = None  # the same, of its context regimes
-    invalid: str | None = None
-    implausible: str | None = None
-    audit: dict[str, Any] | None = None
+    invalid: str | None = None  # why the row's timing does not stand (a foreign process, a thread started, ...)
+    implausible: str | None = None  # a side faster than the physical floor
+    audit: dict[str, Any] | None = None  # Nsight Compute's reading of the row (GPU runs): agree, its times, outputs
     processes: dict[str, int] | None = None  # the pids that ran the row (the judge's and each side's)
     sandbox: dict[str, str] | None = None  # how each side was sandboxed
     smoke: bool = False
@@ -242,11 +242,11 @@ class Headline(Record):
     low: float | None = None
     high: float | None = None
     level: float | None = None
-    n: int = typed(0, minimum=0)
-    of: int = typed(0, minimum=0)
+    n: int = typed(0, minimum=0)  # production rows counted
+    of: int = typed(0, minimum=0)  # production rows selected
     label: str | None = None
     unsandboxed: str | None = None
-    note: str | None = None
+    note: str | None = None  # why there is no geomean
     verdicts: dict[str, int] | None = None
     method: str | None = None
     regime: str | None = None  # which regime the geomean is computed from (harness 2.18 on: "cold")
@@ -274,15 +274,15 @@ class RunResults(Record):
                                                       "provenance", "rows", "unsandboxed", "headline"]}
 
     schema: str = RESULTS_SCHEMA
-    status: str = typed("?", enum=["passed", "failed", "error", "cancelled"])
-    exit_code: int | None = None
-    message: str | None = None
-    ended_by: str | None = None
-    smoke: bool = False
+    status: str = typed("?", enum=["passed", "failed", "error", "cancelled"])  # how the run ended (protocol.TERMINAL)
+    exit_code: int | None = None  # the runner's exit code (protocol.RunExit): 0 passed, 1 failed, 2 refused, ...
+    message: str | None = None  # why the run did not pass, in one line
+    ended_by: str | None = None  # the scheduler's state when it ended the run (Slurm TIMEOUT, PREEMPTED, ...)
+    smoke: bool = False  # a CPU run (Triton interpreter): its timings mean nothing
     label: str | None = None
     provenance: dict[str, Any] = typed(factory=dict, ref="provenance")
     rows: list[RowResult] = field(default_factory=list)
-    unsandboxed: str | None = None
+    unsandboxed: str | None = None  # why the sides ran without the whole sandbox; null when they did not
     headline: Headline = field(default_factory=Headline)
     newer: dict[str, Any] = newer_fields()
     absent: frozenset[str] = absent_fields()

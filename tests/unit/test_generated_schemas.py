@@ -49,9 +49,11 @@ class Whole(Record):
     SCHEMA = {"required": ["name"]}
 
     name: str = typed("?", enum=["a", "b"])
-    ratio: float | None = None
+    # above a field with no comment of its own: that field's
     flag: bool = False
-    parts: list[Part] = typed(factory=list)
+    ratio: float | None = None  # a ratio, said on its line
+    # and on the line below
+    parts: list[Part] = typed(factory=list)  # its own
     counts: dict[str, int] | None = None
     part: Part | None = None
     anything: Any = None
@@ -64,8 +66,9 @@ def test_the_schema_of_a_record_follows_its_fields_and_types():
     assert drawn["additionalProperties"] is False and drawn["required"] == ["name"]
     assert drawn["description"] == "A record of every kind of field."
     assert drawn["properties"] == {
-        "name": {"type": "string", "enum": ["a", "b"]}, "ratio": {"type": ["number", "null"]},
-        "flag": {"type": "boolean"}, "parts": {"type": "array", "items": {"$ref": "#/$defs/Part"}},
+        "name": {"type": "string", "enum": ["a", "b"]},
+        "ratio": {"type": ["number", "null"], "description": "a ratio, said on its line and on the line below"},
+        "flag": {"type": "boolean", "description": "above a field with no comment of its own: that field's"}, "parts": {"type": "array", "items": {"$ref": "#/$defs/Part"}, "description": "its own"},
         "counts": {"anyOf": [{"type": "object", "additionalProperties": {"type": "integer"}}, {"type": "null"}]},
         "part": {"anyOf": [{"$ref": "#/$defs/Part"}, {"type": "null"}]}, "anything": {}}
     assert drawn["$defs"]["Part"]["properties"] == {"n": {"type": "integer"}}

@@ -41,8 +41,8 @@ class AuditStep:
                     f"(tolerance {found.get('tolerance')})")]))
             _judge_audited_outputs(row)
             _mark_unverified(row, audit.unverified_share(found))
-            self.events.emit("audit", workload=row.workload, **{k: v for k, v in found.items()
-                                                                   if k in ("harness_us", "ncu_us", "agree", "tolerance")})
+            self.events.emit("audit", workload=row.workload,
+                             **{k: v for k, v in found.items() if k in ("harness_us", "ncu_us", "agree", "tolerance")})
 
     def _audit_status(self) -> str:
         if self.ctx.device != "cuda":
