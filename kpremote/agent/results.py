@@ -355,3 +355,55 @@ def row_interval(row: RowResult) -> tuple[float, float] | None:
     if verdict is not None and verdict.low and verdict.high:
         return float(verdict.low), float(verdict.high)
     return None
+
+
+@dataclass
+class RunState(Record):
+    """A run's state.json (run/runstate.py): where the run is and how it ended, written by the start, the runner, a
+    Slurm job's step and whoever settles a run; every key a writer may set is declared here, and update_state checks
+    each one written against it."""
+
+    run_id: str | None = None
+    task: str | None = None
+    status: str | None = None  # waiting, starting, pending, running, then one of protocol.TERMINAL
+    phase: str | None = None  # the step it is in: validate, lease, build, workload, audit, report, done, ...
+    scheduler: str | None = None  # "slurm" for a run submitted as a Slurm job
+    pid: int | None = None
+    pgid: int | None = None
+    created: str | None = None  # UTC, ISO 8601, as every time below
+    submitted: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    host_alias: str | None = None
+    hostname: str | None = None
+    node: str | None = None
+    device: str | None = None  # cuda or cpu
+    gpu: dict[str, Any] | None = None  # the leased GPU's state (protocol.GpuState)
+    waiting_for: list[dict[str, Any]] | None = None  # the GPUs a waiting start watches, and why each is not free
+    workloads: str | None = None  # the rows asked for, comma-separated (StartRequest.workloads)
+    mode: str | None = None
+    request: dict[str, Any] | None = None  # a Slurm run's start request, as submitted
+    settings: dict[str, Any] | None = None  # its Slurm settings
+    workload: dict[str, Any] | None = None  # the row being run: {"i", "n", "id"}
+    exit_code: int | None = None
+    headline: dict[str, Any] | None = None  # the summary's headline (Headline.to_json())
+    message: str | None = None
+    error: str | None = None  # why a run that never ran its rows ended (cancelled while waiting, died)
+    summary_sha256: str | None = None  # the seal of summary/results.json (run/records.py)
+    summary_mac: str | None = None
+    ended_by: str | None = None  # the scheduler's state that ended the run (Slurm TIMEOUT, PREEMPTED, ...)
+    cancel_requested: bool | None = None
+    job_id: str | None = None
+    slurm: dict[str, Any] | None = None  # what Slurm said of the job: job_id, state, node, exit_code, reason, ...
+    slurm_settled: bool | None = None
+    slurm_ended_seen: float | None = None  # when Slurm was first seen to have ended the job (time.time())
+    newer: dict[str, Any] = newer_fields()
+    absent: frozenset[str] = absent_fields()
+
+    @classmethod
+    def check_written(cls, fields: dict[str, Any]) -> None:
+        """RecordError unless every field a writer sets is declared here and of its declared type."""
+        unknown = sorted(set(fields) - {name for name in cls.__dataclass_fields__ if name not in ("newer", "absent")})
+        if unknown:
+            raise RecordError(f"state.json: {', '.join(unknown)}: not a field of RunState (kpremote/agent/results.py)")
+        cls.from_json(fields, "state.json")

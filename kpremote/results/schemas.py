@@ -1,5 +1,5 @@
 """docs/schemas/ drawn from the records: the schema of each document the agent writes through a record (results.json:
-kpremote/agent/results.py's RunResults) made from the records' fields and types (record.json_schema), one source.
+kpremote/agent/results.py's RunResults; state.json: its RunState) made from the records' fields and types (record.json_schema), one source.
 
     python -m kpremote.results.schemas            writes them
     python -m kpremote.results.schemas --check    says which differ from what is committed (exit 1), writes nothing
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..agent.record import json_schema
-from ..agent.results import RESULTS_SCHEMA, RunResults
+from ..agent.results import RESULTS_SCHEMA, RunResults, RunState
 
 __all__ = ["GENERATED", "SCHEMAS", "draw", "main"]
 
@@ -37,7 +37,14 @@ def _results() -> dict[str, Any]:
                            "version."}
 
 
-GENERATED: dict[str, Callable[[], dict[str, Any]]] = {"results": _results}
+def _state() -> dict[str, Any]:
+    drawn = json_schema(RunState, {})
+    return {"$schema": drawn.pop("$schema"), "$id": "https://kpremote.invalid/schemas/state.json",
+            "title": "a run's state.json on its host (kpremote/agent/results.py RunState, written by run/runstate.py)",
+            **drawn}
+
+
+GENERATED: dict[str, Callable[[], dict[str, Any]]] = {"results": _results, "state": _state}
 """Schema file name (docs/schemas/<name>.json) -> how it is drawn from its records."""
 
 
