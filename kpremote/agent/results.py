@@ -4,7 +4,8 @@ with each side's `SideStats`, the judge's `RowVerdict`) and its `Headline`, and 
 (`row_interval`). Every key a row carries is a declared, typed field (record.py: from_json checks each; a newer
 harness's undeclared keys are kept apart in `newer`). The runner makes each row's record once from the judge's answer
 and report.build_results the run's; every client reader takes them from from_json. docs/schemas/results.json is drawn
-from them (python -m kpremote.results.schemas).
+from them (python -m kpremote.results.schemas), as docs/schemas/state.json is from a run's state.json (`RunState`,
+which run/runstate.py checks every write against).
 
 Standard library only: it is shipped with the agent and the client imports it too (the other rules both halves
 agree on are protocol.py's).
