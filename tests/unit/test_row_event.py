@@ -26,3 +26,14 @@ def test_a_smoke_rows_event_and_an_untimed_rows_say_no_verdict():
     untimed = _row_event({**TIMED, "status": "INCORRECT", "speedup": None, "verdict": None, "timing": None}, 3, 3)
     for event in (smoke, untimed):
         assert (event["verdict"], event["speedup_low"], event["speedup_high"]) == (None, None, None)
+
+
+def test_the_runner_makes_each_row_its_record_once_and_a_judges_answer_of_another_shape_is_that_rows_error():
+    from kpremote.agent.run.runner import _row_record
+
+    row = _row_record({**TIMED, "smoke": False, "seconds": 1.5, "log": "raw/workloads/prod_r8_c256.log"})
+    assert isinstance(row, RowResult) and row.speedup == 1.21 and row.seconds == 1.5 and not row.newer
+    bad = _row_record({**TIMED, "speedup": "fast"})
+    assert (bad.workload, bad.status, bad.where, bad.speedup) == ("prod_r8_c256", "ERROR", "judge", None)
+    assert bad.message == ("judge: its answer is not a row: row prod_r8_c256.speedup: expected a number or null, "
+                           "got 'fast'")
