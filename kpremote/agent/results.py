@@ -1,7 +1,11 @@
 """The records of a run's results that cross the seam as JSON, each with to_json / from_json: a run's results
 (`RunResults`, the summary's results.json, schema docs/schemas/results.json) with its rows (`RowResult`: `RowTiming`
 with each side's `SideStats`, the judge's `RowVerdict`) and its `Headline`, and a row's speedup interval
-(`row_interval`). The agent's report.build_results makes them; every client reader takes them from from_json.
+(`row_interval`). Every key a row carries is a declared, typed field (record.py: from_json checks each; a newer
+harness's undeclared keys are kept apart in `newer`). The runner makes each row's record once from the judge's answer
+and report.build_results the run's; every client reader takes them from from_json. docs/schemas/results.json is drawn
+from them (python -m kpremote.results.schemas), as docs/schemas/state.json is from a run's state.json (`RunState`,
+which run/runstate.py checks every write against).
 
 Standard library only: it is shipped with the agent and the client imports it too (the other rules both halves
 agree on are protocol.py's).
@@ -11,68 +15,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
-
-class Record:
-    """A typed record that crosses the seam as a JSON object (the base of every one below).
-
-    from_json reads the declared fields and keeps whatever else the object held in `extra`, and which declared
-    fields it lacked in `absent`; to_json writes them back, so a results.json of an older or newer harness reads
-    back as it was written. A field named in NESTED holds another record (or a list of them, or None).
-    """
-
-    NESTED: ClassVar[dict[str, type["Record"]]] = {}
-    LISTS: ClassVar[dict[str, type["Record"]]] = {}
-    BOOKKEEPING = ("extra", "absent")
-
-    @classmethod
-    def from_json(cls, value: Any) -> Any:
-        """The record in a JSON object; ValueError for anything else. A nested part of another shape reads as None
-        (a list of records: as empty), so a stand-in's or a foreign summary costs its reader nothing."""
-        if not isinstance(value, Mapping):
-            raise ValueError(f"{cls.__name__}: expected a JSON object, got {type(value).__name__}")
-        declared = [f.name for f in fields(cls) if f.name not in cls.BOOKKEEPING]  # type: ignore[arg-type]
-        known = {name: value[name] for name in declared if name in value}
-        for name, kind in cls.NESTED.items():
-            if isinstance(known.get(name), Mapping):
-                known[name] = kind.from_json(known[name])
-            elif name in known:
-                known[name] = None  # null, or a part of another shape: nothing to read
-        for name, kind in cls.LISTS.items():
-            items = known.get(name)
-            known[name] = [kind.from_json(i) for i in items if isinstance(i, Mapping)] if isinstance(items, list) else []
-        return cls(**known, extra={k: v for k, v in value.items() if k not in declared},  # type: ignore[call-arg]
-                   absent=frozenset(name for name in declared if name not in value))
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON object: the declared fields the record has, in order, then what it kept."""
-        record: dict[str, Any] = {}
-        for f in fields(self):  # type: ignore[arg-type]
-            if f.name in self.BOOKKEEPING or f.name in self.absent:  # type: ignore[attr-defined]
-                continue
-            value = getattr(self, f.name)
-            if isinstance(value, Record):
-                value = value.to_json()
-            elif isinstance(value, list) and f.name in self.LISTS:
-                value = [item.to_json() for item in value]
-            record[f.name] = value
-        return {**record, **self.extra}  # type: ignore[attr-defined]
-
-
-def _kept_fields() -> Any:
-    """A record's `extra`: the keys of its JSON object that it does not declare."""
-    return field(default_factory=dict, repr=False)
-
-
-def _absent_fields() -> Any:
-    """A record's `absent`: the declared fields its JSON object lacked (none, for a record built in code)."""
-    return field(default=frozenset(), repr=False, compare=False)
+from .record import Record, RecordError, absent_fields, newer_fields, typed
 
 
 @dataclass
 class SideStats(Record):
     """One side's timing samples of a row, summarized once (stats.summarize, in the judge): µs per call."""
+
+    SCHEMA: ClassVar[dict[str, Any]] = {"required": ["n"], "if": {"properties": {"n": {"minimum": 1}}},
+                                        "then": {"required": ["median", "mean", "std", "min", "p10", "p90"]}}
 
     n: int = 0
     median: float | None = None
@@ -82,22 +35,32 @@ class SideStats(Record):
     p10: float | None = None
     p90: float | None = None
     rse: float | None = None  # relative standard error of the median
-    extra: dict[str, Any] = _kept_fields()
-    absent: frozenset[str] = _absent_fields()
+    dropped_clock: int | None = None  # samples dropped for a clock that moved (timing.SideSamples)
+    dropped_late: int | None = None  # samples dropped and taken again: the window opened before the call was queued
+    host_bound: bool | None = None  # its calls wait on the host: late samples kept from then on
+    wall_s: float | None = None  # the side's wall time spent sampling
+    newer: dict[str, Any] = newer_fields()
+    absent: frozenset[str] = absent_fields()
 
 
 @dataclass
 class RowTiming(Record):
     """How a row was timed: the mode, why sampling stopped, each side's statistics and median over median."""
 
-    mode: str | None = None
+    SCHEMA: ClassVar[dict[str, Any]] = {"required": ["mode", "baseline", "candidate", "speedup"]}
+
+    mode: str | None = typed(enum=["cold", "graph", "smoke", "warm", "context", None])  # warm, context: a regime's
+    calls_per_sample: int | None = None
     stop_reason: str | None = None
+    clock_check: str | None = None
+    head_start_us: float | None = None
+    unit: str | None = typed(enum=["us", None])
     baseline: SideStats | None = None
     candidate: SideStats | None = None
     speedup: float | None = None
-    extra: dict[str, Any] = _kept_fields()
-    absent: frozenset[str] = _absent_fields()
-    NESTED: ClassVar[dict[str, type[Record]]] = {"baseline": SideStats, "candidate": SideStats}
+    process_pairs: list[dict[str, Any]] | None = None  # each process pair's medians, where several timed the row
+    newer: dict[str, Any] = newer_fields()
+    absent: frozenset[str] = absent_fields()
 
     def side(self, name: str) -> SideStats | None:
         """The side's statistics when it was timed (n > 0), else None."""
@@ -109,21 +72,24 @@ class RowTiming(Record):
 class RowVerdict(Record):
     """The judge's word on one row (stats.row_verdict): speedup, its interval, the noise, FASTER/SAME/SLOWER."""
 
+    SCHEMA: ClassVar[dict[str, Any]] = {"required": ["speedup", "low", "high", "level", "noise", "verdict"]}
+
     speedup: float | None = None
     low: float | None = None
     high: float | None = None
     level: float | None = None
     noise: float | None = None
+    timer_quantum_us: float | None = None
     process_floor_us: float | None = None
-    verdict: str | None = None
+    verdict: str | None = typed(enum=["FASTER", "SAME", "SLOWER", None])  # null on a smoke row (harness 2.17)
     pairs_pointing: int | None = None  # process pairs that read the change on their own (a change of several pairs)
     pairs_needed: int | None = None
     held: str | None = None  # the change the pooled samples alone called, where too few pairs read it so
     # Where the audit cannot see a forge of the candidate's window as large as 5 % (audit.FORGE_VISIBLE_PCT): the
     # largest share (%) a forge could take off and still pass the audit's floor. A FASTER row with it is unverified.
     forge_blind_spot_pct: float | None = None
-    extra: dict[str, Any] = _kept_fields()
-    absent: frozenset[str] = _absent_fields()
+    newer: dict[str, Any] = newer_fields()
+    absent: frozenset[str] = absent_fields()
 
 
 HEADLINE_LEVEL = 0.95  # the level of the headline's interval (report.headline), where a record names none
@@ -143,10 +109,9 @@ class RegimeResult(Record):
     speedup: float | None = None
     verdict: RowVerdict | None = None
     gbps: dict[str, float | None] | None = None
-    checks: dict[str, Any] | None = None
-    extra: dict[str, Any] = _kept_fields()
-    absent: frozenset[str] = _absent_fields()
-    NESTED: ClassVar[dict[str, type[Record]]] = {"timing": RowTiming, "verdict": RowVerdict}
+    checks: dict[str, Any] | None = None  # the samples checked and the refreshes made in this regime
+    newer: dict[str, Any] = newer_fields()
+    absent: frozenset[str] = absent_fields()
 
     def side(self, name: str) -> SideStats | None:
         return self.timing.side(name) if self.timing else None
@@ -157,39 +122,56 @@ class RowRegimes(Record):
     """A row's context regimes: the context it names (bench/context.py), the regime the headline takes, and its warm
     and context regimes (its cold one is the row's own timing and verdict)."""
 
+    SCHEMA: ClassVar[dict[str, Any]] = {"required": ["name", "warm", "context"]}
+
     name: str | None = None
-    headline: str | None = None
+    headline: str | None = typed(enum=["cold", None])
     warm: RegimeResult | None = None
     context: RegimeResult | None = None
-    extra: dict[str, Any] = _kept_fields()
-    absent: frozenset[str] = _absent_fields()
-    NESTED: ClassVar[dict[str, type[Record]]] = {"warm": RegimeResult, "context": RegimeResult}
+    newer: dict[str, Any] = newer_fields()
+    absent: frozenset[str] = absent_fields()
 
 
 @dataclass
 class RowResult(Record):
     """One workload's row of results.json: its status, timing, verdict and speedup, and why it is in doubt."""
 
+    SCHEMA: ClassVar[dict[str, Any]] = {"required": ["workload", "production", "status"]}
+
     workload: str = "?"
-    production: bool = False
+    production: bool = False  # counts in the headline
     params: dict[str, Any] | None = None
-    status: str = "?"
+    tolerance_override: dict[str, float | None] | None = None  # the workload's own atol / rtol, where it sets them
+    status: str = typed("?", enum=["PASSED", "INCORRECT", "ERROR", "TIMEOUT", "SKIPPED", "NOT CHECKED"])
     message: str | None = None
-    correctness: dict[str, Any] | None = None  # the gate's verdict: status, seeds checked, errors, traceback, and
-    # numerics: the row's numerical contract (harness/numerics.py), its worst ratios or why it was not checked
+    where: str | None = None  # the step a row that did not pass stopped in: import, timing, worker, judge, ...
+    mismatch: dict[str, Any] | None = None  # what differed, for a row refused while it was timed
+    traceback: str | None = None  # a side's or the judge's traceback, where one ended the row
+    correctness: dict[str, Any] | None = typed(ref="correctness")  # the gate's verdict: status, seeds checked,
+    # errors, traceback, and numerics: the row's numerical contract (harness/numerics.py), its worst ratios
+    seeds: dict[str, list[int]] | None = None  # the seeds of the row's cases: correctness, timing, refresh
+    bytes_moved: float | None = None  # by one call (bench/adapter.py), the floors' and GB/s's numerator
+    flops: float | None = None
     timing: RowTiming | None = None
     verdict: RowVerdict | None = None
-    speedup: float | None = None  # set only for a PASSED row
+    speedup: float | None = typed(exclusiveMinimum=0)  # set only for a PASSED row
     gbps: dict[str, float | None] | None = None  # bytes moved over each side's median
-    invalid: str | None = None
-    implausible: str | None = None
-    audit: dict[str, Any] | None = None
+    checks: dict[str, Any] | None = None  # the timing's own checks: cases, checked samples, refreshes, pairs, ...
+    side_threads: dict[str, Any] | None = None  # each side's threads before and after its timing
+    side_threads_in_context: dict[str, Any] | None = None  # the same, of its context regimes
+    invalid: str | None = None  # why the row's timing does not stand (a foreign process, a thread started, ...)
+    implausible: str | None = None  # a side faster than the physical floor
+    audit: dict[str, Any] | None = None  # Nsight Compute's reading of the row (GPU runs): agree, its times, outputs
+    processes: dict[str, int] | None = None  # the pids that ran the row (the judge's and each side's)
+    sandbox: dict[str, str] | None = None  # how each side was sandboxed
     smoke: bool = False
     label: str | None = None
+    seconds: float | None = None  # the row's wall time, judge and sides together
+    log: str | None = None  # the row's log under the run's folder (raw/workloads/<row>.log)
+    log_dropped_bytes: int | None = typed(minimum=1)  # where the row's log passed its cap: at least this much dropped
     regimes: RowRegimes | None = None  # a row with a context (harness 2.18): its warm and context regimes
-    extra: dict[str, Any] = _kept_fields()
-    absent: frozenset[str] = _absent_fields()
-    NESTED: ClassVar[dict[str, type[Record]]] = {"timing": RowTiming, "verdict": RowVerdict, "regimes": RowRegimes}
+    newer: dict[str, Any] = newer_fields()
+    absent: frozenset[str] = absent_fields()
 
     def regime(self, name: str) -> RegimeResult | None:
         """The row in one regime: cold is its own timing and verdict; warm and context its regimes' (None where the
@@ -251,23 +233,29 @@ class Headline(Record):
     """The run's one number: equal-weight geometric mean of the production rows' speedups with its interval, or
     none and the note saying why (report.headline)."""
 
+    SCHEMA: ClassVar[dict[str, Any]] = {
+        "required": ["geomean", "low", "high", "level", "n", "of", "label", "unsandboxed"],
+        "if": {"properties": {"geomean": {"type": "number"}}},
+        "then": {"properties": {"low": {"type": "number"}, "high": {"type": "number"}}},
+        "else": {"required": ["note"], "properties": {"note": {"type": "string"}}}}
+
     geomean: float | None = None
     low: float | None = None
     high: float | None = None
     level: float | None = None
-    n: int = 0
-    of: int = 0
+    n: int = typed(0, minimum=0)  # production rows counted
+    of: int = typed(0, minimum=0)  # production rows selected
     label: str | None = None
     unsandboxed: str | None = None
-    note: str | None = None
+    note: str | None = None  # why there is no geomean
     verdicts: dict[str, int] | None = None
     method: str | None = None
     regime: str | None = None  # which regime the geomean is computed from (harness 2.18 on: "cold")
     # the same geomean in each context regime, over the production rows that name a context (harness 2.18 on):
     # {"warm": {"geomean", "low", "high", "n", "of", "verdicts"}, "context": {...}}
     regimes: dict[str, Any] | None = None
-    extra: dict[str, Any] = _kept_fields()
-    absent: frozenset[str] = _absent_fields()
+    newer: dict[str, Any] = newer_fields()
+    absent: frozenset[str] = absent_fields()
 
 
 RESULTS_SCHEMA = "kpremote.results/1"
@@ -283,30 +271,29 @@ class RunResults(Record):
     """A run's summary/results.json (schema kpremote.results/1, docs/schemas/results.json): provenance, one row per
     workload, the headline. report.build_results makes it; every client reader takes it from from_json."""
 
+    SCHEMA: ClassVar[dict[str, Any]] = {"required": ["schema", "status", "exit_code", "message", "smoke", "label",
+                                                      "provenance", "rows", "unsandboxed", "headline"]}
+
     schema: str = RESULTS_SCHEMA
-    status: str = "?"
-    exit_code: int | None = None
-    message: str | None = None
-    ended_by: str | None = None
-    smoke: bool = False
+    status: str = typed("?", enum=["passed", "failed", "error", "cancelled"])  # how the run ended (protocol.TERMINAL)
+    exit_code: int | None = None  # the runner's exit code (protocol.RunExit): 0 passed, 1 failed, 2 refused, ...
+    message: str | None = None  # why the run did not pass, in one line
+    ended_by: str | None = None  # the scheduler's state when it ended the run (Slurm TIMEOUT, PREEMPTED, ...)
+    smoke: bool = False  # a CPU run (Triton interpreter): its timings mean nothing
     label: str | None = None
-    provenance: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = typed(factory=dict, ref="provenance")
     rows: list[RowResult] = field(default_factory=list)
-    unsandboxed: str | None = None
+    unsandboxed: str | None = None  # why the sides ran without the whole sandbox; null when they did not
     headline: Headline = field(default_factory=Headline)
-    extra: dict[str, Any] = _kept_fields()
-    absent: frozenset[str] = _absent_fields()
-    NESTED: ClassVar[dict[str, type[Record]]] = {"headline": Headline}
-    LISTS: ClassVar[dict[str, type[Record]]] = {"rows": RowResult}
+    newer: dict[str, Any] = newer_fields()
+    absent: frozenset[str] = absent_fields()
 
     @classmethod
-    def from_json(cls, value: Any) -> "RunResults":
-        """The results of a results.json's object; a part of another shape (a stand-in's "rows": 200, a provenance
-        that is not an object) reads as empty rather than failing."""
-        results = super().from_json(value)
-        if not isinstance(results.provenance, dict):
-            results.provenance = {}
-        if results.headline is None:  # none written, or not an object: a headline with nothing in it
+    def from_json(cls, value: Any, where: str | None = None) -> "RunResults":
+        """The results of a results.json's object (RecordError, a ValueError, where a part is of another shape: a
+        stand-in's "rows": 200); one without a headline has a headline with nothing in it."""
+        results = super().from_json(value, where)
+        if "headline" in results.absent:
             results.headline = Headline(absent=frozenset(f.name for f in fields(Headline)))
         return results
 
@@ -369,3 +356,55 @@ def row_interval(row: RowResult) -> tuple[float, float] | None:
     if verdict is not None and verdict.low and verdict.high:
         return float(verdict.low), float(verdict.high)
     return None
+
+
+@dataclass
+class RunState(Record):
+    """A run's state.json (run/runstate.py): where the run is and how it ended, written by the start, the runner, a
+    Slurm job's step and whoever settles a run; every key a writer may set is declared here, and update_state checks
+    each one written against it."""
+
+    run_id: str | None = None
+    task: str | None = None
+    status: str | None = None  # waiting, starting, pending, running, then one of protocol.TERMINAL
+    phase: str | None = None  # the step it is in: validate, lease, build, workload, audit, report, done, ...
+    scheduler: str | None = None  # "slurm" for a run submitted as a Slurm job
+    pid: int | None = None
+    pgid: int | None = None
+    created: str | None = None  # UTC, ISO 8601, as every time below
+    submitted: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    host_alias: str | None = None
+    hostname: str | None = None
+    node: str | None = None
+    device: str | None = None  # cuda or cpu
+    gpu: dict[str, Any] | None = None  # the leased GPU's state (protocol.GpuState)
+    waiting_for: list[dict[str, Any]] | None = None  # the GPUs a waiting start watches, and why each is not free
+    workloads: str | None = None  # the rows asked for, comma-separated (StartRequest.workloads)
+    mode: str | None = None
+    request: dict[str, Any] | None = None  # a Slurm run's start request, as submitted
+    settings: dict[str, Any] | None = None  # its Slurm settings
+    workload: dict[str, Any] | None = None  # the row being run: {"i", "n", "id"}
+    exit_code: int | None = None
+    headline: dict[str, Any] | None = None  # the summary's headline (Headline.to_json())
+    message: str | None = None
+    error: str | None = None  # why a run that never ran its rows ended (cancelled while waiting, died)
+    summary_sha256: str | None = None  # the seal of summary/results.json (run/records.py)
+    summary_mac: str | None = None
+    ended_by: str | None = None  # the scheduler's state that ended the run (Slurm TIMEOUT, PREEMPTED, ...)
+    cancel_requested: bool | None = None
+    job_id: str | None = None
+    slurm: dict[str, Any] | None = None  # what Slurm said of the job: job_id, state, node, exit_code, reason, ...
+    slurm_settled: bool | None = None
+    slurm_ended_seen: float | None = None  # when Slurm was first seen to have ended the job (time.time())
+    newer: dict[str, Any] = newer_fields()
+    absent: frozenset[str] = absent_fields()
+
+    @classmethod
+    def check_written(cls, fields: dict[str, Any]) -> None:
+        """RecordError unless every field a writer sets is declared here and of its declared type."""
+        unknown = sorted(set(fields) - {name for name in cls.__dataclass_fields__ if name not in ("newer", "absent")})
+        if unknown:
+            raise RecordError(f"state.json: {', '.join(unknown)}: not a field of RunState (kpremote/agent/results.py)")
+        cls.from_json(fields, "state.json")

@@ -80,7 +80,7 @@ def as_typed(argv: list[str]) -> list[str]:
 
 def ledger_entry(results: RunResults, host: str, exit_code: Optional[int], command: list[str]) -> dict[str, Any]:
     """One ledger line from a run's results (kpremote.results/1); a missing part is null, never guessed. A summary
-    of another shape (a stand-in's "rows": 200) reads as one without rows (RunResults.from_json)."""
+    of another shape (a stand-in's "rows": 200) is not read at all: record_run writes what it knows, the rest null."""
     upstream = results.part("baseline_upstream")
     return {
         "schema": SCHEMA,

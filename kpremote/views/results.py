@@ -142,7 +142,7 @@ def _notes(rows: list[RowResult]) -> list[Text]:
         held = f"SAME: {row.verdict.held}" if row.verdict and row.verdict.held else None
         parts = [str(p) for p in (row.message, row.invalid, row.implausible, row.audit, held, row.unverified)
                  if p and not isinstance(p, (dict, list))]
-        where = task_frame((row.correctness or {}).get("traceback") or row.extra.get("traceback"))
+        where = task_frame((row.correctness or {}).get("traceback") or row.traceback)
         if where and parts:
             parts[0] += f" (at {where})"
         if parts:

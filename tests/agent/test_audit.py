@@ -18,6 +18,8 @@ from typing import Iterator
 
 import pytest
 
+from kpremote.agent.results import RowResult
+
 from kpremote.agent.ncu import audit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -348,9 +350,10 @@ def test_the_runner_makes_a_row_whose_audited_calls_computed_something_else_inco
     from kpremote.agent.run.auditstep import _judge_audited_outputs
 
     def row(**outputs: dict) -> dict:
-        judged = {"status": "PASSED", "speedup": 1.3, "invalid": None, "audit": {"agree": True, "outputs": outputs}}
+        judged = RowResult.from_json({"status": "PASSED", "speedup": 1.3, "invalid": None,
+                                      "audit": {"agree": True, "outputs": outputs}})
         _judge_audited_outputs(judged)
-        return judged
+        return judged.to_json()
 
     ok = {"ok": True, "message": "match"}
     assert row(baseline=ok, candidate=ok)["status"] == "PASSED"
@@ -376,9 +379,12 @@ def test_the_blind_spot_is_how_much_of_the_window_a_forge_could_take_and_still_p
 def test_the_runner_puts_a_large_blind_spot_on_the_rows_verdict() -> None:
     from kpremote.agent.run.auditstep import _mark_unverified
 
-    row = {"status": "PASSED", "verdict": {"verdict": "FASTER"}, "audit": {"forge_blind_spot_pct": 12.4}}
-    _mark_unverified(row, audit.unverified_share(row["audit"]))
-    assert row["verdict"] == {"verdict": "FASTER", "forge_blind_spot_pct": 12.4}
-    small = {"status": "PASSED", "verdict": {"verdict": "FASTER"}, "audit": {"forge_blind_spot_pct": 3.0}}
-    _mark_unverified(small, audit.unverified_share(small["audit"]))
-    assert small["verdict"] == {"verdict": "FASTER"}
+    row = RowResult.from_json({"status": "PASSED", "verdict": {"verdict": "FASTER"},
+                                "audit": {"forge_blind_spot_pct": 12.4}})
+    _mark_unverified(row, audit.unverified_share(row.audit))
+    assert row.to_json()["verdict"] == {"verdict": "FASTER", "forge_blind_spot_pct": 12.4}  # set, so written
+    assert row.verdict_word == "FASTER (unverified)"
+    small = RowResult.from_json({"status": "PASSED", "verdict": {"verdict": "FASTER"},
+                                 "audit": {"forge_blind_spot_pct": 3.0}})
+    _mark_unverified(small, audit.unverified_share(small.audit))
+    assert small.to_json()["verdict"] == {"verdict": "FASTER"}

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from kpremote.agent.harness import stats
 from kpremote.agent.results import RowResult, RunResults
-from kpremote.agent.run import report, resultsmd, runner
+from kpremote.agent.run import events, report, resultsmd, runner
 from kpremote.results.compare import compare_rows, compare_regimes
 from kpremote.results.ledger import ledger_entry
 from kpremote.views.results import results_view
@@ -68,7 +68,8 @@ def run_of(rows_and_samples: list[tuple[dict, dict]]) -> RunResults:
         for regime in ("warm", "context"):
             if regime in s:
                 regime_samples.setdefault(regime, {})[row["workload"]] = s[regime]
-    return report.build_results(provenance={"task": {"name": "t"}, "device": "cuda"}, rows=rows, samples=samples,
+    return report.build_results(provenance={"task": {"name": "t"}, "device": "cuda"},
+                                rows=[RowResult.from_json(row) for row in rows], samples=samples,
                                 regime_samples=regime_samples, status="passed", exit_code=0, message=None,
                                 smoke=False)
 
@@ -143,14 +144,14 @@ def test_the_results_view_shows_each_context_regime_and_the_line() -> None:
 
 
 def test_the_row_event_and_its_line_carry_the_regimes() -> None:
-    event = runner._row_event(VANISHING[0], 1, 3)
+    event = events.row_event(RowResult.from_json(VANISHING[0]), 1, 3)
     schema = json.loads((REPO / "docs" / "schemas" / "run-event.json").read_text())
     jsonschema.Draft202012Validator(schema).validate({**event, "schema": "kpremote.run-event/1", "event": "row",
                                                       "host": "h", "task": "t", "run_id": "r", "t": 0.0})
     assert event["regimes"]["context"]["verdict"] == "SAME" and event["context_note"].startswith("qwen_s19: FASTER")
     text = "".join(piece for piece, _ in row_pieces({**event, "verdict": "FASTER"}))
     assert "context " in text and "SAME in its context" in text and "the win does not reach the model" in text
-    assert "regimes" not in runner._row_event(ALONE[0], 3, 3)
+    assert "regimes" not in events.row_event(RowResult.from_json(ALONE[0]), 3, 3)
 
 
 def test_compare_and_the_ledger_carry_each_regime() -> None:

@@ -106,6 +106,18 @@ def test_a_clean_smoke_run_passes_with_exit_code_0(smoke_run: tuple[Path, subpro
     assert state["headline"]["n"] == 2
 
 
+def test_the_runs_state_json_is_its_record_and_every_row_declares_all_it_carries(
+        smoke_run: tuple[Path, subprocess.CompletedProcess]) -> None:
+    """state.json validates against docs/schemas/state.json (drawn from results.RunState, closed), and no row of the
+    run's results.json carries a key its record does not declare (RowResult.newer stays empty)."""
+    run_dir, _ = smoke_run
+    schemas = REPO / "docs" / "schemas"
+    jsonschema.Draft202012Validator(json.loads((schemas / "state.json").read_text())).validate(read_state(run_dir))
+    results = RunResults.read(run_dir / "summary" / "results.json")
+    assert results.rows and all(not row.newer and not (row.timing and row.timing.newer) for row in results.rows)
+    assert {"seeds", "seconds", "log", "processes", "checks"} <= set(results.rows[0].to_json())  # declared, kept
+
+
 def test_events_tell_the_run_in_order(smoke_run: tuple[Path, subprocess.CompletedProcess]) -> None:
     run_dir, _ = smoke_run
     events = events_of(run_dir)

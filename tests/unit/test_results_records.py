@@ -29,12 +29,14 @@ def judged_row(workload: str, speedup: float, production: bool = True) -> dict:
 
 def test_what_the_agent_builds_the_client_reads_back_field_for_field():
     built = report.build_results(provenance={"run_id": "r", "task": {"name": "t"}}, status="passed", exit_code=0,
-                                 rows=[judged_row("a", 2.0), judged_row("b", 0.5, production=False)], samples={},
+                                 rows=[RowResult.from_json(judged_row("a", 2.0)),
+                                       RowResult.from_json(judged_row("b", 0.5, production=False))], samples={},
                                  message=None, smoke=True)
     written = json.loads(json.dumps(built.to_json()))
     read = RunResults.from_json(written)
     assert read == built
-    assert read.rows[0].extra == {"seeds": {"timing": [1, 2]}, "log": "raw/workloads/a.log"}  # kept, not dropped
+    assert read.rows[0].seeds == {"timing": [1, 2]} and read.rows[0].log == "raw/workloads/a.log"  # declared
+    assert read.rows[0].newer == {} and read.rows[0].side("baseline").dropped_clock == 0
     assert read.rows[0].side("candidate").median == 5.0 and read.rows[0].interval == (1.8, 2.2)
     assert (read.headline.geomean, read.headline.n, read.headline.of) == (2.0, 1, 1)
     assert "note" not in written["headline"] and written["headline"]["verdicts"] == {"SAME": 1}
@@ -63,16 +65,43 @@ def test_a_side_that_was_not_timed_has_no_statistics():
 def test_the_interval_is_the_verdicts_and_nothing_else():
     assert row_interval(RowResult.from_json({"verdict": {"low": 0.9, "high": 1.2}})) == (0.9, 1.2)
     for never_written in ({"speedup_interval": {"low": 0.9, "high": 1.2}}, {"speedup_low": 0.9, "speedup_high": 1.2},
-                          {"timing": {"interval": [0.9, 1.2]}}, {"verdict": "FASTER"}):
+                          {"timing": {"interval": [0.9, 1.2]}}):
         assert RowResult.from_json({"speedup": 1.1, **never_written}).interval is None, never_written
+    with pytest.raises(ValueError, match="RowResult.verdict: expected a JSON object, got 'FASTER'"):
+        RowResult.from_json({"speedup": 1.1, "verdict": "FASTER"})
 
 
-def test_a_summary_of_another_shape_reads_as_one_with_nothing_in_it():
-    foreign = RunResults.from_json({"rows": [1, {"workload": "w"}], "headline": "withheld", "provenance": [3]})
-    assert [row.workload for row in foreign.rows] == ["w"] and foreign.provenance == {}
-    assert foreign.headline.geomean is None and foreign.headline.to_json() == {}
-    assert not foreign.is_summary and RunResults.from_json({"schema": "kpremote.results/1"}).is_summary
+def test_a_summary_of_another_shape_is_refused_naming_the_record_the_field_and_what_it_held():
+    cases = [({"rows": [{"workload": "w", "speedup": "fast"}]}, "RunResults.rows[0].speedup: expected a number or null, "
+                                                                  "got 'fast'"),
+             ({"rows": 200}, "RunResults.rows: expected a list of an object (RowResult), got 200"),
+             ({"rows": [1]}, "RunResults.rows[0]: expected a JSON object, got 1"),
+             ({"headline": "withheld"}, "RunResults.headline: expected a JSON object, got 'withheld'"),
+             ({"provenance": [3]}, "RunResults.provenance: expected an object of anything, got [3]"),
+             ({"rows": [{"timing": {"baseline": {"n": 2.5}}}]}, "RunResults.rows[0].timing.baseline.n: expected an "
+                                                               "integer, got 2.5"),
+             ({"rows": [{"timing": {"baseline": {"n": True}}}]}, "baseline.n: expected an integer, got True"),
+             ({"smoke": 1}, "RunResults.smoke: expected true or false, got 1"),
+             ({"rows": [{"gbps": {"baseline": "x"}}]}, "RunResults.rows[0].gbps.baseline: expected a number or null"),
+             ({"rows": [{"seeds": {"timing": [1, "2"]}}]}, "RunResults.rows[0].seeds.timing[1]: expected an integer")]
+    for document, said in cases:
+        with pytest.raises(ValueError, match=re.escape(said)):
+            RunResults.from_json(document)
+    assert RowResult.from_json({"speedup": 2, "timing": {"baseline": {"median": 3}}}).speedup == 2  # an int is a number
+
+
+def test_a_summary_without_a_headline_reads_as_one_with_nothing_in_it_and_a_newer_key_is_kept_apart():
+    bare = RunResults.from_json({"rows": [{"workload": "w", "from_2_99": {"x": 1}}]})
+    assert bare.headline.geomean is None and bare.headline.to_json() == {} and not bare.is_summary
+    assert RunResults.from_json({"schema": "kpremote.results/1"}).is_summary
+    assert bare.rows[0].newer == {"from_2_99": {"x": 1}} and bare.rows[0].to_json()["from_2_99"] == {"x": 1}
     assert Headline.from_json({"geomean": 1.5, "n": 2}).to_json() == {"geomean": 1.5, "n": 2}
+
+
+def test_a_field_set_after_the_record_was_read_is_written():
+    row = RowResult.from_json({"workload": "w", "status": "PASSED"})
+    row.invalid = "audit failed"
+    assert row.to_json() == {"workload": "w", "status": "PASSED", "invalid": "audit failed"}
 
 
 def test_a_file_that_is_not_results_is_refused_naming_the_file(tmp_path):
@@ -88,7 +117,8 @@ def test_a_faster_row_the_audit_cannot_vouch_for_is_counted_and_shown_as_unverif
     faster = {**judged_row("small", 1.3), "verdict": {**judged_row("small", 1.3)["verdict"], "verdict": "FASTER"}}
     blind = {**faster, "verdict": {**faster["verdict"], "forge_blind_spot_pct": 12.4}}
     built = report.build_results(provenance={"run_id": "r", "task": {"name": "t"}, "device": "cuda"},
-                                 status="passed", exit_code=0, rows=[blind, {**faster, "workload": "large"}],
+                                 status="passed", exit_code=0, rows=[RowResult.from_json(blind),
+                                       RowResult.from_json({**faster, "workload": "large"})],
                                  samples={}, message=None, smoke=False)
     read = RunResults.from_json(json.loads(json.dumps(built.to_json())))
     small, large = read.rows

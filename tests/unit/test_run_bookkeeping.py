@@ -4,6 +4,7 @@ from) and one parser for squeue's and sacct's job lines. (No module imports anot
 from __future__ import annotations
 
 import io
+import re
 import json
 import subprocess
 import tarfile
@@ -127,3 +128,17 @@ def test_a_look_that_read_a_run_pending_never_undoes_the_step_that_started_it(ru
     update_state(run_dir, status="pending", phase="queued", slurm=seen["slurm"])
     assert slurmsettle.settle(run_dir, read_state(run_dir), queued)["slurm"]["reason"] == "Resources"
     assert slurmsettle.settle(run_dir, read_state(run_dir), running)["phase"] == "starting"
+
+
+def test_state_json_takes_only_the_keys_its_record_declares_of_their_types(tmp_path):
+    """results.RunState: a writer that sets an undeclared key or a value of another type is refused in one line,
+    and state.json is left as it was."""
+    run_dir = tmp_path / "r1"
+    update_state(run_dir, run_id="r1", status="running", pid=12, workloads="a,b", slurm={"job_id": "7"})
+    for bad, said in (({"speedup": 1.2}, "state.json: speedup: not a field of RunState"),
+                      ({"pid": "12"}, "state.json.pid: expected an integer or null, got '12'"),
+                      ({"cancel_requested": 1}, "state.json.cancel_requested: expected true or false or null, got 1")):
+        with pytest.raises(ValueError, match=f"^{re.escape(said)}"):
+            update_state(run_dir, **bad)
+    assert read_state(run_dir) == {"run_id": "r1", "status": "running", "pid": 12, "workloads": "a,b",
+                                   "slurm": {"job_id": "7"}}

@@ -166,13 +166,14 @@ def test_git_and_provenance_leave_the_ledger_out(tmp_path: Path) -> None:
     assert logged.returncode == 0 and results.returncode == 1
 
 
-def test_a_summary_of_another_shape_still_gets_its_ledger_line() -> None:
-    """A results.json the ledger cannot read row by row (a stand-in's, a foreign one) costs the run nothing: the line
-    is written with what could be read (the follow benchmark's stand-in summary says "rows": 200)."""
-    from kpremote.results.ledger import ledger_entry
+def test_a_summary_of_another_shape_still_gets_its_ledger_line(tmp_path: Path) -> None:
+    """A results.json the ledger cannot read as results (a stand-in's, a foreign one: the follow benchmark's stand-in
+    summary says "rows": 200) costs the run nothing: the line is written with what is known, the rest null."""
+    from kpremote.results.ledger import read_ledger, record_run
 
-    from kpremote.agent.results import RunResults
-
-    foreign = RunResults.from_json({"smoke": True, "rows": 200, "headline": "x", "provenance": []})
-    entry = ledger_entry(foreign, "h", 0, ["inv", "run"])
-    assert entry["rows"] == {} and entry["exit_code"] == 0 and entry["smoke"] is True and entry["run_id"] is None
+    summary = tmp_path / "runs" / "r1" / "summary"
+    summary.mkdir(parents=True)
+    (summary / "results.json").write_text('{"smoke": true, "rows": 200, "headline": "x", "provenance": []}')
+    entry = record_run(tmp_path, summary, "h", 0, ["inv", "run"])
+    assert entry["rows"] == {} and entry["exit_code"] == 0 and entry["run_id"] is None and entry["summary_sha256"]
+    assert {k: v for k, v in read_ledger(tmp_path)[-1].items() if k != "mac"} == entry  # the line was written

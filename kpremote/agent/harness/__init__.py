@@ -93,6 +93,7 @@ OUTSIDE_THE_HARNESS = {
     "protocol.py": "the client-agent seam: exit codes, names, request kinds, a GPU's state",
     "results.py": "the records results.json is written through (they carry the judge's and report.py's numbers, "
                   "never compute one)",
+    "record.py": "the typed record results.py's records are made of: checks a document's types, never a number",
     "provenance.py": "stamps which source was measured",
     "run/runstate.py": "writes state.json",
     "run/records.py": "seals the summary report.py already wrote (its sha256 and MAC): no number, no verdict",

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from ..harness.correctness import INCORRECT, PASSED
+from ..results import RowResult, RowTiming
 
 
 class AuditStep:
@@ -23,25 +24,25 @@ class AuditStep:
             return
         from ..ncu import audit
 
-        rows = [r for r in self.ctx.rows if r.get("production") and r["status"] == PASSED and r.get("timing")]
+        rows = [r for r in self.ctx.rows if r.production and r.status == PASSED and r.timing]
         if rows:
             self._phase("audit")
         for row in rows:
             try:
-                row["audit"] = audit.audit_row(self._audit_request(row))
+                row.audit = audit.audit_row(self._audit_request(row))
             except Exception as exc:  # noqa: BLE001 - an audit that cannot run leaves the row unconfirmed
-                row["audit"] = {"agree": None, "error": f"{type(exc).__name__}: {exc}"}
-                row["invalid"] = "; ".join(filter(None, [row.get("invalid"), f"audit failed: {exc}"]))
+                row.audit = {"agree": None, "error": f"{type(exc).__name__}: {exc}"}
+                row.invalid = "; ".join(filter(None, [row.invalid, f"audit failed: {exc}"]))
                 continue
-            if row["audit"].get("agree") is False:
-                found = row["audit"]
-                row["invalid"] = "; ".join(filter(None, [row.get("invalid"), (
+            found = row.audit
+            if found.get("agree") is False:
+                row.invalid = "; ".join(filter(None, [row.invalid, (
                     f"audit: the harness measured {found.get('harness_us')} us, Nsight Compute {found.get('ncu_us')} us "
                     f"(tolerance {found.get('tolerance')})")]))
             _judge_audited_outputs(row)
-            _mark_unverified(row, audit.unverified_share(row["audit"]))
-            self.events.emit("audit", workload=row["workload"], **{k: v for k, v in row["audit"].items()
-                                                                   if k in ("harness_us", "ncu_us", "agree", "tolerance")})
+            _mark_unverified(row, audit.unverified_share(found))
+            self.events.emit("audit", workload=row.workload,
+                             **{k: v for k, v in found.items() if k in ("harness_us", "ncu_us", "agree", "tolerance")})
 
     def _audit_status(self) -> str:
         if self.ctx.device != "cuda":
@@ -58,13 +59,14 @@ class AuditStep:
             return "unaudited: ncu not found"
         return "on"
 
-    def _audit_request(self, row: dict[str, Any]) -> dict[str, Any]:
-        timing = row.get("timing") or {}
+    def _audit_request(self, row: RowResult) -> dict[str, Any]:
+        timing = row.timing or RowTiming()
         return {
             "task_dir": str(self.ctx.spec.root), "run_dir": str(self.run_dir), "raw_dir": str(self.raw / "audit"),
-            "workload": row["workload"], "params": row.get("params"), "mode": timing.get("mode"),
-            "calls_per_sample": timing.get("calls_per_sample"),
-            "harness_us": {side: (timing.get(side) or {}).get("median") for side in ("baseline", "candidate")},
+            "workload": row.workload, "params": row.params, "mode": timing.mode,
+            "calls_per_sample": timing.calls_per_sample,
+            "harness_us": {side: stats.median if (stats := getattr(timing, side)) else None
+                           for side in ("baseline", "candidate")},
             "modules": {side: rec.get("module") for side, rec in self.ctx.prepared["build"]["sides"].items()},
             "gpu": self.ctx.gpu.to_json() if self.ctx.gpu else None, "env": self._worker_env(),
             "device": self.ctx.device, "empty_window_us": self._empty_window_us(),
@@ -78,20 +80,20 @@ class AuditStep:
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
-def _judge_audited_outputs(row: dict[str, Any]) -> None:
+def _judge_audited_outputs(row: RowResult) -> None:
     """What the audited calls wrote (audit.check_outputs) judged like a timed call's: a candidate whose audited
     calls computed something else is INCORRECT (it does other work when measured by ncu); a baseline that did
     voids the row, as a baseline that fails elsewhere does."""
-    outputs = (row.get("audit") or {}).get("outputs") or {}
+    outputs = (row.audit or {}).get("outputs") or {}
     baseline, candidate = outputs.get("baseline") or {}, outputs.get("candidate") or {}
     if baseline.get("ok") is False:
-        row["invalid"] = "; ".join(filter(None, [row.get("invalid"), f"audit: {baseline.get('message')}"]))
+        row.invalid = "; ".join(filter(None, [row.invalid, f"audit: {baseline.get('message')}"]))
     elif candidate.get("ok") is False:
-        row["status"], row["message"], row["speedup"] = INCORRECT, f"audit: {candidate.get('message')}", None
+        row.status, row.message, row.speedup = INCORRECT, f"audit: {candidate.get('message')}", None
 
 
-def _mark_unverified(row: dict[str, Any], blind_spot_pct: float | None) -> None:
+def _mark_unverified(row: RowResult, blind_spot_pct: float | None) -> None:
     """A row whose audit could not have seen a 5 % forge of the candidate's window says how large one could be, on
     its verdict (a FASTER there reads FASTER (unverified): results.RowResult.verdict_word)."""
-    if blind_spot_pct is not None and isinstance(row.get("verdict"), dict):
-        row["verdict"]["forge_blind_spot_pct"] = blind_spot_pct
+    if blind_spot_pct is not None and row.verdict is not None:
+        row.verdict.forge_blind_spot_pct = blind_spot_pct

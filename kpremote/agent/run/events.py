@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..results import CONTEXT_REGIMES, RowResult
+
 
 class EventLog:
     """Appends events; safe to share between the runner and its workload processes (O_APPEND)."""
@@ -50,3 +52,25 @@ def complete_lines(path: Path, offset: int = 0) -> tuple[bytes, int]:
         return b"", offset
     end = data.rfind(b"\n") + 1
     return data[:end], offset + end
+
+
+def row_event(row: RowResult, number: int, total: int) -> dict[str, Any]:
+    """The "row" event's fields (docs/schemas/run-event.json): the row as the live view and run_log.md show it."""
+    timing = row.timing
+    # the row's FASTER / SAME / SLOWER and its interval, as results.md shows them: a smoke run's mean nothing
+    verdict = row.verdict if not row.smoke else None
+    event = {"workload": row.workload, "i": number, "n": total, "status": row.status,
+             "production": row.production, "message": row.message, "speedup": row.speedup,
+             "verdict": verdict.verdict if verdict else None, "speedup_low": verdict.low if verdict else None,
+             "speedup_high": verdict.high if verdict else None, "mode": timing.mode if timing else None,
+             "invalid": row.invalid, "implausible": row.implausible, "label": row.label, "seconds": row.seconds}
+    for side in ("baseline", "candidate"):
+        summary = getattr(timing, side) if timing else None
+        for key in ("n", "median", "p10", "p90"):
+            event[f"{side}_{key}" + ("_us" if key != "n" else "")] = getattr(summary, key) if summary else None
+    if row.regimes is not None:  # a row with a context: each regime's word, as the cold one's above
+        event["regimes"] = {regime: {"verdict": None if row.smoke else row.regime_word(regime),
+                                     "speedup": part.speedup if (part := row.regime(regime)) else None}
+                            for regime in CONTEXT_REGIMES}
+        event["context_note"] = None if row.smoke else row.context_note
+    return event

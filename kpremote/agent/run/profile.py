@@ -28,6 +28,7 @@ from ..harness.profiledcall import call_main, call_side
 from ..ncu.profilereport import SideProfile, render_profile_csv, render_profile_json, render_profile_md
 from ..protocol import ProfileRequest, RunExit
 from ..provenance import file_sha256
+from ..results import RowResult
 from .runner import Runner
 from .stopping import Abort
 from .runoptions import Options, parse_profile_args
@@ -73,12 +74,12 @@ class ProfileRunner(Runner):
         except ncu.NcuError as exc:
             raise Abort(str(exc)) from None
 
-    def _require_gate_passed(self, row: dict[str, Any]) -> None:
-        if row["status"] == SKIPPED:
-            raise Abort(f"not profiled: {row.get('message')} (profile on a GPU host)", RunExit.FAILED, "failed")
-        if row["status"] != PASSED:
-            raise Abort(f"not profiled: workload {row['workload']} is {row['status']} at the correctness gate "
-                        f"({row.get('message')}); only a correct row is profiled", RunExit.FAILED, "failed")
+    def _require_gate_passed(self, row: RowResult) -> None:
+        if row.status == SKIPPED:
+            raise Abort(f"not profiled: {row.message} (profile on a GPU host)", RunExit.FAILED, "failed")
+        if row.status != PASSED:
+            raise Abort(f"not profiled: workload {row.workload} is {row.status} at the correctness gate "
+                        f"({row.message}); only a correct row is profiled", RunExit.FAILED, "failed")
 
     # ---------------------------------------------------------------- one side under ncu
 
@@ -170,7 +171,7 @@ class ProfileRunner(Runner):
             "ncu": f"{self.ncu_path} ({ncu.ncu_version(self.ncu_path) or 'version unknown'})",
             "smoke": self.ctx.device != "cuda",
         }
-        return render_profile_md(facts, self.request, self.ctx.rows[-1], self.profiled, copy_gbps)
+        return render_profile_md(facts, self.request, self.ctx.rows[-1].to_json(), self.profiled, copy_gbps)
 
 
 def main(argv: list[str]) -> int:

@@ -139,7 +139,7 @@ def _regime_headlines(production: list[RowResult], regime_samples: dict[str, dic
 def build_results(
     *,
     provenance: dict[str, Any],
-    rows: list[dict[str, Any]],
+    rows: list[RowResult],
     samples: dict[str, dict[str, list[float]]],
     status: str,
     exit_code: int,
@@ -152,7 +152,7 @@ def build_results(
     """The run's results record from its judged rows. ended_by: the scheduler's state when it ended the run
     (Slurm's TIMEOUT, PREEMPTED, ...), else None. regime_samples: {regime: {workload: {side: times}}} of the rows
     with a context."""
-    typed = [RowResult.from_json(row) for row in rows]
+    typed = list(rows)
     results = RunResults(
         schema=SCHEMA, status=status, exit_code=int(exit_code), message=message, ended_by=ended_by, smoke=smoke,
         label=SMOKE_LABEL if smoke else None, provenance=provenance, rows=typed, unsandboxed=unsandboxed,

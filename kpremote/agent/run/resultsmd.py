@@ -285,7 +285,7 @@ def _status_cell(row: RowResult) -> str:
 def _row_note(row: RowResult) -> str | None:
     # The smoke label is the banner's business, not every row's.
     held = f"SAME: {row.verdict.held}" if row.verdict and row.verdict.held else None
-    dropped = row.extra.get("log_dropped_bytes")
+    dropped = row.log_dropped_bytes
     cut = (f"its output was cut: raw/workloads/{row.workload}.log keeps the first {LOG_CAP_BYTES} bytes, at least "
            f"{dropped} more were dropped" if isinstance(dropped, int) and dropped > 0 else None)
     parts = [text for text in (row.message, row.invalid, held, row.unverified, cut) if text]

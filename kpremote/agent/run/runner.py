@@ -38,11 +38,12 @@ from .auditstep import AuditStep
 from ..children import WorkerOutcome
 from ..harness.judgeprocess import JudgeProcess
 from ..harness.correctness import ERROR, PASSED, TIMEOUT
-from .events import EventLog, read_events
+from .events import EventLog, read_events, row_event
 from .guards import DiskReserve, ForeignWatch, ours_per_row
 from .leasestep import LeaseStep
 from ..protocol import RunExit
-from ..results import CONTEXT_REGIMES, RowResult
+from ..record import RecordError
+from ..results import RowResult
 from ..provenance import baseline_upstream, source_provenance, task_pin_record
 from .runchildren import RunChildren
 from .runoptions import Options, parse_args
@@ -75,7 +76,7 @@ class RunContext:
     gpu_before: dict[str, Any] | None = None
     gpu_after: dict[str, Any] | None = None
     prepared: dict[str, Any] = field(default_factory=dict)
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[RowResult] = field(default_factory=list)  # each row as the judge made it (_row_record), whole
     samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     # a row with a context: each context regime's samples, {regime: {workload: {side: times}}}
     regime_samples: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
@@ -222,21 +223,25 @@ class Runner(LeaseStep, RunChildren, AuditStep):
     def _run_row(self, number: int, workload: Workload, total: int) -> None:
         self._phase("workload", workload=workload.id, i=number, n=total)
         update_state(self.run_dir, workload={"i": number, "n": total, "id": workload.id})
-        row = self._row_result(workload)
-        samples = row.pop("samples", None)
+        judged = self._row_result(workload)
+        samples = judged.pop("samples", None)
+        regime_samples = judged.pop("regime_samples", None) or {}
+        row = _row_record(judged)
         if samples:
             self.ctx.samples[workload.id] = samples
-            self._append_samples(workload.id, row.get("timing", {}).get("mode"), samples)
-        for regime, timed in (row.pop("regime_samples", None) or {}).items():
+            self._append_samples(workload.id, row.timing.mode if row.timing else None, samples)
+        for regime, timed in regime_samples.items():
             self.ctx.regime_samples.setdefault(regime, {})[workload.id] = timed
             self._append_samples(workload.id, regime, timed, regime=regime)
         self.ctx.rows.append(row)
-        event = self.events.emit("row", **_row_event(row, number, total))
+        event = self.events.emit("row", **row_event(row, number, total))
         speedup = f" {event['speedup']:.3f}x" if event.get("speedup") else ""
         detail = f" — {event['message']}" if event.get("message") else ""
-        print(f"[{number}/{total}] {workload.id}: {row['status']}{speedup}{detail}", file=sys.stderr, flush=True)
+        print(f"[{number}/{total}] {workload.id}: {row.status}{speedup}{detail}", file=sys.stderr, flush=True)
 
     def _row_result(self, workload: Workload) -> dict[str, Any]:
+        """The row's JSON object as the judge's outcome and the runner's own keys make it (with its samples, which
+        _run_row takes out before the row becomes its record)."""
         base = {"workload": workload.id, "production": workload.production, "params": workload.params,
                 "tolerance_override": {"atol": workload.atol, "rtol": workload.rtol}}
         smoke = self.ctx.device != "cuda"
@@ -288,7 +293,7 @@ class Runner(LeaseStep, RunChildren, AuditStep):
     def _verdict(self) -> tuple[str, int, str | None]:
         """passed, or failed with why (state.json's message: what `inv status` and `inv run`'s `error` show)."""
         rows = self.ctx.rows
-        bad = [r for r in rows if r["status"] != PASSED or r.get("invalid")]
+        bad = [r for r in rows if r.status != PASSED or r.invalid]
         return ("passed", RunExit.PASSED, None) if not bad else ("failed", RunExit.FAILED, why_failed(bad, len(rows)))
 
     def _finish(self, status: str, exit_code: int, message: str | None, ended_by: str | None = None) -> None:
@@ -339,7 +344,7 @@ class Runner(LeaseStep, RunChildren, AuditStep):
         if support.level != "sandboxed":
             why = "; ".join(support.why_not)
             return f"no sandbox ({why})" if support.level == "unsandboxed" else f"only a partial sandbox here ({why})"
-        loose = sorted({f"{side}: {how}" for row in self.ctx.rows for side, how in (row.get("sandbox") or {}).items()
+        loose = sorted({f"{side}: {how}" for row in self.ctx.rows for side, how in (row.sandbox or {}).items()
                         if how.startswith("unsandboxed") or "missing" in how})
         return "; ".join(loose) or None
 
@@ -386,17 +391,17 @@ class Runner(LeaseStep, RunChildren, AuditStep):
 # --------------------------------------------------------------------------------------------- helpers
 
 
-def why_failed(bad: list[dict[str, Any]], total: int, shown: int = 3, detail_chars: int = 200) -> str:
+def why_failed(bad: list[RowResult], total: int, shown: int = 3, detail_chars: int = 200) -> str:
     """A failed run in one line: which rows and how, then the first one's own words (shortened)."""
-    def how(row: dict[str, Any]) -> str:
-        return f"{row['workload']} {row['status'] if row['status'] != PASSED else 'invalid'}"
+    def how(row: RowResult) -> str:
+        return f"{row.workload} {row.status if row.status != PASSED else 'invalid'}"
 
     names = ", ".join(how(row) for row in bad[:shown]) + (f" and {len(bad) - shown} more" if len(bad) > shown else "")
     first = bad[0]
-    detail = " ".join(str(first.get("message") or first.get("invalid") or "").split())
+    detail = " ".join(str(first.message or first.invalid or "").split())
     if len(detail) > detail_chars:
         detail = detail[:detail_chars - 3] + "..."
-    return f"{len(bad)} of {total} row(s) not passed: {names}" + (f" — {first['workload']}: {detail}" if detail else "")
+    return f"{len(bad)} of {total} row(s) not passed: {names}" + (f" — {first.workload}: {detail}" if detail else "")
 
 
 def _outcome_fields(outcome: WorkerOutcome) -> dict[str, Any]:
@@ -407,26 +412,15 @@ def _outcome_fields(outcome: WorkerOutcome) -> dict[str, Any]:
     return outcome.result
 
 
-def _row_event(row: dict[str, Any], number: int, total: int) -> dict[str, Any]:
-    timing = row.get("timing") or {}
-    # the row's FASTER / SAME / SLOWER and its interval, as results.md shows them: a smoke run's mean nothing
-    verdict = row["verdict"] if isinstance(row.get("verdict"), dict) and not row.get("smoke") else {}
-    event = {"workload": row["workload"], "i": number, "n": total, "status": row["status"],
-             "production": row["production"], "message": row.get("message"), "speedup": row.get("speedup"),
-             "verdict": verdict.get("verdict"), "speedup_low": verdict.get("low"), "speedup_high": verdict.get("high"),
-             "mode": timing.get("mode"), "invalid": row.get("invalid"), "implausible": row.get("implausible"),
-             "label": row.get("label"), "seconds": row.get("seconds")}
-    for side in ("baseline", "candidate"):
-        summary = timing.get(side) or {}
-        for key in ("n", "median", "p10", "p90"):
-            event[f"{side}_{key}" + ("_us" if key != "n" else "")] = summary.get(key)
-    if isinstance(row.get("regimes"), dict):  # a row with a context: each regime's word, as the cold one's above
-        typed = RowResult.from_json(row)
-        event["regimes"] = {regime: {"verdict": None if row.get("smoke") else typed.regime_word(regime),
-                                     "speedup": part.speedup if (part := typed.regime(regime)) else None}
-                            for regime in CONTEXT_REGIMES}
-        event["context_note"] = None if row.get("smoke") else typed.context_note
-    return event
+def _row_record(judged: dict[str, Any]) -> RowResult:
+    """The row's record, made once from its JSON object; a judge's answer of another shape (a harness bug) is the
+    row's ERROR, saying what was wrong, rather than the run's end."""
+    try:
+        return RowResult.from_json(judged, f"row {judged.get('workload')}")
+    except RecordError as exc:
+        return RowResult(workload=str(judged.get("workload")), production=bool(judged.get("production")),
+                         status=ERROR, message=f"judge: its answer is not a row: {exc}", where="judge",
+                         smoke=bool(judged.get("smoke")))
 
 
 def _utc_now() -> str:

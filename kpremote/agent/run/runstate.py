@@ -1,4 +1,4 @@
-"""state.json of one run: the single record of what a run is doing, updated atomically."""
+"""state.json of one run: the single record of what a run is doing (results.RunState), updated atomically."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any, Callable
 from ..atomicfile import write_json_atomically
 from ..filelock import held
 from ..protocol import TERMINAL, RunExit  # noqa: F401 - re-exported
+from ..results import RunState
 
 DISK_FULL_EXIT = RunExit.DISK_FULL
 """A worker's exit code when the disk was too full to write its result (28 = ENOSPC)."""
@@ -54,6 +55,7 @@ def update_state_if(run_dir: Path, still: Callable[[dict[str, Any]], bool], **fi
     over the step's record of the GPUs it was allocated)."""
     lock = state_path(run_dir).with_name("state.lock")
     lock.parent.mkdir(parents=True, exist_ok=True)  # as the first write of state.json makes its folder
+    RunState.check_written(fields)  # an undeclared key or a value of another type: the writer's bug, said here
     with held(lock):
         state = read_state(run_dir)
         if not still(state):
