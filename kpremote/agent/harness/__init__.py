@@ -20,7 +20,7 @@ __all__ = ["HARNESS_FILES", "HARNESS_VERSION", "cases", "correctness", "devicepr
            "harness_digest", "harness_record", "judge", "judgeprocess", "numerics", "pinned_inputs", "profiledcall",
            "rowlog", "side", "stats", "timing"]
 
-HARNESS_VERSION = "2.18"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+HARNESS_VERSION = "2.19"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
 # 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
 # 2.3: a row's noise threshold covers two timer ticks; the flush probe ramps the clocks first (no timed number moves)
@@ -62,6 +62,8 @@ HARNESS_VERSION = "2.18"  # 2.0: process boundary (judge + one process per side)
 #      under 5 % reads FASTER (unverified); a smoke row has no verdict; a row's log holds its first 8 MiB
 # 2.18: each row judged by SGLang's numerical contract too (numerics.py: float64 error ratios against the baseline's,
 #      or bitwise exact), on top of the atol/rtol floor
+# 2.19: a context may write an input the call rewrites in place (qknorm_rope); each row a typed record, made once by
+#      the runner from the judge's answer, its every key declared and type-checked (record.py); no timed code changed
 AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".
