@@ -125,7 +125,7 @@ step_tasks() {  # step_tasks LIST (all: ORDER)
 }
 
 step_aa() {  # step_aa [N]
-  local runs=${1:-${CONTEXT_AA_RUNS:-3}} n id copy=$work/copies/dial
+  local runs=${1:-${CONTEXT_AA_RUNS:-3}} n id copy=$work/copies/$stamp/dial  # its own: two calls may share a work folder
   copy_task benchmarks/gpu/dial "$copy"
   if [ "$dry" = 1 ]; then  # the launch-bound rows only: the others are GPU-sized
     "$py" - "$copy/bench/workloads.h200-context-aa.toml" > "$copy/bench/workloads.toml" <<'PY'
