@@ -47,11 +47,11 @@ declare -A NEEDS=([cutedsl]="cutlass.cute" [qknorm_rope]="tvm_ffi")  # importabl
 # audit per production row, three regimes a row, the first row's 14-31 s, the builds (norm_infer's nvcc,
 # qknorm_rope's three tvm-ffi template sets a side, in each of its two runs); fuse's three rows took 134 s with
 # contexts and the audit under 2.18 (benchmarks/README.md). group_norm_silu: six rows up to 570 MB a tensor, each
-# context graph holding a 3x3x3 conv over the row's tensor (to be measured on a GPU under 2.19); rotary: one row
-# (estimates until a call measures them)
+# context graph holding a 3x3x3 conv over the row's tensor (0.2-7.0 ms a replay on an H200 under 2.19); rotary: one row
+# (estimates: remeasure.sh's runs under 2.19 took much longer, their audits overlapping: benchmarks/README.md)
 declare -A ESTIMATE_S=([fuse]=200 [norm_infer]=300 [cutedsl]=300 [group_norm_silu]=360 [norm_tanh]=240 [rotary]=120
                        [qknorm_rope]=420)
-AA_RUN_S=150  # one run of the 12 A/A rows in three regimes (an estimate until a call measures it)
+AA_RUN_S=100  # one run of the 12 A/A rows in three regimes: 80-90 s on an H200 under 2.19 (benchmarks/README.md)
 arch=""
 ran=()
 
