@@ -186,9 +186,16 @@ def json_schema(root: type[Record], parts: Mapping[str, Any]) -> dict[str, Any]:
 def field_notes(cls: type[Record]) -> dict[str, str]:
     """Each field's comment in the record's source, its description in the schema: the comment on its line, with
     the comment lines below it; comment lines above a field with none on its own line are that field's."""
+    notes: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):  # a record that extends another: the fields it declares in its own source
+        if klass is not Record and issubclass(klass, Record) and "__dataclass_fields__" in vars(klass):
+            notes.update(_source_notes(klass, {f.name for f, _ in _declared(cls)}))
+    return notes
+
+
+def _source_notes(cls: type, names: set[str]) -> dict[str, str]:
     import inspect
 
-    names = {f.name for f, _ in _declared(cls)}
     notes: dict[str, str] = {}
     pending: list[str] = []
     last: str | None = None  # the field above, when its line has a comment that lines below may continue
