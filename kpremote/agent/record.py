@@ -11,7 +11,7 @@ import typing
 from dataclasses import Field, field, fields
 from typing import Any, ClassVar, Mapping
 
-__all__ = ["Record", "RecordError", "absent_fields", "json_schema", "newer_fields", "typed"]
+__all__ = ["Record", "RecordError", "absent_fields", "check_fields", "json_schema", "newer_fields", "typed"]
 
 BOOKKEEPING = ("newer", "absent")
 
@@ -110,6 +110,15 @@ def check(value: Any, hint: Any, where: str) -> Any:
     if hint is Any or _fits(value, hint):
         return value
     raise RecordError(f"{where}: expected {describe(hint)}, got {_shown(value)}")
+
+
+def check_fields(cls: type, value: Mapping[str, Any], where: str, **hints: Any) -> None:
+    """RecordError unless each key of value that names one of dataclass cls's fields holds that field's type (hints:
+    a field's JSON type where its Python one is not, a tuple read from a list); for a dataclass not made a Record."""
+    declared = {**typing.get_type_hints(cls), **hints}
+    for f in fields(cls):
+        if f.name in value and f.name not in BOOKKEEPING:
+            check(value[f.name], declared[f.name], f"{where}.{f.name}")
 
 
 def _fits(value: Any, hint: Any) -> bool:
