@@ -1,6 +1,7 @@
 """docs/schemas/ drawn from the records: the schema of each document the agent writes through a record (results.json:
 kpremote/agent/results.py's RunResults; state.json: its RunState; run-event.json: a run's event line,
-kpremote/runs/eventstream.py's StreamEvent over kpremote/agent/run/events.py's RunEvent) made from the records' fields and types (record.json_schema), one source.
+kpremote/runs/eventstream.py's StreamEvent over kpremote/agent/run/events.py's RunEvent; sync-header.json: a sync
+stream's header line, results.py's SyncHeader) made from the records' fields and types (record.json_schema), one source.
 
     python -m kpremote.results.schemas            writes them
     python -m kpremote.results.schemas --check    says which differ from what is committed (exit 1), writes nothing
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..agent.record import json_schema
-from ..agent.results import RESULTS_SCHEMA, RunResults, RunState
+from ..agent.results import RESULTS_SCHEMA, RunResults, RunState, SyncHeader
 from ..cli.jsonout import schema_name
 from ..runs.eventstream import EVENT_SCHEMA, StreamEvent
 
@@ -69,7 +70,15 @@ def _run_event() -> dict[str, Any]:
                            "kpremote.run/1 document on one line."}
 
 
-GENERATED: dict[str, Callable[[], dict[str, Any]]] = {"results": _results, "state": _state, "run-event": _run_event}
+def _sync_header() -> dict[str, Any]:
+    drawn = json_schema(SyncHeader, {})
+    return {"$schema": drawn.pop("$schema"), "$id": "https://kpremote.invalid/schemas/sync-header.json",
+            "title": "a sync stream's first line (kpremote/agent/results.py SyncHeader: the client's "
+                     "runs/sync.py writes it, the agent's sync.py reads it)", **drawn}
+
+
+GENERATED: dict[str, Callable[[], dict[str, Any]]] = {"results": _results, "state": _state, "run-event": _run_event,
+                                                      "sync-header": _sync_header}
 """Schema file name (docs/schemas/<name>.json) -> how it is drawn from its records."""
 
 
