@@ -97,3 +97,14 @@ def test_the_client_stream_lines_fit_the_generated_schema_and_a_mistyped_one_is_
         validator.validate(line)
     assert not validator.is_valid({**lines[0], "files": "3"})
     assert not validator.is_valid({**lines[2], "ended": "yes"})
+
+
+def test_inv_check_shows_the_local_runs_events_read_as_records_and_skips_a_line_of_another_shape(tmp_path):
+    from kpremote.runs.check import follow_events
+
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"t": 1, "event": "phase", "phase": "build"}\n{"t": 2, "event": "row", "i": "one"}\nnot json\n'
+                    '{"t": 3, "event": "warning", "message": "m"}\n')
+    seen: list[dict] = []
+    follow_events(path, lambda: 0, seen.append)
+    assert seen == [{"t": 1, "event": "phase", "phase": "build"}, {"t": 3, "event": "warning", "message": "m"}]
