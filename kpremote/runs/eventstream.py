@@ -46,7 +46,11 @@ class StreamEvent(RunEvent):
         "required": ["schema", "event", "host", "task", "run_id", "t"],
         "allOf": [*RunEvent.SCHEMA["allOf"], _kind("syncing", ["files", "bytes"]),
                   _kind("started", ["run_id", "gpu"], run_id={"type": "string"}),
-                  _kind("end", ["status", "exit_code", "headline", "error", "ended"])]}
+                  _kind("end", ["status", "exit_code", "headline", "error", "ended"], status={
+                      "description": "as kpremote.run/1's status: passed, failed, error, cancelled, detached, no idle "
+                                     "GPU, not started, connection lost, already measured; under inv logs without "
+                                     "--follow, the run's state as the host has it (running: it goes on, ended is "
+                                     "false)"})]}
 
     schema: str | None = None  # the line's shape and version, kpremote.run-event/1
     host: str | None = None  # the host (for an outcome that no host took: every host tried, comma-separated)

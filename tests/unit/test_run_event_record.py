@@ -97,6 +97,7 @@ def test_the_client_stream_lines_fit_the_generated_schema_and_a_mistyped_one_is_
         validator.validate(line)
     assert not validator.is_valid({**lines[0], "files": "3"})
     assert not validator.is_valid({**lines[2], "ended": "yes"})
+    assert not validator.is_valid({**lines[1], "regimes": {"warm": {"speedup": "x"}}})  # a row kind's own rule
 
 
 def test_inv_check_shows_the_local_runs_events_read_as_records_and_skips_a_line_of_another_shape(tmp_path):

@@ -21,8 +21,14 @@ from ..results import CONTEXT_REGIMES, RowResult
 __all__ = ["AGENT_KINDS", "EventLog", "RunEvent", "complete_lines", "read_events", "row_event"]
 
 
-def _kind(name: str, required: list[str]) -> dict[str, Any]:
-    return {"if": {"properties": {"event": {"const": name}}, "required": ["event"]}, "then": {"required": required}}
+def _kind(name: str, required: list[str], **properties: Any) -> dict[str, Any]:
+    """An event kind's own rule in the schema: the fields it always carries, and what they hold for this kind."""
+    then: dict[str, Any] = {"required": required, **({"properties": properties} if properties else {})}
+    return {"if": {"properties": {"event": {"const": name}}, "required": ["event"]}, "then": then}
+
+
+_REGIME_WORDS = {"type": "object", "properties": {"verdict": {"type": ["string", "null"]},
+                                                  "speedup": {"type": ["number", "null"]}}}
 
 
 AGENT_KINDS = ("phase", "build", "provenance", "warning", "error", "row", "audit", "profile", "headline", "done",
@@ -39,7 +45,8 @@ class RunEvent(Record):
 
     SCHEMA: ClassVar[dict[str, Any]] = {"required": ["event"], "allOf": [
         _kind("phase", ["phase"]), _kind("build", ["side", "ok"]), _kind("warning", ["message"]),
-        _kind("error", ["message"]), _kind("row", ["workload", "i", "n", "status", "verdict", "speedup"]),
+        _kind("error", ["message"]), _kind("row", ["workload", "i", "n", "status", "verdict", "speedup"],
+              regimes={"additionalProperties": _REGIME_WORDS}),
         _kind("done", ["status", "exit_code"])]}
 
     t: float | None = None  # when, in seconds since the epoch, by the agent's clock (every line but a heartbeat)
