@@ -49,7 +49,8 @@ class RunEvent(Record):
               regimes={"additionalProperties": _REGIME_WORDS}),
         _kind("done", ["status", "exit_code"])]}
 
-    t: float | None = None  # when, in seconds since the epoch, by the agent's clock (every line but a heartbeat)
+    t: float | None = None  # when, in seconds since the epoch: the agent's clock for its events (every line but a
+    # heartbeat), the client's for the stream's own kinds
     event: str = "?"  # what happened: phase, build, provenance, warning, error, row, audit, profile, headline, done,
     # slurm; heartbeat and end on the follow stream; another kind a newer agent adds
     phase: str | None = None  # validate, lease, build, workloads, workload, audit, report, ...
