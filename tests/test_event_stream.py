@@ -124,3 +124,23 @@ def test_a_reader_that_leaves_early_changes_nothing_about_the_run(rig, workdir):
     assert (fetched / "results.json").is_file()
     [entry] = [json.loads(line) for line in (workdir / "kernels" / "tiny_rmsnorm" / "ledger.jsonl").open()]
     assert (entry["run_id"], entry["status"]) == (fetched.name, "passed")
+
+
+def test_a_mistyped_event_from_the_host_is_one_line_naming_it_and_exit_2(streamed):
+    """An events.jsonl line of another shape (here `"speedup": "fast"`, appended on the host after the run) is read
+    with RunEvent.from_json: one line naming the host, run and field, exit 2, no traceback. (Last in this file: it
+    spoils the streamed run's events for any test after it.)"""
+    import tomllib
+
+    workdir, hosts, run = streamed
+    run_id = json.loads(run.stdout.splitlines()[-1])["runs"][0]["run_id"]
+    root = Path(tomllib.loads(hosts.read_text())["hosts"]["stream-a"]["remote_root"]).expanduser()
+    [events] = list(root.rglob(f"{run_id}/raw/events.jsonl"))
+    with events.open("a") as file:
+        file.write('{"t": 1.0, "event": "row", "workload": "w", "speedup": "fast"}\n')
+    logs = inv(workdir, "logs", "--hosts", str(hosts), "--host", "stream-a", "--run", run_id[-6:], "--json")
+    assert logs.returncode == 2, logs.stderr
+    assert "Traceback" not in logs.stderr
+    said = [line for line in logs.stderr.splitlines() if "malformed" in line]
+    assert said == [f"error: stream-a: run {run_id}: a malformed event line from the agent: event.speedup: "
+                    f"expected a number or null, got 'fast'"], logs.stderr

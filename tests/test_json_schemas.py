@@ -18,9 +18,9 @@ from localproject import TASK, kp, make_project, watch_for
 from rig import REPO
 
 SCHEMAS = REPO / "docs" / "schemas"
-RECORDS = {"results": RESULTS_SCHEMA, "state": None}
-"""Schema files of the records the agent writes (not a command's --json): name -> the record's schema value (None:
-the record has no "schema" key, as state.json)."""
+RECORDS = {"results": RESULTS_SCHEMA, "state": None, "sync-header": None}
+"""Schema files of the records the agent writes, or the client sends it (not a command's --json): name -> the
+record's schema value (None: the record has no "schema" key, as state.json and a sync stream's header)."""
 KEPT_RESULTS = sorted([*(REPO / "tests" / "fixtures" / "results").glob("*.json"),
                        *REPO.glob("kernels/*/results/**/results.json")])
 """Every results.json at hand: the kept ones of earlier harness versions, and whatever runs the task folders hold."""

@@ -10,7 +10,7 @@ Imports only the standard library, torch, triton and pynvml, so it can be shippe
 from pathlib import Path
 
 __all__ = ["AGENT_HOME", "__main__", "atomicfile", "boot", "contract", "filelock", "harness", "protocol",
-           "provenance", "record", "results", "task"]
+           "provenance", "record", "results", "run", "task"]
 
 # The folder that holds kpremote/: what a process the agent spawns needs on PYTHONPATH to import the agent.
 AGENT_HOME = Path(__file__).resolve().parents[2]

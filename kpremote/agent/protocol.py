@@ -39,6 +39,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
+from .record import RecordError, check_fields
+
 if TYPE_CHECKING:
     from datetime import datetime
 
@@ -358,6 +360,7 @@ class GpuState:
         unknown = sorted(set(record) - known)
         if unknown:
             raise ValueError(f"GPU record {record['index']} has unknown keys {', '.join(unknown)}")
+        check_fields(GpuState, record, f"GPU record {record['index']}", cc=list[int])  # RecordError: a ValueError
         major, minor = record["cc"]
         return cls(
             index=int(record["index"]),
@@ -394,6 +397,7 @@ class ProbedGpu(GpuState):
     def from_json(cls, record: dict[str, Any]) -> "ProbedGpu":
         """GpuState.from_json's reading of the state, and the probe's own fields as they came."""
         state = GpuState.from_json({key: value for key, value in record.items() if key not in cls.PROBE_FIELDS})
+        check_fields(cls, {key: record[key] for key in cls.PROBE_FIELDS if key in record}, f"GPU record {state.index}")
         return cls(**vars(state), **{key: record[key] for key in cls.PROBE_FIELDS if key in record})
 
 
@@ -408,13 +412,18 @@ class Snapshot:
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "hostname": self.hostname,
-            "driver": self.driver,
-            "source": self.source,
-            "gpus": [gpu.to_json() for gpu in self.gpus],
-            "error": self.error,
-        }
+        return {"hostname": self.hostname, "driver": self.driver, "source": self.source,
+                "gpus": [gpu.to_json() for gpu in self.gpus], "error": self.error}
+
+    @classmethod
+    def from_json(cls, record: Any, gpu: type[GpuState] = GpuState) -> "Snapshot":
+        """The inverse of to_json (`probe` answers it with each GPU a ProbedGpu: gpu), every field of its type;
+        RecordError (a ValueError) naming the field where one is not."""
+        if not isinstance(record, Mapping):
+            raise RecordError(f"probe answer: expected a JSON object, got {str(record)[:60]!r}")
+        check_fields(cls, record, "probe answer", gpus=list[dict[str, Any]])
+        return cls(hostname=record.get("hostname") or "?", driver=record.get("driver"), source=record.get("source")
+                   or "none", gpus=[gpu.from_json(one) for one in record.get("gpus", [])], error=record.get("error"))
 
     def find(self, key: str) -> GpuState | None:
         """The GPU named by its index ("0") or its UUID."""

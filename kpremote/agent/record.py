@@ -11,7 +11,7 @@ import typing
 from dataclasses import Field, field, fields
 from typing import Any, ClassVar, Mapping
 
-__all__ = ["Record", "RecordError", "absent_fields", "json_schema", "newer_fields", "typed"]
+__all__ = ["Record", "RecordError", "absent_fields", "check_fields", "json_schema", "newer_fields", "typed"]
 
 BOOKKEEPING = ("newer", "absent")
 
@@ -112,6 +112,15 @@ def check(value: Any, hint: Any, where: str) -> Any:
     raise RecordError(f"{where}: expected {describe(hint)}, got {_shown(value)}")
 
 
+def check_fields(cls: type, value: Mapping[str, Any], where: str, **hints: Any) -> None:
+    """RecordError unless each key of value that names one of dataclass cls's fields holds that field's type (hints:
+    a field's JSON type where its Python one is not, a tuple read from a list); for a dataclass not made a Record."""
+    declared = {**typing.get_type_hints(cls), **hints}
+    for f in fields(cls):
+        if f.name in value and f.name not in BOOKKEEPING:
+            check(value[f.name], declared[f.name], f"{where}.{f.name}")
+
+
 def _fits(value: Any, hint: Any) -> bool:
     if hint is bool:
         return isinstance(value, bool)
@@ -186,9 +195,16 @@ def json_schema(root: type[Record], parts: Mapping[str, Any]) -> dict[str, Any]:
 def field_notes(cls: type[Record]) -> dict[str, str]:
     """Each field's comment in the record's source, its description in the schema: the comment on its line, with
     the comment lines below it; comment lines above a field with none on its own line are that field's."""
+    notes: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):  # a record that extends another: the fields it declares in its own source
+        if klass is not Record and issubclass(klass, Record) and "__dataclass_fields__" in vars(klass):
+            notes.update(_source_notes(klass, {f.name for f, _ in _declared(cls)}))
+    return notes
+
+
+def _source_notes(cls: type, names: set[str]) -> dict[str, str]:
     import inspect
 
-    names = {f.name for f, _ in _declared(cls)}
     notes: dict[str, str] = {}
     pending: list[str] = []
     last: str | None = None  # the field above, when its line has a comment that lines below may continue

@@ -5,7 +5,7 @@ with each side's `SideStats`, the judge's `RowVerdict`) and its `Headline`, and 
 harness's undeclared keys are kept apart in `newer`). The runner makes each row's record once from the judge's answer
 and report.build_results the run's; every client reader takes them from from_json. docs/schemas/results.json is drawn
 from them (python -m kpremote.results.schemas), as docs/schemas/state.json is from a run's state.json (`RunState`,
-which run/runstate.py checks every write against).
+which run/runstate.py checks every write against). A sync stream's header line (`SyncHeader`) is here too.
 
 Standard library only: it is shipped with the agent and the client imports it too (the other rules both halves
 agree on are protocol.py's).
@@ -408,3 +408,24 @@ class RunState(Record):
         if unknown:
             raise RecordError(f"state.json: {', '.join(unknown)}: not a field of RunState (kpremote/agent/results.py)")
         cls.from_json(fields, "state.json")
+
+
+@dataclass
+class SyncHeader(Record):
+    """The first line of a sync stream: the client's build_sync_request makes it, the agent's sync.read_header reads
+    it with from_json (then checks each path and that every changed file has its size); the tar after it carries
+    exactly the changed files."""
+
+    SCHEMA: ClassVar[dict[str, Any]] = {"required": ["version", "base_digest", "new_digest", "changed", "deleted",
+                                                      "sizes", "provenance"]}
+
+    version: int = 0  # protocol.SYNC_VERSION: client and agent agree on it or nothing is applied
+    base_digest: str = ""  # the manifest digest the client believes the workspace holds
+    new_digest: str = ""  # the manifest digest the workspace holds once this stream is applied
+    changed: list[str] = field(default_factory=list)  # the files the tar carries, relative to the task folder
+    deleted: list[str] = field(default_factory=list)
+    sizes: dict[str, int] = field(default_factory=dict)  # each changed file's size in bytes
+    full: bool = False  # compare with the files themselves, not the manifest (the client's answer to need_full)
+    provenance: dict[str, Any] | None = None  # the task tree's provenance, kept beside the workspace's manifest
+    newer: dict[str, Any] = newer_fields()
+    absent: frozenset[str] = absent_fields()

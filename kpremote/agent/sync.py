@@ -24,7 +24,7 @@ import shutil
 import sys
 import tempfile
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Mapping
@@ -33,6 +33,8 @@ from .atomicfile import write_json_atomically
 from .filelock import held
 from .protocol import NAME_RULE, SYNC_VERSION, SyncError, is_name, manifest_digest
 from .provenance import file_sha256
+from .record import RecordError
+from .results import SyncHeader
 from .tarstream import Member, TarStream, TarStreamError
 
 PROTOCOL_VERSION = SYNC_VERSION
@@ -50,17 +52,6 @@ NOT_A_FILE = "!not-a-regular-file"
 class FileState:
     size: int
     sha256: str
-
-
-@dataclass(frozen=True)
-class Header:
-    base_digest: str
-    new_digest: str
-    changed: list[str]
-    deleted: list[str]
-    sizes: dict[str, int]
-    full: bool
-    provenance: dict[str, Any]
 
 
 def check_task_name(task: str) -> str:
@@ -109,7 +100,9 @@ def snapshot_workspace(workspace: Path, into: Path) -> Path:
     return into
 
 
-def read_header(stream: BinaryIO) -> Header:
+def read_header(stream: BinaryIO) -> SyncHeader:
+    """The stream's header line as its record (results.SyncHeader, every field of its type), each path checked and
+    every changed file with its size; SyncError saying what is wrong otherwise."""
     line = stream.readline(HEADER_LIMIT)
     if not line.endswith(b"\n"):
         raise SyncError("sync stream ended inside its header (connection cut?); nothing was applied")
@@ -119,26 +112,21 @@ def read_header(stream: BinaryIO) -> Header:
         raise SyncError(f"sync header is not JSON: {exc}") from None
     if not isinstance(data, dict) or data.get("version") != PROTOCOL_VERSION:
         raise SyncError(f"sync header is not protocol version {PROTOCOL_VERSION} (client and agent disagree?)")
-    changed = [check_relpath(p) for p in _list_of_str(data, "changed")]
-    deleted = [check_relpath(p) for p in _list_of_str(data, "deleted")]
-    sizes = data.get("sizes")
+    try:
+        header = SyncHeader.from_json(data, "sync header")
+    except RecordError as exc:
+        raise SyncError(f"{exc}; nothing was applied") from None
+    lacking = sorted({"base_digest", "new_digest", "changed", "deleted", "sizes"} & header.absent)
+    if lacking:
+        raise SyncError(f"sync header lacks {', '.join(lacking)}; nothing was applied")
+    changed = [check_relpath(p) for p in header.changed]
+    deleted = [check_relpath(p) for p in header.deleted]
     if len(set(changed)) != len(changed) or set(changed) & set(deleted):
         raise SyncError("sync header lists a path twice, or as both changed and deleted")
-    if not isinstance(sizes, dict) or any(not isinstance(sizes.get(p), int) or sizes[p] < 0 for p in changed):
+    if any(header.sizes.get(p, -1) < 0 for p in changed):
         raise SyncError("sync header has no valid size for every changed file")
-    provenance = data.get("provenance") or {}
-    digests = (data.get("base_digest"), data.get("new_digest"))
-    if not all(isinstance(d, str) for d in digests) or not isinstance(provenance, dict):
-        raise SyncError("sync header lacks base_digest, new_digest or a provenance object")
-    return Header(digests[0], digests[1], changed, deleted, {p: sizes[p] for p in changed},
-                  bool(data.get("full")), provenance)
-
-
-def _list_of_str(data: dict[str, Any], key: str) -> list[Any]:
-    value = data.get(key)
-    if not isinstance(value, list):
-        raise SyncError(f"sync header field {key!r} is not a list")
-    return value
+    return replace(header, changed=changed, deleted=deleted, sizes={p: header.sizes[p] for p in changed},
+                   provenance=header.provenance or {})
 
 
 def apply_sync_stream(root: Path, task: str, stream: BinaryIO) -> dict[str, Any]:
@@ -183,13 +171,13 @@ def apply_sync_stream(root: Path, task: str, stream: BinaryIO) -> dict[str, Any]
     }
 
 
-def base_tree(workspace: Path, header: Header) -> dict[str, FileState]:
+def base_tree(workspace: Path, header: SyncHeader) -> dict[str, FileState]:
     """What the header's base is compared with: the manifest, or the files themselves (none, or "full" asked)."""
     current = load_manifest(workspace) if not header.full else None
     return current if current is not None else hash_workspace(workspace)
 
 
-def need_full_answer(workspace: Path, header: Header) -> dict[str, Any] | None:
+def need_full_answer(workspace: Path, header: SyncHeader) -> dict[str, Any] | None:
     """None when the workspace is the header's base; else the answer listing what it really holds."""
     current = base_tree(workspace, header)
     if manifest_digest(_hashes(current)) == header.base_digest:
@@ -266,7 +254,7 @@ def hash_workspace(workspace: Path) -> dict[str, FileState]:
     return found
 
 
-def receive_files(stream: BinaryIO, header: Header, staging: Path) -> dict[str, tuple[str, FileState]]:
+def receive_files(stream: BinaryIO, header: SyncHeader, staging: Path) -> dict[str, tuple[str, FileState]]:
     """Every announced file, into staging under a numbered name (member names never become paths here)."""
     expected = set(header.changed)
     received: dict[str, tuple[str, FileState]] = {}

@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 
 from pydantic import BaseModel, Field
 
-from ..agent.protocol import ProbedGpu
+from ..agent.protocol import ProbedGpu, Snapshot
 from .agentclient import Agent
 from .config import Host
 from .fanout import on_every_host
@@ -78,7 +78,12 @@ def probe_host(host: Host, agent: Agent) -> HostReport:
     except KpremoteError as exc:
         return HostReport(host=host.name, ok=False, error=str(exc), source="none", seconds=time.monotonic() - started,
                           answered=False)
-    error = answer.get("error")
+    try:
+        probed = Snapshot.from_json(answer, ProbedGpu)  # each field of its type
+    except ValueError as exc:  # a host that answers another shape is a host that could not be asked: exit 2
+        return HostReport(host=host.name, ok=False, error=f"a malformed probe answer: {exc}",
+                          source="none", seconds=time.monotonic() - started, answered=False)
+    error = probed.error
     if error and host.transport == "local" and NO_NVIDIA_DRIVER in error and not answer.get("gpus"):
         error = None  # this machine has no NVIDIA driver: a CPU machine, where runs are smoke runs, not a failure
     return HostReport(
@@ -88,7 +93,7 @@ def probe_host(host: Host, agent: Agent) -> HostReport:
         hostname=answer.get("hostname"),
         driver=answer.get("driver"),
         source=answer.get("source") if answer.get("source") in SOURCES else "none",
-        gpus=[ProbedGpu.from_json(gpu) for gpu in answer.get("gpus", [])],
+        gpus=probed.gpus,
         seconds=time.monotonic() - started,
     )
 

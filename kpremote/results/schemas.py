@@ -1,5 +1,7 @@
 """docs/schemas/ drawn from the records: the schema of each document the agent writes through a record (results.json:
-kpremote/agent/results.py's RunResults; state.json: its RunState) made from the records' fields and types (record.json_schema), one source.
+kpremote/agent/results.py's RunResults; state.json: its RunState; run-event.json: a run's event line,
+kpremote/runs/eventstream.py's StreamEvent over kpremote/agent/run/events.py's RunEvent; sync-header.json: a sync
+stream's header line, results.py's SyncHeader) made from the records' fields and types (record.json_schema), one source.
 
     python -m kpremote.results.schemas            writes them
     python -m kpremote.results.schemas --check    says which differ from what is committed (exit 1), writes nothing
@@ -16,7 +18,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..agent.record import json_schema
-from ..agent.results import RESULTS_SCHEMA, RunResults, RunState
+from ..agent.results import RESULTS_SCHEMA, RunResults, RunState, SyncHeader
+from ..cli.jsonout import schema_name
+from ..runs.eventstream import EVENT_SCHEMA, StreamEvent
 
 __all__ = ["GENERATED", "SCHEMAS", "draw", "main"]
 
@@ -44,7 +48,37 @@ def _state() -> dict[str, Any]:
             **drawn}
 
 
-GENERATED: dict[str, Callable[[], dict[str, Any]]] = {"results": _results, "state": _state}
+def _run_event() -> dict[str, Any]:
+    drawn = json_schema(StreamEvent, {})
+    drawn["properties"]["schema"] = {"const": schema_name(EVENT_SCHEMA), "description": "the line's shape and "
+                                     "version; the stream's last line under inv run --json-stream is kpremote.run/1 "
+                                     "instead"}
+    # open: the keys of the kinds that carry a whole document (provenance, audit, ...) and a newer agent's kinds
+    drawn["additionalProperties"] = True
+    return {"$schema": drawn.pop("$schema"), "$id": "https://kpremote.invalid/schemas/run-event.json",
+            "title": "one line of inv run --json-stream and inv logs --json: one event of one run "
+                     "(kpremote/runs/eventstream.py StreamEvent, the agent's kpremote/agent/run/events.py RunEvent)",
+            **drawn,
+            "description": "JSON lines, one event each, in the order they happened (kpremote/runs/eventstream.py). "
+                           "Before the run: connecting, syncing, created, waiting, submitted (Slurm); started; then "
+                           "the agent's own events (phase, build, provenance, warning, error, row, audit, profile, "
+                           "headline, done, slurm); last, end (every stream's last line; its `ended` says whether the "
+                           "run is over). Generated from the records (python -m kpremote.results.schemas): every "
+                           "field an event kind shares is declared and typed; the keys of a kind that carries a whole "
+                           "document (provenance, audit, profile, slurm, the rest of a headline) and an event kind "
+                           "not listed here may appear: read the ones you know. inv run --json-stream ends with the "
+                           "kpremote.run/1 document on one line."}
+
+
+def _sync_header() -> dict[str, Any]:
+    drawn = json_schema(SyncHeader, {})
+    return {"$schema": drawn.pop("$schema"), "$id": "https://kpremote.invalid/schemas/sync-header.json",
+            "title": "a sync stream's first line (kpremote/agent/results.py SyncHeader: the client's "
+                     "runs/sync.py writes it, the agent's sync.py reads it)", **drawn}
+
+
+GENERATED: dict[str, Callable[[], dict[str, Any]]] = {"results": _results, "state": _state, "run-event": _run_event,
+                                                      "sync-header": _sync_header}
 """Schema file name (docs/schemas/<name>.json) -> how it is drawn from its records."""
 
 

@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 
 from rich.text import Text
 
+from ..agent.run.events import RunEvent
 from ..views import terminal
 from ..views.results import summary_markdown
 from ..views.run import event_line, row_pieces
@@ -105,9 +106,10 @@ def follow_events(path: Path, finished: Callable[[], Optional[int]], on_event: C
             for line in lines:
                 if line.strip():
                     try:
-                        on_event(json.loads(line))
-                    except ValueError:
+                        event = RunEvent.from_json(json.loads(line), "event")  # as a remote run's (remote.py)
+                    except ValueError:  # RecordError too: a line of another shape is not shown
                         continue
+                    on_event(event.to_json())
         if done:
             return
         time.sleep(POLL_S)

@@ -18,9 +18,55 @@ import threading
 import time
 from typing import Any, Optional, TextIO
 
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..agent.run.events import RunEvent
 from ..cli.jsonout import schema_name
 
+__all__ = ["CLIENT_KINDS", "EVENT_SCHEMA", "EventStream", "OWN_KEYS", "StreamEvent"]
+
 EVENT_SCHEMA = "run-event"
+CLIENT_KINDS = ("connecting", "syncing", "created", "waiting", "submitted", "started", "end")
+"""The kinds the client adds around the agent's (run/events.py AGENT_KINDS): the start's progress, and the end."""
+
+
+def _kind(name: str, required: list[str], **properties: Any) -> dict[str, Any]:
+    then: dict[str, Any] = {"required": required, **({"properties": properties} if properties else {})}
+    return {"if": {"properties": {"event": {"const": name}}, "required": ["event"]}, "then": then}
+
+
+@dataclass
+class StreamEvent(RunEvent):
+    """One line of inv run --json-stream and inv logs --json: one event of one run, the agent's (RunEvent) or the
+    client's own (CLIENT_KINDS), in the envelope that names its host, task and run. EventStream.emit checks every
+    line against it before it goes out."""
+
+    SCHEMA: ClassVar[dict[str, Any]] = {
+        "required": ["schema", "event", "host", "task", "run_id", "t"],
+        "allOf": [*RunEvent.SCHEMA["allOf"], _kind("syncing", ["files", "bytes"]),
+                  _kind("started", ["run_id", "gpu"], run_id={"type": "string"}),
+                  _kind("end", ["status", "exit_code", "headline", "error", "ended"], status={
+                      "description": "as kpremote.run/1's status: passed, failed, error, cancelled, detached, no idle "
+                                     "GPU, not started, connection lost, already measured; under inv logs without "
+                                     "--follow, the run's state as the host has it (running: it goes on, ended is "
+                                     "false)"})]}
+
+    schema: str | None = None  # the line's shape and version, kpremote.run-event/1
+    host: str | None = None  # the host (for an outcome that no host took: every host tried, comma-separated)
+    task: str | None = None
+    run_id: str | None = None  # null until the host created the run (connecting, syncing)
+    files: int | None = None  # syncing: the task's files sent
+    bytes: int | None = None
+    gpu: dict[str, Any] | None = None  # started: the GPU the run leased (protocol.GpuState)
+    synced_files: int | None = None
+    job_id: str | None = None  # started on a Slurm cluster: its job
+    headline: dict[str, Any] | str | None = None  # end: the run's headline
+    summary_dir: str | None = None  # end: where the fetched summary is
+    # end: whether the run itself is over (passed, failed, error, cancelled, or never started: not started, no idle
+    # GPU, already measured); false when the client stopped looking at a run that goes on: detached, connection
+    # lost, or status running (inv logs without --follow)
+    ended: bool | None = None
 OWN_KEYS = ("schema", "event", "host", "task", "run_id", "t")  # the envelope's; an event's own are kept beside them
 
 
@@ -37,6 +83,7 @@ class EventStream:
         line = {"schema": schema_name(EVENT_SCHEMA), "event": str(event.get("event") or "?"), "host": host,
                 "task": task, "run_id": run_id, "t": _number(event.get("t")) or round(time.time(), 6),
                 **{key: value for key, value in event.items() if key not in OWN_KEYS}}
+        StreamEvent.from_json(line)  # RecordError: a client's or agent's field of another type than declared
         self.write_line(json.dumps(line, default=str))
 
     def write_line(self, text: str) -> None:

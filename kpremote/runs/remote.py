@@ -11,6 +11,7 @@ import json
 from typing import Any, Callable, Optional
 
 from ..agent.protocol import TERMINAL, ExitCode, new_run_id
+from ..agent.run.events import RunEvent
 from ..hosts.agentclient import Agent, agent_subcommand, error_message
 from ..hosts.config import Host
 from ..errors import HostBusy, HostCannotTake, HostError, KpremoteError, RemoteCommandError, StartStopped, TaskRefusedByHost
@@ -150,16 +151,16 @@ def follow_run(session: RunSession, task: str, run_id: str, on_event: Callable[[
             del pending[:newline + 1]
             if not line.strip():
                 continue
-            event = json.loads(line)
-            if event.get("event") == "end":
-                final.update(event.get("state", {}))
-                if event.get("summary") and summary_sink is not None:
+            event = _event(session.host.name, run_id, line)
+            if event.event == "end":
+                final.update(event.state or {})
+                if event.summary and summary_sink is not None:
                     tar_follows = True
                     if pending:
                         summary_sink(bytes(pending))
                     return
-            elif event.get("event") != "heartbeat":
-                on_event(event)
+            elif event.event != "heartbeat":
+                on_event(event.to_json())
 
     with_summary = ["--with-summary"] if summary_sink is not None else []
     result = session.agent.call(
@@ -173,6 +174,15 @@ def follow_run(session: RunSession, task: str, run_id: str, on_event: Callable[[
     if final.get("status") in TERMINAL:
         REGISTRY.discard(session.host.name, run_id)  # over: a later Ctrl-C has nothing to cancel here
     return final
+
+
+def _event(host: str, run_id: str, line: bytes) -> RunEvent:
+    """One line of the follow stream as its record; KpremoteError (one line, exit 2) naming the host and run where
+    the line is not JSON or a field is of another type than RunEvent declares."""
+    try:
+        return RunEvent.from_json(json.loads(line), "event")
+    except ValueError as exc:
+        raise KpremoteError(f"{host}: run {run_id}: a malformed event line from the agent: {exc}") from None
 
 
 def cancel_run(session: RunSession, task: str, run_id: str, *, pending: bool = False,

@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 
 from ..agent.atomicfile import write_json_atomically
 from ..agent.protocol import SYNC_VERSION, manifest_digest
+from ..agent.results import SyncHeader
 from ..hosts.agentclient import Agent, error_message
 from ..hosts.config import Host
 from ..errors import HostError, KpremoteError, RemoteCommandError
@@ -192,18 +193,11 @@ def plan_sync(host: Host, tree: LocalTree, *, have: Optional[dict[str, str]] = N
 def build_sync_request(plan: SyncPlan) -> bytes:
     """The stdin of `sync-apply` (or of `start`): header line, then a tar of the changed files only."""
     files = plan.tree.files
-    header = {
-        "version": SYNC_VERSION,
-        "base_digest": plan.base_digest,
-        "new_digest": plan.new_digest,
-        "changed": plan.changed,
-        "deleted": plan.deleted,
-        "sizes": {p: files[p].size for p in plan.changed},
-        "full": plan.full,
-        "provenance": plan.tree.provenance,
-    }
+    header = SyncHeader(version=SYNC_VERSION, base_digest=plan.base_digest, new_digest=plan.new_digest,
+                        changed=plan.changed, deleted=plan.deleted, sizes={p: files[p].size for p in plan.changed},
+                        full=plan.full, provenance=plan.tree.provenance)
     out = io.BytesIO()
-    out.write(json.dumps(header, separators=(",", ":")).encode() + b"\n")
+    out.write(json.dumps(header.to_json(), separators=(",", ":")).encode() + b"\n")
     for path in plan.changed:
         write_tar_member(out, path, read_as_scanned(plan.tree, path), files[path].executable)
     if plan.changed:

@@ -21,8 +21,9 @@ from kpremote.hosts.config import Host
 from kpremote.transport.local import LocalTransport
 
 PROBE_NEEDS = {"kpremote", "kpremote.agent", "kpremote.agent.__main__", "kpremote.agent.protocol",
-               "kpremote.agent.lease", "kpremote.agent.nvml"}
-"""The agent's modules a probe imports: its command line, the records, the lease holders, the GPU readings."""
+               "kpremote.agent.record", "kpremote.agent.lease", "kpremote.agent.nvml"}
+"""The agent's modules a probe imports: its command line, the records (record.py checks a GPU record's types), the
+lease holders, the GPU readings."""
 NEVER_ON_A_PROBE = {
     "torch", "triton", "numpy",  # seconds of import: a run's, never a query's
     "pydantic", "rich", "paramiko", "invoke",  # the client's libraries: not on a host at all
