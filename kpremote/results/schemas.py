@@ -31,21 +31,18 @@ def _results() -> dict[str, Any]:
     parts = json.loads((SCHEMAS / "parts" / "results.json").read_text(encoding="utf-8"))["$defs"]
     drawn = json_schema(RunResults, parts)
     drawn["properties"]["schema"] = {"const": RESULTS_SCHEMA, "description": "the record's shape and version"}
-    return {"$schema": drawn.pop("$schema"), "$id": "https://kpremote.invalid/schemas/results.json",
-            "title": "a run's summary/results.json (kpremote/agent/results.py RunResults, written by report.py)",
-            **drawn,
-            "description": "One record per run: provenance, one row per workload, the headline. Generated from the "
+    return _document("results", drawn, "a run's summary/results.json (kpremote/agent/results.py RunResults, written by "
+                     "report.py)", description= "One record per run: provenance, one row per workload, the headline. Generated from the "
                            "records (python -m kpremote.results.schemas): every record is closed, this harness "
                            "writes only the keys its records declare; a reader keeps a newer harness's keys apart "
                            "(record.newer_fields). A field changes meaning or goes away only with a new schema "
-                           "version."}
+                           "version.")
 
 
 def _state() -> dict[str, Any]:
     drawn = json_schema(RunState, {})
-    return {"$schema": drawn.pop("$schema"), "$id": "https://kpremote.invalid/schemas/state.json",
-            "title": "a run's state.json on its host (kpremote/agent/results.py RunState, written by run/runstate.py)",
-            **drawn}
+    return _document("state", drawn, "a run's state.json on its host (kpremote/agent/results.py RunState, written by "
+                     "run/runstate.py)")
 
 
 def _run_event() -> dict[str, Any]:
@@ -55,11 +52,9 @@ def _run_event() -> dict[str, Any]:
                                      "instead"}
     # open: the keys of the kinds that carry a whole document (provenance, audit, ...) and a newer agent's kinds
     drawn["additionalProperties"] = True
-    return {"$schema": drawn.pop("$schema"), "$id": "https://kpremote.invalid/schemas/run-event.json",
-            "title": "one line of inv run --json-stream and inv logs --json: one event of one run "
+    return _document("run-event", drawn, "one line of inv run --json-stream and inv logs --json: one event of one run "
                      "(kpremote/runs/eventstream.py StreamEvent, the agent's kpremote/agent/run/events.py RunEvent)",
-            **drawn,
-            "description": "JSON lines, one event each, in the order they happened (kpremote/runs/eventstream.py). "
+                     description= "JSON lines, one event each, in the order they happened (kpremote/runs/eventstream.py). "
                            "Before the run: connecting, syncing, created, waiting, submitted (Slurm); started; then "
                            "the agent's own events (phase, build, provenance, warning, error, row, audit, profile, "
                            "headline, done, slurm); last, end (every stream's last line; its `ended` says whether the "
@@ -67,14 +62,19 @@ def _run_event() -> dict[str, Any]:
                            "field an event kind shares is declared and typed; the keys of a kind that carries a whole "
                            "document (provenance, audit, profile, slurm, the rest of a headline) and an event kind "
                            "not listed here may appear: read the ones you know. inv run --json-stream ends with the "
-                           "kpremote.run/1 document on one line."}
+                           "kpremote.run/1 document on one line.")
 
 
 def _sync_header() -> dict[str, Any]:
     drawn = json_schema(SyncHeader, {})
-    return {"$schema": drawn.pop("$schema"), "$id": "https://kpremote.invalid/schemas/sync-header.json",
-            "title": "a sync stream's first line (kpremote/agent/results.py SyncHeader: the client's "
-                     "runs/sync.py writes it, the agent's sync.py reads it)", **drawn}
+    return _document("sync-header", drawn, "a sync stream's first line (kpremote/agent/results.py SyncHeader: the "
+                     "client's runs/sync.py writes it, the agent's sync.py reads it)")
+
+
+def _document(name: str, drawn: dict[str, Any], title: str, **more: Any) -> dict[str, Any]:
+    """A drawn schema as its file holds it: its dialect, id and title first, then what the record drew."""
+    return {"$schema": drawn.pop("$schema"), "$id": f"https://kpremote.invalid/schemas/{name}.json", "title": title,
+            **drawn, **more}
 
 
 GENERATED: dict[str, Callable[[], dict[str, Any]]] = {"results": _results, "state": _state, "run-event": _run_event,
