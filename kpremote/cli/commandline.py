@@ -72,10 +72,7 @@ def command(help: dict[str, str] | None = None, short: dict[str, str] | None = N
                     say(exc.line)
                 else:
                     error_line("interrupted")
-                # Never through Python's own exit: a start or follow thread may be in native code, and a press that
-                # came inside an exec() of a string (a dataclass being made by a lazy import) leaves CPython marked
-                # "KeyboardInterrupt unhandled", so `python -m invoke` would end by SIGINT (-2), not 130, though the
-                # interrupt was handled here (leave_now says more).
+                # never through Python's own exit, which may wait on a thread or end -2 (leave_now says why)
                 interrupt.leave_now(EXIT_INTERRUPTED)
 
         return task(wrapper, help=help or {}, auto_shortflags=False, klass=FlagTask, short_flags=short, **task_kwargs)

@@ -27,16 +27,26 @@ __all__ = ["GENERATED", "SCHEMAS", "draw", "main"]
 SCHEMAS = Path(__file__).resolve().parents[2] / "docs" / "schemas"
 
 
+RESULTS_NOTE = ("One record per run: provenance, one row per workload, the headline. Generated from the records "
+                "(python -m kpremote.results.schemas): every record is closed, this harness writes only the keys its "
+                "records declare; a reader keeps a newer harness's keys apart (record.newer_fields). A field changes "
+                "meaning or goes away only with a new schema version.")
+EVENT_NOTE = ("JSON lines, one event each, in the order they happened (kpremote/runs/eventstream.py). Before the run: "
+              "connecting, syncing, created, waiting, submitted (Slurm); started; then the agent's own events (phase, "
+              "build, provenance, warning, error, row, audit, profile, headline, done, slurm); last, end (every "
+              "stream's last line; its `ended` says whether the run is over). Generated from the records (python -m "
+              "kpremote.results.schemas): every field an event kind shares is declared and typed; the keys of a kind "
+              "that carries a whole document (provenance, audit, profile, slurm, the rest of a headline) and an event "
+              "kind not listed here may appear: read the ones you know. inv run --json-stream ends with the "
+              "kpremote.run/1 document on one line.")
+
+
 def _results() -> dict[str, Any]:
     parts = json.loads((SCHEMAS / "parts" / "results.json").read_text(encoding="utf-8"))["$defs"]
     drawn = json_schema(RunResults, parts)
     drawn["properties"]["schema"] = {"const": RESULTS_SCHEMA, "description": "the record's shape and version"}
     return _document("results", drawn, "a run's summary/results.json (kpremote/agent/results.py RunResults, written by "
-                     "report.py)", description= "One record per run: provenance, one row per workload, the headline. Generated from the "
-                           "records (python -m kpremote.results.schemas): every record is closed, this harness "
-                           "writes only the keys its records declare; a reader keeps a newer harness's keys apart "
-                           "(record.newer_fields). A field changes meaning or goes away only with a new schema "
-                           "version.")
+                     "report.py)", description=RESULTS_NOTE)
 
 
 def _state() -> dict[str, Any]:
@@ -54,15 +64,7 @@ def _run_event() -> dict[str, Any]:
     drawn["additionalProperties"] = True
     return _document("run-event", drawn, "one line of inv run --json-stream and inv logs --json: one event of one run "
                      "(kpremote/runs/eventstream.py StreamEvent, the agent's kpremote/agent/run/events.py RunEvent)",
-                     description= "JSON lines, one event each, in the order they happened (kpremote/runs/eventstream.py). "
-                           "Before the run: connecting, syncing, created, waiting, submitted (Slurm); started; then "
-                           "the agent's own events (phase, build, provenance, warning, error, row, audit, profile, "
-                           "headline, done, slurm); last, end (every stream's last line; its `ended` says whether the "
-                           "run is over). Generated from the records (python -m kpremote.results.schemas): every "
-                           "field an event kind shares is declared and typed; the keys of a kind that carries a whole "
-                           "document (provenance, audit, profile, slurm, the rest of a headline) and an event kind "
-                           "not listed here may appear: read the ones you know. inv run --json-stream ends with the "
-                           "kpremote.run/1 document on one line.")
+                     description=EVENT_NOTE)
 
 
 def _sync_header() -> dict[str, Any]:
