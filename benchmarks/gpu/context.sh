@@ -13,7 +13,9 @@
 #   aa [N]       N runs (default CONTEXT_AA_RUNS, 3) of the dial's A/A rows in context
 #                (benchmarks/gpu/dial/bench/workloads.h200-context-aa.toml: 12 rows, launch-bound, ~5 us, ~16 us, the
 #                baseline against itself, each timed cold, warm and in context), the audit off: runs aa/<id>. Runs
-#                that do not fit the call's budget are not started; 9 runs make 108 row-runs a regime
+#                that do not fit the call's budget are not started; 9 runs make 108 row-runs a regime.
+#                CONTEXT_AA_FILE=h200-context-aa-s15: the ~18 us s15 row twelve times instead (the warm regime's
+#                worst case under 2.19), workloads.<file>.toml of the dial's bench/
 # The upstream files of the tasks are git-ignored: carry each task's baseline/upstream, e.g.
 #   carry ["kernels/h200_diffusion_fuse_scale_shift__multi_shape/baseline/upstream",
 #          "kernels/h200_diffusion_norm_infer__multi_shape/baseline/upstream"]
@@ -27,8 +29,9 @@
 # runs), machine.txt, and context-<UTC time>.tgz (this call's runs without raw/scratch, raw/build, .ncu-rep files,
 # the task copies; the logs). Tables over several calls, here: python3 benchmarks/gpu/context_report.py A.tgz B.tgz
 # Environment: OUT (default /tmp/kp-context-out); CONTEXT_WORK (/tmp/kp-context); CONTEXT_BUDGET_S (540);
-# CONTEXT_AUDIT (on); CONTEXT_COST (1); CONTEXT_AA_RUNS (3); CONTEXT_DRY=1 (this machine without a GPU: --device
-# cpu, each task's smoke rows with a context, the A/A file's launch-bound rows, no GPU check); PYTHON.
+# CONTEXT_AUDIT (on); CONTEXT_COST (1); CONTEXT_AA_RUNS (3); CONTEXT_AA_FILE (h200-context-aa); CONTEXT_DRY=1
+# (this machine without a GPU: --device cpu, each task's smoke rows with a context, the A/A file's launch-bound rows,
+# no GPU check); PYTHON.
 set -uo pipefail
 [ -f benchmarks/gpu/context.sh ] && [ -d kernels ] || { echo "context.sh: run it from the repository root"; exit 2; }
 out=${OUT:-/tmp/kp-context-out}
@@ -135,7 +138,7 @@ head, *rows = text.split("[[workload]]")
 print(head + "".join("[[workload]]" + r for r in rows if "n = 384\n" in r))
 PY
   else
-    cp "$copy/bench/workloads.h200-context-aa.toml" "$copy/bench/workloads.toml"
+    cp "$copy/bench/workloads.${CONTEXT_AA_FILE:-h200-context-aa}.toml" "$copy/bench/workloads.toml" || exit 2
   fi
   for n in $(seq 1 "$runs"); do
     if [ "$(left)" -lt "$AA_RUN_S" ] && [ "$dry" != 1 ]; then

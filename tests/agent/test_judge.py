@@ -167,3 +167,28 @@ def test_an_output_cache_keyed_by_address_goes_stale_on_a_refresh(tmp_path: Path
     job = {"task_dir": str(task), "run_dir": str(tmp_path), "device": "cpu", "workload": "grid_r1_c33", "mode": None}
     result = run_one_row(job, lambda: None)
     assert result["status"] == "INCORRECT" and "candidate" in result["message"], result["message"]
+
+
+def test_the_sides_copies_of_a_case_are_allocated_first_in_turn() -> None:
+    """Where a case's memory sits decides how much of it stays in the L2 (the warm regime): the side whose copies
+    are made first alternates from one case to the next, and the copies come back keyed in the sides' order."""
+    import types
+
+    from kpremote.agent.harness.cases import Sharing
+
+    case = types.SimpleNamespace(inputs={"x": torch.arange(4.0)}, outputs_baseline={"out": torch.zeros(4)},
+                                 outputs_candidate={"out": torch.zeros(4)})
+    sharing = Sharing("cpu")
+    firsts = []
+    for index in range(4):
+        shared = sharing.share(case, index, f"case {index}", 0, index)
+        first = shared.keep[0][0].data_ptr()  # the memfd copies are kept in the order they were made
+        firsts.append(next(side for side in ("baseline", "candidate")
+                           if shared.inputs[side]["x"].data_ptr() == first))
+        assert list(shared.inputs) == list(shared.outputs) == ["baseline", "candidate"]
+        assert shared.outputs["candidate"]["out"].data_ptr() != shared.outputs["baseline"]["out"].data_ptr()
+        shared.close()
+    assert firsts == ["baseline", "candidate", "baseline", "candidate"]
+    made: list[str] = []
+    assert list(sharing.per_side(1, lambda side: made.append(side) or side)) == ["baseline", "candidate"]
+    assert made == ["candidate", "baseline"]  # a context's state copies (regimes.prepare) take the same turn

@@ -183,11 +183,36 @@ def test_the_judge_judges_a_regime_over_its_process_pairs_by_the_rows_rule() -> 
         pairs.append(timing.PairTiming("context", 1, sides[0], sides[1], "converged", "on"))
     pooled = timing.pooled(pairs)
     medians = {side: getattr(pooled, side).summary().median for side in ("baseline", "candidate")}
-    verdict = Judge._verdict(types.SimpleNamespace(device="cuda"), pooled, medians, PAIRS, in_context=False)
+    verdict = Judge._verdict(types.SimpleNamespace(device="cuda"), pooled, medians, PAIRS)
     assert verdict["process_floor_us"] == 0.15 and verdict["pairs_needed"] == 3 and verdict["pairs_pointing"] == 2
     assert verdict["verdict"] == "SAME" and verdict["held"].startswith("FASTER by the pooled samples")
     # the context regime's graph holds its neighbours' kernels too: twice the floor (stats.CONTEXT_FLOOR_FACTOR)
-    in_context = Judge._verdict(types.SimpleNamespace(device="cuda"), pooled, medians, PAIRS, in_context=True)
+    in_context = Judge._verdict(types.SimpleNamespace(device="cuda"), pooled, medians, PAIRS, regime="context")
     assert in_context["process_floor_us"] == 0.3
-    assert Judge._verdict(types.SimpleNamespace(device="cpu"), pooled, medians, 1,
-                          in_context=False)["verdict"] is None  # a smoke row
+    assert Judge._verdict(types.SimpleNamespace(device="cpu"), pooled, medians, 1)["verdict"] is None  # a smoke row
+
+
+def test_the_warm_regime_calls_no_change_under_its_own_floor() -> None:
+    """A warm regime's inputs sit in the L2 as their placement lets them, the same in every pair of the row: a
+    candidate 1.5 % faster in all four pairs is FASTER cold and in context, SAME warm (stats.WARM_NOISE_FLOOR), and
+    3 % faster is FASTER warm too."""
+    import types
+
+    from kpremote.agent.harness import timing
+    from kpremote.agent.harness.judge import Judge
+
+    def judged(ratio: float, regime: str) -> dict:
+        rng = random.Random(9)
+        pairs = []
+        for _ in range(PAIRS):
+            sides = [timing.SideSamples(name, times_us=[us * (1 + 0.001 * rng.gauss(0, 1)) for _ in range(60)])
+                     for name, us in (("baseline", 50.0), ("candidate", 50.0 / ratio))]
+            pairs.append(timing.PairTiming(regime, 1, sides[0], sides[1], "converged", "on"))
+        pooled = timing.pooled(pairs)
+        medians = {side: getattr(pooled, side).summary().median for side in ("baseline", "candidate")}
+        return Judge._verdict(types.SimpleNamespace(device="cuda"), pooled, medians, PAIRS, regime=regime)
+
+    assert judged(1.015, "cold")["verdict"] == judged(1.015, "context")["verdict"] == "FASTER"
+    warm = judged(1.015, "warm")
+    assert warm["verdict"] == "SAME" and warm["noise"] == stats.WARM_NOISE_FLOOR == 0.02
+    assert judged(1.03, "warm")["verdict"] == "FASTER"

@@ -124,10 +124,11 @@ class Judge(JudgeTiming):
 
     # ---------------------------------------------------------------- cases
 
-    def new_case(self, label: str, seed: int) -> SharedCase:
+    def new_case(self, label: str, seed: int, index: int = 0) -> SharedCase:
+        """The index-th case of its kind (a correctness seed's, a timing case's), handed to every process."""
         case = make_case_guarded(self.adapter, self.params, self.device, seed, label)
         mutates = mutated_inputs(self.workload.mutates, case, label)
-        shared = self.sharing.share(case, self.next_id, label, seed)
+        shared = self.sharing.share(case, self.next_id, label, seed, index)
         shared.mutates = mutates
         self.next_id += 1
         for process in self.bench.every_process():
@@ -169,7 +170,7 @@ class Judge(JudgeTiming):
             for k in range(n_seeds):
                 seed = derive_seed(self.secret, self.workload.id, "correctness", k)
                 self.seeds["correctness"].append(seed)
-                shared = self.new_case(f"seed {seed}", seed)
+                shared = self.new_case(f"seed {seed}", seed, k)
                 check_case(self.adapter, self.params, self.view(shared), device=self.device, largest=self.largest,
                            record=self.numerics)
                 checked += 1
@@ -177,7 +178,7 @@ class Judge(JudgeTiming):
             for k in range(k_timing):
                 seed = derive_seed(self.secret, self.workload.id, "timing", k)
                 self.seeds["timing"].append(seed)
-                shared = self.new_case(f"timing case {k} (seed {seed})", seed)
+                shared = self.new_case(f"timing case {k} (seed {seed})", seed, k)
                 shared.expected = check_case(self.adapter, self.params, self.view(shared), device=self.device,
                                              largest=self.largest, record=self.numerics)
                 checked += 1

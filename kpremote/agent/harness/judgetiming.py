@@ -52,7 +52,7 @@ class JudgeTiming:
             timing=pair.to_json(),
             samples={side: getattr(pair, side).times_us for side in SIDES},
             gbps={side: floors.achieved_gbps(bytes_moved, medians[side]) for side in SIDES},
-            verdict=self._verdict(pair, medians, pairs, in_context=False),  # a smoke row has no verdict
+            verdict=self._verdict(pair, medians, pairs),  # a smoke row has no verdict
             checks={"timing_cases": len(cases), "checked_samples": dict(self.checked), "refreshes": self.refreshes,
                     "check_fraction": sampling.CHECK_FRACTION, "memory_isolation": self.sharing.isolation,
                     "process_pairs": pairs, "retaken": retaken,
@@ -103,7 +103,7 @@ class JudgeTiming:
             record[regime] = {
                 "timing": pair.to_json(), "speedup": pair.speedup,
                 "gbps": {side: floors.achieved_gbps(bytes_moved, medians[side]) for side in SIDES},
-                "verdict": self._verdict(pair, medians, pairs, in_context=regime == regimes.CONTEXT),
+                "verdict": self._verdict(pair, medians, pairs, regime=regime),
                 "checks": {"checked_samples": {side: self.checked[side] - checked_before[side] for side in SIDES},
                            "refreshes": self.regime_refreshes.get(regime, 0)}}
             if regime == regimes.WARM and self.device == "cuda":  # its inputs in the L2: held to the L2's copy rate
@@ -148,15 +148,17 @@ class JudgeTiming:
         return timing.pooled(timings), head_start
 
     def _verdict(self, pair: timing.PairTiming, medians: dict[str, float], pairs: int, *,
-                 in_context: bool) -> dict[str, Any]:
+                 regime: str = regimes.COLD) -> dict[str, Any]:
         """A regime's verdict from its pooled samples, by the same rule as the row's (stats.row_verdict); a context
-        regime's graph holds its neighbours' kernels too, each with its process's offset (its floor is wider)."""
+        regime's graph holds its neighbours' kernels too, each with its process's offset (its floor is wider), and
+        the warm regime's inputs sit in the L2 as their placement lets them (stats.WARM_NOISE_FLOOR)."""
         return stats.row_verdict(pair.baseline.times_us, pair.candidate.times_us,
                                  medians=(medians["baseline"], medians["candidate"]),
                                  pair_medians=[(p["baseline"], p["candidate"]) for p in pair.process_pairs
                                                if p["baseline"] is not None and p["candidate"] is not None],
-                                 process_floor_us=stats.process_floor_us(pairs, in_context=in_context)
-                                 if self.device == "cuda" else 0.0, meaningful=self.device == "cuda")
+                                 process_floor_us=stats.process_floor_us(pairs, in_context=regime == regimes.CONTEXT)
+                                 if self.device == "cuda" else 0.0, meaningful=self.device == "cuda",
+                                 noise_floor=stats.WARM_NOISE_FLOOR if regime == regimes.WARM else stats.NOISE_FLOOR)
 
     def _time_pair(self, sampler: sampling.Sampler, settings: Any, mode: str, voids: list[str],
                    threads: dict[str, dict[str, Any]], suffix: str, retaken: list[str]) -> timing.PairTiming:

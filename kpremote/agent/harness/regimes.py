@@ -89,7 +89,8 @@ def prepare(judge: RowJudge, shared: SharedCase, context: Any, index: int) -> No
     judge.seeds.setdefault("context", []).append(seed)
     state = _build_state(judge, shared, context, seed, label)
     keep = shared.keep
-    copies = {side: {name: judge.sharing.copy(value, side, keep) for name, value in state.items()} for side in SIDES}
+    copies = judge.sharing.per_side(index, lambda side: {name: judge.sharing.copy(value, side, keep)
+                                                         for name, value in state.items()})
     if judge.device == "cuda":
         torch.cuda.synchronize()
     shared.context = ContextCase(context, seed, copies, clone_tensors(state) | _values(state))

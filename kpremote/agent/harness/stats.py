@@ -185,6 +185,13 @@ VERDICT_DRAWS = 200  # ~1 s per row at 2,000 samples a side on a busy core; enou
 # the one-kernel floor (0.17-0.19 us on 14.5 us graphs, 3 and 4 of 4 pairs one way); the same samples judged with
 # twice that floor read 36 of 36 SAME and left every fuse_scale_shift verdict in context as it was.
 CONTEXT_FLOOR_FACTOR = 2.0
+# The warm regime (issue 45) times the kernel alone on the inputs its previous op left in the L2, and how much of
+# them is still there depends on where the case's memory sits: the same in every process pair of a row (they share its
+# cases), so the pairs' agreement does not see it. On a two-H200 host (harness 2.19) the dial's A/A rows of ~18 us
+# (inputs and outputs half the L2) read one timing case about 0.9 % from the next (standard deviation), the same way
+# in all four pairs, and 32 row-runs 0.995-1.016x (8 FASTER under the 1 % floor). A change in the warm regime smaller
+# than this is never called there.
+WARM_NOISE_FLOOR = 0.02
 
 
 def process_floor_us(pairs: int = 1, *, in_context: bool = False) -> float:
@@ -242,7 +249,8 @@ def pairs_pointing(pair_medians: Sequence[tuple[float, float]], verdict: str) ->
 
 def row_verdict(baseline: Sequence[float], candidate: Sequence[float], *, seed: int = 0,
                 process_floor_us: float = 0.0, medians: tuple[float, float] | None = None,
-                pair_medians: Sequence[tuple[float, float]] = (), meaningful: bool = True) -> dict[str, Any]:
+                pair_medians: Sequence[tuple[float, float]] = (), meaningful: bool = True,
+                noise_floor: float = NOISE_FLOOR) -> dict[str, Any]:
     """The row's speedup (median over median), its interval and its verdict, all from the raw samples.
 
     The noise threshold also covers the timer's resolution and, for GPU rows (process_floor_us, the judge passes
@@ -261,7 +269,7 @@ def row_verdict(baseline: Sequence[float], candidate: Sequence[float], *, seed: 
     quantum = timer_quantum(baseline, candidate)
     shortest = min(base_median, cand_median)
     apart = max(RESOLUTION_QUANTA * quantum, process_floor_us)
-    noise = max(NOISE_FLOOR, apart / shortest if shortest > 0 else 0.0)
+    noise = max(noise_floor, apart / shortest if shortest > 0 else 0.0)
     verdict: dict[str, Any] = {"speedup": value, "low": low, "high": high, "level": VERDICT_LEVEL, "noise": noise,
                                "timer_quantum_us": round(quantum, 6), "process_floor_us": process_floor_us,
                                "verdict": change_verdict(value, low, high, noise=noise)}
