@@ -174,7 +174,7 @@ def test_the_sides_copies_of_a_case_are_allocated_first_in_turn() -> None:
     are made first alternates from one case to the next, and the copies come back keyed in the sides' order."""
     import types
 
-    from kpremote.agent.harness.cases import Sharing
+    from kpremote.agent.harness.cases import Sharing, per_side
 
     case = types.SimpleNamespace(inputs={"x": torch.arange(4.0)}, outputs_baseline={"out": torch.zeros(4)},
                                  outputs_candidate={"out": torch.zeros(4)})
@@ -190,5 +190,24 @@ def test_the_sides_copies_of_a_case_are_allocated_first_in_turn() -> None:
         shared.close()
     assert firsts == ["baseline", "candidate", "baseline", "candidate"]
     made: list[str] = []
-    assert list(sharing.per_side(1, lambda side: made.append(side) or side)) == ["baseline", "candidate"]
-    assert made == ["candidate", "baseline"]  # a context's state copies (regimes.prepare) take the same turn
+    assert list(per_side(1, lambda side: made.append(side) or side)) == ["baseline", "candidate"]
+    assert made == ["candidate", "baseline"]  # a context's state copies and a pair's processes take the same turn
+
+
+def test_each_process_pair_takes_the_sides_in_its_own_turn() -> None:
+    """A pair's first samples (where its processes allocate what the call and the context's before() need) and its
+    graphs go side by side in the pair's turn: the baseline first in pairs 1 and 3, the candidate in 2 and 4."""
+    import types
+
+    from kpremote.agent.harness import sampling
+
+    order: list[tuple[int, str]] = []
+    for active in range(4):
+        sampler = sampling.Sampler.__new__(sampling.Sampler)
+        sampler.judge = types.SimpleNamespace(bench=types.SimpleNamespace(active=active))
+        sampler.cases = ["case 0", "case 1"]
+        sampler._timed_once = lambda side, case, graph, k=active: order.append((k, side))
+        sampler.prime()
+    firsts = [next(side for k, side in order if k == active) for active in range(4)]
+    assert firsts == ["baseline", "candidate", "baseline", "candidate"]
+    assert [side for k, side in order if k == 1] == ["candidate", "candidate", "baseline", "baseline"]

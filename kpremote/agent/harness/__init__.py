@@ -20,7 +20,7 @@ __all__ = ["HARNESS_FILES", "HARNESS_VERSION", "cases", "correctness", "devicepr
            "harness_digest", "harness_record", "judge", "judgeprocess", "numerics", "pinned_inputs", "profiledcall",
            "rowlog", "side", "stats", "timing"]
 
-HARNESS_VERSION = "2.20"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
+HARNESS_VERSION = "2.21"  # 2.0: process boundary (judge + one process per side), checked timed calls, floors;
 # 2.1: no persisting-L2 reset inside a side before each sample (it inflated small kernels), the set-aside checked;
 # 2.2: one judge and its sides serve a run's rows while they pass clean (judgeprocess.py), not a fresh set a row;
 # 2.3: a row's noise threshold covers two timer ticks; the flush probe ramps the clocks first (no timed number moves)
@@ -66,6 +66,8 @@ HARNESS_VERSION = "2.20"  # 2.0: process boundary (judge + one process per side)
 #      the runner from the judge's answer, its every key declared and type-checked (record.py); no timed code changed
 # 2.20: the side whose copies of a case (and of its context's state) are allocated first alternates from one case to
 #      the next (cases.allocation_order); the warm regime calls no change under 2 % (stats.WARM_NOISE_FLOOR)
+# 2.21: the side that goes first alternates from one process pair to the next too (its processes started, warmed
+#      up, primed and their graphs captured in that order)
 AGENT_DIR = Path(__file__).resolve().parents[1]
 # The files whose code decides a verdict or a number: a change to any of them is a new harness.
 # Each is named by its path from the agent's folder (AGENT_DIR), e.g. "harness/judge.py".

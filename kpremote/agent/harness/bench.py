@@ -11,7 +11,7 @@ from typing import Any
 
 from . import regimes, timing
 from ..sandbox import side_scratch
-from .cases import Sharing
+from .cases import Sharing, per_side
 from .correctness import ERROR, SideFailed
 from .sideprocess import SideProcess
 from .sidestarter import SideStarter
@@ -62,10 +62,10 @@ class Bench:
         self.active = 0
         self.pairs = []
         try:
-            for _ in range(timing.side_pairs(self.device, self.mode)):  # they import while we do
-                self.pairs.append({side: SideProcess(side, {**env, **side_reads(self.run_dir, side, self.spec.root)},
-                                                     self.run_dir, side_scratch(self.run_dir, side), self.starter)
-                                   for side in SIDES})
+            for k in range(timing.side_pairs(self.device, self.mode)):  # they import while we do
+                self.pairs.append(per_side(k, lambda side: SideProcess(
+                    side, {**env, **side_reads(self.run_dir, side, self.spec.root)}, self.run_dir,
+                    side_scratch(self.run_dir, side), self.starter)))
         except SideFailed as exc:
             self.stop()
             return {"status": ERROR, "message": f"start: {exc.message}", "where": "import"}

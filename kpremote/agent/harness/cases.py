@@ -23,12 +23,20 @@ SEED_BITS = 63
 
 
 def allocation_order(index: int) -> tuple[str, ...]:
-    """Which side's copies of the index-th case (or its context's state) are allocated first: the order alternates
-    from one case to the next, so neither side's memory is always placed first. Where the row's data sits in the L2
-    depends on where it was placed; under harness 2.19, which always placed the baseline's first, the dial's A/A
-    rows of ~18 us read the baseline 0.5 % slower on average in the warm regime (8 FASTER of 32 row-runs), an
-    offset the same in every process pair of the row (they share its cases: benchmarks/README.md, harness 2.20)."""
+    """Which side goes first for the index-th case (its copies, its context's state) or process pair (its processes
+    started, warmed up, primed, their graphs captured): the order alternates, so neither side's memory is always
+    placed first. How much of a row's data stays in the L2 depends on where it was placed: under harness 2.19, which
+    always placed the baseline's first, the dial's A/A rows of ~18 us read the baseline 0.5 % slower on average in
+    the warm regime (8 FASTER of 32 row-runs); under 2.20, cases alternating but not pairs, the cases whose baseline
+    copies came first read 1.2 % slower, the others 0.2 % faster, and one run's four pairs all read the baseline
+    slower (benchmarks/README.md, "the warm regime's placement")."""
     return SIDES if index % 2 == 0 else tuple(reversed(SIDES))
+
+
+def per_side(index: int, make: Callable[[str], Any]) -> dict[str, Any]:
+    """make(side) for each side, called in allocation_order(index), keyed in SIDES order."""
+    made = {side: make(side) for side in allocation_order(index)}
+    return {side: made[side] for side in SIDES}
 
 
 def derive_seed(secret: bytes, workload_id: str, purpose: str, index: int) -> int:
@@ -114,11 +122,6 @@ class Sharing:
         with self.pool(side):
             return copy_with_layout(value.detach())
 
-    def per_side(self, index: int, make: Callable[[str], Any]) -> dict[str, Any]:
-        """make(side) for each side, called in allocation_order(index), keyed in SIDES order."""
-        made = {side: make(side) for side in allocation_order(index)}
-        return {side: made[side] for side in SIDES}
-
     def share(self, case: Any, case_id: int, label: str, seed: int, index: int = 0) -> SharedCase:
         """Each side's copy of the case's inputs and its outputs, the sides allocated in allocation_order(index)."""
         keep: list[Any] = []
@@ -128,7 +131,7 @@ class Sharing:
             return ({name: self.copy(v, side, keep) for name, v in case.inputs.items()},
                     {name: self.copy(v, side, keep) for name, v in side_outputs.items()})
 
-        both = self.per_side(index, copies)
+        both = per_side(index, copies)
         inputs, outputs = ({side: pair[k] for side, pair in both.items()} for k in (0, 1))
         if self.device == "cuda":
             import torch

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from . import floors, guard, regimes, sampling, stats, timing
-from .cases import SharedCase
+from .cases import SharedCase, allocation_order
 from .correctness import ERROR, INCORRECT, Refused, Verdict, require_inputs_untouched
 from ..task.taskspec import SIDES
 
@@ -39,7 +39,7 @@ class JudgeTiming:
         for k in range(pairs):  # the first pair warms the GPU up; the others only their own processes
             warmup_s = (settings.warmup_s if k == 0 else settings.warmup_s / pairs) if self.device == "cuda" else 0.0
             hosts += [self.bench.pairs[k][side].request({"op": "warm_up", "ids": ids, "seconds": warmup_s})
-                      .get("host_us") for side in SIDES]
+                      .get("host_us") for side in allocation_order(k)]
         head_start = timing.head_start_us(max(float(h or 0.0) for h in hosts)) if self.device == "cuda" else 0.0
         voids, retaken, threads = [], [], {"before": {}, "after": {}}
         pair, head_start = self._time_over_pairs(cases, mode, head_start, pairs, voids, threads, retaken)

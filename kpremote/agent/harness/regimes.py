@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .cases import derive_seed
+from .cases import derive_seed, per_side
 from .contexts import COLD, CONTEXT, CONTEXT_REGIMES, REGIMES, WARM, ContextProblem, load_context  # noqa: F401
 from .channel import encode_values
 from .comparison import compare_output, describe, non_finite
@@ -89,8 +89,7 @@ def prepare(judge: RowJudge, shared: SharedCase, context: Any, index: int) -> No
     judge.seeds.setdefault("context", []).append(seed)
     state = _build_state(judge, shared, context, seed, label)
     keep = shared.keep
-    copies = judge.sharing.per_side(index, lambda side: {name: judge.sharing.copy(value, side, keep)
-                                                         for name, value in state.items()})
+    copies = per_side(index, lambda side: {name: judge.sharing.copy(value, side, keep) for name, value in state.items()})
     if judge.device == "cuda":
         torch.cuda.synchronize()
     shared.context = ContextCase(context, seed, copies, clone_tensors(state) | _values(state))

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from . import floors, guard, regimes, stats, timing
-from .cases import SharedCase, derive_seed, make_case_guarded
+from .cases import SharedCase, allocation_order, derive_seed, make_case_guarded
 from .comparison import compare_output, describe
 from .correctness import ERROR, INCORRECT, Refused, SideFailed, Verdict, poison_outputs, reference_inputs
 from .rowjudge import RowJudge
@@ -49,26 +49,31 @@ class Sampler:
         self.idle_s = {side: 0.0 for side in SIDES}  # the wall time of those samples
         self.flusher = timing.L2Flusher(judge.job.get("l2_bytes")) if judge.device == "cuda" else None
 
+    def first_in_turn(self) -> tuple[str, ...]:
+        """The sides in the order the active process pair takes them where they allocate memory (its graphs, its
+        first samples): alternating from one pair to the next (cases.allocation_order)."""
+        return allocation_order(self.judge.bench.active)
+
     def prepare(self) -> None:
         """What the regime needs before its first sample: graph mode's graphs of N calls (cold), the context's graph
         of before -> call -> after per case (context, on a GPU)."""
         if self.regime == regimes.COLD and self.mode == "graph":
             self.capture_graphs()
         elif self.regime == regimes.CONTEXT and self.judge.device == "cuda":
-            for side in SIDES:
+            for side in self.first_in_turn():
                 for case in self.cases:
                     request_guarded(self.judge.sides[side], {"op": "capture_context", "id": case.id},
                                     f"{case.label}, {side} context graph capture")
 
     def capture_graphs(self) -> None:
         singles = []
-        for side in SIDES:
+        for side in self.first_in_turn():
             single = [self._timed(side, self.cases[0], graph=False) for _ in range(3)]
             singles.append(stats.median(single))
         # A graph of n in-place calls would apply the call n times to one restored input: one call per graph.
         mutating = any(case.mutates for case in self.cases)
         self.calls_per_sample = 1 if mutating else timing.calls_per_graph(min(singles))
-        for side in SIDES:
+        for side in self.first_in_turn():
             for case in self.cases:
                 request_guarded(self.judge.sides[side], {"op": "capture", "id": case.id, "n": self.calls_per_sample},
                                  f"{case.label}, {side} graph capture")
@@ -108,7 +113,7 @@ class Sampler:
     def prime(self) -> None:
         """One untimed sample per side and case, so first-use costs (event creation, graph upload) stay out; one
         that came late (a first launch loading its module) is not taken again and does not lengthen the head start."""
-        for side in SIDES:
+        for side in self.first_in_turn():
             for case in self.cases:
                 self._timed_once(side, case, graph=None)
 
