@@ -3,13 +3,15 @@ A/A false-verdict rate per regime.
 
     python3 benchmarks/gpu/context_report.py [--root DIR] FOLDER_OR_TGZ...     -> markdown on stdout
 
-Each argument is a folder holding runs (any depth: every */summary/results.json below it) or a context-*.tgz that
+Each argument is a folder holding runs (any depth: every */summary/results.json below it, or a run's results.json
+where results_md.py imported it: kernels/<task>/results/<host>/<run id>/) or a context-*.tgz that
 context.sh wrote (unpacked into a temporary folder). A run is named by its folder's path (from --root, else from the
 argument); context.sh lays them out as runs/tasks/<task>/<with|without>-<run id> and runs/aa/<run id>. Tables:
 - regimes: every row with a context, each regime's medians, speedup, interval, verdict (and the row's one line when
   it is FASTER alone but not in its context);
 - cost: a row run with its context against the same row of a run without (context.sh's `without-` runs): the row's
   seconds in each, and what the warm and context regimes added;
+- sampling time: every row with a context in any run, the seconds each regime's samples took (both sides);
 - A/A: the dial's A/A rows (candidate = baseline) per regime: FASTER / SAME / SLOWER / other over every row-run.
 """
 
@@ -37,8 +39,8 @@ def runs_in(paths: list[str], root: Path | None = None) -> list[tuple[str, RunRe
             with tarfile.open(folder) as tar:
                 tar.extractall(unpacked, filter="data")
             folder = unpacked
-        for results in sorted(folder.rglob("summary/results.json")):
-            run = results.parent.parent
+        for results in sorted(folder.rglob("results.json")):  # a run's summary/, or a run imported by results_md.py
+            run = results.parent.parent if results.parent.name == "summary" else results.parent
             name = run.relative_to(root) if root is not None and run.is_relative_to(root) else run.relative_to(folder)
             found.append((str(name) if str(name) != "." else run.name, RunResults.read(results)))
     return found
@@ -86,10 +88,30 @@ def cost_table(runs: list[tuple[str, RunResults]]) -> list[str]:
         alone = pair["without"].by_workload()
         for row in pair["with"].rows:
             other = alone.get(row.workload)
-            seconds, before = row.extra.get("seconds"), other.extra.get("seconds") if other else None
+            seconds, before = row.seconds, other.seconds if other else None
             if isinstance(seconds, (int, float)) and isinstance(before, (int, float)) and row.regimes is not None:
                 lines.append(f"| {Path(task).name} | {row.workload} | {before:.1f} | {seconds:.1f} | "
                              f"{seconds - before:+.1f} s ({seconds / before:.2f}x) |")
+    return lines
+
+
+def sampling_table(runs: list[tuple[str, RunResults]]) -> list[str]:
+    """Every row with a context in any run (no `without-` run needed): the seconds each regime's samples took, both
+    sides over every process pair (their timings' wall_s), beside the row's own seconds (judge and sides, from its
+    cases to its last check; the first row of a run also starts the judge and its sides; the audit not counted)."""
+    lines = ["| run | row | row's seconds | cold sampling s | warm sampling s | context sampling s |",
+             "|---|---|---:|---:|---:|---:|"]
+    for name, results in runs:
+        for row in results.rows:
+            if row.regimes is None:
+                continue
+            spent = []
+            for regime in REGIMES:
+                part = row.regime(regime)
+                walls = [getattr(part.side(side), "wall_s", None) if part else None for side in ("baseline", "candidate")]
+                spent.append(f"{sum(walls):.2f}" if all(isinstance(w, (int, float)) for w in walls) else "–")
+            seconds = f"{row.seconds:.1f}" if isinstance(row.seconds, (int, float)) else "–"
+            lines.append(f"| {name} | {row.workload} | {seconds} | {' | '.join(spent)} |")
     return lines
 
 
@@ -126,13 +148,14 @@ def main(argv: list[str]) -> int:
         return 2
     runs = runs_in(argv, root)
     if not runs:
-        print(f"context_report.py: no summary/results.json under {' '.join(argv)}", file=sys.stderr)
+        print(f"context_report.py: no results.json under {' '.join(argv)}", file=sys.stderr)
         return 2
     devices = Counter(str(results.part("gpu").get("name") or results.provenance.get("device")) for _, results in runs)
     harness = Counter(str(results.part("harness").get("version")) for _, results in runs)
     print(f"# Rows in their context: {len(runs)} run(s) on {dict(devices)}, harness {dict(harness)}\n")
     for title, table in (("Each row with a context, per regime", regimes_table(runs)),
                          ("What the warm and context regimes cost", cost_table(runs)),
+                         ("Each regime's sampling time", sampling_table(runs)),
                          ("A/A in context (the dial, candidate = baseline)", aa_table(runs))):
         print(f"## {title}\n")
         print("\n".join(table) + "\n")

@@ -216,3 +216,25 @@ def test_the_warm_regime_calls_no_change_under_its_own_floor() -> None:
     warm = judged(1.015, "warm")
     assert warm["verdict"] == "SAME" and warm["noise"] == stats.WARM_NOISE_FLOOR == 0.02
     assert judged(1.03, "warm")["verdict"] == "FASTER"
+
+
+def test_context_report_tells_each_regimes_cost() -> None:
+    """benchmarks/gpu/context_report.py: a `with-` run against its `without-` twin (the row's seconds), and every
+    context row's sampling time per regime (both sides' wall_s), from the records as the runner writes them."""
+    import copy
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("context_report", REPO / "benchmarks" / "gpu" / "context_report.py")
+    context_report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(context_report)
+    with_row, samples = copy.deepcopy(VANISHING)
+    with_row["seconds"] = 7.5
+    for part, (base, cand) in ((with_row["timing"], (0.5, 0.6)), (with_row["regimes"]["warm"]["timing"], (0.7, 0.4)),
+                               (with_row["regimes"]["context"]["timing"], (1.0, 1.25))):
+        part["baseline"]["wall_s"], part["candidate"]["wall_s"] = base, cand
+    without_row, without_samples = copy.deepcopy(ALONE)
+    without_row.update(workload="qwen_s19", seconds=5.0)
+    runs = [("tasks/fuse/with-1", run_of([(with_row, samples)])),
+            ("tasks/fuse/without-1", run_of([(without_row, without_samples)]))]
+    assert "| fuse | qwen_s19 | 5.0 | 7.5 | +2.5 s (1.50x) |" in context_report.cost_table(runs)
+    assert "| tasks/fuse/with-1 | qwen_s19 | 7.5 | 1.10 | 1.10 | 2.25 |" in context_report.sampling_table(runs)
