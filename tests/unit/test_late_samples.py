@@ -7,6 +7,8 @@ start event after queueing the call, is tests/agent/test_trust_gpu.py's (a GPU o
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from kpremote.agent.harness import sampling, timing
@@ -43,6 +45,7 @@ class OneCase:
 class Judge:
     device = "cpu"
     job: dict = {}
+    bench = types.SimpleNamespace(active=0)  # the first process pair: the baseline takes its turn first
 
     def __init__(self, candidate_samples: list[dict]) -> None:
         self.sides = {"baseline": ScriptedSide([]), "candidate": ScriptedSide(candidate_samples)}
