@@ -25,11 +25,10 @@ SEED_BITS = 63
 def allocation_order(index: int) -> tuple[str, ...]:
     """Which side goes first for the index-th case (its copies, its context's state) or process pair (its processes
     started, warmed up, primed, their graphs captured): the order alternates, so neither side's memory is always
-    placed first. How much of a row's data stays in the L2 depends on where it was placed: under harness 2.19, which
-    always placed the baseline's first, the dial's A/A rows of ~18 us read the baseline 0.5 % slower on average in
-    the warm regime (8 FASTER of 32 row-runs); under 2.20, cases alternating but not pairs, the cases whose baseline
-    copies came first read 1.2 % slower, the others 0.2 % faster, and one run's four pairs all read the baseline
-    slower (benchmarks/README.md, "the warm regime's placement")."""
+    placed first. How much of a row's data stays in the L2 depends on where it was placed (one timing case ~0.9 %
+    from the next in the warm regime, the same in every pair); harness 2.19 always placed the baseline's first. The
+    alternation did not remove the warm regime's offset on the dial's ~18 us A/A row (benchmarks/README.md, "harness
+    2.20 and 2.21"), but keeps any first-placed offset from falling on one side only."""
     return SIDES if index % 2 == 0 else tuple(reversed(SIDES))
 
 

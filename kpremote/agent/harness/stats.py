@@ -189,8 +189,9 @@ CONTEXT_FLOOR_FACTOR = 2.0
 # them is still there depends on where the case's memory sits: the same in every process pair of a row (they share its
 # cases), so the pairs' agreement does not see it. On a two-H200 host (harness 2.19) the dial's A/A rows of ~18 us
 # (inputs and outputs half the L2) read one timing case about 0.9 % from the next (standard deviation), the same way
-# in all four pairs, and 32 row-runs 0.995-1.016x (8 FASTER under the 1 % floor). A change in the warm regime smaller
-# than this is never called there.
+# in all four pairs, and 32 row-runs 0.995-1.016x (8 FASTER under the 1 % floor); under 2.21, 96 row-runs 0.991-1.016x
+# (mean 1.007, cause not found), 96 SAME with this floor. A change in the warm regime smaller than this is never
+# called there.
 WARM_NOISE_FLOOR = 0.02
 
 
