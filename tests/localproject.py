@@ -11,8 +11,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from rig import REPO, busy_gpu, idle_gpu
 
@@ -50,15 +51,39 @@ def kp(project: Path, *args: str, columns: int = 100, env: Optional[dict[str, st
     return subprocess.run(argv, cwd=cwd or project, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
-def watch_for(project: Path, seconds: float, *args: str, columns: int = 100) -> subprocess.CompletedProcess:
-    """Run `inv ARGS` (a --watch) for SECONDS, then press Ctrl-C: what it printed, and how it ended."""
+def watch_for(project: Path, until: Callable[[str], bool], *args: str, columns: int = 100,
+              limit_s: float = 60.0) -> subprocess.CompletedProcess:
+    """Run `inv ARGS` (a --watch) until what it has printed satisfies until(stdout), then press Ctrl-C: what it
+    printed, and how it ended. Ctrl-C comes after limit_s seconds all the same (the test's asserts then say what
+    was missing); a loaded machine only makes the wait longer, never the refreshes fewer."""
     env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1", "PYTHONPATH": str(REPO),
            "KPREMOTE_NVML_FIXTURE": str(project / "nvml.json")}
     argv = [sys.executable, "-m", "invoke", "--search-root", str(REPO), *args]
     process = subprocess.Popen(argv, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out: list[str] = []
+    err: list[str] = []
+    enough = threading.Event()
+
+    def read_out() -> None:
+        for line in process.stdout:
+            out.append(line)
+            if until("".join(out)):
+                enough.set()
+        enough.set()  # it ended by itself
+
+    readers = [threading.Thread(target=read_out, daemon=True),
+               threading.Thread(target=lambda: err.extend(process.stderr), daemon=True)]
+    for reader in readers:
+        reader.start()
     try:
-        out, err = process.communicate(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=30)
-    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+        enough.wait(limit_s)
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for reader in readers:
+            reader.join(timeout=30)
+    return subprocess.CompletedProcess(argv, process.returncode, "".join(out), "".join(err))

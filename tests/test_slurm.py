@@ -512,58 +512,6 @@ def test_a_preempted_run_reads_as_such(cluster):
     assert '"phase": "workload"' in (run_dir / "raw" / "events.jsonl").read_text()
 
 
-def test_a_time_limit_reads_as_a_timeout_in_every_record(time_limited):
-    """Slurm's TIMEOUT is what every record says: the run's own end line, state, `inv logs`, results.json,
-    results.md and `inv history`; never a cancel."""
-    made, client, run_dir, job_id = time_limited
-    out, err = client.communicate(timeout=150)
-    made.gate.unlink(missing_ok=True)
-    printed = out + err
-    assert client.returncode == 1, printed
-    assert "cancelled" not in printed and "exit code 130" not in printed, printed
-    assert "failed (exit code 1)" in printed and f"Slurm job {job_id} TIMEOUT" in printed, printed
-    [answer] = json.loads(made.inv("status", "--host", "short", "--json").stdout)["hosts"]
-    [run] = [r for r in answer["runs"] if r["run_id"] == run_dir.name]
-    assert run["status"] == "failed" and run["ended_by"] == "TIMEOUT", run
-    assert "reached its time limit" in run["message"] and "what the run wrote is kept" in run["message"], run
-    assert made.job(job_id)["JobState"] == "TIMEOUT"
-    logs = made.inv("logs", "--host", "short", "--run", run_dir.name).stdout
-    [done_line] = [line for line in logs.splitlines() if "done: " in line]
-    assert "done: failed (exit code 1)" in done_line and "reached its time limit" in done_line, logs
-    events = (run_dir / "raw" / "events.jsonl").read_text()
-    assert '"phase": "workload"' in events  # what it wrote before the limit is kept
-    fetched = made.path / "kernels" / "gated" / "results" / "short" / run_dir.name
-    results = json.loads((fetched / "results.json").read_text())
-    assert (results["status"], results["ended_by"], results["exit_code"]) == ("failed", "TIMEOUT", 1), results
-    markdown = (fetched / "results.md").read_text()
-    assert "Status: **failed**" in markdown and "reached its time limit" in markdown, markdown
-    history = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "history", "--task", "gated",
-                              "--json"], cwd=made.path, env=made.env, capture_output=True, text=True, timeout=120)
-    [entry] = [e for e in json.loads(history.stdout)["runs"] if e["run_id"] == run_dir.name]
-    assert entry["status"] == "failed", entry
-
-
-def test_a_node_set_down_mid_run_reads_as_such(cluster):
-    cluster.gate.write_text("closed")
-    [outcome] = cluster.detach()
-    run_dir = cluster.run_dir(outcome["run_id"])
-    wait_for(lambda: state_of(run_dir).get("phase") == "workload", 120, "the run reaches its workload")
-    cluster.slurm.set_node("down", reason="kp-test-maintenance")
-    try:
-        def ended() -> dict:
-            [answer] = json.loads(cluster.inv("status", "--host", "cluster", "--json").stdout)["hosts"]
-            [run] = [r for r in answer["runs"] if r["run_id"] == outcome["run_id"]]
-            return run if run["status"] in ("failed", "error", "cancelled", "passed") else {}
-
-        run = wait_for(ended, 60, "the run ends")
-    finally:
-        cluster.slurm.resume_node()
-    assert run["status"] == "failed" and run["ended_by"] == "NODE_FAIL", run
-    assert "NODE_FAIL" in run["message"] and "what the run wrote is kept" in run["message"]
-    assert "node vm: kp-test-maintenance" in run["message"].replace(cluster.slurm.node, "vm"), run["message"]
-    assert (run_dir / "raw" / "events.jsonl").stat().st_size > 0
-
-
 def test_a_job_slurm_no_longer_knows_ends_its_run_with_that_said(cluster):
     """A run whose job ended without a record (its node lost, squeue's memory gone, no accounting) is not left
     running forever: once Slurm has said for a few seconds that it knows nothing of the job, the run reads error."""
@@ -640,29 +588,6 @@ def test_hosts_check_asks_slurm_what_a_run_needs(cluster, slurm, login, rig, bar
                                      "source", host["check"]  # Slurm's own line
 
 
-def test_gpu_status_shows_a_draining_node_and_a_slurm_it_cannot_reach_apart(cluster, rig, bare_login, tmp_path):
-    blocker = cluster.slurm.client("sbatch", "--parsable", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "sleep 300",
-                                   check=True).stdout.decode().strip()
-    wait_for(lambda: cluster.job(blocker)["JobState"] == "RUNNING", 30, "a job runs on the node")
-    cluster.slurm.set_node("drain", reason="maintenance test")
-    try:
-        table = cluster.inv("gpu-status", "--host", "cluster").stdout
-        [line] = [line for line in table.splitlines() if f"│ {cluster.slurm.node} " in line]
-        assert "draining: maintenance test" in line, table  # jobs still on it: Slurm's "drng"
-        cluster.slurm.client("scancel", blocker, check=True)
-        wait_for(lambda: cluster.slurm.node_state() == "drain", 90, "the node is drained")  # a loaded slurmd ends the job late
-        table = cluster.inv("gpu-status", "--host", "cluster").stdout
-        assert "drained: maintenance test" in table, table
-    finally:
-        cluster.slurm.resume_node()
-
-    done = bare_cluster(rig, bare_login, cluster.slurm, tmp_path).inv("gpu-status")
-    assert done.returncode == 1, done.stdout + done.stderr
-    [row] = [line.split("│")[1:-1] for line in done.stdout.splitlines() if line.startswith("│ bare-login ")]
-    assert [cell.strip() for cell in row[:4]] == ["bare-login", "-", "", "no answer"], done.stdout
-    assert "Could not establish a configuration source" in done.stdout.split("│ bare-login ", 1)[1].split("\n", 1)[1]
-
-
 def test_the_rig_finds_its_recipe_beside_the_checkout(tmp_path):
     from slurm_rig import recipe_dir
 
@@ -711,3 +636,84 @@ def test_the_slurm_benchmark_runs_at_its_smallest_size():
                            "--parallel", "2"], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "kpremote overhead" in done.stdout and "| 2 |" in done.stdout and "yes (" in done.stdout, done.stdout
+
+
+# ------------------------------------------------------------------------------------------ last in this file
+# The time-limited run (fixture time_limited) ends 60-90 s after the file's first cluster test: every test that
+# needs no node down runs before its check (the two with Slurms of their own too), so the check rarely waits; a node
+# set down or drained would end that run, so those two come after it.
+
+
+def test_a_time_limit_reads_as_a_timeout_in_every_record(time_limited):
+    """Slurm's TIMEOUT is what every record says: the run's own end line, state, `inv logs`, results.json,
+    results.md and `inv history`; never a cancel."""
+    made, client, run_dir, job_id = time_limited
+    out, err = client.communicate(timeout=150)
+    made.gate.unlink(missing_ok=True)
+    printed = out + err
+    assert client.returncode == 1, printed
+    assert "cancelled" not in printed and "exit code 130" not in printed, printed
+    assert "failed (exit code 1)" in printed and f"Slurm job {job_id} TIMEOUT" in printed, printed
+    [answer] = json.loads(made.inv("status", "--host", "short", "--json").stdout)["hosts"]
+    [run] = [r for r in answer["runs"] if r["run_id"] == run_dir.name]
+    assert run["status"] == "failed" and run["ended_by"] == "TIMEOUT", run
+    assert "reached its time limit" in run["message"] and "what the run wrote is kept" in run["message"], run
+    assert made.job(job_id)["JobState"] == "TIMEOUT"
+    logs = made.inv("logs", "--host", "short", "--run", run_dir.name).stdout
+    [done_line] = [line for line in logs.splitlines() if "done: " in line]
+    assert "done: failed (exit code 1)" in done_line and "reached its time limit" in done_line, logs
+    events = (run_dir / "raw" / "events.jsonl").read_text()
+    assert '"phase": "workload"' in events  # what it wrote before the limit is kept
+    fetched = made.path / "kernels" / "gated" / "results" / "short" / run_dir.name
+    results = json.loads((fetched / "results.json").read_text())
+    assert (results["status"], results["ended_by"], results["exit_code"]) == ("failed", "TIMEOUT", 1), results
+    markdown = (fetched / "results.md").read_text()
+    assert "Status: **failed**" in markdown and "reached its time limit" in markdown, markdown
+    history = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "history", "--task", "gated",
+                              "--json"], cwd=made.path, env=made.env, capture_output=True, text=True, timeout=120)
+    [entry] = [e for e in json.loads(history.stdout)["runs"] if e["run_id"] == run_dir.name]
+    assert entry["status"] == "failed", entry
+
+
+def test_a_node_set_down_mid_run_reads_as_such(cluster):
+    cluster.gate.write_text("closed")
+    [outcome] = cluster.detach()
+    run_dir = cluster.run_dir(outcome["run_id"])
+    wait_for(lambda: state_of(run_dir).get("phase") == "workload", 120, "the run reaches its workload")
+    cluster.slurm.set_node("down", reason="kp-test-maintenance")
+    try:
+        def ended() -> dict:
+            [answer] = json.loads(cluster.inv("status", "--host", "cluster", "--json").stdout)["hosts"]
+            [run] = [r for r in answer["runs"] if r["run_id"] == outcome["run_id"]]
+            return run if run["status"] in ("failed", "error", "cancelled", "passed") else {}
+
+        run = wait_for(ended, 60, "the run ends")
+    finally:
+        cluster.slurm.resume_node()
+    assert run["status"] == "failed" and run["ended_by"] == "NODE_FAIL", run
+    assert "NODE_FAIL" in run["message"] and "what the run wrote is kept" in run["message"]
+    assert "node vm: kp-test-maintenance" in run["message"].replace(cluster.slurm.node, "vm"), run["message"]
+    assert (run_dir / "raw" / "events.jsonl").stat().st_size > 0
+
+
+def test_gpu_status_shows_a_draining_node_and_a_slurm_it_cannot_reach_apart(cluster, rig, bare_login, tmp_path):
+    blocker = cluster.slurm.client("sbatch", "--parsable", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "sleep 300",
+                                   check=True).stdout.decode().strip()
+    wait_for(lambda: cluster.job(blocker)["JobState"] == "RUNNING", 30, "a job runs on the node")
+    cluster.slurm.set_node("drain", reason="maintenance test")
+    try:
+        table = cluster.inv("gpu-status", "--host", "cluster").stdout
+        [line] = [line for line in table.splitlines() if f"│ {cluster.slurm.node} " in line]
+        assert "draining: maintenance test" in line, table  # jobs still on it: Slurm's "drng"
+        cluster.slurm.client("scancel", blocker, check=True)
+        wait_for(lambda: cluster.slurm.node_state() == "drain", 90, "the node is drained")  # a loaded slurmd ends the job late
+        table = cluster.inv("gpu-status", "--host", "cluster").stdout
+        assert "drained: maintenance test" in table, table
+    finally:
+        cluster.slurm.resume_node()
+
+    done = bare_cluster(rig, bare_login, cluster.slurm, tmp_path).inv("gpu-status")
+    assert done.returncode == 1, done.stdout + done.stderr
+    [row] = [line.split("│")[1:-1] for line in done.stdout.splitlines() if line.startswith("│ bare-login ")]
+    assert [cell.strip() for cell in row[:4]] == ["bare-login", "-", "", "no answer"], done.stdout
+    assert "Could not establish a configuration source" in done.stdout.split("│ bare-login ", 1)[1].split("\n", 1)[1]
