@@ -8,10 +8,8 @@ SGLANG_WHEEL=${SGLANG_WHEEL:-/work/main/.whl/sglang/sglang-0.5.23-cp311-cp311-ma
 # What the model import needs and the 'cuda' image lacks (docs/model-context.md, "Item 4"); --no-deps each.
 DEPS=(msgspec==0.22.0 pybase64==1.5.1 starlette==1.10.0 diffusers==0.42.1 orjson==3.13.0 pyzmq==27.3.0
       dill==0.4.1 gguf==0.19.0 addict==2.4.0 cache-dit==1.5.3 compressed-tensors==0.20.1 loguru==0.7.3
-      pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 ipython==9.18.1
-      traitlets==5.16.1 decorator jedi==0.20.1 parso==0.8.7 pexpect==4.9.0 ptyprocess==0.7.0 prompt-toolkit==3.0.53
-      wcwidth==0.9.4 stack-data==0.6.3 asttokens==3.0.2 executing==2.3.0 pure-eval==0.2.4 matplotlib-inline==0.2.2
-      ipython-pygments-lexers==1.1.1)
+      pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
+      ipython==9.18.1 traitlets==5.16.1)  # IPython's own deps are not imported on this path (seen on CPU)
 
 if [ "${1:-}" = pack ]; then
   rm -rf "$STAGE" && mkdir -p "$STAGE"
@@ -27,7 +25,9 @@ fi
 [ -d "$STAGE" ] || { echo "block_e2e.sh: $STAGE missing: run 'bash benchmarks/gpu/block_e2e.sh pack' here and carry it"; exit 2; }
 OUT=${OUT:?OUT is the device call's result folder}
 python3 -m pip install -q --no-index --no-deps --target /tmp/e2e-site $(ls "$STAGE"/*.whl | grep -v /sglang-) 2>&1 | tail -3
-python3 -c 'import torch, triton, transformers; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__, torch.cuda.get_device_name())'
+python3 -c 'import torch, triton, transformers, huggingface_hub as h; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__, "hub", h.__version__, torch.cuda.get_device_name())'
+rc=0
 python3 benchmarks/gpu/block_e2e.py --wheel "$STAGE"/sglang-0.5.23-*.whl --unpack /tmp/e2e-sglang \
-  --site /tmp/e2e-site --out "$OUT" --device cuda --tokens production "$@" 2>&1 | tail -60 > "$OUT/log.txt"
-cat "$OUT/log.txt"
+  --site /tmp/e2e-site --out "$OUT" --device cuda --tokens production "$@" > "$OUT/log.txt" 2>&1 || rc=$?
+tail -60 "$OUT/log.txt"
+exit $rc
