@@ -23,9 +23,9 @@ if [ "${1:-}" = pack ]; then
 fi
 
 [ -d "$STAGE" ] || { echo "block_e2e.sh: $STAGE missing: run 'bash benchmarks/gpu/block_e2e.sh pack' here and carry it"; exit 2; }
-OUT=${OUT:?OUT is the device call's result folder}
+OUT=${OUT:?OUT: the folder the device call brings back}
 python3 -m pip install -q --no-index --no-deps --target /tmp/e2e-site $(ls "$STAGE"/*.whl | grep -v /sglang-) 2>&1 | tail -3
-python3 -c 'import torch, triton, transformers, huggingface_hub as h; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__, "hub", h.__version__, torch.cuda.get_device_name())'
+python3 -c 'import torch, triton, transformers, huggingface_hub as h; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__, "hub", h.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")'
 rc=0
 python3 benchmarks/gpu/block_e2e.py --wheel "$STAGE"/sglang-0.5.23-*.whl --unpack /tmp/e2e-sglang \
   --site /tmp/e2e-site --out "$OUT" --device cuda --tokens production "$@" > "$OUT/log.txt" 2>&1 || rc=$?
