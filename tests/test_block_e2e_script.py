@@ -41,3 +41,15 @@ def test_bad_wheel_or_site_is_one_line_and_exit_2(tmp_path: Path, case: str) -> 
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("block_e2e: ") and expected in lines[0], done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+
+
+def test_the_device_script_without_the_staged_wheels_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "benchmarks" / "gpu").mkdir(parents=True)
+    script = tmp_path / "benchmarks" / "gpu" / "block_e2e.sh"
+    script.write_text((REPO / "benchmarks" / "gpu" / "block_e2e.sh").read_text())
+    done = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out")})
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines == [lines[0]] and ".gpustage/e2e missing" in lines[0] and "pack" in lines[0], done.stderr
+    assert done.stdout == ""

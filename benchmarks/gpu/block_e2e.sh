@@ -22,7 +22,7 @@ if [ "${1:-}" = pack ]; then
   exit 0
 fi
 
-[ -d "$STAGE" ] || { echo "block_e2e.sh: $STAGE missing: run 'bash benchmarks/gpu/block_e2e.sh pack' here and carry it"; exit 2; }
+[ -d "$STAGE" ] || { echo "block_e2e.sh: $STAGE missing: run 'bash benchmarks/gpu/block_e2e.sh pack' here and carry it" >&2; exit 2; }
 OUT=${OUT:?OUT: the folder the device call brings back}
 python3 -m pip install -q --no-index --no-deps --target /tmp/e2e-site $(ls "$STAGE"/*.whl | grep -v /sglang-) 2>&1 | tail -3
 python3 -c 'import torch, triton, transformers, huggingface_hub as h; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__, "hub", h.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")'
