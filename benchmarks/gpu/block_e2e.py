@@ -1,4 +1,4 @@
-"""One real Qwen-Image block from the pinned SGLang wheel, timed with fuse_scale_shift's candidate mounted at its call site.
+"""One Qwen-Image block from the pinned SGLang wheel, timed with fuse_scale_shift's candidate mounted at its call site.
 
 Issue 45 item 4 (docs/model-context.md, "Item 4"). Upstream code is used only from the wheel, at run time: the block is
 `sglang.multimodal_gen.runtime.models.dits.qwen_image.QwenImageTransformerBlock` at Qwen-Image's production config
@@ -325,23 +325,36 @@ def run_row(block, mount: Mount, inputs: dict, device: str, rounds: int, replays
     return row
 
 
+def _cell(side: dict) -> str:
+    return f"{side['median_us']:.1f} ({side['min_us']:.1f}-{side['max_us']:.1f})"
+
+
 def write_results(out: Path, result: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [f"# Qwen-Image block, fuse_scale_shift mounted at MulAdd's call site ({result['device']})", ""]
-    for key in ("torch", "sglang_wheel_sha256", "solution_sha256", "dtype", "attention_backend", "neighbours"):
+    for key in ("torch", "triton", "sglang_wheel_sha256", "solution_sha256", "dtype", "attention_backend", "neighbours",
+                "block_parameters"):
         lines.append(f"- {key}: {result[key]}")
-    lines += ["", "| image tokens | text tokens | calls / forward | baseline us | candidate us | ratio | max abs diff |",
+    lines += ["",
+              "| image tokens | text tokens | calls / forward | baseline us | candidate us | ratio | max abs diff |",
               "|---|---|---|---|---|---|---|"]
     for row in result["rows"]:
         t = row.get("timing")
-        base = f"{t['baseline']['median_us']:.1f} ({t['baseline']['min_us']:.1f}-{t['baseline']['max_us']:.1f})" if t else "-"
-        cand = f"{t['candidate']['median_us']:.1f} ({t['candidate']['min_us']:.1f}-{t['candidate']['max_us']:.1f})" if t else "-"
+        base, cand = (_cell(t["baseline"]), _cell(t["candidate"])) if t else ("-", "-")
         ratio = f"{row['ratio_candidate_over_baseline']:.4f} ({row['mode']})" if t else "not timed (cpu)"
         worst = max(v["max_abs"] for v in row["agreement"].values())
         lines.append(f"| {row['image_tokens']} | {row['text_tokens']} | {row['calls']['baseline']['count']} | {base} "
                      f"| {cand} | {ratio} | {worst:.3g} |")
     (out / "result.md").write_text("\n".join(lines) + "\n")
+
+
+def triton_version() -> str:
+    try:
+        import triton
+    except ImportError:
+        return "absent"
+    return triton.__version__
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -375,9 +388,11 @@ def main(argv: list[str] | None = None) -> int:
             "calls": row["calls"]["baseline"]["count"], "ratio": row.get("ratio_candidate_over_baseline")}))
     result = {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-        "torch": torch.__version__, "sglang_wheel_sha256": wheel_digest,
+        "torch": torch.__version__, "triton": triton_version(), "sglang_wheel_sha256": wheel_digest,
+        "block_parameters": sum(p.numel() for p in block.parameters()),
         "solution_sha256": sha256(TASK / "solution" / "kernel.py"), "dtype": str(dtype).replace("torch.", ""),
-        "attention_backend": args.attention_backend, "neighbours": neighbours, "tokens": args.tokens, "rounds": args.rounds,
+        "attention_backend": args.attention_backend, "neighbours": neighbours, "tokens": args.tokens,
+        "rounds": args.rounds,
         "replays": args.replays, "seed": args.seed, "mounted_name": f"{ELEMENTWISE}.fuse_scale_shift_kernel",
         "rows": rows,
     }
