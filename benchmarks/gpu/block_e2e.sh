@@ -4,7 +4,8 @@
 #   GPU host:  run(command="bash benchmarks/gpu/block_e2e.sh", carry=[".gpustage/e2e"])   (results under $OUT)
 set -euo pipefail
 STAGE=.gpustage/e2e
-SGLANG_WHEEL=${SGLANG_WHEEL:-/work/main/.whl/sglang/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl}
+WHL=${KP_WHL:-.whl}  # the pinned wheels, as remeasure.sh pack reads them
+SGLANG_WHEEL=${SGLANG_WHEEL:-$WHL/sglang/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl}
 # What the model import needs and the 'cuda' image lacks (docs/model-context.md, "Item 4"); --no-deps each.
 DEPS=(msgspec==0.22.0 pybase64==1.5.1 starlette==1.10.0 diffusers==0.42.1 orjson==3.13.0 pyzmq==27.3.0
       dill==0.4.1 gguf==0.19.0 addict==2.4.0 cache-dit==1.5.3 compressed-tensors==0.20.1 loguru==0.7.3
@@ -14,7 +15,7 @@ DEPS=(msgspec==0.22.0 pybase64==1.5.1 starlette==1.10.0 diffusers==0.42.1 orjson
 if [ "${1:-}" = pack ]; then
   rm -rf "$STAGE" && mkdir -p "$STAGE"
   cp "$SGLANG_WHEEL" "$STAGE/"
-  cp /work/main/.whl/apache_tvm_ffi-0.1.15.post2-*.whl "$STAGE/"
+  cp "$WHL"/apache_tvm_ffi-0.1.15.post2-*.whl "$STAGE/"
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d "$STAGE" "${DEPS[@]}"
