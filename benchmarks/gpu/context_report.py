@@ -30,15 +30,21 @@ from kpremote.agent.results import RunResults  # noqa: E402
 REGIMES = ("cold", "warm", "context")
 
 
+def folder_of(given: str) -> Path:
+    """The folder given, or a .tgz given unpacked into a temporary one (tar's data filter: no link or path out)."""
+    folder = Path(given)
+    if folder.is_file() and folder.name.endswith(".tgz"):
+        unpacked = Path(tempfile.mkdtemp(prefix="context-report-"))
+        with tarfile.open(folder) as tar:
+            tar.extractall(unpacked, filter="data")
+        return unpacked
+    return folder
+
+
 def runs_in(paths: list[str], root: Path | None = None) -> list[tuple[str, RunResults]]:
     found = []
     for given in paths:
-        folder = Path(given)
-        if folder.is_file() and folder.name.endswith(".tgz"):
-            unpacked = Path(tempfile.mkdtemp(prefix="context-report-"))
-            with tarfile.open(folder) as tar:
-                tar.extractall(unpacked, filter="data")
-            folder = unpacked
+        folder = folder_of(given)
         for results in sorted(folder.rglob("results.json")):  # a run's summary/, or a run imported by results_md.py
             run = results.parent.parent if results.parent.name == "summary" else results.parent
             name = run.relative_to(root) if root is not None and run.is_relative_to(root) else run.relative_to(folder)

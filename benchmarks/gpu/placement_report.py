@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import tarfile
-import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from context_report import folder_of  # noqa: E402
 
 CASES = 4  # judge.TIMING_CASES_GPU
 SIDES = ("baseline", "candidate")
@@ -88,12 +89,7 @@ def main(argv: list[str]) -> int:
         return 2
     runs, left_out = [], 0
     for given in argv:
-        folder = Path(given)
-        if folder.is_file() and folder.name.endswith(".tgz"):
-            unpacked = Path(tempfile.mkdtemp(prefix="placement-report-"))
-            with tarfile.open(folder) as tar:
-                tar.extractall(unpacked, filter="data")
-            folder = unpacked
+        folder = folder_of(given)
         if not folder.exists():
             print(f"placement_report.py: no such folder or tgz: {given}", file=sys.stderr)
             return 2

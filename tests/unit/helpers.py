@@ -1,11 +1,15 @@
-"""Shared by the fast tests: the task they sync, a file writer, and one fixture GPU."""
+"""Shared by the fast tests: the task they sync, a file writer, one fixture GPU, and a benchmark script as a module."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 TASK = "demo"
+BENCHMARKS_GPU = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu"
 STANDIN_HOME = Path(__file__).resolve().parents[1] / "agent"
 # A task the agent accepts (it validates task.toml before it records a run); the stand-in runner never imports it.
 TASK_TOML = ("[task]\nname = 'demo'\narch = '{arch}'\nfamily = 'demo'\n"
@@ -35,3 +39,11 @@ def gpu(index: int, **overrides: Any) -> dict[str, Any]:
     """One idle H200 as the NVML fixture describes it."""
     return {"index": index, "uuid": f"GPU-{index:08d}-unit", "name": "NVIDIA H200", "cc": [9, 0],
             "memory_used_mib": 0, "memory_total_mib": 143771, "util_pct": 0, **overrides}
+
+
+def gpu_script(name: str) -> ModuleType:
+    """benchmarks/gpu/<name>.py imported as the module `name` (registered first: its dataclasses look it up)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS_GPU / f"{name}.py")
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

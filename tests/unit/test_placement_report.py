@@ -4,22 +4,16 @@ left out and counted, never split wrongly."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from unit.helpers import gpu_script
 
 
 @pytest.fixture(scope="module")
 def report():
-    spec = importlib.util.spec_from_file_location("placement_report", REPO / "benchmarks" / "gpu" / "placement_report.py")
-    module = sys.modules["placement_report"] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return gpu_script("placement_report")
 
 
 def write_run(folder: Path, counts: list[int], slow_case: int, dropped: int = 0) -> None:

@@ -3,21 +3,14 @@ per row size, from the dial's row-runs (issue 25 item 1: the curve of 2.7 and th
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from unit.helpers import gpu_script
 
 
 @pytest.fixture(scope="module")
 def report():
-    spec = importlib.util.spec_from_file_location("power_report", REPO / "benchmarks" / "gpu" / "power_report.py")
-    module = sys.modules["power_report"] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return gpu_script("power_report")
 
 
 def runs(size: str, level: str, base: float, extra: float, verdicts: str) -> list[dict]:
