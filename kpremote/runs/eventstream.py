@@ -3,10 +3,11 @@
 One line per event, each a kpremote.run-event/1 object (docs/schemas/run-event.json) naming its host, task and run:
 the start's progress (connecting, syncing, created, waiting), `started`, then the agent's own events as its stream
 has them (phase with workload i/n, build, row with its verdict, headline, warning, error, done), and `end`, the
-run's outcome as the client saw it, the last line of every stream (its `ended` says whether the run is over). Heartbeats are not passed on. Lines from runs followed in parallel never
-interleave: each goes out whole, under one lock, and is flushed at once, so an agent reading a pipe sees it then.
-A reader that goes away (`| head -3`) changes nothing about the run: the lines stop, stderr says so once, and the run
-is followed, fetched and recorded in the ledger as it would have been.
+run's outcome as the client saw it, the last line of every stream (its `ended` says whether the run is over).
+Heartbeats are not passed on. Lines from runs followed in parallel never interleave: each goes out whole, under one
+lock, and is flushed at once, so an agent reading a pipe sees it then. A reader that goes away (`| head -3`) changes
+nothing about the run: the lines stop, stderr says so once, and the run is followed, fetched and recorded in the
+ledger as it would have been.
 """
 
 from __future__ import annotations
@@ -16,37 +17,28 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Optional, TextIO
-
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Optional, TextIO
 
-from ..agent.run.events import RunEvent
+from ..agent.run.events import RunEvent, kind_rule
 from ..cli.jsonout import schema_name
 
-__all__ = ["CLIENT_KINDS", "EVENT_SCHEMA", "EventStream", "OWN_KEYS", "StreamEvent"]
+__all__ = ["EVENT_SCHEMA", "EventStream", "OWN_KEYS", "StreamEvent"]
 
 EVENT_SCHEMA = "run-event"
-CLIENT_KINDS = ("connecting", "syncing", "created", "waiting", "submitted", "started", "end")
-"""The kinds the client adds around the agent's (run/events.py AGENT_KINDS): the start's progress, and the end."""
-
-
-def _kind(name: str, required: list[str], **properties: Any) -> dict[str, Any]:
-    then: dict[str, Any] = {"required": required, **({"properties": properties} if properties else {})}
-    return {"if": {"properties": {"event": {"const": name}}, "required": ["event"]}, "then": then}
 
 
 @dataclass
 class StreamEvent(RunEvent):
     """One line of inv run --json-stream and inv logs --json: one event of one run, the agent's (RunEvent) or the
-    client's own (CLIENT_KINDS), in the envelope that names its host, task and run. EventStream.emit checks every
-    line against it before it goes out."""
+    client's own (connecting, syncing, created, waiting, submitted, started, end), in the envelope that names its
+    host, task and run. EventStream.emit checks every line against it before it goes out."""
 
     SCHEMA: ClassVar[dict[str, Any]] = {
         "required": ["schema", "event", "host", "task", "run_id", "t"],
-        "allOf": [*RunEvent.SCHEMA["allOf"], _kind("syncing", ["files", "bytes"]),
-                  _kind("started", ["run_id", "gpu"], run_id={"type": "string"}),
-                  _kind("end", ["status", "exit_code", "headline", "error", "ended"], status={
+        "allOf": [*RunEvent.SCHEMA["allOf"], kind_rule("syncing", ["files", "bytes"]),
+                  kind_rule("started", ["run_id", "gpu"], run_id={"type": "string"}),
+                  kind_rule("end", ["status", "exit_code", "headline", "error", "ended"], status={
                       "description": "as kpremote.run/1's status: passed, failed, error, cancelled, detached, no idle "
                                      "GPU, not started, connection lost, already measured; under inv logs without "
                                      "--follow, the run's state as the host has it (running: it goes on, ended is "
@@ -67,6 +59,8 @@ class StreamEvent(RunEvent):
     # GPU, already measured); false when the client stopped looking at a run that goes on: detached, connection
     # lost, or status running (inv logs without --follow)
     ended: bool | None = None
+
+
 OWN_KEYS = ("schema", "event", "host", "task", "run_id", "t")  # the envelope's; an event's own are kept beside them
 
 

@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 from ..record import Record, absent_fields, newer_fields, typed
 from ..results import CONTEXT_REGIMES, RowResult
 
-__all__ = ["AGENT_KINDS", "EventLog", "RunEvent", "complete_lines", "read_events", "row_event"]
+__all__ = ["EventLog", "RunEvent", "complete_lines", "kind_rule", "read_events", "row_event"]
 
 
-def _kind(name: str, required: list[str], **properties: Any) -> dict[str, Any]:
+def kind_rule(name: str, required: list[str], **properties: Any) -> dict[str, Any]:
     """An event kind's own rule in the schema: the fields it always carries, and what they hold for this kind."""
     then: dict[str, Any] = {"required": required, **({"properties": properties} if properties else {})}
     return {"if": {"properties": {"event": {"const": name}}, "required": ["event"]}, "then": then}
@@ -29,11 +29,6 @@ def _kind(name: str, required: list[str], **properties: Any) -> dict[str, Any]:
 
 _REGIME_WORDS = {"type": "object", "properties": {"verdict": {"type": ["string", "null"]},
                                                   "speedup": {"type": ["number", "null"]}}}
-
-
-AGENT_KINDS = ("phase", "build", "provenance", "warning", "error", "row", "audit", "profile", "headline", "done",
-               "slurm")
-"""The kinds of event the agent writes to raw/events.jsonl; its follow stream adds heartbeat and end."""
 
 
 @dataclass
@@ -44,10 +39,10 @@ class RunEvent(Record):
     unchecked, as a newer agent's kinds do: a reader reads the kinds it knows."""
 
     SCHEMA: ClassVar[dict[str, Any]] = {"required": ["event"], "allOf": [
-        _kind("phase", ["phase"]), _kind("build", ["side", "ok"]), _kind("warning", ["message"]),
-        _kind("error", ["message"]), _kind("row", ["workload", "i", "n", "status", "verdict", "speedup"],
-              regimes={"additionalProperties": _REGIME_WORDS}),
-        _kind("done", ["status", "exit_code"])]}
+        kind_rule("phase", ["phase"]), kind_rule("build", ["side", "ok"]), kind_rule("warning", ["message"]),
+        kind_rule("error", ["message"]), kind_rule("row", ["workload", "i", "n", "status", "verdict", "speedup"],
+                                                   regimes={"additionalProperties": _REGIME_WORDS}),
+        kind_rule("done", ["status", "exit_code"])]}
 
     t: float | None = None  # when, in seconds since the epoch: the agent's clock for its events (every line but a
     # heartbeat), the client's for the stream's own kinds
