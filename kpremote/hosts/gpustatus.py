@@ -84,15 +84,15 @@ def probe_host(host: Host, agent: Agent) -> HostReport:
         return HostReport(host=host.name, ok=False, error=f"a malformed probe answer: {exc}",
                           source="none", seconds=time.monotonic() - started, answered=False)
     error = probed.error
-    if error and host.transport == "local" and NO_NVIDIA_DRIVER in error and not answer.get("gpus"):
+    if error and host.transport == "local" and NO_NVIDIA_DRIVER in error and not probed.gpus:
         error = None  # this machine has no NVIDIA driver: a CPU machine, where runs are smoke runs, not a failure
     return HostReport(
         host=host.name,
         ok=error is None,
         error=error,
-        hostname=answer.get("hostname"),
-        driver=answer.get("driver"),
-        source=answer.get("source") if answer.get("source") in SOURCES else "none",
+        hostname=answer.get("hostname"),  # as sent (Snapshot reads a missing one as "?")
+        driver=probed.driver,
+        source=probed.source if probed.source in SOURCES else "none",
         gpus=probed.gpus,
         seconds=time.monotonic() - started,
     )
