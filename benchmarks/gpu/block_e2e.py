@@ -15,7 +15,6 @@ reached as on a GPU, and the candidate's Triton kernel under TRITON_INTERPRET=1:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.util
 import json
 import os
@@ -26,6 +25,9 @@ import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+from kpremote.agent.provenance import file_sha256  # noqa: E402  (standard library only)
+
 TASK = REPO / "kernels" / "h200_diffusion_fuse_scale_shift__multi_shape"
 DIM, HEADS, HEAD_DIM = 3072, 24, 128
 # image tokens: (frames, h, w) patches; 64 x 64 is a 1024 x 1024 image (the fuse task's qwen_s4096 row)
@@ -53,14 +55,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def resolve_inputs(args: argparse.Namespace) -> tuple[Path, str]:
     """The wheel's unzipped folder and its digest; InputError for a missing wheel or site."""
     site = Path(args.site)
@@ -75,7 +69,7 @@ def resolve_inputs(args: argparse.Namespace) -> tuple[Path, str]:
         raise InputError(f"--wheel {wheel}: no such file or folder")
     if not zipfile.is_zipfile(wheel):
         raise InputError(f"--wheel {wheel}: not a wheel (not a zip file)")
-    digest = sha256(wheel)
+    digest = file_sha256(wheel)
     dest = Path(args.unpack) if args.unpack else Path(tempfile.mkdtemp(prefix="e2e-sglang-"))
     marker = dest / ".sha256"
     if not (marker.is_file() and marker.read_text() == digest):
@@ -390,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "torch": torch.__version__, "triton": triton_version(), "sglang_wheel_sha256": wheel_digest,
         "block_parameters": sum(p.numel() for p in block.parameters()),
-        "solution_sha256": sha256(TASK / "solution" / "kernel.py"), "dtype": str(dtype).replace("torch.", ""),
+        "solution_sha256": file_sha256(TASK / "solution" / "kernel.py"), "dtype": str(dtype).replace("torch.", ""),
         "attention_backend": args.attention_backend, "neighbours": neighbours, "tokens": args.tokens,
         "rounds": args.rounds,
         "replays": args.replays, "seed": args.seed, "mounted_name": f"{ELEMENTWISE}.fuse_scale_shift_kernel",
