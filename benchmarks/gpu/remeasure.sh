@@ -87,8 +87,8 @@ declare -A FAMILY=([fuse]=fuse_scale_shift [rotary]=rotary_embedding [norm_infer
 # What whole runs took under 2.19 on a two-H200 host with another audited job beside them (benchmarks/README.md,
 # "harness 2.19 on a two-H200 host": group_norm_silu 494 s, rotary 412 s, norm_tanh 302 s, norm_infer 263 s; fuse cut
 # at 254 s in its wan row's audit): the audit (~56 s a production row, two audits sharing one host) is most of it.
-# qknorm_rope and cutedsl: 2.16's, plus their production rows' context regimes and audits (not measured under 2.19)
-declare -A ESTIMATE_S=([fuse]=300 [group_norm_silu]=500 [rotary]=420 [norm_infer]=270 [qknorm_rope]=520 [cutedsl]=330
+# qknorm_rope and cutedsl under 2.20, the same way ("harness 2.20 and 2.21"): 411 s and 304 s
+declare -A ESTIMATE_S=([fuse]=300 [group_norm_silu]=500 [rotary]=420 [norm_infer]=270 [qknorm_rope]=440 [cutedsl]=330
                        [norm_tanh]=310)
 declare -A NEEDS=([qknorm_rope]="tvm_ffi" [cutedsl]="cutlass.cute")  # importable only from KP_SITE's wheels
 # issue 25's seven timing attacks, and 2.10's forge_timer_in_call (a forge that puts the timers back after each call)
